@@ -1,0 +1,35 @@
+# The two commands of the README: `make run` (a local cluster) and `make test` (lint, types,
+# the whole suite). Both create .venv in the checkout and install the project into it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+ARGS ?=
+
+.PHONY: run test lint typecheck pytest bench clean setup
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	PYTHON=$(PYTHON) bash scripts/bootstrap.sh
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/xdfs dev $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(ARGS)
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/rpc.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv in the checkout (when missing) and install xdfs with its dev tools into it.
+# Idempotent; called by `make run` and `make test`, so a fresh machine needs nothing else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+        # Debian splits venv out of the interpreter package.
+        if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+            apt-get update -qq && apt-get install -y -qq python3-venv
+            rm -rf .venv
+            "$PYTHON" -m venv .venv
+        else
+            echo "bootstrap: '$PYTHON -m venv' failed; install python3-venv" >&2
+            exit 1
+        fi
+    fi
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'

@@ -1,0 +1,3 @@
+from xdfs.cli.main import main
+
+main()

@@ -1,0 +1,35 @@
+"""Subcommands whose component has not landed yet: listed in ``--help`` so the command
+surface is visible, and each exits with status 2 and says so instead of pretending."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def _placeholder(name: str, summary: str) -> click.Command:
+    @click.command(
+        name=name,
+        help=f"{summary} (not available in this version yet).",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    def command() -> None:
+        click.echo(f"xdfs {name}: not available in this version yet", err=True)
+        sys.exit(2)
+
+    return command
+
+
+namenode = _placeholder("namenode", "Run a NameNode")
+datanode = _placeholder("datanode", "Run a DataNode")
+backupnode = _placeholder("backupnode", "Run a BackupNode")
+journalnode = _placeholder("journalnode", "Run a JournalNode")
+zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
+logservice = _placeholder("logservice", "Run the replicated log service")
+dfs = _placeholder("dfs", "File system shell")
+admin = _placeholder("admin", "Administration")
+fsck = _placeholder("fsck", "Check files and blocks")
+oiv = _placeholder("oiv", "Offline image viewer")
+oev = _placeholder("oev", "Offline edits viewer")
+analyze = _placeholder("analyze", "Metadata analytics on Spark")

@@ -1,0 +1,48 @@
+"""Parsing ``host:port`` addresses and ``xdfs://`` file-system URIs."""
+
+from __future__ import annotations
+
+from xdfs.errors import ConfigError
+
+SCHEME = "xdfs://"
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"h:p"`` or ``"[v6]:p"`` -> ``(host, port)``; raises ConfigError when malformed."""
+    host, sep, port_text = address.strip().rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ConfigError(f"address {address!r} is not HOST:PORT")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"address {address!r}: port out of range")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, port
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_fs_uri(uri: str) -> list[str]:
+    """``xdfs://h1:p1,h2:p2[/ignored/path]`` (or bare ``h:p,...``) -> list of addresses.
+
+    Several addresses name one file system served by several NameNodes (active first);
+    clients fail over between them in order.
+    """
+    text = uri.strip()
+    if text.startswith(SCHEME):
+        text = text[len(SCHEME) :]
+    elif "://" in text:
+        raise ConfigError(f"file system URI {uri!r} must start with {SCHEME}")
+    authority = text.split("/", 1)[0]
+    addresses = [part for part in authority.split(",") if part]
+    if not addresses:
+        raise ConfigError(f"file system URI {uri!r} names no address")
+    for address in addresses:
+        parse_address(address)
+    return addresses
+
+
+def format_fs_uri(addresses: list[str]) -> str:
+    return SCHEME + ",".join(addresses)

@@ -1,0 +1,239 @@
+"""Every tunable of xdfs: one frozen dataclass per section, each default and limit named
+with its unit last, each with a one-line doc that ``docs/configuration.md`` is checked
+against.
+
+Sources, later ones winning: the defaults here, a TOML file (``--conf`` or ``XDFS_CONF``),
+then ``-D section.key=value`` overrides and role-specific flags. Unknown sections or keys
+and values of the wrong type are a :class:`~xdfs.errors.ConfigError`, never ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from xdfs.errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+CONF_ENV = "XDFS_CONF"
+
+
+def setting(default: Any, doc: str) -> Any:
+    """A config field with its documentation attached (read by ``xdfs conf --markdown``)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True)
+class RpcConfig:
+    frame_bytes_max: int = setting(
+        4 * MiB, "Hard limit on one frame (length prefix); larger frames close the connection."
+    )
+    receive_buffer_bytes: int = setting(
+        256 * KiB, "Per-connection receive buffer for small frames; large frames get their own."
+    )
+    connect_timeout_s: float = setting(5.0, "Deadline for TCP connect plus handshake.")
+    call_timeout_s: float = setting(30.0, "Default deadline of one call (per try).")
+    handshake_timeout_s: float = setting(
+        10.0, "A server closes a connection that has not sent its handshake within this time."
+    )
+    tries_per_address: int = setting(3, "Tries against one address before failing over.")
+    retry_backoff_initial_s: float = setting(0.05, "First backoff between retries; doubles.")
+    retry_backoff_max_s: float = setting(2.0, "Upper bound of the retry backoff.")
+    inflight_per_connection_max: int = setting(
+        1024, "Requests a server runs at once per connection; beyond it it stops reading."
+    )
+    connections_max: int = setting(4096, "Connections a server accepts at once.")
+    stream_chunk_bytes: int = setting(1 * MiB, "Payload bytes per chunk frame of a stream.")
+    stream_window_chunks: int = setting(
+        8, "Chunks a stream sender may have unacknowledged (per-stream flow-control window)."
+    )
+    write_buffer_high_bytes: int = setting(
+        4 * MiB, "Socket write buffer above which a sender waits (and a server stops reading)."
+    )
+    stalled_peer_timeout_s: float = setting(
+        30.0, "A peer that reads nothing for this long while we have data for it is dropped."
+    )
+    tls_cert_file: str = setting("", "PEM certificate; with tls_key_file enables TLS serving.")
+    tls_key_file: str = setting("", "PEM private key of tls_cert_file.")
+    tls_ca_file: str = setting("", "PEM CA bundle clients verify servers with; enables TLS.")
+    use_uvloop: bool = setting(True, "Run on uvloop when it is installed.")
+
+    def validate(self) -> None:
+        _require(self.frame_bytes_max >= 64 * KiB, "rpc.frame_bytes_max must be >= 64 KiB")
+        _require(
+            self.stream_chunk_bytes + 1 * KiB <= self.frame_bytes_max,
+            "rpc.stream_chunk_bytes must leave 1 KiB of room under rpc.frame_bytes_max",
+        )
+        _require(self.stream_window_chunks >= 1, "rpc.stream_window_chunks must be >= 1")
+        _require(self.tries_per_address >= 1, "rpc.tries_per_address must be >= 1")
+        _require(self.inflight_per_connection_max >= 1, "rpc.inflight_per_connection_max >= 1")
+        _require(
+            bool(self.tls_cert_file) == bool(self.tls_key_file),
+            "rpc.tls_cert_file and rpc.tls_key_file go together",
+        )
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
+    user: str = setting("", "User name to log in as (or XDFS_USER).")
+    password: str = setting("", "Password of user (or XDFS_PASSWORD).")
+    token: str = setting("", "A token from a previous login, used instead of a password.")
+
+
+@dataclass(frozen=True)
+class DevConfig:
+    base_dir: str = setting("dev-cluster", "Where `xdfs dev` keeps its cluster's data.")
+    port: int = setting(8020, "Client RPC port of the dev cluster's NameNode.")
+    ready_timeout_s: float = setting(60.0, "How long `xdfs dev` waits for each process.")
+
+
+@dataclass(frozen=True)
+class XdfsConfig:
+    rpc: RpcConfig = field(default_factory=RpcConfig)
+    client: ClientConfig = field(default_factory=ClientConfig)
+    dev: DevConfig = field(default_factory=DevConfig)
+
+    def validate(self) -> XdfsConfig:
+        self.rpc.validate()
+        return self
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def _sections() -> dict[str, type[Any]]:
+    """Section name -> its dataclass, read off XdfsConfig so there is one list of sections."""
+    defaults = XdfsConfig()
+    return {f.name: type(getattr(defaults, f.name)) for f in dataclasses.fields(XdfsConfig)}
+
+
+def _parse_scalar(text: str) -> Any:
+    """Parse a -D value as a TOML scalar (numbers, booleans, quoted strings); bare text is a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Turn ``["rpc.call_timeout_s=5", ...]`` into ``{"rpc": {"call_timeout_s": 5}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot or not section or not name:
+            raise ConfigError(f"override {item!r} is not of the form section.key=value")
+        out.setdefault(section, {})[name] = _parse_scalar(value.strip())
+    return out
+
+
+def build_config(layers: Iterable[Mapping[str, Any]]) -> XdfsConfig:
+    """Merge mappings (earliest first) over the defaults and validate the result."""
+    sections = _sections()
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            cls = sections.get(section)
+            if cls is None:
+                raise ConfigError(f"unknown config section [{section}]")
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"config section [{section}] must be a table")
+            known = {f.name for f in dataclasses.fields(cls)}
+            for key in values:
+                if key not in known:
+                    raise ConfigError(f"unknown config key {section}.{key}")
+            merged.setdefault(section, {}).update(values)
+    built: dict[str, Any] = {}
+    for section, values in merged.items():
+        try:
+            built[section] = msgspec.convert(values, sections[section], strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"config [{section}]: {exc}") from None
+    return XdfsConfig(**built).validate()
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+
+
+def load_config(
+    conf_path: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> XdfsConfig:
+    """The effective configuration: defaults < TOML file < environment < ``-D`` overrides."""
+    env = os.environ if env is None else env
+    layers: list[Mapping[str, Any]] = []
+    path = conf_path or env.get(CONF_ENV)
+    if path:
+        layers.append(read_toml(path))
+    client_env = {
+        key: env[var]
+        for key, var in (("fs", "XDFS_FS"), ("user", "XDFS_USER"), ("password", "XDFS_PASSWORD"))
+        if env.get(var)
+    }
+    if client_env:
+        layers.append({"client": client_env})
+    layers.append(parse_overrides(overrides))
+    return build_config(layers)
+
+
+def config_as_dict(config: XdfsConfig) -> dict[str, dict[str, Any]]:
+    return {
+        f.name: dataclasses.asdict(getattr(config, f.name)) for f in dataclasses.fields(config)
+    }
+
+
+def config_as_toml(config: XdfsConfig) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(config_as_dict(config))
+
+
+def config_reference_markdown() -> str:
+    """The table of every key, default and meaning (the source of docs/configuration.md)."""
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    defaults = XdfsConfig()
+    for section_field in dataclasses.fields(XdfsConfig):
+        section = getattr(defaults, section_field.name)
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            shown = _toml_literal(value)
+            lines.append(f"| `{section_field.name}.{f.name}` | `{shown}` | {f.metadata['doc']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_literal(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def write_toml(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a small TOML file atomically (temp file + rename)."""
+    import tomli_w
+
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(tomli_w.dumps(dict(data)))
+    tmp.replace(path)

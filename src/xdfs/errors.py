@@ -1,0 +1,294 @@
+"""The one exception hierarchy of xdfs, with stable wire codes.
+
+Every expected failure is an ``XdfsError`` subclass carrying a ``code`` that never changes
+meaning. Servers send ``(code, message)``; clients turn the code back into the same class
+with :func:`error_from_code`, so ``except NotFound`` works across the network exactly as it
+does in-process. File-system errors also derive from the matching builtin ``OSError``
+subclass so callers such as fsspec and pandas see the exceptions they expect.
+
+Codes are grouped: 1xx protocol/transport, 2xx security, 3xx namespace, 4xx cluster state,
+5xx data path, 9xx internal. Never reuse or renumber a code.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+_BY_CODE: dict[int, type[XdfsError]] = {}
+
+
+class XdfsError(Exception):
+    """Base of every expected xdfs failure."""
+
+    code: ClassVar[int] = 900
+    #: True when the same call may succeed if simply sent again (possibly elsewhere).
+    retriable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("code")
+        if code is not None:
+            other = _BY_CODE.get(code)
+            assert other is None, f"error code {code} used by {other} and {cls}"
+            _BY_CODE[code] = cls
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+_BY_CODE[XdfsError.code] = XdfsError
+
+
+class InternalError(XdfsError):
+    """A bug or an unexpected condition on the server; the message says where."""
+
+    code = 901
+
+
+class ConfigError(XdfsError):
+    """Invalid configuration (unknown key, wrong type, impossible value)."""
+
+    code = 902
+
+
+class StorageError(XdfsError):
+    """A local storage directory is missing, locked, corrupt or unwritable."""
+
+    code = 903
+
+
+# --- 1xx: protocol and transport -------------------------------------------------------
+
+
+class RpcError(XdfsError):
+    """Base of protocol and transport failures."""
+
+    code = 100
+
+
+class ProtocolError(RpcError):
+    """The peer broke the wire protocol (bad frame, bad envelope, out-of-order message)."""
+
+    code = 101
+
+
+class FrameTooLarge(ProtocolError):
+    """A frame's length prefix exceeds the configured limit."""
+
+    code = 102
+
+
+class BadRequest(RpcError):
+    """The request body did not decode as the method's request type."""
+
+    code = 103
+
+
+class UnknownMethod(RpcError):
+    """The server has no method of that name."""
+
+    code = 104
+
+
+class VersionMismatch(RpcError):
+    """Client and server speak incompatible protocol versions."""
+
+    code = 105
+
+
+class WrongCluster(RpcError):
+    """The peer belongs to another cluster (cluster ids differ)."""
+
+    code = 106
+
+
+class Unavailable(RpcError):
+    """No server could be reached, or the connection was lost before an answer."""
+
+    code = 107
+    retriable = True
+
+
+class ConnectionLost(Unavailable):
+    """The connection closed while the call was in flight; it may or may not have run."""
+
+    code = 108
+
+
+class RpcTimeout(RpcError):
+    """The call did not complete within its deadline; it may or may not have run."""
+
+    code = 109
+    retriable = True
+
+
+class Overloaded(RpcError):
+    """The server refuses more work right now; try again later."""
+
+    code = 110
+    retriable = True
+
+
+class StreamError(RpcError):
+    """A bulk-data stream was cut, cancelled or violated its framing."""
+
+    code = 111
+
+
+class ChecksumError(StreamError):
+    """Data failed its CRC32C check."""
+
+    code = 112
+
+
+class Cancelled(RpcError):
+    """The peer cancelled the call."""
+
+    code = 113
+
+
+class NotActive(RpcError):
+    """This server is not the active one (standby, backup, fenced); ask the next address."""
+
+    code = 114
+    retriable = True
+
+
+# --- 2xx: security ---------------------------------------------------------------------
+
+
+class SecurityError(XdfsError):
+    """Base of authentication and authorisation failures."""
+
+    code = 200
+
+
+class NotAuthenticated(SecurityError):
+    """A call arrived before a successful handshake."""
+
+    code = 201
+
+
+class AuthenticationFailed(SecurityError):
+    """Wrong user name, password or token (the message never says which)."""
+
+    code = 202
+
+
+class TokenExpired(AuthenticationFailed):
+    """The token was valid but has expired; log in again."""
+
+    code = 203
+
+
+class AccessDenied(SecurityError, PermissionError):
+    """The authenticated user lacks the permission the operation needs."""
+
+    code = 204
+
+
+# --- 3xx: namespace --------------------------------------------------------------------
+
+
+class NamespaceError(XdfsError):
+    """Base of file-system namespace errors."""
+
+    code = 300
+
+
+class NotFound(NamespaceError, FileNotFoundError):
+    code = 301
+
+
+class AlreadyExists(NamespaceError, FileExistsError):
+    code = 302
+
+
+class NotADirectory(NamespaceError, NotADirectoryError):
+    code = 303
+
+
+class IsADirectory(NamespaceError, IsADirectoryError):
+    code = 304
+
+
+class DirectoryNotEmpty(NamespaceError, OSError):
+    code = 305
+
+
+class InvalidPath(NamespaceError, ValueError):
+    """The path is not absolute, has empty or dot components, a NUL, or is too long."""
+
+    code = 306
+
+
+class InvalidArgument(NamespaceError, ValueError):
+    code = 307
+
+
+class LeaseError(NamespaceError):
+    """The file is under construction by another client, or the lease was lost."""
+
+    code = 308
+
+
+# --- 4xx: cluster state ----------------------------------------------------------------
+
+
+class ClusterStateError(XdfsError):
+    code = 400
+
+
+class SafeModeError(ClusterStateError):
+    """The NameNode is in safe mode and refuses changes."""
+
+    code = 401
+    retriable = True
+
+
+class NotEnoughReplicas(ClusterStateError):
+    """Too few live DataNodes to place or confirm a block."""
+
+    code = 402
+    retriable = True
+
+
+class UnknownDataNode(ClusterStateError):
+    """The NameNode does not know this DataNode; it must register again."""
+
+    code = 403
+
+
+class Fenced(ClusterStateError):
+    """A newer writer epoch exists; this writer must stop."""
+
+    code = 404
+
+
+# --- 5xx: data path --------------------------------------------------------------------
+
+
+class DataError(XdfsError):
+    code = 500
+
+
+class BlockNotFound(DataError):
+    code = 501
+
+
+class CorruptReplica(DataError):
+    code = 502
+
+
+def error_from_code(code: int, message: str) -> XdfsError:
+    """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return XdfsError(f"[code {code}] {message}")
+    return cls(message)
+
+
+def known_codes() -> dict[int, type[XdfsError]]:
+    """A copy of the code table, for docs and tests."""
+    return dict(sorted(_BY_CODE.items()))

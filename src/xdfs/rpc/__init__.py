@@ -1,0 +1,24 @@
+"""xdfs's own RPC: asyncio TCP, msgpack-framed typed messages, streams (DESIGN.md section 3)."""
+
+from xdfs.rpc.client import ClientConnection, DownloadStream, RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
+from xdfs.rpc.server import CallContext, Download, Principal, RpcServer
+from xdfs.rpc.service import Method, MethodKind, Service
+from xdfs.rpc.streams import StreamReceiver
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CallContext",
+    "ClientConnection",
+    "Download",
+    "DownloadStream",
+    "Empty",
+    "Hello",
+    "Method",
+    "MethodKind",
+    "Principal",
+    "RpcClient",
+    "RpcServer",
+    "Service",
+    "StreamReceiver",
+]

@@ -1,0 +1,405 @@
+"""The RPC client: one multiplexed connection per server, and failover across servers.
+
+:class:`ClientConnection` carries many calls at once over one socket, matched by id.
+:class:`RpcClient` owns connections to a list of addresses and applies the retry rules:
+
+* a try that never reached the server (connect or handshake failed, ``Overloaded``) is
+  always safe to repeat;
+* a try that may have run (connection lost mid-call, timeout) is repeated only for
+  methods declared ``idempotent``;
+* ``NotActive`` (a standby or backup answered) moves on to the next address at once;
+* each address gets ``tries_per_address`` tries with doubling backoff, then the next
+  address; the address that last worked is tried first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from xdfs.common.addresses import parse_address
+from xdfs.config import RpcConfig
+from xdfs.errors import (
+    ConnectionLost,
+    NotActive,
+    Overloaded,
+    ProtocolError,
+    RpcTimeout,
+    StreamError,
+    Unavailable,
+    XdfsError,
+    error_from_code,
+)
+from xdfs.rpc.connection import ERROR_DECODER, RpcProtocol
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.service import Method, MethodKind, Req, Resp
+from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
+
+T = TypeVar("T")
+
+_WELCOME = msgspec.msgpack.Decoder(Welcome)
+
+
+def backoff_s(try_number: int, initial_s: float, max_s: float) -> float:
+    """Delay before try ``try_number`` (0-based) against one address: 0, i, 2i, 4i ... max."""
+    if try_number <= 0:
+        return 0.0
+    return float(min(max_s, initial_s * (2 ** (try_number - 1))))
+
+
+class DownloadStream:
+    """The head of a download, and an async iterator over its verified chunks."""
+
+    def __init__(
+        self,
+        head: Any,
+        receiver: StreamReceiver,
+        conn: ClientConnection,
+        call_id: int,
+        chunk_timeout_s: float,
+    ) -> None:
+        self.head = head
+        self._receiver = receiver
+        self._conn = conn
+        self._id = call_id
+        self._timeout_s = chunk_timeout_s
+
+    def __aiter__(self) -> DownloadStream:
+        return self
+
+    async def __anext__(self) -> memoryview | bytes:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await self._receiver.__anext__()
+        except TimeoutError:
+            await self.aclose()
+            raise RpcTimeout(f"no chunk within {self._timeout_s} s") from None
+
+    async def read_all(self) -> bytes:
+        return b"".join([bytes(part) async for part in self])
+
+    async def aclose(self) -> None:
+        """Abandon the stream early (tells the server to stop sending)."""
+        if not self._receiver.finished:
+            self._receiver.fail(StreamError("download abandoned by the reader"))
+            self._conn.send(Kind.CANCEL, self._id, "", None)
+        self._conn.receivers.pop(self._id, None)
+
+    async def __aenter__(self) -> DownloadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class ClientConnection(RpcProtocol):
+    def __init__(self, config: RpcConfig) -> None:
+        super().__init__(config)
+        self.address = ""
+        self.welcome: Welcome | None = None
+        self._welcome_future: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
+        self._next_id = 1
+        self._pending: dict[int, tuple[asyncio.Future[Any], Method[Any, Any]]] = {}
+
+    @classmethod
+    async def open(
+        cls,
+        address: str,
+        config: RpcConfig,
+        hello: Hello,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> ClientConnection:
+        """Connect and complete the handshake within ``connect_timeout_s``."""
+        host, port = parse_address(address)
+        loop = asyncio.get_running_loop()
+        conn: ClientConnection | None = None
+        try:
+            async with asyncio.timeout(config.connect_timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: cls(config), host, port, ssl=ssl_context,
+                    server_hostname=host if ssl_context else None,
+                )
+                conn.address = address
+                conn.send(Kind.HELLO, 0, "", hello)
+                conn.welcome = await conn._welcome_future
+        except TimeoutError:
+            if conn is not None:
+                conn.close()
+            raise Unavailable(f"connecting to {address} timed out") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise Unavailable(f"cannot connect to {address}: {exc}") from None
+        except XdfsError:
+            if conn is not None:
+                conn.close()
+            raise
+        return conn
+
+    # -- incoming -----------------------------------------------------------------------
+
+    def on_envelope(self, envelope: InEnvelope) -> None:
+        kind = envelope.kind
+        if kind == Kind.RESPONSE or kind == Kind.HEAD:
+            self._on_answer(envelope)
+        elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
+            self.on_stream_frame(envelope)
+            receiver = self.receivers.get(envelope.id)
+            if receiver is not None and receiver.finished:
+                del self.receivers[envelope.id]
+        elif kind == Kind.ERROR:
+            self._on_error(envelope)
+        elif kind == Kind.WELCOME:
+            try:
+                welcome = _WELCOME.decode(envelope.body)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise ProtocolError(f"bad handshake answer: {exc}") from None
+            if not self._welcome_future.done():
+                self._welcome_future.set_result(welcome)
+        else:
+            raise ProtocolError(f"unexpected frame kind {kind} from a server")
+
+    def _on_answer(self, envelope: InEnvelope) -> None:
+        entry = self._pending.pop(envelope.id, None)
+        if entry is None:
+            return  # the caller timed out or cancelled; the late answer is dropped
+        future, method = entry
+        try:
+            body = method.response_decoder.decode(envelope.body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            body = None
+            error: XdfsError | None = ProtocolError(f"{method.name}: bad response: {exc}")
+        else:
+            error = None
+        if not future.done():
+            if error is None:
+                future.set_result(body)
+            else:
+                future.set_exception(error)
+
+    def _on_error(self, envelope: InEnvelope) -> None:
+        try:
+            info = ERROR_DECODER.decode(envelope.body)
+            error = error_from_code(info.code, info.message)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            error = ProtocolError(f"bad error frame: {exc}")
+        if envelope.id == 0:  # the connection itself failed; the server closes it
+            self._fail_all(error)
+            return
+        entry = self._pending.pop(envelope.id, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(error)
+        receiver = self.receivers.pop(envelope.id, None)
+        if receiver is not None:
+            receiver.fail(error)
+        sender = self.senders.pop(envelope.id, None)
+        if sender is not None:
+            sender.fail(error)
+
+    def _fail_all(self, error: XdfsError) -> None:
+        if not self._welcome_future.done():
+            self._welcome_future.set_exception(error)
+        for future, _method in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+        for receiver in self.receivers.values():
+            receiver.fail(error)
+        for sender in self.senders.values():
+            sender.fail(error)
+
+    def on_connection_lost(self, error: ConnectionLost) -> None:
+        self._fail_all(error)
+
+    # -- calls --------------------------------------------------------------------------
+
+    def _new_call(self, method: Method[Any, Any]) -> tuple[int, asyncio.Future[Any]]:
+        if self.is_closing:
+            raise ConnectionLost(f"connection to {self.address} is closed")
+        call_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = (future, method)
+        return call_id, future
+
+    async def _await_answer(
+        self, call_id: int, future: asyncio.Future[T], method: Method[Any, Any], timeout_s: float
+    ) -> T:
+        timer = asyncio.get_running_loop().call_later(
+            timeout_s, self._expire, call_id, method.name, timeout_s
+        )
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def _expire(self, call_id: int, name: str, timeout_s: float) -> None:
+        entry = self._pending.pop(call_id, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_exception(RpcTimeout(f"{name} got no answer within {timeout_s} s"))
+            self.send(Kind.CANCEL, call_id, "", None)
+
+    async def call(self, method: Method[Req, Resp], request: Req, timeout_s: float) -> Resp:
+        assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
+        call_id, future = self._new_call(method)
+        self.send(Kind.REQUEST, call_id, method.name, request)
+        return await self._await_answer(call_id, future, method, timeout_s)
+
+    async def upload(
+        self, method: Method[Req, Resp], request: Req, chunks: ChunkSource, timeout_s: float
+    ) -> Resp:
+        assert method.kind is MethodKind.UPLOAD, f"{method.name} is not an upload method"
+        call_id, future = self._new_call(method)
+        sender = StreamSender(self, call_id, self.config.stream_window_chunks, timeout_s)
+        self.senders[call_id] = sender
+        self.send(Kind.HEAD, call_id, method.name, request)
+        try:
+            await sender.send_all(chunks, self.config.stream_chunk_bytes)
+        except XdfsError:
+            if not future.done():  # our side failed; the server's error wins otherwise
+                raise
+        except BaseException:
+            self.send(Kind.CANCEL, call_id, "", None)
+            self._pending.pop(call_id, None)
+            raise
+        finally:
+            self.senders.pop(call_id, None)
+        return await self._await_answer(call_id, future, method, timeout_s)
+
+    async def download(
+        self, method: Method[Req, Resp], request: Req, timeout_s: float
+    ) -> DownloadStream:
+        assert method.kind is MethodKind.DOWNLOAD, f"{method.name} is not a download method"
+        call_id, future = self._new_call(method)
+        receiver = StreamReceiver(self, call_id, self.config.stream_window_chunks)
+        self.receivers[call_id] = receiver
+        self.send(Kind.REQUEST, call_id, method.name, request)
+        try:
+            head = await self._await_answer(call_id, future, method, timeout_s)
+        except BaseException:
+            self.receivers.pop(call_id, None)
+            raise
+        return DownloadStream(head, receiver, self, call_id, timeout_s)
+
+
+class RpcClient:
+    """Calls a service served at one or more addresses, with retries and failover."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        config: RpcConfig,
+        *,
+        hello: Hello | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        assert self.addresses, "RpcClient needs at least one address"
+        self.config = config
+        self.hello = hello or Hello(PROTOCOL_VERSION)
+        self.ssl_context = ssl_context
+        self._preferred = 0
+        self._connections: dict[str, ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+
+    @property
+    def current_address(self) -> str:
+        return self.addresses[self._preferred]
+
+    async def connection(self, address: str) -> ClientConnection:
+        conn = self._connections.get(address)
+        if conn is not None and not conn.is_closing:
+            return conn
+        lock = self._connecting.setdefault(address, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(address)
+            if conn is None or conn.is_closing:
+                conn = await ClientConnection.open(address, self.config, self.hello, self.ssl_context)
+                self._connections[address] = conn
+            return conn
+
+    async def close(self) -> None:
+        conns = list(self._connections.values())
+        self._connections.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()
+
+    async def call(
+        self, method: Method[Req, Resp], request: Req, *, timeout_s: float | None = None
+    ) -> Resp:
+        deadline = timeout_s or self.config.call_timeout_s
+        return await self._with_failover(
+            method, lambda conn: conn.call(method, request, deadline), restartable=True
+        )
+
+    async def upload(
+        self,
+        method: Method[Req, Resp],
+        request: Req,
+        chunks: ChunkSource,
+        *,
+        timeout_s: float | None = None,
+    ) -> Resp:
+        """Stream ``chunks`` to the server. Retried only when ``chunks`` can be replayed
+        (a list or tuple) and the method is idempotent."""
+        deadline = timeout_s or self.config.call_timeout_s
+        return await self._with_failover(
+            method,
+            lambda conn: conn.upload(method, request, chunks, deadline),
+            restartable=isinstance(chunks, list | tuple),
+        )
+
+    async def download(
+        self, method: Method[Req, Resp], request: Req, *, timeout_s: float | None = None
+    ) -> DownloadStream:
+        """Start a download; failover applies until the head has arrived."""
+        deadline = timeout_s or self.config.call_timeout_s
+        return await self._with_failover(
+            method, lambda conn: conn.download(method, request, deadline), restartable=True
+        )
+
+    async def _with_failover(
+        self,
+        method: Method[Any, Any],
+        attempt: Callable[[ClientConnection], Awaitable[T]],
+        *,
+        restartable: bool,
+    ) -> T:
+        failures: list[str] = []
+        count = len(self.addresses)
+        for index in [(self._preferred + i) % count for i in range(count)]:
+            address = self.addresses[index]
+            for try_number in range(self.config.tries_per_address):
+                delay = backoff_s(
+                    try_number, self.config.retry_backoff_initial_s, self.config.retry_backoff_max_s
+                )
+                if delay:
+                    await asyncio.sleep(delay)
+                try:
+                    conn = await self.connection(address)
+                except NotActive as exc:
+                    failures.append(f"{address}: {exc.message}")
+                    break
+                except Unavailable as exc:  # nothing was sent: always safe to try again
+                    failures.append(f"{address}: {exc.message}")
+                    continue
+                try:
+                    result = await attempt(conn)
+                except NotActive as exc:
+                    failures.append(f"{address}: {exc.message}")
+                    break
+                except Overloaded as exc:
+                    failures.append(f"{address}: {exc.message}")
+                    continue
+                except (ConnectionLost, RpcTimeout) as exc:
+                    if not (method.idempotent and restartable):
+                        raise
+                    failures.append(f"{address}: {exc.message}")
+                    continue
+                self._preferred = index
+                return result
+        raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")

@@ -1,0 +1,199 @@
+"""Frame I/O, write flow control and stream bookkeeping shared by both ends of a connection.
+
+Subclasses (:class:`~xdfs.rpc.server.ServerConnection`,
+:class:`~xdfs.rpc.client.ClientConnection`) implement :meth:`RpcProtocol.on_envelope`.
+Anything wrong with what the peer sent either fails that one call (wrong body type, unknown
+method) or, when the byte stream itself can no longer be trusted (oversized or undecodable
+frame, protocol violation), sends one connection-level error and closes. No input a peer can
+send escapes as an exception into the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+import msgspec
+
+from xdfs.config import RpcConfig
+from xdfs.errors import ConnectionLost, InternalError, ProtocolError, XdfsError
+from xdfs.rpc.framing import FrameReader
+from xdfs.rpc.messages import (
+    LENGTH_PREFIX,
+    Chunk,
+    Credit,
+    ErrorInfo,
+    InEnvelope,
+    Kind,
+    OutEnvelope,
+    Tail,
+)
+from xdfs.rpc.streams import StreamReceiver, StreamSender
+
+log = logging.getLogger(__name__)
+
+_ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
+_ENCODER = msgspec.msgpack.Encoder()
+CHUNK_DECODER = msgspec.msgpack.Decoder(Chunk)
+TAIL_DECODER = msgspec.msgpack.Decoder(Tail)
+CREDIT_DECODER = msgspec.msgpack.Decoder(Credit)
+ERROR_DECODER = msgspec.msgpack.Decoder(ErrorInfo)
+
+
+def encode_frame(kind: int, call_id: int, method: str, body: Any) -> bytearray:
+    """One complete frame (length prefix included) in a fresh buffer."""
+    buf = bytearray(LENGTH_PREFIX.size)
+    _ENCODER.encode_into(OutEnvelope(kind, call_id, method, body), buf, LENGTH_PREFIX.size)
+    LENGTH_PREFIX.pack_into(buf, 0, len(buf) - LENGTH_PREFIX.size)
+    return buf
+
+
+class RpcProtocol(asyncio.BufferedProtocol):
+    def __init__(self, config: RpcConfig) -> None:
+        self.config = config
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._closed = asyncio.get_running_loop().create_future()
+        self._payload_is_shared = True
+        self.senders: dict[int, StreamSender] = {}
+        self.receivers: dict[int, StreamReceiver] = {}
+
+    # -- transport callbacks ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        high = self.config.write_buffer_high_bytes
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            for payload in self._reader.feed(nbytes):
+                if self.is_closing:
+                    return
+                self._on_payload(payload)
+        except XdfsError as exc:
+            self.abort_with(exc)
+        except Exception as exc:  # a bug must cost one connection, never the server
+            log.exception("unexpected error handling a frame from %s", self.peer)
+            self.abort_with(InternalError(f"{type(exc).__name__}: {exc}"))
+
+    def _on_payload(self, payload: memoryview) -> None:
+        try:
+            envelope = _ENVELOPE.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ProtocolError(f"undecodable frame: {exc}") from None
+        # Payloads cut from the shared receive buffer are overwritten by the next recv;
+        # oversized frames own their buffer and can be handed on without a copy.
+        self._payload_is_shared = payload.obj is self._reader.shared_buffer
+        self.on_envelope(envelope)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed.done():
+            self._closed.set_result(None)
+        self._can_write.set()
+        lost = ConnectionLost(f"connection to {self.peer} closed" + (f": {exc}" if exc else ""))
+        for sender in self.senders.values():
+            sender.fail(lost)
+        for receiver in self.receivers.values():
+            receiver.fail(lost)
+        self.senders.clear()
+        self.receivers.clear()
+        self.on_connection_lost(lost)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+        self.on_write_paused()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+        self.on_write_resumed()
+
+    # -- hooks for subclasses -----------------------------------------------------------
+
+    def on_envelope(self, envelope: InEnvelope) -> None:
+        raise NotImplementedError
+
+    def on_connection_lost(self, error: ConnectionLost) -> None:
+        pass
+
+    def on_write_paused(self) -> None:
+        pass
+
+    def on_write_resumed(self) -> None:
+        pass
+
+    # -- sending ------------------------------------------------------------------------
+
+    @property
+    def is_closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    def send(self, kind: int, call_id: int, method: str, body: Any) -> None:
+        if self.is_closing:
+            return  # connection_lost fails whoever is waiting
+        assert self.transport is not None
+        self.transport.write(encode_frame(kind, call_id, method, body))
+
+    def send_error(self, call_id: int, error: XdfsError) -> None:
+        self.send(Kind.ERROR, call_id, "", ErrorInfo(error.code, error.message))
+
+    async def drain(self) -> None:
+        """Wait while the socket's write buffer is above its high-water mark."""
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+        if self._closed.done():
+            raise ConnectionLost(f"connection to {self.peer} closed")
+
+    def abort_with(self, error: XdfsError) -> None:
+        """Tell the peer why (connection-level error, id 0), then close."""
+        if self.is_closing:
+            return
+        log.info("closing connection %s: %s", self.peer, error.message)
+        self.send_error(0, error)
+        assert self.transport is not None
+        self.transport.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    # -- stream frames, the same for both directions ------------------------------------
+
+    def on_stream_frame(self, envelope: InEnvelope) -> None:
+        """Route CHUNK, TAIL and CREDIT frames to their stream (late frames are dropped)."""
+        try:
+            if envelope.kind == Kind.CHUNK:
+                receiver = self.receivers.get(envelope.id)
+                if receiver is not None:
+                    chunk = CHUNK_DECODER.decode(envelope.body)
+                    if self._payload_is_shared:
+                        chunk.data = memoryview(bytes(chunk.data))
+                    receiver.on_chunk(chunk)
+            elif envelope.kind == Kind.TAIL:
+                receiver = self.receivers.get(envelope.id)
+                if receiver is not None:
+                    receiver.on_tail(TAIL_DECODER.decode(envelope.body))
+            else:
+                sender = self.senders.get(envelope.id)
+                credit = CREDIT_DECODER.decode(envelope.body)
+                if sender is not None and credit.count > 0:
+                    sender.on_credit(credit.count)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ProtocolError(f"bad stream frame: {exc}") from None

@@ -1,0 +1,92 @@
+"""Wire messages of the xdfs RPC protocol (see docs/protocol.md).
+
+A frame is ``u32 big-endian length | msgpack(Envelope)``. The envelope names the frame's
+kind and request id; its ``body`` is the typed message of that kind (for requests and
+responses, the method's declared struct). Bodies are decoded lazily (``msgspec.Raw``) so the
+method can pick the right type before validating.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+from typing import Any
+
+import msgspec
+
+#: Bumped on any incompatible change to framing, envelopes or the handshake.
+PROTOCOL_VERSION = 1
+
+LENGTH_PREFIX = struct.Struct(">I")
+
+
+class Kind(IntEnum):
+    HELLO = 1  # client -> server, first frame: Hello
+    WELCOME = 2  # server -> client, handshake accepted: Welcome
+    REQUEST = 3  # unary or download call: method's request struct
+    RESPONSE = 4  # unary reply: method's response struct
+    ERROR = 5  # failure of call `id` (id 0: the connection itself): ErrorInfo
+    HEAD = 6  # first frame of a stream: upload request or download head struct
+    CHUNK = 7  # one piece of a stream's payload: Chunk
+    TAIL = 8  # end of a stream: Tail
+    CREDIT = 9  # receiver lets the sender have `count` more chunks: Credit
+    CANCEL = 10  # caller abandons call `id` (no body)
+
+
+class OutEnvelope(msgspec.Struct, array_like=True, gc=False):
+    """What we send: ``body`` is any struct, encoded in the same pass as the envelope."""
+
+    kind: int
+    id: int
+    method: str
+    body: Any = None
+
+
+class InEnvelope(msgspec.Struct, array_like=True, gc=False):
+    """What we receive: ``body`` stays raw msgpack until its type is known."""
+
+    kind: int
+    id: int
+    method: str
+    body: msgspec.Raw = msgspec.Raw()
+
+
+class Hello(msgspec.Struct, forbid_unknown_fields=True):
+    protocol_version: int
+    cluster_id: str = ""
+    client_name: str = ""
+    user: str = ""
+    password: str = ""
+    token: str = ""
+
+
+class Welcome(msgspec.Struct):
+    protocol_version: int
+    cluster_id: str
+    server_name: str
+    user: str
+
+
+class ErrorInfo(msgspec.Struct):
+    code: int
+    message: str
+
+
+class Chunk(msgspec.Struct, array_like=True, gc=False):
+    seq: int
+    crc32c: int
+    #: Decoded zero-copy; see RpcProtocol.on_stream_frame for when it must be copied out.
+    data: memoryview
+
+
+class Tail(msgspec.Struct, array_like=True):
+    chunks: int
+    total_bytes: int
+
+
+class Credit(msgspec.Struct, array_like=True):
+    count: int
+
+
+class Empty(msgspec.Struct):
+    """The body of methods that take or return nothing."""

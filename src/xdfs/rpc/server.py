@@ -1,0 +1,412 @@
+"""The RPC server: accepts connections, runs the handshake, dispatches calls to handlers.
+
+Handlers are methods of an implementation object named after the :class:`Method`:
+
+* unary: ``def|async def name(ctx, request) -> response`` (a plain ``def`` runs inline
+  on the event loop, the fast path for cheap reads; ``async def`` runs as a task);
+* upload: ``async def name(ctx, request, chunks: StreamReceiver) -> response``;
+* download: ``async def name(ctx, request) -> Download(head, chunks)``.
+
+Limits: ``connections_max`` connections, ``inflight_per_connection_max`` running calls per
+connection (beyond it the server stops reading that socket, which pushes back on the
+client through TCP), and a peer that stops reading our replies is disconnected after
+``stalled_peer_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from xdfs.config import RpcConfig
+from xdfs.errors import (
+    AuthenticationFailed,
+    BadRequest,
+    Cancelled,
+    InternalError,
+    NotAuthenticated,
+    ProtocolError,
+    UnknownMethod,
+    VersionMismatch,
+    WrongCluster,
+    XdfsError,
+)
+from xdfs.rpc.connection import RpcProtocol
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.service import Method, MethodKind, Service, method_table
+from xdfs.rpc.streams import StreamReceiver, StreamSender
+
+log = logging.getLogger(__name__)
+
+_HELLO = msgspec.msgpack.Decoder(Hello)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is on the other end of a connection, as the authenticator established it."""
+
+    user: str
+    #: Free-form facts the authenticator wants handlers to see (groups, node id ...).
+    attributes: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class CallContext:
+    principal: Principal
+    peer: str
+    connection: ServerConnection
+
+
+@dataclass(frozen=True)
+class Download:
+    """What a download handler returns: the head struct, then the payload chunks."""
+
+    head: msgspec.Struct
+    chunks: Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, hello: Hello, peer: str) -> Principal:
+        """Return the principal or raise AuthenticationFailed."""
+        ...
+
+
+class TrustingAuthenticator:
+    """Accepts the user the client names (for servers without accounts, and tests)."""
+
+    async def authenticate(self, hello: Hello, peer: str) -> Principal:
+        return Principal(hello.user or "anonymous")
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: Method[Any, Any]
+    handler: Callable[..., Any]
+    is_async: bool
+
+
+class RpcServer:
+    def __init__(
+        self,
+        name: str,
+        config: RpcConfig,
+        *,
+        cluster_id: str = "",
+        authenticator: Authenticator | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.cluster_id = cluster_id
+        self.authenticator: Authenticator = authenticator or TrustingAuthenticator()
+        self.ssl_context = ssl_context
+        self.started_at_s = time.time()
+        self._routes: dict[str, _Route] = {}
+        self._server: asyncio.Server | None = None
+        self.connections: set[ServerConnection] = set()
+        self.host = ""
+        self.port = 0
+
+    def add_service(self, service: Service, impl: object) -> None:
+        """Route every method of ``service`` to the same-named method of ``impl``."""
+        for name, method in method_table([service]).items():
+            assert name not in self._routes, f"method {name} registered twice"
+            handler = getattr(impl, name, None)
+            assert callable(handler), f"{type(impl).__name__} lacks handler {name}"
+            is_async = inspect.iscoroutinefunction(handler)
+            assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
+            self._routes[name] = _Route(method, handler, is_async)
+
+    def route(self, name: str) -> _Route | None:
+        return self._routes.get(name)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: ServerConnection(self), host, port, ssl=self.ssl_context, backlog=1024
+        )
+        sockname = self._server.sockets[0].getsockname()
+        self.host, self.port = sockname[0], sockname[1]
+        return self.address
+
+    async def close(self) -> None:
+        """Stop accepting, drop every connection and cancel the calls they were running."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        for conn in list(self.connections):
+            await conn.wait_finished()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+
+class ServerConnection(RpcProtocol):
+    def __init__(self, server: RpcServer) -> None:
+        super().__init__(server.config)
+        self.server = server
+        self.principal: Principal | None = None
+        self._hello_task: asyncio.Task[None] | None = None
+        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._paused_for_calls = False
+        self._paused_for_writes = False
+        self._handshake_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if len(self.server.connections) >= self.server.config.connections_max:
+            log.warning("refusing %s: %d connections open", self.peer, len(self.server.connections))
+            self.abort_with(XdfsError("server has too many connections"))
+            return
+        self.server.connections.add(self)
+        self._handshake_timer = asyncio.get_running_loop().call_later(
+            self.config.handshake_timeout_s, self._handshake_deadline
+        )
+
+    def _handshake_deadline(self) -> None:
+        if self.principal is None:
+            self.abort_with(NotAuthenticated("no handshake within the deadline"))
+
+    def on_connection_lost(self, error: XdfsError) -> None:
+        self.server.connections.discard(self)
+        for timer in (self._handshake_timer, self._stall_timer):
+            if timer is not None:
+                timer.cancel()
+        for task in self._calls.values():
+            task.cancel()
+        if self._hello_task is not None:
+            self._hello_task.cancel()
+
+    def shutdown(self) -> None:
+        self.close()
+        for task in self._calls.values():
+            task.cancel()
+
+    async def wait_finished(self) -> None:
+        await self.wait_closed()
+        tasks = [*self._calls.values(), *([self._hello_task] if self._hello_task else [])]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- flow control -------------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self._paused_for_calls or self._paused_for_writes:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def on_write_paused(self) -> None:
+        # The peer is not reading our replies: stop taking new calls from it, and give up
+        # on it if it stays stalled.
+        self._paused_for_writes = True
+        self._update_reading()
+        if self._stall_timer is None:
+            self._stall_timer = asyncio.get_running_loop().call_later(
+                self.config.stalled_peer_timeout_s, self._stalled
+            )
+
+    def on_write_resumed(self) -> None:
+        self._paused_for_writes = False
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        self._update_reading()
+
+    def _stalled(self) -> None:
+        if self._paused_for_writes and self.transport is not None:
+            log.warning("dropping %s: it stopped reading replies", self.peer)
+            self.transport.abort()
+
+    # -- dispatch -----------------------------------------------------------------------
+
+    def on_envelope(self, envelope: InEnvelope) -> None:
+        kind = envelope.kind
+        if self.principal is None:
+            self._before_handshake(envelope)
+        elif kind == Kind.REQUEST:
+            self._on_request(envelope)
+        elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
+            self.on_stream_frame(envelope)
+        elif kind == Kind.HEAD:
+            self._on_upload_head(envelope)
+        elif kind == Kind.CANCEL:
+            self._cancel(envelope.id)
+        else:
+            raise ProtocolError(f"unexpected frame kind {kind} from a client")
+
+    def _before_handshake(self, envelope: InEnvelope) -> None:
+        if envelope.kind != Kind.HELLO:
+            raise NotAuthenticated("the first frame must be the handshake (HELLO)")
+        if self._hello_task is not None:
+            raise ProtocolError("frames sent before the handshake was answered")
+        try:
+            hello = _HELLO.decode(envelope.body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ProtocolError(f"bad handshake: {exc}") from None
+        self._hello_task = asyncio.get_running_loop().create_task(self._handshake(hello))
+
+    async def _handshake(self, hello: Hello) -> None:
+        try:
+            if hello.protocol_version != PROTOCOL_VERSION:
+                raise VersionMismatch(
+                    f"client speaks protocol {hello.protocol_version}, server {PROTOCOL_VERSION}"
+                )
+            cluster = self.server.cluster_id
+            if cluster and hello.cluster_id and hello.cluster_id != cluster:
+                raise WrongCluster(f"server is in cluster {cluster}, not {hello.cluster_id}")
+            principal = await self.server.authenticator.authenticate(hello, self.peer)
+        except XdfsError as exc:
+            self.abort_with(exc)
+            return
+        except Exception as exc:
+            log.exception("authenticator failed for %s", self.peer)
+            self.abort_with(AuthenticationFailed(f"authentication error: {exc}"))
+            return
+        self.principal = principal
+        welcome = Welcome(PROTOCOL_VERSION, cluster, self.server.name, principal.user)
+        self.send(Kind.WELCOME, 0, "", welcome)
+
+    def _resolve(self, envelope: InEnvelope, kind: MethodKind) -> tuple[_Route, Any] | None:
+        """The route and decoded request of a call, or None after answering with an error."""
+        route = self.server.route(envelope.method)
+        if route is None:
+            self.send_error(envelope.id, UnknownMethod(f"no method {envelope.method!r}"))
+            return None
+        if route.method.kind is not kind and not (
+            kind is MethodKind.UNARY and route.method.kind is MethodKind.DOWNLOAD
+        ):
+            self.send_error(
+                envelope.id, BadRequest(f"{envelope.method} is a {route.method.kind.value} call")
+            )
+            return None
+        if envelope.id in self._calls or envelope.id <= 0:
+            raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
+        try:
+            request = route.method.request_decoder.decode(envelope.body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            self.send_error(envelope.id, BadRequest(f"{envelope.method}: {exc}"))
+            return None
+        return route, request
+
+    def _context(self) -> CallContext:
+        assert self.principal is not None
+        return CallContext(self.principal, self.peer, self)
+
+    def _on_request(self, envelope: InEnvelope) -> None:
+        resolved = self._resolve(envelope, MethodKind.UNARY)
+        if resolved is None:
+            return
+        route, request = resolved
+        if route.method.kind is MethodKind.DOWNLOAD:
+            self._spawn(envelope.id, self._run_download(envelope.id, route, request))
+        elif route.is_async:
+            self._spawn(envelope.id, self._run_unary(envelope.id, route, request))
+        else:
+            try:
+                response = route.handler(self._context(), request)
+            except Exception as exc:  # every failure becomes a reply
+                self._reply_error(envelope.id, route, exc)
+            else:
+                self.send(Kind.RESPONSE, envelope.id, "", response)
+
+    def _on_upload_head(self, envelope: InEnvelope) -> None:
+        resolved = self._resolve(envelope, MethodKind.UPLOAD)
+        if resolved is None:
+            return
+        route, request = resolved
+        receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
+        self.receivers[envelope.id] = receiver
+        self._spawn(envelope.id, self._run_upload(envelope.id, route, request, receiver))
+
+    def _spawn(self, call_id: int, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._calls[call_id] = task
+        task.add_done_callback(lambda _t: self._finished(call_id))
+        if len(self._calls) >= self.config.inflight_per_connection_max:
+            self._paused_for_calls = True
+            self._update_reading()
+
+    def _finished(self, call_id: int) -> None:
+        self._calls.pop(call_id, None)
+        self.receivers.pop(call_id, None)
+        self.senders.pop(call_id, None)
+        if self._paused_for_calls and len(self._calls) < self.config.inflight_per_connection_max:
+            self._paused_for_calls = False
+            self._update_reading()
+
+    def _cancel(self, call_id: int) -> None:
+        task = self._calls.get(call_id)
+        if task is not None:
+            task.cancel()
+        sender = self.senders.get(call_id)
+        if sender is not None:
+            sender.fail(Cancelled(f"call {call_id} cancelled by the client"))
+
+    def _reply_error(self, call_id: int, route: _Route, exc: BaseException) -> None:
+        if isinstance(exc, XdfsError):
+            self.send_error(call_id, exc)
+        elif isinstance(exc, asyncio.CancelledError):
+            self.send_error(call_id, Cancelled(f"{route.method.name} was cancelled"))
+        else:
+            log.exception("handler %s failed", route.method.name, exc_info=exc)
+            self.send_error(call_id, InternalError(f"{route.method.name}: {exc!r}"))
+
+    async def _run_unary(self, call_id: int, route: _Route, request: Any) -> None:
+        try:
+            response = await route.handler(self._context(), request)
+        except BaseException as exc:  # noqa: BLE001
+            self._reply_error(call_id, route, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self.send(Kind.RESPONSE, call_id, "", response)
+
+    async def _run_upload(
+        self, call_id: int, route: _Route, request: Any, receiver: StreamReceiver
+    ) -> None:
+        try:
+            response = await route.handler(self._context(), request, receiver)
+            if not receiver.finished:
+                raise ProtocolError(f"{route.method.name} returned before the stream ended")
+        except BaseException as exc:  # noqa: BLE001
+            self._reply_error(call_id, route, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            self.send(Kind.RESPONSE, call_id, "", response)
+
+    async def _run_download(self, call_id: int, route: _Route, request: Any) -> None:
+        try:
+            download = route.handler(self._context(), request)
+            if inspect.isawaitable(download):
+                download = await download
+            assert isinstance(download, Download), f"{route.method.name} must return Download"
+            self.send(Kind.HEAD, call_id, "", download.head)
+            sender = StreamSender(
+                self, call_id, self.config.stream_window_chunks, self.config.stalled_peer_timeout_s
+            )
+            self.senders[call_id] = sender
+            await sender.send_all(download.chunks, self.config.stream_chunk_bytes)
+        except BaseException as exc:  # noqa: BLE001
+            self._reply_error(call_id, route, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise

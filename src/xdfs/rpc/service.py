@@ -1,0 +1,71 @@
+"""Method tables: each service declares its methods once; servers and clients share them.
+
+A :class:`Method` names the call, its request and response structs, whether it may be
+retried blindly (``idempotent``) and whether it moves bulk data (``kind``):
+
+* ``UNARY``: request -> response.
+* ``UPLOAD``: the request is the head of a stream the caller sends (chunks, tail); the
+  server's handler consumes the chunks and returns the response.
+* ``DOWNLOAD``: request -> the server answers with a stream whose head is the response
+  struct, followed by chunks and a tail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+Req = TypeVar("Req", bound=msgspec.Struct)
+Resp = TypeVar("Resp", bound=msgspec.Struct)
+
+
+class MethodKind(Enum):
+    UNARY = "unary"
+    UPLOAD = "upload"
+    DOWNLOAD = "download"
+
+
+@dataclass(frozen=True, eq=False)
+class Method(Generic[Req, Resp]):
+    name: str
+    request_type: type[Req]
+    response_type: type[Resp]
+    idempotent: bool
+    kind: MethodKind = MethodKind.UNARY
+    doc: str = ""
+    request_decoder: msgspec.msgpack.Decoder[Req] = field(init=False, repr=False)
+    response_decoder: msgspec.msgpack.Decoder[Resp] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Decoders are built once per method: building one costs far more than using it.
+        object.__setattr__(self, "request_decoder", msgspec.msgpack.Decoder(self.request_type))
+        object.__setattr__(self, "response_decoder", msgspec.msgpack.Decoder(self.response_type))
+
+
+@dataclass(frozen=True)
+class Service:
+    """A named group of methods; a server hosts one or more services."""
+
+    name: str
+    methods: tuple[Method[Any, Any], ...]
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.methods]
+        assert len(names) == len(set(names)), f"duplicate method in service {self.name}"
+
+    def __iter__(self) -> Iterator[Method[Any, Any]]:
+        return iter(self.methods)
+
+
+def method_table(services: Iterable[Service]) -> dict[str, Method[Any, Any]]:
+    """Merge services into one name -> method table; a name may be declared only once."""
+    table: dict[str, Method[Any, Any]] = {}
+    for service in services:
+        for method in service:
+            assert method.name not in table, f"method {method.name} declared twice"
+            table[method.name] = method
+    return table

@@ -1,0 +1,178 @@
+"""Bulk-data streams: ``head, N chunks, tail`` with CRC32C per chunk and credit-based flow
+control, used in both directions (client upload, server download).
+
+The receiver grants the sender a window of ``stream_window_chunks`` chunks and returns
+credit only as its consumer takes chunks, so a slow consumer holds at most one window of
+data in memory, and many streams share one connection without blocking each other. A
+sender that exceeds its credit has broken the protocol and loses the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import TYPE_CHECKING
+
+import crc32c
+
+from xdfs.errors import ChecksumError, ProtocolError, StreamError, XdfsError
+from xdfs.rpc.messages import Chunk, Credit, Kind, Tail
+
+if TYPE_CHECKING:
+    from xdfs.rpc.connection import RpcProtocol
+
+ChunkSource = Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
+
+
+class StreamSender:
+    """Sends one stream's chunks as credit allows."""
+
+    def __init__(
+        self, proto: RpcProtocol, stream_id: int, window_chunks: int, credit_timeout_s: float
+    ) -> None:
+        self._proto = proto
+        self._id = stream_id
+        self._credit = window_chunks
+        self._credit_timeout_s = credit_timeout_s
+        self._wake = asyncio.Event()
+        self._error: XdfsError | None = None
+        self.seq = 0
+        self.total_bytes = 0
+
+    def on_credit(self, count: int) -> None:
+        self._credit += count
+        self._wake.set()
+
+    def fail(self, error: XdfsError) -> None:
+        """Stop the sender (peer error, cancel or connection loss)."""
+        if self._error is None:
+            self._error = error
+        self._wake.set()
+
+    async def send(self, data: bytes | memoryview) -> None:
+        if self._credit <= 0 and self._error is None:
+            await self._wait_for_credit()
+        if self._error is not None:
+            raise self._error
+        self._credit -= 1
+        chunk = Chunk(self.seq, crc32c.crc32c(data), memoryview(data))
+        self._proto.send(Kind.CHUNK, self._id, "", chunk)
+        self.seq += 1
+        self.total_bytes += len(data)
+        await self._proto.drain()
+
+    async def _wait_for_credit(self) -> None:
+        try:
+            async with asyncio.timeout(self._credit_timeout_s):
+                while self._credit <= 0 and self._error is None:
+                    self._wake.clear()
+                    await self._wake.wait()
+        except TimeoutError:
+            raise StreamError(
+                f"stream {self._id}: receiver granted no credit for {self._credit_timeout_s} s"
+            ) from None
+
+    async def send_all(self, chunks: ChunkSource, chunk_bytes_max: int) -> Tail:
+        """Send every chunk of ``chunks`` (split to ``chunk_bytes_max``), then the tail."""
+        if isinstance(chunks, AsyncIterable):
+            async for data in chunks:
+                await self._send_split(data, chunk_bytes_max)
+        else:
+            for data in chunks:
+                await self._send_split(data, chunk_bytes_max)
+        if self._error is not None:
+            raise self._error
+        tail = Tail(self.seq, self.total_bytes)
+        self._proto.send(Kind.TAIL, self._id, "", tail)
+        return tail
+
+    async def _send_split(self, data: bytes | memoryview, chunk_bytes_max: int) -> None:
+        if len(data) <= chunk_bytes_max:
+            if data:
+                await self.send(data)
+            return
+        view = memoryview(data)
+        for offset in range(0, len(view), chunk_bytes_max):
+            await self.send(view[offset : offset + chunk_bytes_max])
+
+
+class StreamReceiver:
+    """Receives one stream: verifies order and CRC32C, buffers at most one window."""
+
+    def __init__(self, proto: RpcProtocol, stream_id: int, window_chunks: int) -> None:
+        self._proto = proto
+        self._id = stream_id
+        self._window = window_chunks
+        self._queue: deque[memoryview | bytes] = deque()
+        self._wake = asyncio.Event()
+        self._error: XdfsError | None = None
+        self._done = False
+        self._next_seq = 0
+        self._received_bytes = 0
+        self._consumed_since_credit = 0
+        # Grant credit back once half a window was consumed: fewer frames, no stall.
+        self._credit_batch = max(1, window_chunks // 2)
+
+    @property
+    def finished(self) -> bool:
+        return self._done or self._error is not None
+
+    def on_chunk(self, chunk: Chunk) -> None:
+        """Accept a chunk; raises ProtocolError if the sender ignored its credit."""
+        if self.finished:
+            return
+        if len(self._queue) >= self._window:
+            raise ProtocolError(f"stream {self._id}: sender exceeded its credit")
+        if chunk.seq != self._next_seq:
+            self.fail(StreamError(f"chunk {chunk.seq} arrived, expected {self._next_seq}"))
+            return
+        if crc32c.crc32c(chunk.data) != chunk.crc32c:
+            self.fail(ChecksumError(f"stream {self._id}: chunk {chunk.seq} failed CRC32C"))
+            return
+        self._next_seq += 1
+        self._received_bytes += len(chunk.data)
+        self._queue.append(chunk.data)
+        self._wake.set()
+
+    def on_tail(self, tail: Tail) -> None:
+        if self.finished:
+            return
+        if tail.chunks != self._next_seq or tail.total_bytes != self._received_bytes:
+            self.fail(
+                StreamError(
+                    f"stream {self._id} ended after {self._next_seq} chunks / "
+                    f"{self._received_bytes} bytes; sender says {tail.chunks} / "
+                    f"{tail.total_bytes}"
+                )
+            )
+            return
+        self._done = True
+        self._wake.set()
+
+    def fail(self, error: XdfsError) -> None:
+        if self._error is None and not self._done:
+            self._error = error
+            self._queue.clear()
+        self._wake.set()
+
+    def __aiter__(self) -> AsyncIterator[memoryview | bytes]:
+        return self
+
+    async def __anext__(self) -> memoryview | bytes:
+        while not self._queue:
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                raise StopAsyncIteration
+            self._wake.clear()
+            await self._wake.wait()
+        data = self._queue.popleft()
+        self._consumed_since_credit += 1
+        if self._consumed_since_credit >= self._credit_batch and not self.finished:
+            self._proto.send(Kind.CREDIT, self._id, "", Credit(self._consumed_since_credit))
+            self._consumed_since_credit = 0
+        return data
+
+    async def read_all(self) -> bytes:
+        return b"".join([bytes(part) async for part in self])

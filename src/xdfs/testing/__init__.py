@@ -1,0 +1,1 @@
+"""Test harness shared by the test suite and the benchmarks (no pytest dependency)."""

@@ -1,0 +1,93 @@
+"""In-process servers for integration tests: every server on 127.0.0.1 and an ephemeral
+port, every client tracked, and teardown that fails the test when it leaks a task.
+
+Later components add ``start_namenode``/``start_datanode``/``start_backupnode``; the
+generic :meth:`MiniCluster.start_server` hosts any services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from xdfs.config import XdfsConfig
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.server import Authenticator, RpcServer
+from xdfs.rpc.service import Service
+from xdfs.rpc.system import add_system_services
+
+
+class MiniCluster:
+    def __init__(
+        self, base_dir: Path, config: XdfsConfig | None = None, *, deadline_s: float = 120.0
+    ) -> None:
+        self.base_dir = base_dir
+        self.config = config or XdfsConfig()
+        self.deadline_s = deadline_s
+        self.servers: list[RpcServer] = []
+        self.clients: list[RpcClient] = []
+        self._tasks_before: set[asyncio.Task[Any]] = set()
+        self._deadline: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> MiniCluster:
+        self._tasks_before = asyncio.all_tasks()
+        task = asyncio.current_task()
+        assert task is not None
+        # A mandatory deadline: a hung cluster cancels the test instead of hanging CI.
+        self._deadline = asyncio.get_running_loop().call_later(self.deadline_s, task.cancel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        await self.close()
+        await self._assert_no_leaked_tasks()
+
+    async def start_server(
+        self,
+        name: str,
+        services: list[tuple[Service, object]],
+        *,
+        role: str = "test",
+        cluster_id: str = "",
+        authenticator: Authenticator | None = None,
+        diagnostics: bool = True,
+        **rpc_overrides: Any,
+    ) -> RpcServer:
+        rpc = replace(self.config.rpc, **rpc_overrides) if rpc_overrides else self.config.rpc
+        server = RpcServer(name, rpc, cluster_id=cluster_id, authenticator=authenticator)
+        add_system_services(server, role, diagnostics=diagnostics)
+        for service, impl in services:
+            server.add_service(service, impl)
+        await server.start("127.0.0.1", 0)
+        self.servers.append(server)
+        return server
+
+    def client(self, *addresses: str, hello: Hello | None = None, **rpc_overrides: Any) -> RpcClient:
+        rpc = replace(self.config.rpc, **rpc_overrides) if rpc_overrides else self.config.rpc
+        client = RpcClient(
+            list(addresses) or [self.servers[0].address], rpc,
+            hello=hello or Hello(PROTOCOL_VERSION, client_name="minicluster"),
+        )
+        self.clients.append(client)
+        return client
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.close()
+        for server in self.servers:
+            await server.close()
+        self.clients.clear()
+        self.servers.clear()
+
+    async def _assert_no_leaked_tasks(self) -> None:
+        current = asyncio.current_task()
+        for _ in range(100):
+            leaked = [t for t in asyncio.all_tasks() - self._tasks_before if t is not current]
+            if not leaked:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"MiniCluster leaked tasks: {leaked}")
