@@ -121,7 +121,7 @@ def _sections() -> dict[str, type[Any]]:
 
 
 def _parse_scalar(text: str) -> Any:
-    """Parse a -D value as a TOML scalar (numbers, booleans, quoted strings); bare text is a string."""
+    """Parse a -D value as a TOML scalar (number, boolean, quoted string); else a string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:

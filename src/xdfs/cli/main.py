@@ -77,7 +77,9 @@ class LazyGroup(click.Group):
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.pass_context
-def cli(ctx: click.Context, conf_path: str | None, overrides: tuple[str, ...], log_level: str) -> None:
+def cli(
+    ctx: click.Context, conf_path: str | None, overrides: tuple[str, ...], log_level: str
+) -> None:
     """xdfs: a distributed file system (NameNode, DataNodes, BackupNode, journal)."""
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr,

@@ -142,7 +142,7 @@ class ClientConnection(RpcProtocol):
 
     def on_envelope(self, envelope: InEnvelope) -> None:
         kind = envelope.kind
-        if kind == Kind.RESPONSE or kind == Kind.HEAD:
+        if kind in (Kind.RESPONSE, Kind.HEAD):
             self._on_answer(envelope)
         elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
             self.on_stream_frame(envelope)
@@ -316,7 +316,9 @@ class RpcClient:
         async with lock:
             conn = self._connections.get(address)
             if conn is None or conn.is_closing:
-                conn = await ClientConnection.open(address, self.config, self.hello, self.ssl_context)
+                conn = await ClientConnection.open(
+                    address, self.config, self.hello, self.ssl_context
+                )
                 self._connections[address] = conn
             return conn
 

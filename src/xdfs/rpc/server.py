@@ -373,7 +373,7 @@ class ServerConnection(RpcProtocol):
     async def _run_unary(self, call_id: int, route: _Route, request: Any) -> None:
         try:
             response = await route.handler(self._context(), request)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             self._reply_error(call_id, route, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -387,7 +387,7 @@ class ServerConnection(RpcProtocol):
             response = await route.handler(self._context(), request, receiver)
             if not receiver.finished:
                 raise ProtocolError(f"{route.method.name} returned before the stream ended")
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             self._reply_error(call_id, route, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -406,7 +406,7 @@ class ServerConnection(RpcProtocol):
             )
             self.senders[call_id] = sender
             await sender.send_all(download.chunks, self.config.stream_chunk_bytes)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             self._reply_error(call_id, route, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise

@@ -66,7 +66,9 @@ class MiniCluster:
         self.servers.append(server)
         return server
 
-    def client(self, *addresses: str, hello: Hello | None = None, **rpc_overrides: Any) -> RpcClient:
+    def client(
+        self, *addresses: str, hello: Hello | None = None, **rpc_overrides: Any
+    ) -> RpcClient:
         rpc = replace(self.config.rpc, **rpc_overrides) if rpc_overrides else self.config.rpc
         client = RpcClient(
             list(addresses) or [self.servers[0].address], rpc,

@@ -8,6 +8,7 @@ runs in its own session, so killing it takes its own children too, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -62,7 +63,9 @@ class ServerProcess:
         self.match = self.wait_for(self.ready_pattern, deadline_s, offset)
         return self.match
 
-    def wait_for(self, pattern: re.Pattern[str], deadline_s: float, offset: int = 0) -> re.Match[str]:
+    def wait_for(
+        self, pattern: re.Pattern[str], deadline_s: float, offset: int = 0
+    ) -> re.Match[str]:
         end = time.monotonic() + deadline_s
         while True:
             text = self.log_path.read_bytes()[offset:].decode(errors="replace")
@@ -105,10 +108,8 @@ class ServerProcess:
     def _signal_group(self, sig: signal.Signals) -> None:
         if self.proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class ProcessGroup:

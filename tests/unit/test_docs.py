@@ -1,0 +1,23 @@
+"""The protocol reference must name every error code and every declared method."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xdfs.errors import known_codes
+from xdfs.protocol.system import DIAGNOSTICS, SYSTEM
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def test_protocol_doc_lists_every_error_code() -> None:
+    text = (DOCS / "protocol.md").read_text()
+    for code, cls in known_codes().items():
+        assert f"| {code} | `{cls.__name__}` |" in text, f"{cls.__name__} missing"
+
+
+def test_protocol_doc_lists_every_method() -> None:
+    text = (DOCS / "protocol.md").read_text()
+    for service in (SYSTEM, DIAGNOSTICS):
+        for method in service:
+            assert f"| `{method.name}` |" in text, f"{method.name} missing"
