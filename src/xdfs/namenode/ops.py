@@ -1,0 +1,292 @@
+"""Edit-log operations and fsimage records: the durable vocabulary of the namespace.
+
+Every namespace mutation is exactly one op (a typed struct) with a txid. Ops carry every
+value the mutation needs (inode ids, block ids, timestamps in ms, owners, modes), chosen by
+the NameNode *before* logging, so replay is deterministic: applying the same ops to the same
+image always yields the same namespace. Ops are encoded as msgpack arrays (``array_like``)
+without a tag; the record header carries :attr:`OPCODE`, which selects the type on decode.
+
+Opcodes and field order are part of the on-disk format (``LAYOUT_VERSION``): append new
+fields at the end with defaults, never reuse an opcode.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import msgspec
+
+#: On-disk layout of edits segments and images; bumped on incompatible change.
+LAYOUT_VERSION = 1
+
+
+class BlockRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    block_id: int
+    genstamp: int
+    num_bytes: int
+
+
+class Op(msgspec.Struct, array_like=True, gc=False):
+    OPCODE: ClassVar[int] = 0
+    NAME: ClassVar[str] = ""
+
+
+# --- namespace ---------------------------------------------------------------------------
+
+
+class MkdirOp(Op):
+    """Create one directory (``mkdir -p`` logs one op per directory it creates)."""
+
+    OPCODE = 1
+    NAME = "mkdir"
+    path: str
+    inode_id: int
+    mode: int
+    owner: str
+    group: str
+    mtime_ms: int
+
+
+class AddFileOp(Op):
+    """Create (or, with ``overwrite``, replace) a file, under construction by ``client``."""
+
+    OPCODE = 2
+    NAME = "add_file"
+    path: str
+    inode_id: int
+    mode: int
+    owner: str
+    group: str
+    mtime_ms: int
+    replication: int
+    block_size: int
+    client: str
+    overwrite: bool = False
+
+
+class AddBlockOp(Op):
+    """Append a new (empty) block to a file under construction."""
+
+    OPCODE = 3
+    NAME = "add_block"
+    path: str
+    block: BlockRecord
+
+
+class UpdateBlocksOp(Op):
+    """Replace the block list of a file under construction (lengths known, block abandoned)."""
+
+    OPCODE = 4
+    NAME = "update_blocks"
+    path: str
+    blocks: tuple[BlockRecord, ...]
+
+
+class CloseFileOp(Op):
+    """Complete a file: final blocks, times; the lease is released."""
+
+    OPCODE = 5
+    NAME = "close_file"
+    path: str
+    mtime_ms: int
+    atime_ms: int
+    blocks: tuple[BlockRecord, ...]
+
+
+class DeleteOp(Op):
+    """Delete a file or a whole directory tree."""
+
+    OPCODE = 6
+    NAME = "delete"
+    path: str
+    mtime_ms: int
+
+
+class RenameOp(Op):
+    """Move ``src`` to exactly ``dst`` (resolved by the NameNode before logging)."""
+
+    OPCODE = 7
+    NAME = "rename"
+    src: str
+    dst: str
+    mtime_ms: int
+
+
+class SetPermissionOp(Op):
+    OPCODE = 8
+    NAME = "set_permission"
+    path: str
+    mode: int
+
+
+class SetOwnerOp(Op):
+    """Change owner and/or group (an empty string leaves that one unchanged)."""
+
+    OPCODE = 9
+    NAME = "set_owner"
+    path: str
+    owner: str
+    group: str
+
+
+class SetReplicationOp(Op):
+    OPCODE = 10
+    NAME = "set_replication"
+    path: str
+    replication: int
+
+
+class SetTimesOp(Op):
+    """Set mtime/atime (-1 leaves that one unchanged)."""
+
+    OPCODE = 11
+    NAME = "set_times"
+    path: str
+    mtime_ms: int
+    atime_ms: int
+
+
+class ReassignLeaseOp(Op):
+    """Lease recovery: the file under construction now belongs to ``client``."""
+
+    OPCODE = 12
+    NAME = "reassign_lease"
+    path: str
+    client: str
+
+
+# --- security ----------------------------------------------------------------------------
+
+
+class AddUserOp(Op):
+    """Create or replace a user (password as a salted scrypt hash, never in clear)."""
+
+    OPCODE = 20
+    NAME = "add_user"
+    name: str
+    password_hash: bytes
+    salt: bytes
+    groups: tuple[str, ...]
+    created_ms: int
+
+
+class RemoveUserOp(Op):
+    OPCODE = 21
+    NAME = "remove_user"
+    name: str
+
+
+class SetPasswordOp(Op):
+    OPCODE = 22
+    NAME = "set_password"
+    name: str
+    password_hash: bytes
+    salt: bytes
+
+
+class AddTokenKeyOp(Op):
+    """A token-signing key (HMAC): kept in the namespace so any NameNode that loads it can
+    verify tokens (seed 003's token "broadcast"). Keys expire; old ones are purged."""
+
+    OPCODE = 23
+    NAME = "add_token_key"
+    key_id: int
+    secret: bytes
+    expires_ms: int
+
+
+class RemoveTokenKeyOp(Op):
+    OPCODE = 24
+    NAME = "remove_token_key"
+    key_id: int
+
+
+ALL_OPS: tuple[type[Op], ...] = (
+    MkdirOp, AddFileOp, AddBlockOp, UpdateBlocksOp, CloseFileOp, DeleteOp, RenameOp,
+    SetPermissionOp, SetOwnerOp, SetReplicationOp, SetTimesOp, ReassignLeaseOp,
+    AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp,
+)
+OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
+OPS_BY_NAME: dict[str, type[Op]] = {op.NAME: op for op in ALL_OPS}
+assert len(OPS_BY_CODE) == len(ALL_OPS), "duplicate opcode"
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS = {code: msgspec.msgpack.Decoder(cls) for code, cls in OPS_BY_CODE.items()}
+
+
+def encode_op(op: Op) -> bytes:
+    return _ENCODER.encode(op)
+
+
+def decode_op(opcode: int, payload: bytes | memoryview) -> Op:
+    """Raises KeyError for an unknown opcode, msgspec errors for a bad payload."""
+    return _DECODERS[opcode].decode(payload)
+
+
+def op_to_dict(op: Op) -> dict[str, object]:
+    """A JSON-friendly view (bytes as hex) for ``xdfs oev``."""
+    out: dict[str, object] = {"op": op.NAME}
+    for field in op.__struct_fields__:
+        value = getattr(op, field)
+        out[field] = _jsonable(value)
+    return out
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, BlockRecord):
+        return {"block_id": value.block_id, "genstamp": value.genstamp, "bytes": value.num_bytes}
+    if isinstance(value, tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+# --- fsimage records ---------------------------------------------------------------------
+
+
+class ImageHeader(msgspec.Struct, array_like=True):
+    layout_version: int
+    namespace_id: int
+    cluster_id: str
+    txid: int
+    next_inode_id: int
+    next_block_id: int
+    next_genstamp: int
+    inode_count: int
+    user_count: int
+    token_key_count: int
+    superuser: str
+    supergroup: str
+
+
+class InodeRecord(msgspec.Struct, array_like=True, gc=False):
+    """One inode; records are written parents before children, so ``parent_id`` is known."""
+
+    inode_id: int
+    parent_id: int  # 0 for the root
+    name: str  # "" for the root
+    is_dir: bool
+    mode: int
+    owner: str
+    group: str
+    mtime_ms: int
+    atime_ms: int
+    replication: int = 0  # files only
+    block_size: int = 0
+    blocks: tuple[BlockRecord, ...] = ()
+    client: str = ""  # lease holder while under construction
+
+
+class UserRecord(msgspec.Struct, array_like=True):
+    name: str
+    password_hash: bytes
+    salt: bytes
+    groups: tuple[str, ...]
+    created_ms: int
+
+
+class TokenKeyRecord(msgspec.Struct, array_like=True):
+    key_id: int
+    secret: bytes
+    expires_ms: int

@@ -1,0 +1,78 @@
+"""Path validation and normalisation (pure). Every path entering the NameNode passes here.
+
+Accepted: absolute paths of components separated by ``/``, with at most a trailing ``/``.
+An empty component (``//``) is refused: it is a client bug we report rather than guess
+about. Also refused with :class:`InvalidPath`: relative paths,
+``.`` and ``..`` components, NUL and other control characters, components longer than
+``NAME_BYTES_MAX`` bytes, paths longer than ``PATH_BYTES_MAX`` bytes or deeper than
+``DEPTH_MAX``.
+"""
+
+from __future__ import annotations
+
+from xdfs.errors import InvalidPath
+
+NAME_BYTES_MAX = 255
+PATH_BYTES_MAX = 8000
+DEPTH_MAX = 1000
+
+
+def split_path(path: str) -> tuple[str, ...]:
+    """``"/a/b"`` -> ``("a", "b")``; ``"/"`` -> ``()``. Raises InvalidPath."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise InvalidPath(f"path must be absolute: {path!r}")
+    if len(path.encode("utf-8", "surrogatepass")) > PATH_BYTES_MAX:
+        raise InvalidPath(f"path longer than {PATH_BYTES_MAX} bytes")
+    if path == "/":
+        return ()
+    body = path[1:-1] if path.endswith("/") else path[1:]
+    parts = tuple(body.split("/"))
+    if len(parts) > DEPTH_MAX:
+        raise InvalidPath(f"path deeper than {DEPTH_MAX} components")
+    for name in parts:
+        check_name(name, path)
+    return parts
+
+
+def check_name(name: str, path: str = "") -> None:
+    where = f" in {path!r}" if path else ""
+    if not name:
+        raise InvalidPath(f"empty path component{where}")
+    if name in (".", ".."):
+        raise InvalidPath(f"'{name}' is not allowed as a path component{where}")
+    if "/" in name:
+        raise InvalidPath(f"'/' inside a name{where}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        raise InvalidPath(f"control character (NUL, newline ...) in a name{where}")
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPath(f"name is not valid UTF-8{where}") from None
+    if len(encoded) > NAME_BYTES_MAX:
+        raise InvalidPath(f"name longer than {NAME_BYTES_MAX} bytes{where}")
+
+
+def normalize(path: str) -> str:
+    """The canonical spelling of a valid path (no trailing slash)."""
+    return join(split_path(path))
+
+
+def join(parts: tuple[str, ...] | list[str]) -> str:
+    return "/" + "/".join(parts)
+
+
+def parent_of(path: str) -> str:
+    parts = split_path(path)
+    if not parts:
+        raise InvalidPath("the root has no parent")
+    return join(parts[:-1])
+
+
+def basename(path: str) -> str:
+    parts = split_path(path)
+    return parts[-1] if parts else ""
+
+
+def is_ancestor(ancestor: str, path: str) -> bool:
+    """True when ``path`` is ``ancestor`` or lies beneath it (both normalised)."""
+    return ancestor == "/" or path == ancestor or path.startswith(ancestor + "/")
