@@ -84,6 +84,62 @@ class RpcConfig:
 
 
 @dataclass(frozen=True)
+class NameNodeConfig:
+    name_dirs: tuple[str, ...] = setting(
+        (), "Storage directories; edits and images are written to every one (--name-dir)."
+    )
+    rpc_address: str = setting("127.0.0.1:8020", "Where the NameNode serves (--rpc-address).")
+    edits_buffer_bytes: int = setting(
+        512 * KiB, "Size of each half of the edits double buffer; appends wait beyond it."
+    )
+    edits_segment_bytes_max: int = setting(64 * MiB, "Roll the edits segment past this size.")
+    edits_segment_txns_max: int = setting(1_000_000, "Roll the edits segment past this many.")
+    checkpoint_period_s: float = setting(3600.0, "Write an fsimage at least this often.")
+    checkpoint_txns: int = setting(1_000_000, "... or after this many transactions.")
+    checkpoint_check_interval_s: float = setting(60.0, "How often the checkpointer looks.")
+    images_retained: int = setting(2, "fsimages kept (with the edits needed after them).")
+    default_replication: int = setting(2, "Replication of files that do not ask (seed 003).")
+    replication_max: int = setting(32, "Largest replication a file may ask for.")
+    default_block_size_bytes: int = setting(64 * MiB, "Block size of files that do not ask.")
+    block_size_min_bytes: int = setting(4 * KiB, "Smallest block size a file may ask for.")
+    list_limit_max: int = setting(10_000, "Most entries one listing page returns.")
+    lease_soft_limit_s: float = setting(
+        60.0, "After this long without renewal another writer may take a file over."
+    )
+    lease_hard_limit_s: float = setting(
+        3600.0, "After this long without renewal the NameNode closes the file itself."
+    )
+    lease_check_interval_s: float = setting(5.0, "How often expired leases are looked for.")
+    token_lifetime_s: float = setting(86400.0, "Lifetime of a login token.")
+    token_key_rotation_s: float = setting(86400.0, "A new token-signing key this often.")
+    trash_interval_s: float = setting(
+        86400.0, "Trash checkpoints older than this are deleted; 0 disables the trash."
+    )
+    trash_checkpoint_interval_s: float = setting(
+        3600.0, "How often the emptier rolls .Trash/Current into a checkpoint."
+    )
+    umask: int = setting(0o022, "Permission bits removed from default modes (decimal in TOML).")
+    supergroup: str = setting("supergroup", "Members of this group are superusers.")
+
+    def validate(self) -> None:
+        _require(self.edits_buffer_bytes >= 4 * KiB, "namenode.edits_buffer_bytes >= 4 KiB")
+        _require(self.images_retained >= 1, "namenode.images_retained must be >= 1")
+        _require(
+            1 <= self.default_replication <= self.replication_max,
+            "namenode.default_replication must be in [1, replication_max]",
+        )
+        _require(
+            self.default_block_size_bytes >= self.block_size_min_bytes,
+            "namenode.default_block_size_bytes below block_size_min_bytes",
+        )
+        _require(
+            self.lease_soft_limit_s <= self.lease_hard_limit_s,
+            "namenode.lease_soft_limit_s must not exceed lease_hard_limit_s",
+        )
+        _require(0 <= self.umask <= 0o777, "namenode.umask must be in [0, 0o777]")
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
     user: str = setting("", "User name to log in as (or XDFS_USER).")
@@ -101,11 +157,13 @@ class DevConfig:
 @dataclass(frozen=True)
 class XdfsConfig:
     rpc: RpcConfig = field(default_factory=RpcConfig)
+    namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
+        self.namenode.validate()
         return self
 
 
@@ -198,9 +256,7 @@ def load_config(
 
 
 def config_as_dict(config: XdfsConfig) -> dict[str, dict[str, Any]]:
-    return {
-        f.name: dataclasses.asdict(getattr(config, f.name)) for f in dataclasses.fields(config)
-    }
+    return {f.name: dataclasses.asdict(getattr(config, f.name)) for f in dataclasses.fields(config)}
 
 
 def config_as_toml(config: XdfsConfig) -> str:

@@ -21,8 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "journalnode": ("xdfs.cli.placeholders", "journalnode", "Run a JournalNode."),
     "zkfc": ("xdfs.cli.placeholders", "zkfc", "Run a ZooKeeper failover controller."),
     "logservice": ("xdfs.cli.placeholders", "logservice", "Run the replicated log service."),
-    "dfs": ("xdfs.cli.placeholders", "dfs", "File system shell, like `hdfs dfs`."),
-    "admin": ("xdfs.cli.placeholders", "admin", "Administration, like `hdfs dfsadmin`."),
+    "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
+    "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
     "fsck": ("xdfs.cli.placeholders", "fsck", "Check the health of files and blocks."),
     "oiv": ("xdfs.cli.placeholders", "oiv", "Offline image viewer: export an fsimage."),
     "oev": ("xdfs.cli.placeholders", "oev", "Offline edits viewer: dump an edits log."),
@@ -70,19 +70,34 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="xdfs")
-@click.option("--conf", "conf_path", envvar="XDFS_CONF", metavar="FILE",
-              help="TOML configuration file (default: $XDFS_CONF).")
-@click.option("-D", "overrides", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="Override one configuration key (repeatable).")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--conf",
+    "conf_path",
+    envvar="XDFS_CONF",
+    metavar="FILE",
+    help="TOML configuration file (default: $XDFS_CONF).",
+)
+@click.option(
+    "-D",
+    "overrides",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Override one configuration key (repeatable).",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 @click.pass_context
 def cli(
     ctx: click.Context, conf_path: str | None, overrides: tuple[str, ...], log_level: str
 ) -> None:
     """xdfs: a distributed file system (NameNode, DataNodes, BackupNode, journal)."""
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr,
+        level=log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     ctx.obj = CliState(conf_path, overrides)

@@ -24,13 +24,20 @@ def ping(state: CliState, address: str, count: int) -> None:
     config = state.config
 
     async def go() -> None:
-        hello = Hello(PROTOCOL_VERSION, client_name="xdfs-ping", user=config.client.user,
-                      password=config.client.password, token=config.client.token)
+        hello = Hello(
+            PROTOCOL_VERSION,
+            client_name="xdfs-ping",
+            user=config.client.user,
+            password=config.client.password,
+            token=config.client.token,
+        )
         client = RpcClient(address, config.rpc, hello=hello, ssl_context=client_context(config.rpc))
         try:
             info = await client.call(SERVER_INFO, Empty())
-            click.echo(f"{address}: {info.role} {info.name} version {info.version} "
-                       f"cluster {info.cluster_id or '-'} connections {info.connections}")
+            click.echo(
+                f"{address}: {info.role} {info.name} version {info.version} "
+                f"cluster {info.cluster_id or '-'} connections {info.connections}"
+            )
             for i in range(count):
                 start = time.perf_counter()
                 await client.call(PING, Empty())

@@ -1,8 +1,14 @@
-"""Client-facing types of the NameNode service (the method table is added with the server)."""
+"""The NameNode's client and admin services: every request/response type and method."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
+
+from xdfs.namenode.ops import BlockRecord  # the wire type is the edits log's record
+from xdfs.rpc.messages import Empty
+from xdfs.rpc.service import Method, Service
 
 
 class FileStatus(msgspec.Struct, array_like=True, gc=False):
@@ -30,3 +36,242 @@ class ContentSummary(msgspec.Struct, gc=False):
     file_count: int
     directory_count: int  # includes the path itself when it is a directory
     space_consumed: int  # bytes times each file's replication
+
+
+# --- requests and responses --------------------------------------------------------------
+
+
+#: Mode value meaning "the default for this kind of inode".
+DEFAULT_MODE = -1
+
+
+class LoginRequest(msgspec.Struct):
+    user: str
+    password: str
+    lifetime_s: float = 0.0  # 0: the server's default token lifetime
+
+
+class LoginResponse(msgspec.Struct):
+    user: str
+    token: str
+    expires_ms: int
+
+
+class PathRequest(msgspec.Struct, array_like=True):
+    path: str
+
+
+class MkdirsRequest(msgspec.Struct):
+    path: str
+    mode: int = DEFAULT_MODE
+    parents: bool = True
+
+
+class CreateRequest(msgspec.Struct):
+    path: str
+    client: str  # the writer's name: it holds the lease until complete
+    mode: int = DEFAULT_MODE
+    replication: int = 0  # 0: the server's default
+    block_size: int = 0  # 0: the server's default
+    overwrite: bool = False
+    create_parents: bool = True
+
+
+class LocatedBlock(msgspec.Struct, array_like=True):
+    block: BlockRecord
+    offset: int  # of the block's first byte in the file
+    locations: list[str]  # DataNode addresses holding (or to receive) it
+    token: str = ""  # block token for the DataNodes
+
+
+class AddBlockRequest(msgspec.Struct):
+    path: str
+    client: str
+    #: The previous block with its final length, so the NameNode learns it before the next.
+    previous: BlockRecord | None = None
+
+
+class CompleteRequest(msgspec.Struct):
+    path: str
+    client: str
+    blocks: list[BlockRecord]  # every block with its final length, in order
+
+
+class LocatedBlocks(msgspec.Struct):
+    file_length: int
+    blocks: list[LocatedBlock]
+    under_construction: bool
+
+
+class BlockLocationsRequest(msgspec.Struct):
+    path: str
+    offset: int = 0
+    length: int = -1  # -1: to the end
+
+
+class ListRequest(msgspec.Struct):
+    path: str
+    start_after: str = ""
+    limit: int = 1000
+
+
+class Listing(msgspec.Struct):
+    entries: list[FileStatus]
+    remaining: int
+
+
+class DeleteRequest(msgspec.Struct):
+    path: str
+    recursive: bool = False
+    skip_trash: bool = False
+
+
+class DeleteResponse(msgspec.Struct):
+    deleted: bool
+    #: Where the entry went when it was moved to the trash; "" when deleted for good.
+    trash_path: str = ""
+
+
+class RenameRequest(msgspec.Struct):
+    src: str
+    dst: str
+
+
+class RenameResponse(msgspec.Struct):
+    dst: str  # the final path (inside dst when dst was an existing directory)
+
+
+class SetPermissionRequest(msgspec.Struct):
+    path: str
+    mode: int
+
+
+class SetOwnerRequest(msgspec.Struct):
+    path: str
+    owner: str = ""
+    group: str = ""
+
+
+class SetReplicationRequest(msgspec.Struct):
+    path: str
+    replication: int
+
+
+class SetTimesRequest(msgspec.Struct):
+    path: str
+    mtime_ms: int = -1
+    atime_ms: int = -1
+
+
+class RenewLeaseRequest(msgspec.Struct):
+    client: str
+
+
+class RestoreRequest(msgspec.Struct):
+    trash_path: str
+
+
+class RestoreResponse(msgspec.Struct):
+    path: str
+
+
+class ExpungeRequest(msgspec.Struct):
+    #: True deletes the caller's whole trash now; False checkpoints Current and deletes
+    #: checkpoints older than the trash interval (hdfs dfs -expunge).
+    immediate: bool = False
+
+
+class SafeModeRequest(msgspec.Struct):
+    action: str  # "get" | "enter" | "leave"
+
+
+class SafeModeStatus(msgspec.Struct):
+    on: bool
+    reason: str
+
+
+class TxidResponse(msgspec.Struct):
+    txid: int
+
+
+class UserRequest(msgspec.Struct):
+    name: str
+    password: str = ""
+    groups: list[str] = []
+
+
+class NameNodeStatus(msgspec.Struct):
+    cluster_id: str
+    namespace_id: int
+    last_txid: int
+    synced_txid: int
+    image_txid: int
+    segment_start_txid: int
+    safe_mode: bool
+    inodes: int
+    files_under_construction: int
+    name_dirs: list[str]
+    started_at_ms: int
+
+
+def _m(name: str, req: type[Any], resp: type[Any], idempotent: bool, doc: str) -> Method[Any, Any]:
+    return Method(name, req, resp, idempotent=idempotent, doc=doc)
+
+
+LOGIN = _m("login", LoginRequest, LoginResponse, True, "Password -> expiring token.")
+MKDIRS = _m("mkdirs", MkdirsRequest, FileStatus, False, "Create a directory (and parents).")
+CREATE = _m("create", CreateRequest, FileStatus, False, "Create a file; take its lease.")
+ADD_BLOCK = _m("add_block", AddBlockRequest, LocatedBlock, False, "Allocate the next block.")
+COMPLETE = _m("complete", CompleteRequest, FileStatus, False, "Close a file being written.")
+RENEW_LEASE = _m("renew_lease", RenewLeaseRequest, Empty, True, "Keep a writer's leases.")
+BLOCK_LOCATIONS = _m(
+    "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."
+)
+STAT = _m("stat", PathRequest, FileStatus, True, "Status of one path.")
+LIST = _m("list", ListRequest, Listing, True, "One page of a directory listing.")
+DELETE = _m("delete", DeleteRequest, DeleteResponse, False, "Delete (to the trash by default).")
+RENAME = _m("rename", RenameRequest, RenameResponse, False, "Atomic move of a file or tree.")
+SET_PERMISSION = _m("set_permission", SetPermissionRequest, Empty, True, "chmod.")
+SET_OWNER = _m("set_owner", SetOwnerRequest, Empty, True, "chown / chgrp.")
+SET_REPLICATION = _m("set_replication", SetReplicationRequest, Empty, True, "setrep.")
+SET_TIMES = _m("set_times", SetTimesRequest, Empty, True, "touch: mtime/atime.")
+CONTENT_SUMMARY = _m("content_summary", PathRequest, ContentSummary, True, "du / count.")
+RESTORE = _m("restore", RestoreRequest, RestoreResponse, False, "Move a trash entry back.")
+EXPUNGE = _m("expunge", ExpungeRequest, Empty, False, "Checkpoint / empty the caller's trash.")
+SAFE_MODE = _m("safe_mode", SafeModeRequest, SafeModeStatus, True, "Get, enter, leave.")
+SAVE_NAMESPACE = _m("save_namespace", Empty, TxidResponse, False, "Write an fsimage now.")
+ROLL_EDITS = _m("roll_edits", Empty, TxidResponse, False, "Finalize the edits segment.")
+ADD_USER = _m("add_user", UserRequest, Empty, False, "Create a user (superuser only).")
+REMOVE_USER = _m("remove_user", UserRequest, Empty, False, "Delete a user (superuser only).")
+SET_PASSWORD = _m("set_password", UserRequest, Empty, False, "Change a password.")
+STATUS = _m("status", Empty, NameNodeStatus, True, "NameNode state for admin -report.")
+
+CLIENT_SERVICE = Service(
+    "namenode.client",
+    (
+        LOGIN,
+        MKDIRS,
+        CREATE,
+        ADD_BLOCK,
+        COMPLETE,
+        RENEW_LEASE,
+        BLOCK_LOCATIONS,
+        STAT,
+        LIST,
+        DELETE,
+        RENAME,
+        SET_PERMISSION,
+        SET_OWNER,
+        SET_REPLICATION,
+        SET_TIMES,
+        CONTENT_SUMMARY,
+        RESTORE,
+        EXPUNGE,
+    ),
+)
+ADMIN_SERVICE = Service(
+    "namenode.admin",
+    (SAFE_MODE, SAVE_NAMESPACE, ROLL_EDITS, ADD_USER, REMOVE_USER, SET_PASSWORD, STATUS),
+)
+#: Callable without credentials (the handshake may be anonymous for these only).
+ANONYMOUS_METHODS = frozenset({"login", "ping", "server_info"})

@@ -52,11 +52,19 @@ SYSTEM = Service("system", (PING, SERVER_INFO))
 
 ECHO = Method("echo", EchoRequest, EchoResponse, idempotent=True, doc="Returns its payload.")
 SINK = Method(
-    "sink", Empty, SinkResult, idempotent=True, kind=MethodKind.UPLOAD,
+    "sink",
+    Empty,
+    SinkResult,
+    idempotent=True,
+    kind=MethodKind.UPLOAD,
     doc="Consumes an uploaded stream; returns its size and CRC32C.",
 )
 SOURCE = Method(
-    "source", SourceRequest, SourceHead, idempotent=True, kind=MethodKind.DOWNLOAD,
+    "source",
+    SourceRequest,
+    SourceHead,
+    idempotent=True,
+    kind=MethodKind.DOWNLOAD,
     doc="Streams total_bytes of zeros.",
 )
 DIAGNOSTICS = Service("diagnostics", (ECHO, SINK, SOURCE))

@@ -1,0 +1,135 @@
+"""``xdfs dfs``: the file system shell, following ``hdfs dfs`` (DESIGN.md section 12).
+
+``xdfs dfs [-fs URI] -COMMAND [flags] ARGS``; exit status 0 on success, 1 when an
+operation failed (the message says which path and why), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from xdfs.cli.main import CliState
+
+Handler = Callable[[Any, "Args"], int]
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass
+class Args:
+    flags: set[str]
+    values: list[str]
+
+
+@dataclass(frozen=True)
+class Command:
+    handler: Handler
+    usage: str
+    flags: frozenset[str] = frozenset()
+    min_args: int = 1
+    max_args: int = 1 << 30
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def command(
+    name: str, usage: str, flags: str = "", min_args: int = 1, max_args: int = 1 << 30
+) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        COMMANDS[name] = Command(handler, usage, frozenset(flags.split()), min_args, max_args)
+        return handler
+
+    return register
+
+
+def parse_args(spec: Command, raw: list[str]) -> Args:
+    flags: set[str] = set()
+    values: list[str] = []
+    for item in raw:
+        if item in spec.flags and not values:
+            flags.add(item)
+        else:
+            values.append(item)
+    if not spec.min_args <= len(values) <= spec.max_args:
+        raise UsageError(spec.usage)
+    return Args(flags, values)
+
+
+@click.command(
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_extra_args": True,
+        "help_option_names": [],
+    },
+    add_help_option=False,
+)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def dfs(state: CliState, argv: tuple[str, ...]) -> None:
+    """File system shell: xdfs dfs -ls /, -mkdir -p, -rm -r, -mv, -stat, -du, -count ..."""
+    args = list(argv)
+    fs = None
+    if len(args) >= 2 and args[0] in ("-fs", "--fs"):
+        fs, args = args[1], args[2:]
+    if not args or args[0] in ("-help", "-h", "--help"):
+        _print_help()
+        sys.exit(0 if args else 2)
+    name, rest = args[0], args[1:]
+    spec = COMMANDS.get(name)
+    if spec is None:
+        click.echo(f"{name}: Unknown command (xdfs dfs -help lists them)", err=True)
+        sys.exit(2)
+    try:
+        parsed = parse_args(spec, rest)
+    except UsageError as exc:
+        click.echo(f"Usage: xdfs dfs {name} {exc}", err=True)
+        sys.exit(2)
+    from xdfs.client.client import Client
+
+    with Client(fs, config=state.config) as client:
+        sys.exit(spec.handler(client, parsed))
+
+
+def _print_help() -> None:
+    click.echo("Usage: xdfs dfs [-fs xdfs://HOST:PORT] COMMAND ...")
+    for name, spec in COMMANDS.items():
+        click.echo(f"  {name} {spec.usage}")
+
+
+def each_path(client: Any, verb: str, items: list[str], action: Callable[[str], None]) -> int:
+    """Run ``action`` on every path, report failures hdfs-style, return the exit status."""
+    from xdfs.errors import XdfsError
+
+    status = 0
+    for path in items:
+        try:
+            action(path)
+        except XdfsError as exc:
+            click.echo(f"{verb}: `{path}': {_describe(exc)}", err=True)
+            status = 1
+    return status
+
+
+def _describe(exc: Exception) -> str:
+    from xdfs.errors import AlreadyExists, DirectoryNotEmpty, NotFound, XdfsError
+
+    if isinstance(exc, NotFound):
+        return "No such file or directory"
+    if isinstance(exc, AlreadyExists):
+        return "File exists"
+    if isinstance(exc, DirectoryNotEmpty):
+        return "Directory is not empty"
+    return exc.message if isinstance(exc, XdfsError) else str(exc)
+
+
+# -- commands ----------------------------------------------------------------------------
+
+from xdfs.cli import dfs_commands  # noqa: E402,F401  (registers the commands)

@@ -1,0 +1,254 @@
+"""The metadata commands of ``xdfs dfs`` (data commands arrive with the DataNodes)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from xdfs.cli.dfs import Args, command, each_path
+from xdfs.cli.format import human_size, ls_lines, permission_string
+
+
+@command("-ls", "[-d] [-h] [-R] <path> ...", "-d -h -R", min_args=0)
+def ls(client: Any, args: Args) -> int:
+    human = "-h" in args.flags
+
+    def show(path: str) -> None:
+        status = client.stat(path)
+        if not status.is_dir or "-d" in args.flags:
+            _echo_lines(ls_lines([status], human))
+            return
+        if "-R" in args.flags:
+            _ls_recursive(client, path, human)
+            return
+        entries = client.list(path)
+        click.echo(f"Found {len(entries)} items")
+        _echo_lines(ls_lines(entries, human))
+
+    return each_path(client, "ls", args.values or ["/"], show)
+
+
+def _ls_recursive(client: Any, path: str, human: bool) -> None:
+    entries = client.list(path)
+    _echo_lines(ls_lines(entries, human))
+    for entry in entries:
+        if entry.is_dir:
+            _ls_recursive(client, entry.path, human)
+
+
+def _echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+@command("-mkdir", "[-p] <path> ...", "-p")
+def mkdir(client: Any, args: Args) -> int:
+    parents = "-p" in args.flags
+    return each_path(client, "mkdir", args.values, lambda p: client.mkdirs(p, parents=parents))
+
+
+@command("-rm", "[-f] [-r|-R] [-skipTrash] <path> ...", "-f -r -R -skipTrash")
+def rm(client: Any, args: Args) -> int:
+    from xdfs.errors import NotFound
+
+    recursive = bool({"-r", "-R"} & args.flags)
+
+    def remove(path: str) -> None:
+        try:
+            result = client.delete(path, recursive=recursive, skip_trash="-skipTrash" in args.flags)
+        except NotFound:
+            if "-f" in args.flags:
+                return
+            raise
+        if result.trash_path:
+            click.echo(f"Moved: '{path}' to trash at: {result.trash_path}")
+        else:
+            click.echo(f"Deleted {path}")
+
+    return each_path(client, "rm", args.values, remove)
+
+
+@command("-rmdir", "<dir> ...")
+def rmdir(client: Any, args: Args) -> int:
+    from xdfs.errors import NotADirectory
+
+    def remove(path: str) -> None:
+        if not client.stat(path).is_dir:
+            raise NotADirectory(f"{path} is not a directory")
+        client.delete(path, recursive=False, skip_trash=True)
+
+    return each_path(client, "rmdir", args.values, remove)
+
+
+@command("-mv", "<src> ... <dst>", min_args=2)
+def mv(client: Any, args: Args) -> int:
+    *sources, dst = args.values
+    return each_path(client, "mv", sources, lambda src: client.rename(src, dst))
+
+
+@command("-stat", "[format] <path> ...", min_args=1)
+def stat(client: Any, args: Args) -> int:
+    values = args.values
+    fmt = "%y"
+    if len(values) >= 2 and "%" in values[0]:
+        fmt, values = values[0], values[1:]
+    return each_path(client, "stat", values, lambda p: click.echo(stat_format(fmt, client.stat(p))))
+
+
+def stat_format(fmt: str, status: Any) -> str:
+    """hdfs -stat: %b size, %F type, %g group, %n name, %o block size, %r replication,
+    %u owner, %a octal permission, %A symbolic permission, %y mtime, %Y mtime in ms."""
+    mtime = dt.datetime.fromtimestamp(status.mtime_ms / 1000, tz=dt.UTC)
+    fields = {
+        "b": str(status.length),
+        "F": "directory"
+        if status.is_dir
+        else ("regular file" if status.length else "regular empty file"),
+        "g": status.group,
+        "n": status.path.rsplit("/", 1)[-1] or "/",
+        "o": str(status.block_size),
+        "r": str(status.replication),
+        "u": status.owner,
+        "a": f"{status.mode:o}",
+        "A": permission_string(status.is_dir, status.mode),
+        "y": mtime.strftime("%Y-%m-%d %H:%M:%S"),
+        "Y": str(status.mtime_ms),
+        "%": "%",
+    }
+    out, i = [], 0
+    while i < len(fmt):
+        if fmt[i] == "%" and i + 1 < len(fmt) and fmt[i + 1] in fields:
+            out.append(fields[fmt[i + 1]])
+            i += 2
+        else:
+            out.append(fmt[i])
+            i += 1
+    return "".join(out)
+
+
+@command("-du", "[-s] [-h] <path> ...", "-s -h")
+def du(client: Any, args: Args) -> int:
+    human = "-h" in args.flags
+
+    def size(n: int) -> str:
+        return human_size(n) if human else str(n)
+
+    def show(path: str) -> None:
+        status = client.stat(path)
+        targets = [status] if "-s" in args.flags or not status.is_dir else client.list(path)
+        for entry in targets:
+            summary = client.content_summary(entry.path)
+            click.echo(
+                f"{size(summary.length):<12} {size(summary.space_consumed):<12} {entry.path}"
+            )
+
+    return each_path(client, "du", args.values, show)
+
+
+@command("-count", "[-h] <path> ...", "-h")
+def count(client: Any, args: Args) -> int:
+    human = "-h" in args.flags
+
+    def show(path: str) -> None:
+        s = client.content_summary(path)
+        length = human_size(s.length) if human else str(s.length)
+        click.echo(f"{s.directory_count:>12} {s.file_count:>12} {length:>18} {path}")
+
+    return each_path(client, "count", args.values, show)
+
+
+@command("-test", "-[defsz] <path>", "-d -e -f -s -z", min_args=1, max_args=1)
+def test(client: Any, args: Args) -> int:
+    from xdfs.errors import NotFound
+
+    if len(args.flags) != 1:
+        click.echo("Usage: xdfs dfs -test -[defsz] <path>", err=True)
+        return 2
+    try:
+        status = client.stat(args.values[0])
+    except NotFound:
+        return 1
+    flag = next(iter(args.flags))
+    ok = {
+        "-e": True,
+        "-d": status.is_dir,
+        "-f": not status.is_dir,
+        "-s": status.length > 0,
+        "-z": status.length == 0,
+    }[flag]
+    return 0 if ok else 1
+
+
+@command("-touchz", "<path> ...")
+def touchz(client: Any, args: Args) -> int:
+    return each_path(client, "touchz", args.values, client.touchz)
+
+
+@command("-chmod", "[-R] <octal mode> <path> ...", "-R", min_args=2)
+def chmod(client: Any, args: Args) -> int:
+    mode_text, *targets = args.values
+    try:
+        mode = int(mode_text, 8)
+    except ValueError:
+        click.echo(f"chmod: {mode_text}: only octal modes are supported", err=True)
+        return 2
+    return _each_recursive(client, "chmod", args, targets, lambda p: client.set_permission(p, mode))
+
+
+@command("-chown", "[-R] <owner>[:<group>] <path> ...", "-R", min_args=2)
+def chown(client: Any, args: Args) -> int:
+    spec, *targets = args.values
+    owner, _sep, group = spec.partition(":")
+    return _each_recursive(
+        client, "chown", args, targets, lambda p: client.set_owner(p, owner, group)
+    )
+
+
+@command("-chgrp", "[-R] <group> <path> ...", "-R", min_args=2)
+def chgrp(client: Any, args: Args) -> int:
+    group, *targets = args.values
+    return _each_recursive(client, "chgrp", args, targets, lambda p: client.set_owner(p, "", group))
+
+
+def _each_recursive(client: Any, verb: str, args: Args, targets: list[str], action: Any) -> int:
+    def apply(path: str) -> None:
+        action(path)
+        if "-R" in args.flags and client.stat(path).is_dir:
+            for entry in client.list(path):
+                apply(entry.path)
+
+    return each_path(client, verb, targets, apply)
+
+
+@command("-setrep", "[-w] <replication> <path> ...", "-w -R", min_args=2)
+def setrep(client: Any, args: Args) -> int:
+    rep_text, *targets = args.values
+    if not rep_text.isdigit():
+        click.echo(f"setrep: {rep_text}: replication must be a positive number", err=True)
+        return 2
+    replication = int(rep_text)
+
+    def apply(path: str) -> None:
+        if client.stat(path).is_dir:
+            for entry in client.list(path):
+                apply(entry.path)
+        else:
+            client.set_replication(path, replication)
+            click.echo(f"Replication {replication} set: {path}")
+
+    return each_path(client, "setrep", targets, apply)
+
+
+@command("-expunge", "[-immediate]", "-immediate", min_args=0, max_args=0)
+def expunge(client: Any, args: Args) -> int:
+    client.expunge("-immediate" in args.flags)
+    return 0
+
+
+@command("-restore", "<trash path> ...")
+def restore(client: Any, args: Args) -> int:
+    return each_path(
+        client, "restore", args.values, lambda p: click.echo(f"Restored {p} to {client.restore(p)}")
+    )

@@ -1,0 +1,56 @@
+"""hdfs-like text output: permission strings, -ls columns, sizes, times."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from xdfs.protocol.namenode import FileStatus
+
+_UNITS = ("", "K", "M", "G", "T", "P")
+
+
+def permission_string(is_dir: bool, mode: int) -> str:
+    chars = []
+    for shift, letters in ((6, "rwx"), (3, "rwx"), (0, "rwx")):
+        bits = (mode >> shift) & 7
+        chars.extend(letter if bits & (4 >> i) else "-" for i, letter in enumerate(letters))
+    if mode & 0o1000:  # sticky: shown in the other-execute place, as ls does
+        chars[8] = "t" if chars[8] == "x" else "T"
+    return ("d" if is_dir else "-") + "".join(chars)
+
+
+def human_size(n: int) -> str:
+    value = float(n)
+    for unit in _UNITS:
+        if value < 1024 or unit == _UNITS[-1]:
+            return f"{value:.0f}{unit}" if unit == "" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def local_time(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
+
+
+def ls_lines(entries: list[FileStatus], human: bool = False) -> list[str]:
+    """``-ls`` rows with columns sized to the widest entry, as hdfs prints them."""
+    rows = [
+        (
+            permission_string(e.is_dir, e.mode),
+            "-" if e.is_dir else str(e.replication),
+            e.owner,
+            e.group,
+            human_size(e.length) if human else str(e.length),
+            local_time(e.mtime_ms),
+            e.path,
+        )
+        for e in entries
+    ]
+    if not rows:
+        return []
+    widths = [max(len(row[i]) for row in rows) for i in range(7)]
+    return [
+        f"{r[0]} {r[1]:>{max(3, widths[1])}} {r[2]:<{widths[2]}} {r[3]:<{widths[3]}} "
+        f"{r[4]:>{widths[4]}} {r[5]} {r[6]}"
+        for r in rows
+    ]

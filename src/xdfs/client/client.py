@@ -1,0 +1,240 @@
+"""The Python API: :class:`AsyncClient` (asyncio) and :class:`Client` (synchronous).
+
+Both default to the configuration's ``[client]`` section (``XDFS_CONF``, ``XDFS_FS``,
+``XDFS_USER``, ``XDFS_PASSWORD``). Several NameNode addresses in the URI are tried in order
+with the RPC layer's failover (3 tries per address, then the next).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
+
+from xdfs.common.addresses import parse_fs_uri
+from xdfs.config import XdfsConfig, load_config
+from xdfs.errors import ConfigError, NotFound
+from xdfs.protocol import namenode as p
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
+from xdfs.rpc.sync import LoopThread
+from xdfs.rpc.tls import client_context
+
+DEFAULT_MODE = p.DEFAULT_MODE
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        fs: str | None = None,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        config: XdfsConfig | None = None,
+        client_name: str | None = None,
+    ) -> None:
+        self.config = config or load_config()
+        uri = fs or self.config.client.fs
+        if not uri:
+            raise ConfigError("no file system given: pass fs=, set XDFS_FS or client.fs")
+        self.addresses = parse_fs_uri(uri)
+        self.user = user if user is not None else self.config.client.user
+        self.client_name = client_name or f"xdfs-client-{uuid.uuid4().hex[:12]}"
+        hello = Hello(
+            PROTOCOL_VERSION,
+            client_name=self.client_name,
+            user=self.user,
+            password=password if password is not None else self.config.client.password,
+            token=token if token is not None else self.config.client.token,
+        )
+        self.rpc = RpcClient(
+            self.addresses,
+            self.config.rpc,
+            hello=hello,
+            ssl_context=client_context(self.config.rpc),
+        )
+
+    async def close(self) -> None:
+        await self.rpc.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- metadata -----------------------------------------------------------------------
+
+    async def login(self, user: str, password: str, lifetime_s: float = 0.0) -> p.LoginResponse:
+        return await self.rpc.call(p.LOGIN, p.LoginRequest(user, password, lifetime_s))
+
+    async def mkdirs(
+        self, path: str, mode: int = DEFAULT_MODE, parents: bool = True
+    ) -> p.FileStatus:
+        return await self.rpc.call(p.MKDIRS, p.MkdirsRequest(path, mode, parents))
+
+    async def stat(self, path: str) -> p.FileStatus:
+        return await self.rpc.call(p.STAT, p.PathRequest(path))
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.stat(path)
+        except NotFound:
+            return False
+        return True
+
+    async def iter_dir(self, path: str, page_size: int = 1000) -> AsyncIterator[p.FileStatus]:
+        """Every entry of a directory, fetched page by page (a file yields itself)."""
+        start = ""
+        while True:
+            listing = await self.rpc.call(p.LIST, p.ListRequest(path, start, page_size))
+            for entry in listing.entries:
+                yield entry
+            if not listing.remaining or not listing.entries:
+                return
+            start = listing.entries[-1].path.rsplit("/", 1)[1]
+
+    async def list(self, path: str) -> list[p.FileStatus]:
+        return [entry async for entry in self.iter_dir(path)]
+
+    async def delete(
+        self, path: str, recursive: bool = False, skip_trash: bool = False
+    ) -> p.DeleteResponse:
+        return await self.rpc.call(p.DELETE, p.DeleteRequest(path, recursive, skip_trash))
+
+    async def rename(self, src: str, dst: str) -> str:
+        return (await self.rpc.call(p.RENAME, p.RenameRequest(src, dst))).dst
+
+    async def set_permission(self, path: str, mode: int) -> None:
+        await self.rpc.call(p.SET_PERMISSION, p.SetPermissionRequest(path, mode))
+
+    async def set_owner(self, path: str, owner: str = "", group: str = "") -> None:
+        await self.rpc.call(p.SET_OWNER, p.SetOwnerRequest(path, owner, group))
+
+    async def set_replication(self, path: str, replication: int) -> None:
+        await self.rpc.call(p.SET_REPLICATION, p.SetReplicationRequest(path, replication))
+
+    async def set_times(self, path: str, mtime_ms: int = -1, atime_ms: int = -1) -> None:
+        await self.rpc.call(p.SET_TIMES, p.SetTimesRequest(path, mtime_ms, atime_ms))
+
+    async def content_summary(self, path: str) -> p.ContentSummary:
+        return await self.rpc.call(p.CONTENT_SUMMARY, p.PathRequest(path))
+
+    async def block_locations(
+        self, path: str, offset: int = 0, length: int = -1
+    ) -> p.LocatedBlocks:
+        return await self.rpc.call(p.BLOCK_LOCATIONS, p.BlockLocationsRequest(path, offset, length))
+
+    async def restore(self, trash_path: str) -> str:
+        return (await self.rpc.call(p.RESTORE, p.RestoreRequest(trash_path))).path
+
+    async def expunge(self, immediate: bool = False) -> None:
+        await self.rpc.call(p.EXPUNGE, p.ExpungeRequest(immediate))
+
+    # -- writing (metadata side; block data arrives with the DataNodes) -----------------
+
+    async def create(
+        self,
+        path: str,
+        *,
+        overwrite: bool = False,
+        replication: int = 0,
+        block_size: int = 0,
+        mode: int = DEFAULT_MODE,
+        create_parents: bool = True,
+    ) -> p.FileStatus:
+        request = p.CreateRequest(
+            path, self.client_name, mode, replication, block_size, overwrite, create_parents
+        )
+        return await self.rpc.call(p.CREATE, request)
+
+    async def complete(self, path: str, blocks: list[p.BlockRecord]) -> p.FileStatus:
+        return await self.rpc.call(p.COMPLETE, p.CompleteRequest(path, self.client_name, blocks))
+
+    async def touchz(self, path: str) -> p.FileStatus:
+        """Create an empty file (an existing empty file is left as it is, as hdfs -touchz)."""
+        try:
+            status = await self.stat(path)
+        except NotFound:
+            await self.create(path)
+            return await self.complete(path, [])
+        if status.is_dir or status.length:
+            from xdfs.errors import AlreadyExists
+
+            raise AlreadyExists(f"{path} exists and is not an empty file")
+        return status
+
+    # -- administration -----------------------------------------------------------------
+
+    async def safe_mode(self, action: str = "get") -> p.SafeModeStatus:
+        return await self.rpc.call(p.SAFE_MODE, p.SafeModeRequest(action))
+
+    async def save_namespace(self) -> int:
+        return (await self.rpc.call(p.SAVE_NAMESPACE, Empty())).txid
+
+    async def roll_edits(self) -> int:
+        return (await self.rpc.call(p.ROLL_EDITS, Empty())).txid
+
+    async def add_user(self, name: str, password: str, groups: list[str] | None = None) -> None:
+        await self.rpc.call(p.ADD_USER, p.UserRequest(name, password, groups or []))
+
+    async def remove_user(self, name: str) -> None:
+        await self.rpc.call(p.REMOVE_USER, p.UserRequest(name))
+
+    async def set_password(self, name: str, password: str) -> None:
+        await self.rpc.call(p.SET_PASSWORD, p.UserRequest(name, password))
+
+    async def status(self) -> p.NameNodeStatus:
+        return await self.rpc.call(p.STATUS, Empty())
+
+
+class Client:
+    """Synchronous twin of :class:`AsyncClient`: every coroutine method of the async
+    client is available here as a blocking method with the same name and arguments."""
+
+    def __init__(self, fs: str | None = None, **kwargs: Any) -> None:
+        self._loop = LoopThread("xdfs-client")
+        try:
+            self._async = self._loop.run(_construct(fs, kwargs))
+        except BaseException:
+            self._loop.close()
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._async, name)
+        if not callable(target) or name.startswith("_"):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = target(*args, **kwargs)
+            if hasattr(result, "__aiter__"):
+                return self._loop.run(_collect(result))
+            if isinstance(result, Coroutine):
+                return self._loop.run(result)
+            return result
+
+        return call
+
+    def list(self, path: str) -> list[p.FileStatus]:
+        result: list[p.FileStatus] = self._loop.run(self._async.list(path))
+        return result
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._loop.run(self._async.close())
+            self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _construct(fs: str | None, kwargs: dict[str, Any]) -> AsyncClient:
+    return AsyncClient(fs, **kwargs)
+
+
+async def _collect(items: AsyncIterator[Any]) -> list[Any]:
+    return [item async for item in items]

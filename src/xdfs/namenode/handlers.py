@@ -1,0 +1,167 @@
+"""RPC handlers of the NameNode's client and admin services (xdfs.protocol.namenode).
+
+Thin: authenticate the caller, translate the request, call the namesystem. Reads are plain
+functions (run inline on the event loop, the fast path); mutations are coroutines because
+they wait for the edits log to sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from xdfs.errors import InvalidArgument, NotAuthenticated
+from xdfs.namenode.auth import ANONYMOUS, NameNodeAuth
+from xdfs.namenode.namesystem import Namesystem
+from xdfs.protocol import namenode as p
+from xdfs.rpc.messages import Empty
+from xdfs.rpc.server import CallContext
+
+
+def _user(ctx: CallContext) -> str:
+    user = ctx.principal.user
+    if user == ANONYMOUS:
+        raise NotAuthenticated("log in first: this call needs a user or a token")
+    return user
+
+
+class ClientHandlers:
+    def __init__(self, namesystem: Namesystem, auth: NameNodeAuth) -> None:
+        self.fs = namesystem
+        self.auth = auth
+
+    async def login(self, ctx: CallContext, req: p.LoginRequest) -> p.LoginResponse:
+        token, expires_ms = await self.auth.login(req.user, req.password, req.lifetime_s)
+        return p.LoginResponse(req.user, token, expires_ms)
+
+    async def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> p.FileStatus:
+        return await self.fs.mkdirs(_user(ctx), req.path, req.mode, req.parents)
+
+    async def create(self, ctx: CallContext, req: p.CreateRequest) -> p.FileStatus:
+        if not req.client:
+            raise InvalidArgument("create needs a client name (the lease holder)")
+        return await self.fs.create(
+            _user(ctx),
+            req.client,
+            req.path,
+            mode=req.mode,
+            replication=req.replication,
+            block_size=req.block_size,
+            overwrite=req.overwrite,
+            create_parents=req.create_parents,
+        )
+
+    async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
+        return await self.fs.add_block(_user(ctx), req.client, req.path, req.previous)
+
+    async def complete(self, ctx: CallContext, req: p.CompleteRequest) -> p.FileStatus:
+        return await self.fs.complete(_user(ctx), req.client, req.path, req.blocks)
+
+    def renew_lease(self, ctx: CallContext, req: p.RenewLeaseRequest) -> Empty:
+        _user(ctx)
+        self.fs.renew_lease(req.client)
+        return Empty()
+
+    def block_locations(self, ctx: CallContext, req: p.BlockLocationsRequest) -> p.LocatedBlocks:
+        return self.fs.block_locations(_user(ctx), req.path, req.offset, req.length)
+
+    def stat(self, ctx: CallContext, req: p.PathRequest) -> p.FileStatus:
+        return self.fs.stat(_user(ctx), req.path)
+
+    def list(self, ctx: CallContext, req: p.ListRequest) -> p.Listing:
+        entries, remaining = self.fs.list(_user(ctx), req.path, req.start_after, req.limit)
+        return p.Listing(entries, remaining)
+
+    async def delete(self, ctx: CallContext, req: p.DeleteRequest) -> p.DeleteResponse:
+        trash_path = await self.fs.delete(
+            _user(ctx), req.path, recursive=req.recursive, skip_trash=req.skip_trash
+        )
+        return p.DeleteResponse(True, trash_path)
+
+    async def rename(self, ctx: CallContext, req: p.RenameRequest) -> p.RenameResponse:
+        return p.RenameResponse(await self.fs.rename(_user(ctx), req.src, req.dst))
+
+    async def set_permission(self, ctx: CallContext, req: p.SetPermissionRequest) -> Empty:
+        await self.fs.set_permission(_user(ctx), req.path, req.mode)
+        return Empty()
+
+    async def set_owner(self, ctx: CallContext, req: p.SetOwnerRequest) -> Empty:
+        await self.fs.set_owner(_user(ctx), req.path, req.owner, req.group)
+        return Empty()
+
+    async def set_replication(self, ctx: CallContext, req: p.SetReplicationRequest) -> Empty:
+        await self.fs.set_replication(_user(ctx), req.path, req.replication)
+        return Empty()
+
+    async def set_times(self, ctx: CallContext, req: p.SetTimesRequest) -> Empty:
+        await self.fs.set_times(_user(ctx), req.path, req.mtime_ms, req.atime_ms)
+        return Empty()
+
+    def content_summary(self, ctx: CallContext, req: p.PathRequest) -> p.ContentSummary:
+        return self.fs.content_summary(_user(ctx), req.path)
+
+    async def restore(self, ctx: CallContext, req: p.RestoreRequest) -> p.RestoreResponse:
+        return p.RestoreResponse(await self.fs.restore(_user(ctx), req.trash_path))
+
+    async def expunge(self, ctx: CallContext, req: p.ExpungeRequest) -> Empty:
+        await self.fs.expunge(_user(ctx), req.immediate)
+        return Empty()
+
+
+class AdminHandlers:
+    """Operator calls; the NameNode server supplies the storage-level actions."""
+
+    def __init__(
+        self,
+        namesystem: Namesystem,
+        auth: NameNodeAuth,
+        save_namespace: Callable[[], Awaitable[int]],
+        roll_edits: Callable[[], Awaitable[int]],
+        status: Callable[[], p.NameNodeStatus],
+    ) -> None:
+        self.fs = namesystem
+        self.auth = auth
+        self._save_namespace = save_namespace
+        self._roll_edits = roll_edits
+        self._status = status
+
+    def _superuser(self, ctx: CallContext, what: str) -> str:
+        user = _user(ctx)
+        self.auth.require_superuser(user, what)
+        return user
+
+    def safe_mode(self, ctx: CallContext, req: p.SafeModeRequest) -> p.SafeModeStatus:
+        if req.action == "enter":
+            self._superuser(ctx, "enter safe mode")
+            self.fs.safe_mode.enter()
+        elif req.action == "leave":
+            self._superuser(ctx, "leave safe mode")
+            self.fs.safe_mode.leave()
+        elif req.action != "get":
+            raise InvalidArgument("safe mode action must be get, enter or leave")
+        else:
+            _user(ctx)
+        return p.SafeModeStatus(self.fs.safe_mode.on, self.fs.safe_mode.reason)
+
+    async def save_namespace(self, ctx: CallContext, req: Empty) -> p.TxidResponse:
+        self._superuser(ctx, "save the namespace")
+        return p.TxidResponse(await self._save_namespace())
+
+    async def roll_edits(self, ctx: CallContext, req: Empty) -> p.TxidResponse:
+        self._superuser(ctx, "roll the edits log")
+        return p.TxidResponse(await self._roll_edits())
+
+    async def add_user(self, ctx: CallContext, req: p.UserRequest) -> Empty:
+        await self.auth.add_user(_user(ctx), req.name, req.password, req.groups)
+        return Empty()
+
+    async def remove_user(self, ctx: CallContext, req: p.UserRequest) -> Empty:
+        await self.auth.remove_user(_user(ctx), req.name)
+        return Empty()
+
+    async def set_password(self, ctx: CallContext, req: p.UserRequest) -> Empty:
+        await self.auth.set_password(_user(ctx), req.name, req.password)
+        return Empty()
+
+    def status(self, ctx: CallContext, req: Empty) -> p.NameNodeStatus:
+        _user(ctx)
+        return self._status()
