@@ -1,16 +1,131 @@
-"""``xdfs dev``: a local cluster of real processes (grows as the server roles land)."""
+"""``xdfs dev``: a local cluster of real processes, for trying and testing xdfs.
+
+``xdfs dev --base-dir DIR --port P`` formats ``DIR/namenode`` when it is empty (the
+superuser is $XDFS_USER or ``xdfs``, its password $XDFS_PASSWORD or generated), starts a
+NameNode process on 127.0.0.1:P, writes ``DIR/cluster.json`` (each process's role, pid and
+address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
+``XDFS_CONF`` at it), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
+Running it again on the same DIR restarts the same cluster with its data. SIGTERM or
+Ctrl-C stops every process gracefully. DataNodes join the cluster when they land.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+import signal
 import sys
+import time
+from pathlib import Path
 
 import click
+
+from xdfs.cli.main import CliState
+
+DEFAULT_SUPERUSER = "xdfs"
 
 
 @click.command()
 @click.option("--base-dir", default=None, help="Where the cluster keeps its data.")
-@click.option("--port", type=int, default=None, help="NameNode client port.")
-def dev(base_dir: str | None, port: int | None) -> None:
-    """Start a local cluster (NameNode, DataNodes) as child processes."""
-    click.echo("xdfs dev: no server role has landed yet; nothing to start", err=True)
-    sys.exit(2)
+@click.option("--port", type=int, default=None, help="NameNode client port (0: any free).")
+@click.pass_obj
+def dev(state: CliState, base_dir: str | None, port: int | None) -> None:
+    """Start a local cluster (a NameNode now; DataNodes as they land) as child processes."""
+    from xdfs.config import write_toml
+    from xdfs.testing.process import ServerProcess
+
+    config = state.config
+    base = Path(base_dir or config.dev.base_dir).resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    port = config.dev.port if port is None else port
+    credentials = _credentials(base)
+    env = {"XDFS_USER": credentials["user"], "XDFS_PASSWORD": credentials["password"]}
+    name_dir = base / "namenode"
+    if not name_dir.exists() or not any(name_dir.iterdir()):
+        _run_format(name_dir, env)
+    args = ["namenode", "--name-dir", str(name_dir), "--rpc-address", f"127.0.0.1:{port}"]
+    if state.conf_path:
+        args = ["--conf", state.conf_path, *args]
+    namenode = ServerProcess.xdfs(
+        *args,
+        log_path=base / "logs" / "namenode.log",
+        ready_pattern=r"namenode serving on (\S+)",
+        env=env,
+    )
+    namenode.start(config.dev.ready_timeout_s)
+    assert namenode.match is not None
+    address = namenode.match.group(1)
+    uri = f"xdfs://{address}"
+    processes = [
+        {"role": "namenode", "pid": namenode.pid, "address": address, "log": str(namenode.log_path)}
+    ]
+    (base / "cluster.json").write_text(
+        json.dumps({"fs": uri, "base_dir": str(base), "processes": processes}, indent=2) + "\n"
+    )
+    write_toml(base / "client.toml", {"client": {"fs": uri, **credentials}})
+    os.chmod(base / "client.toml", 0o600)
+    click.echo(
+        f"xdfs dev cluster ready: {uri}",
+    )
+    click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
+    sys.stdout.flush()
+    sys.exit(_supervise([namenode]))
+
+
+def _credentials(base: Path) -> dict[str, str]:
+    """The superuser of this dev cluster: kept in client.toml across restarts."""
+    from xdfs.config import read_toml
+
+    existing = base / "client.toml"
+    if existing.exists():
+        client = read_toml(existing).get("client", {})
+        if client.get("user") and client.get("password"):
+            return {"user": client["user"], "password": client["password"]}
+    return {
+        "user": os.environ.get("XDFS_USER") or DEFAULT_SUPERUSER,
+        "password": os.environ.get("XDFS_PASSWORD") or secrets.token_urlsafe(12),
+    }
+
+
+def _run_format(name_dir: Path, env: dict[str, str]) -> None:
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-m", "xdfs", "namenode", "--name-dir", str(name_dir), "-format"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise click.ClickException(f"formatting {name_dir} failed:\n{result.stderr[-2000:]}")
+
+
+def _supervise(children: list[object]) -> int:
+    """Wait for SIGTERM/SIGINT (stop all gracefully) or a child's death (stop the rest)."""
+    from xdfs.testing.process import ServerProcess
+
+    procs = [c for c in children if isinstance(c, ServerProcess)]
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    status = 0
+    while not stopping:
+        dead = [p for p in procs if not p.alive()]
+        if dead:
+            for proc in dead:
+                click.echo(f"xdfs dev: {proc.args[3:5]} exited; see {proc.log_path}", err=True)
+            status = 1
+            break
+        time.sleep(0.2)
+    for proc in procs:
+        if proc.alive():
+            proc.terminate()
+    click.echo("xdfs dev cluster stopped")
+    return status

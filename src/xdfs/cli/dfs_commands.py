@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from xdfs.cli.dfs import Args, command, each_path
-from xdfs.cli.format import human_size, ls_lines, permission_string
+from xdfs.cli.format import human_size, ls_lines
+from xdfs.common.modes import permission_string
 
 
 @command("-ls", "[-d] [-h] [-R] <path> ...", "-d -h -R", min_args=0)
@@ -23,7 +24,7 @@ def ls(client: Any, args: Args) -> int:
         if "-R" in args.flags:
             _ls_recursive(client, path, human)
             return
-        entries = client.list(path)
+        entries = client.list_dir(path)
         click.echo(f"Found {len(entries)} items")
         _echo_lines(ls_lines(entries, human))
 
@@ -31,7 +32,7 @@ def ls(client: Any, args: Args) -> int:
 
 
 def _ls_recursive(client: Any, path: str, human: bool) -> None:
-    entries = client.list(path)
+    entries = client.list_dir(path)
     _echo_lines(ls_lines(entries, human))
     for entry in entries:
         if entry.is_dir:
@@ -137,7 +138,7 @@ def du(client: Any, args: Args) -> int:
 
     def show(path: str) -> None:
         status = client.stat(path)
-        targets = [status] if "-s" in args.flags or not status.is_dir else client.list(path)
+        targets = [status] if "-s" in args.flags or not status.is_dir else client.list_dir(path)
         for entry in targets:
             summary = client.content_summary(entry.path)
             click.echo(
@@ -216,7 +217,7 @@ def _each_recursive(client: Any, verb: str, args: Args, targets: list[str], acti
     def apply(path: str) -> None:
         action(path)
         if "-R" in args.flags and client.stat(path).is_dir:
-            for entry in client.list(path):
+            for entry in client.list_dir(path):
                 apply(entry.path)
 
     return each_path(client, verb, targets, apply)
@@ -232,7 +233,7 @@ def setrep(client: Any, args: Args) -> int:
 
     def apply(path: str) -> None:
         if client.stat(path).is_dir:
-            for entry in client.list(path):
+            for entry in client.list_dir(path):
                 apply(entry.path)
         else:
             client.set_replication(path, replication)

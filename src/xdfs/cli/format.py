@@ -4,19 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from xdfs.common.modes import permission_string
 from xdfs.protocol.namenode import FileStatus
 
 _UNITS = ("", "K", "M", "G", "T", "P")
-
-
-def permission_string(is_dir: bool, mode: int) -> str:
-    chars = []
-    for shift, letters in ((6, "rwx"), (3, "rwx"), (0, "rwx")):
-        bits = (mode >> shift) & 7
-        chars.extend(letter if bits & (4 >> i) else "-" for i, letter in enumerate(letters))
-    if mode & 0o1000:  # sticky: shown in the other-execute place, as ls does
-        chars[8] = "t" if chars[8] == "x" else "T"
-    return ("d" if is_dir else "-") + "".join(chars)
 
 
 def human_size(n: int) -> str:

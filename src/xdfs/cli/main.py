@@ -15,7 +15,7 @@ from xdfs import __version__
 
 #: name -> (module, attribute, one-line help). The one table of subcommands.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "namenode": ("xdfs.cli.placeholders", "namenode", "Run a NameNode (or format its storage)."),
+    "namenode": ("xdfs.cli.namenode", "namenode", "Run a NameNode (or format its storage)."),
     "datanode": ("xdfs.cli.placeholders", "datanode", "Run a DataNode."),
     "backupnode": ("xdfs.cli.placeholders", "backupnode", "Run a BackupNode."),
     "journalnode": ("xdfs.cli.placeholders", "journalnode", "Run a JournalNode."),
@@ -24,8 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
     "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
     "fsck": ("xdfs.cli.placeholders", "fsck", "Check the health of files and blocks."),
-    "oiv": ("xdfs.cli.placeholders", "oiv", "Offline image viewer: export an fsimage."),
-    "oev": ("xdfs.cli.placeholders", "oev", "Offline edits viewer: dump an edits log."),
+    "oiv": ("xdfs.cli.offline", "oiv", "Offline image viewer: export an fsimage."),
+    "oev": ("xdfs.cli.offline", "oev", "Offline edits viewer: dump an edits log."),
     "analyze": ("xdfs.cli.placeholders", "analyze", "Metadata analytics on Spark."),
     "dev": ("xdfs.cli.dev", "dev", "Run a local cluster of real processes for trying xdfs."),
     "conf": ("xdfs.cli.conf", "conf", "Print the effective configuration."),

@@ -21,13 +21,10 @@ def _placeholder(name: str, summary: str) -> click.Command:
     return command
 
 
-namenode = _placeholder("namenode", "Run a NameNode")
 datanode = _placeholder("datanode", "Run a DataNode")
 backupnode = _placeholder("backupnode", "Run a BackupNode")
 journalnode = _placeholder("journalnode", "Run a JournalNode")
 zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
 logservice = _placeholder("logservice", "Run the replicated log service")
 fsck = _placeholder("fsck", "Check files and blocks")
-oiv = _placeholder("oiv", "Offline image viewer")
-oev = _placeholder("oev", "Offline edits viewer")
 analyze = _placeholder("analyze", "Metadata analytics on Spark")

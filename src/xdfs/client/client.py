@@ -14,6 +14,7 @@ from typing import Any
 from xdfs.common.addresses import parse_fs_uri
 from xdfs.config import XdfsConfig, load_config
 from xdfs.errors import ConfigError, NotFound
+from xdfs.namenode.ops import BlockRecord
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
@@ -95,7 +96,7 @@ class AsyncClient:
                 return
             start = listing.entries[-1].path.rsplit("/", 1)[1]
 
-    async def list(self, path: str) -> list[p.FileStatus]:
+    async def list_dir(self, path: str) -> list[p.FileStatus]:
         return [entry async for entry in self.iter_dir(path)]
 
     async def delete(
@@ -149,7 +150,7 @@ class AsyncClient:
         )
         return await self.rpc.call(p.CREATE, request)
 
-    async def complete(self, path: str, blocks: list[p.BlockRecord]) -> p.FileStatus:
+    async def complete(self, path: str, blocks: list[BlockRecord]) -> p.FileStatus:
         return await self.rpc.call(p.COMPLETE, p.CompleteRequest(path, self.client_name, blocks))
 
     async def touchz(self, path: str) -> p.FileStatus:
@@ -215,10 +216,6 @@ class Client:
             return result
 
         return call
-
-    def list(self, path: str) -> list[p.FileStatus]:
-        result: list[p.FileStatus] = self._loop.run(self._async.list(path))
-        return result
 
     def close(self) -> None:
         if not self._loop.loop.is_closed():

@@ -68,7 +68,7 @@ class ClientHandlers:
         return self.fs.stat(_user(ctx), req.path)
 
     def list(self, ctx: CallContext, req: p.ListRequest) -> p.Listing:
-        entries, remaining = self.fs.list(_user(ctx), req.path, req.start_after, req.limit)
+        entries, remaining = self.fs.list_dir(_user(ctx), req.path, req.start_after, req.limit)
         return p.Listing(entries, remaining)
 
     async def delete(self, ctx: CallContext, req: p.DeleteRequest) -> p.DeleteResponse:

@@ -170,7 +170,7 @@ class Namesystem:
         self.ns.check_access(user, path)
         return self.ns.stat(path)
 
-    def list(
+    def list_dir(
         self, user: str, path: str, start_after: str, limit: int
     ) -> tuple[list[FileStatus], int]:
         if self.ns.is_dir(path):

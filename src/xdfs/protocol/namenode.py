@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from xdfs.namenode.ops import BlockRecord  # the wire type is the edits log's record
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.service import Method, Service
+from xdfs.rpc.service import Method, Req, Resp, Service
 
 
 class FileStatus(msgspec.Struct, array_like=True, gc=False):
@@ -214,7 +212,9 @@ class NameNodeStatus(msgspec.Struct):
     started_at_ms: int
 
 
-def _m(name: str, req: type[Any], resp: type[Any], idempotent: bool, doc: str) -> Method[Any, Any]:
+def _m(
+    name: str, req: type[Req], resp: type[Resp], idempotent: bool, doc: str
+) -> Method[Req, Resp]:
     return Method(name, req, resp, idempotent=idempotent, doc=doc)
 
 

@@ -1,0 +1,110 @@
+"""``xdfs namenode``: format storage or serve."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from xdfs.cli.main import CliState
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--name-dir",
+    "name_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="Storage directory (repeat for several; default namenode.name_dirs).",
+)
+@click.option(
+    "--rpc-address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Where to serve (default namenode.rpc_address).",
+)
+@click.option(
+    "-format",
+    "--format",
+    "do_format",
+    is_flag=True,
+    help="Create the storage layout and the superuser, then exit.",
+)
+@click.option("-force", "--force", is_flag=True, help="With -format: wipe a non-empty dir.")
+@click.option("--cluster-id", default="", help="With -format: the cluster id to use.")
+@click.pass_obj
+def namenode(
+    state: CliState,
+    name_dirs: tuple[str, ...],
+    rpc_address: str | None,
+    do_format: bool,
+    force: bool,
+    cluster_id: str,
+) -> None:
+    """Run a NameNode on its storage directories (or -format them).
+
+    The superuser of a new file system is $XDFS_USER (else the login name) with password
+    $XDFS_PASSWORD (else one is generated and printed once)."""
+    config = state.config
+    dirs = [Path(d) for d in (name_dirs or config.namenode.name_dirs)]
+    if not dirs:
+        raise click.UsageError("give --name-dir DIR (or set namenode.name_dirs)")
+    if do_format:
+        _format(config, dirs, force, cluster_id)
+        return
+    from xdfs.common.addresses import parse_address
+    from xdfs.rpc.loop import run
+
+    host, port = parse_address(rpc_address or config.namenode.rpc_address)
+    sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
+
+
+def _format(config: object, dirs: list[Path], force: bool, cluster_id: str) -> None:
+    from xdfs.config import XdfsConfig
+    from xdfs.namenode.format import format_namenode
+
+    assert isinstance(config, XdfsConfig)
+    user = os.environ.get("XDFS_USER") or getpass.getuser()
+    result = format_namenode(
+        dirs,
+        config.namenode,
+        superuser=user,
+        password=os.environ.get("XDFS_PASSWORD", ""),
+        cluster_id=cluster_id,
+        force=force,
+    )
+    click.echo(
+        f"formatted {', '.join(map(str, dirs))}: cluster {result.cluster_id}, "
+        f"superuser {result.superuser}"
+    )
+    if result.generated_password:
+        click.echo(f"generated password for {user} (shown once): {result.generated_password}")
+
+
+async def _serve(config: object, dirs: list[Path], host: str, port: int) -> int:
+    from xdfs.config import XdfsConfig
+    from xdfs.namenode.server import NameNode
+
+    assert isinstance(config, XdfsConfig)
+    node = NameNode(config, dirs)
+    address = await node.start(host, port)
+    click.echo(f"namenode serving on {address}")
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.stopped.wait())]
+    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in waiters:
+        waiter.cancel()
+    await node.stop()
+    if node.fatal is not None:
+        click.echo(f"namenode stopped after a storage failure: {node.fatal}", err=True)
+        return 1
+    click.echo("namenode stopped")
+    return 0

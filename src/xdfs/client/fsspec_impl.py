@@ -1,0 +1,120 @@
+"""An fsspec file system for ``xdfs://`` URLs (pandas, pyarrow, dask read and write through it).
+
+``fsspec.filesystem("xdfs", fs="xdfs://host:port", user=..., password=...)``, or with no
+arguments the ``[client]`` configuration (``XDFS_CONF``, ``XDFS_FS`` ...). Method semantics
+follow fsspec's documentation: ``info`` raises FileNotFoundError, ``mkdir`` creates parents
+by default and refuses an existing path, ``makedirs(exist_ok=...)``, ``rm(recursive=...)``.
+``rm`` deletes for good (it bypasses the trash, which is a shell-user convenience, as
+``hdfs dfs -rm -skipTrash`` does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fsspec import AbstractFileSystem
+
+from xdfs.client.client import Client
+from xdfs.common.addresses import SCHEME
+from xdfs.errors import AlreadyExists, NotFound
+from xdfs.protocol.namenode import FileStatus
+
+
+class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
+    protocol = "xdfs"
+    root_marker = "/"
+
+    def __init__(
+        self,
+        fs: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(fs=fs, user=user, password=password, token=token, **kwargs)
+        self.client = Client(fs, user=user, password=password, token=token)
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        text = str(path)
+        if text.startswith(SCHEME):
+            rest = text[len(SCHEME) :]
+            text = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+        text = text.rstrip("/") or "/"
+        return text if text.startswith("/") else "/" + text
+
+    @staticmethod
+    def _entry(status: FileStatus) -> dict[str, Any]:
+        return {
+            "name": status.path,
+            "size": status.length,
+            "type": "directory" if status.is_dir else "file",
+            "mode": status.mode,
+            "owner": status.owner,
+            "group": status.group,
+            "replication": status.replication,
+            "block_size": status.block_size,
+            "mtime": status.mtime_ms / 1000,
+            "atime": status.atime_ms / 1000,
+            "inode_id": status.inode_id,
+        }
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return self._entry(self.client.stat(self._strip_protocol(path)))
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        path = self._strip_protocol(path)
+        entries = [self._entry(s) for s in self.client.list_dir(path)]
+        return entries if detail else [e["name"] for e in entries]
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        if self.client.exists(path):
+            raise FileExistsError(path)
+        self.client.mkdirs(path, parents=create_parents)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        path = self._strip_protocol(path)
+        try:
+            status = self.client.stat(path)
+        except NotFound:
+            self.client.mkdirs(path, parents=True)
+            return
+        if not exist_ok or not status.is_dir:
+            raise FileExistsError(path)
+
+    def rmdir(self, path: str) -> None:
+        path = self._strip_protocol(path)
+        if not self.client.stat(path).is_dir:
+            raise NotADirectoryError(path)
+        self.client.delete(path, recursive=False, skip_trash=True)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        for one in path if isinstance(path, list) else [path]:
+            self.client.delete(self._strip_protocol(one), recursive=recursive, skip_trash=True)
+
+    def _rm(self, path: str) -> None:
+        self.client.delete(self._strip_protocol(path), recursive=False, skip_trash=True)
+
+    def mv(self, path1: str, path2: str, recursive: bool = False, **kwargs: Any) -> None:
+        self.client.rename(self._strip_protocol(path1), self._strip_protocol(path2))
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        try:
+            self.client.touchz(path)
+        except AlreadyExists:
+            if truncate:
+                raise
+            self.client.set_times(path, mtime_ms=-1)
+
+    def created(self, path: str) -> Any:
+        import datetime as dt
+
+        return dt.datetime.fromtimestamp(self.info(path)["mtime"], tz=dt.UTC)
+
+    def modified(self, path: str) -> Any:
+        return self.created(path)

@@ -1,0 +1,72 @@
+"""``xdfs namenode -format``: create the storage layout and the initial namespace.
+
+The initial namespace holds the superuser (the formatting user, in the supergroup), a
+token-signing key, ``/user`` and a world-writable sticky ``/tmp``; it is saved as
+``fsimage_0`` so the first edit is txid 1.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdfs.config import NameNodeConfig
+from xdfs.namenode import security
+from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.ops import AddTokenKeyOp, AddUserOp, MkdirOp
+from xdfs.namenode.recovery import save_checkpoint
+from xdfs.namenode.storage import StorageDirectory
+
+
+@dataclass(frozen=True)
+class Formatted:
+    cluster_id: str
+    namespace_id: int
+    superuser: str
+    #: Set only when the password was generated (print it once; it is stored hashed).
+    generated_password: str
+
+
+def format_namenode(
+    name_dirs: list[Path],
+    config: NameNodeConfig,
+    *,
+    superuser: str,
+    password: str = "",
+    cluster_id: str = "",
+    force: bool = False,
+) -> Formatted:
+    generated = "" if password else secrets.token_urlsafe(12)
+    password = password or generated
+    cluster_id = cluster_id or f"CID-{uuid.uuid4()}"
+    namespace_id = secrets.randbelow(2**31 - 1) + 1
+    now_ms = int(time.time() * 1000)
+    dirs = [StorageDirectory(d) for d in name_dirs]
+    try:
+        for d in dirs:
+            Path(d.root).mkdir(parents=True, exist_ok=True)
+            d.format(cluster_id, namespace_id, now_ms, force=force)
+        namespace = initial_namespace(config, superuser, password, now_ms)
+        save_checkpoint(dirs, namespace, 0)
+    finally:
+        for d in dirs:
+            d.unlock()
+    return Formatted(cluster_id, namespace_id, superuser, generated)
+
+
+def initial_namespace(
+    config: NameNodeConfig, superuser: str, password: str, now_ms: int
+) -> Namespace:
+    ns = Namespace(superuser, config.supergroup, root_mtime_ms=now_ms)
+    salt = os.urandom(security.SALT_BYTES)
+    digest = security.hash_password(password, salt)
+    ns.apply(AddUserOp(superuser, digest, salt, (config.supergroup,), now_ms))
+    key_expiry_ms = now_ms + int((config.token_key_rotation_s + config.token_lifetime_s) * 1000)
+    ns.apply(AddTokenKeyOp(1, os.urandom(32), key_expiry_ms))
+    ns.apply(MkdirOp("/user", ns.allocate_inode_id(), 0o755, superuser, config.supergroup, now_ms))
+    ns.apply(MkdirOp("/tmp", ns.allocate_inode_id(), 0o1777, superuser, config.supergroup, now_ms))
+    return ns

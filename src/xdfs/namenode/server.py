@@ -1,0 +1,241 @@
+"""The NameNode process: storage, recovery, RPC serving and background duties.
+
+Start: lock every name dir (a second NameNode on the same dir refuses to start), load the
+newest valid image and replay the edits after it, open the edits log for writing at the
+next txid, then serve. Background duties: checkpoints by time or txn count, lease
+recovery, the trash emptier and token-key rotation. Stop (SIGTERM): stop serving, sync and
+finalize the edits log, release the locks. A failing name dir is fatal: the edits log
+fails every waiter (nothing is acknowledged) and the NameNode stops serving at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from xdfs.config import XdfsConfig
+from xdfs.errors import SafeModeError, StorageError, XdfsError
+from xdfs.namenode.auth import NameNodeAuth
+from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
+from xdfs.namenode.handlers import AdminHandlers, ClientHandlers
+from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.recovery import check_versions, load_namespace, purge, save_checkpoint
+from xdfs.namenode.storage import StorageDirectory
+from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
+from xdfs.rpc.server import RpcServer
+from xdfs.rpc.system import add_system_services
+from xdfs.rpc.tls import server_context
+
+log = logging.getLogger(__name__)
+
+
+class NameNode:
+    def __init__(
+        self,
+        config: XdfsConfig,
+        name_dirs: list[Path],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        assert name_dirs, "a NameNode needs at least one name dir"
+        self.config = config
+        self.clock = clock
+        self.dirs = [StorageDirectory(d) for d in name_dirs]
+        self.server: RpcServer | None = None
+        self.edits: EditLog | None = None
+        self.fs: Namesystem | None = None
+        self.auth: NameNodeAuth | None = None
+        self.image_txid = 0
+        self.last_checkpoint_s = clock()
+        self.started_at_ms = int(clock() * 1000)
+        self.stopped = asyncio.Event()
+        self.fatal: BaseException | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._checkpoint_lock = asyncio.Lock()
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None
+        return self.server.address
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        try:
+            for d in self.dirs:
+                d.lock()
+            version = check_versions(self.dirs)
+            namespace, last_txid = load_namespace(self.dirs, Namespace)
+            self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
+            settings = EditLogSettings.from_config(self.config.namenode)
+            self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal)
+            await self.edits.open_for_write(last_txid + 1)
+        except BaseException:
+            self._unlock()
+            raise
+        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
+        self.auth = NameNodeAuth(self.fs)
+        self.server = self._make_server(version.cluster_id)
+        await self.server.start(host, port)
+        await self.auth.rotate_keys()
+        self._start_duties()
+        log.info("namespace loaded: %d inodes, last txid %d", namespace.inode_count(), last_txid)
+        return self.server.address
+
+    def _make_server(self, cluster_id: str) -> RpcServer:
+        assert self.fs is not None and self.auth is not None
+        rpc = self.config.rpc
+        server = RpcServer(
+            "namenode",
+            rpc,
+            cluster_id=cluster_id,
+            authenticator=self.auth,
+            ssl_context=server_context(rpc),
+        )
+        add_system_services(server, "namenode")
+        server.add_service(CLIENT_SERVICE, ClientHandlers(self.fs, self.auth))
+        server.add_service(
+            ADMIN_SERVICE,
+            AdminHandlers(self.fs, self.auth, self.save_namespace, self.roll_edits, self.status),
+        )
+        return server
+
+    async def stop(self) -> None:
+        """Graceful stop: no new calls, every appended edit synced, segment finalized."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self.server is not None:
+            await self.server.close()
+        if self.edits is not None and self.fatal is None:
+            await self.edits.close()
+        self._unlock()
+        self.stopped.set()
+
+    def _unlock(self) -> None:
+        for d in self.dirs:
+            with contextlib.suppress(Exception):
+                d.unlock()
+
+    def _on_fatal(self, error: BaseException) -> None:
+        log.critical(
+            "NameNode stopping: edits log failed (%s); nothing after txid %s is acknowledged",
+            error,
+            self.edits.synced_txid if self.edits else "?",
+        )
+        self.fatal = error
+        if self.server is not None:
+            for conn in list(self.server.connections):
+                conn.shutdown()
+        self.stopped.set()
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    async def save_namespace(self) -> int:
+        """Roll the edits log and write an image at the segment boundary, then purge.
+
+        The image is written on the event loop so the namespace cannot change under it;
+        for very large namespaces this pauses serving for the duration (see
+        docs/operations.md)."""
+        assert self.edits is not None and self.fs is not None
+        async with self._checkpoint_lock:
+            await self.edits.roll()
+            txid = self.edits.last_txid
+            await self.edits.sync(txid)
+            if txid > self.image_txid or not any(d.images() for d in self.dirs):
+                save_checkpoint(self.dirs, self.fs.ns, txid)
+                self.image_txid = txid
+            purge(self.dirs, self.config.namenode.images_retained)
+            self.last_checkpoint_s = self.clock()
+            log.info("checkpoint written at txid %d", txid)
+            return txid
+
+    async def roll_edits(self) -> int:
+        assert self.edits is not None
+        await self.edits.roll()
+        return self.edits.current_segment_start
+
+    def status(self) -> NameNodeStatus:
+        assert self.edits is not None and self.fs is not None
+        version = self.dirs[0].read_version()
+        return NameNodeStatus(
+            version.cluster_id,
+            version.namespace_id,
+            self.edits.last_txid,
+            self.edits.synced_txid,
+            self.image_txid,
+            self.edits.current_segment_start,
+            self.fs.safe_mode.on,
+            self.fs.ns.inode_count(),
+            len(self.fs.ns.files_under_construction()),
+            [str(d.root) for d in self.dirs],
+            self.started_at_ms,
+        )
+
+    # -- background duties --------------------------------------------------------------
+
+    def _start_duties(self) -> None:
+        nn = self.config.namenode
+        duties: list[tuple[str, float, Callable[[], Awaitable[None]]]] = [
+            ("checkpointer", nn.checkpoint_check_interval_s, self._maybe_checkpoint),
+            ("lease monitor", nn.lease_check_interval_s, self._recover_leases),
+            ("token keys", max(1.0, min(nn.token_key_rotation_s / 4, 3600.0)), self._rotate),
+        ]
+        if nn.trash_interval_s > 0:
+            duties.append(("trash emptier", nn.trash_checkpoint_interval_s, self._empty_trash))
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(_every(name, interval, duty)) for name, interval, duty in duties
+        ]
+
+    async def _maybe_checkpoint(self) -> None:
+        assert self.edits is not None
+        nn = self.config.namenode
+        due_by_time = self.clock() - self.last_checkpoint_s >= nn.checkpoint_period_s
+        due_by_txns = self.edits.last_txid - self.image_txid >= nn.checkpoint_txns
+        if due_by_time or due_by_txns:
+            await self.save_namespace()
+
+    async def _recover_leases(self) -> None:
+        assert self.fs is not None
+        fs = self.fs
+        with contextlib.suppress(SafeModeError):
+            await fs.mutate("recover leases", fs.lease_recovery_ops, lambda: None)
+
+    async def _empty_trash(self) -> None:
+        assert self.fs is not None
+        fs = self.fs
+        for user in fs.trash_users():
+            with contextlib.suppress(SafeModeError):
+                await fs.mutate(
+                    "empty trash",
+                    functools.partial(fs.trash_checkpoint_ops, user, immediate=False),
+                    lambda: None,
+                )
+
+    async def _rotate(self) -> None:
+        assert self.auth is not None
+        with contextlib.suppress(SafeModeError):
+            await self.auth.rotate_keys()
+
+
+async def _every(name: str, interval_s: float, duty: Callable[[], Awaitable[None]]) -> None:
+    """Run ``duty`` every ``interval_s``; a failure is logged, never fatal to the loop
+    (storage failures stop the NameNode through the edits log's fatal path instead)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await duty()
+        except StorageError as exc:
+            log.error("%s: storage failure: %s", name, exc)
+        except XdfsError as exc:
+            log.warning("%s: %s", name, exc.message)
+        except Exception:
+            log.exception("%s failed", name)
