@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from xdfs.config import XdfsConfig
+from xdfs.namenode.format import format_namenode
+from xdfs.namenode.server import NameNode
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import Authenticator, RpcServer
@@ -28,6 +30,7 @@ class MiniCluster:
         self.config = config or XdfsConfig()
         self.deadline_s = deadline_s
         self.servers: list[RpcServer] = []
+        self.namenodes: list[NameNode] = []
         self.clients: list[RpcClient] = []
         self._tasks_before: set[asyncio.Task[Any]] = set()
         self._deadline: asyncio.TimerHandle | None = None
@@ -37,8 +40,19 @@ class MiniCluster:
         task = asyncio.current_task()
         assert task is not None
         # A mandatory deadline: a hung cluster cancels the test instead of hanging CI.
-        self._deadline = asyncio.get_running_loop().call_later(self.deadline_s, task.cancel)
+        self._deadline = asyncio.get_running_loop().call_later(
+            self.deadline_s, self._deadline_passed, task
+        )
         return self
+
+    def _deadline_passed(self, entered_in: asyncio.Task[Any]) -> None:
+        if not entered_in.done():
+            entered_in.cancel()
+            return
+        # Entered from a task that has finished, as a fixture's setup task does: the test
+        # runs in a task of its own, started later, so cancel everything started since.
+        for task in asyncio.all_tasks() - self._tasks_before:
+            task.cancel()
 
     async def __aexit__(self, *exc: object) -> None:
         if self._deadline is not None:
@@ -66,6 +80,33 @@ class MiniCluster:
         self.servers.append(server)
         return server
 
+    async def start_namenode(
+        self,
+        name: str = "nn",
+        *,
+        superuser: str = "root",
+        password: str = "rootpw",
+        format_dirs: bool = True,
+        name_dir_count: int = 1,
+        config: XdfsConfig | None = None,
+    ) -> NameNode:
+        """A real NameNode (storage, edits log, RPC) on 127.0.0.1 and an ephemeral port.
+
+        ``format_dirs=False`` restarts on the dirs a previous NameNode of that name left."""
+        dirs = [self.base_dir / f"{name}-dir{i}" for i in range(name_dir_count)]
+        config = config or self.config
+        if format_dirs:
+            format_namenode(dirs, config.namenode, superuser=superuser, password=password,
+                            cluster_id=f"CID-{name}")
+        node = NameNode(config, dirs)
+        await node.start("127.0.0.1", 0)
+        self.namenodes.append(node)
+        return node
+
+    async def stop_namenode(self, node: NameNode) -> None:
+        await node.stop()
+        self.namenodes.remove(node)
+
     def client(
         self, *addresses: str, hello: Hello | None = None, **rpc_overrides: Any
     ) -> RpcClient:
@@ -82,6 +123,9 @@ class MiniCluster:
             await client.close()
         for server in self.servers:
             await server.close()
+        for node in self.namenodes:
+            await node.stop()
+        self.namenodes.clear()
         self.clients.clear()
         self.servers.clear()
 
