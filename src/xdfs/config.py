@@ -94,6 +94,9 @@ class NameNodeConfig:
     )
     edits_segment_bytes_max: int = setting(64 * MiB, "Roll the edits segment past this size.")
     edits_segment_txns_max: int = setting(1_000_000, "Roll the edits segment past this many.")
+    edits_cache_bytes: int = setting(
+        4 * MiB, "Recently synced edits kept in memory for BackupNode fetches."
+    )
     checkpoint_period_s: float = setting(3600.0, "Write an fsimage at least this often.")
     checkpoint_txns: int = setting(1_000_000, "... or after this many transactions.")
     checkpoint_check_interval_s: float = setting(60.0, "How often the checkpointer looks.")

@@ -89,8 +89,12 @@ def _format(config: object, dirs: list[Path], force: bool, cluster_id: str) -> N
 async def _serve(config: object, dirs: list[Path], host: str, port: int) -> int:
     from xdfs.config import XdfsConfig
     from xdfs.namenode.server import NameNode
+    from xdfs.namenode.storage import arm_faults_from_env
 
     assert isinstance(config, XdfsConfig)
+    armed = arm_faults_from_env()  # crash tests only: XDFS_FAULTS=point=action
+    if armed:
+        click.echo(f"fault points armed: {', '.join(armed)}", err=True)
     node = NameNode(config, dirs)
     address = await node.start(host, port)
     click.echo(f"namenode serving on {address}")

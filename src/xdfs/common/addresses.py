@@ -8,15 +8,21 @@ SCHEME = "xdfs://"
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``"h:p"`` or ``"[v6]:p"`` -> ``(host, port)``; raises ConfigError when malformed."""
+    """``"h:p"`` or ``"[v6]:p"`` -> ``(host, port)``; raises ConfigError when malformed.
+
+    An IPv6 host must be bracketed: ``::1`` alone is ambiguous and refused."""
     host, sep, port_text = address.strip().rpartition(":")
-    if not sep or not host or not port_text.isdigit():
+    if not sep or not host or not (port_text.isascii() and port_text.isdigit()):
         raise ConfigError(f"address {address!r} is not HOST:PORT")
     port = int(port_text)
     if not 0 <= port <= 65535:
         raise ConfigError(f"address {address!r}: port out of range")
-    if host.startswith("[") and host.endswith("]"):
+    if host.startswith("[") or host.endswith("]"):
+        if not (host.startswith("[") and host.endswith("]")) or len(host) < 3:
+            raise ConfigError(f"address {address!r}: bad [IPv6] host")
         host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"address {address!r}: write an IPv6 host in brackets, [{host}]")
     return host, port
 
 

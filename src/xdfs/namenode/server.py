@@ -147,8 +147,10 @@ class NameNode:
         assert self.edits is not None and self.fs is not None
         async with self._checkpoint_lock:
             await self.edits.roll()
+            await self.edits.sync()
+            # No await from here to the image write: the image must hold exactly the ops
+            # up to ``txid`` (ops appended during the sync above are in it and in the log).
             txid = self.edits.last_txid
-            await self.edits.sync(txid)
             if txid > self.image_txid or not any(d.images() for d in self.dirs):
                 save_checkpoint(self.dirs, self.fs.ns, txid)
                 self.image_txid = txid

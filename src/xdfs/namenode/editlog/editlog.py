@@ -1,0 +1,514 @@
+"""The edits log: an asyncio driver over the pure :class:`~.buffer.DoubleBuffer` and one or
+more journals (a :class:`~.segments.FileJournal` per name dir).
+
+Use from a request handler, with no ``await`` between apply and append::
+
+    await editlog.wait_for_room()      # back-pressure: the current buffer is full
+    result = namespace.apply(op)       # may raise a NamespaceError: nothing logged
+    txid = editlog.append(op)          # synchronous: assigns the txid, buffers the record
+    await editlog.sync(txid)           # durable on every journal
+    reply(result)
+
+**Durability before acknowledgement** is enforced here: :meth:`EditLog.sync` returns only
+after a flush that covers ``txid`` has been written *and fsynced* on every journal. One
+syncer task at a time swaps the buffers and writes the ready one (in worker threads) while
+appends continue into the other; every waiter the flush covers is released by it (group
+commit). If any journal fails a write or fsync, the log is *failed*: a CRITICAL line names the
+journal, ``on_fatal(error)`` is called (the NameNode exits rather than diverge), every waiter
+gets a :class:`~xdfs.errors.StorageError`, and nothing is ever acknowledged again.
+
+Segments roll automatically once a flush leaves the open one at ``edits_segment_bytes_max``
+bytes or ``edits_segment_txns_max`` txns, and on :meth:`EditLog.roll`.
+
+:func:`read_edits` is the read side (replay, ``fetch_edits`` for the BackupNode): it reads
+finalized and in-progress segments of one or more dirs, falling back to the next dir when a
+dir's copy is damaged. :meth:`EditLog.read_cached` serves recently synced edits from memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from xdfs.errors import ConfigError, StorageError
+from xdfs.namenode.editlog.buffer import DoubleBuffer, FlushBatch
+from xdfs.namenode.editlog.records import (
+    SEGMENT_HEADER_BYTES,
+    Frame,
+    decode_frame,
+    decode_payload,
+    encode_record,
+    parse_frame,
+)
+from xdfs.namenode.editlog.segments import FileJournal, SegmentReader, segment_index
+from xdfs.namenode.ops import Op
+from xdfs.namenode.storage import StorageDirectory
+
+log = logging.getLogger("xdfs.namenode.editlog")
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True)
+class EditLogSettings:
+    """Limits of the edits log; field names match the ``[namenode]`` config keys."""
+
+    #: Size of each half of the double buffer; appenders wait (wait_for_room) beyond it.
+    edits_buffer_bytes: int = 512 * KiB
+    #: Roll the open segment once a flush leaves it at or past this many bytes.
+    edits_segment_bytes_max: int = 64 * MiB
+    #: ... or at or past this many transactions.
+    edits_segment_txns_max: int = 1_000_000
+    #: Recently synced edits kept in memory for read_cached (BackupNode fetches).
+    edits_cache_bytes: int = 4 * MiB
+
+    def __post_init__(self) -> None:
+        if self.edits_buffer_bytes < 1:
+            raise ConfigError("edits_buffer_bytes must be >= 1")
+        if self.edits_segment_bytes_max < SEGMENT_HEADER_BYTES + 1:
+            raise ConfigError("edits_segment_bytes_max is too small")
+        if self.edits_segment_txns_max < 1:
+            raise ConfigError("edits_segment_txns_max must be >= 1")
+        if self.edits_cache_bytes < 0:
+            raise ConfigError("edits_cache_bytes must be >= 0")
+
+    @classmethod
+    def from_config(cls, namenode: object) -> EditLogSettings:
+        """From a ``NameNodeConfig`` (any object with the matching attributes)."""
+        defaults = cls()
+        return cls(**{
+            name: getattr(namenode, name, getattr(defaults, name))
+            for name in cls.__dataclass_fields__
+        })
+
+
+class Journal(Protocol):
+    """Where flushed batches go. Every method returns only when its effect is durable."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def recover_unfinalized(self, next_txid: int) -> None: ...
+
+    async def start_segment(self, first_txid: int) -> None: ...
+
+    async def write(self, data: bytes | bytearray, first_txid: int, last_txid: int) -> None: ...
+
+    async def finalize_segment(self, first_txid: int, last_txid: int) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+State = Literal["new", "open", "closing", "closed", "failed"]
+
+
+class EditLog:
+    def __init__(
+        self,
+        journals: Sequence[Journal],
+        settings: EditLogSettings | None = None,
+        *,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        if not journals:
+            raise StorageError("the edits log needs at least one journal")
+        self.journals = list(journals)
+        self.settings = settings or EditLogSettings()
+        self.on_fatal = on_fatal
+        self._state: State = "new"
+        self._buffer: DoubleBuffer[asyncio.Future[None]] = DoubleBuffer(
+            self.settings.edits_buffer_bytes, 0
+        )
+        self._room_waiters: list[asyncio.Future[None]] = []
+        self._io_lock = asyncio.Lock()
+        self._closed = asyncio.Event()
+        self._syncer: asyncio.Task[None] | None = None
+        self._fatal: StorageError | None = None
+        self._segment_start = 0
+        self._segment_bytes = 0
+        self._segment_txns = 0
+        self._cache: collections.deque[FlushBatch] = collections.deque()
+        self._cache_bytes = 0
+        self.flush_count = 0
+        self.roll_count = 0
+
+    @classmethod
+    def for_storage(
+        cls,
+        dirs: Sequence[StorageDirectory],
+        settings: EditLogSettings | None = None,
+        *,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> EditLog:
+        return cls([FileJournal(d.current) for d in dirs], settings, on_fatal=on_fatal)
+
+    # -- properties --
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def last_txid(self) -> int:
+        """Last txid appended (durable or not)."""
+        return self._buffer.last_txid
+
+    @property
+    def synced_txid(self) -> int:
+        """Every txid up to this one is durable on every journal."""
+        return self._buffer.synced_txid
+
+    @property
+    def current_segment_start(self) -> int:
+        return self._segment_start
+
+    @property
+    def failure(self) -> StorageError | None:
+        return self._fatal
+
+    # -- lifecycle --
+
+    async def open_for_write(self, first_txid: int) -> None:
+        """Finalize segments a crash left open, then start a segment at ``first_txid``."""
+        assert self._state in ("new", "closed"), f"open_for_write in state {self._state}"
+        assert first_txid >= 1, first_txid
+        for journal in self.journals:
+            await journal.recover_unfinalized(first_txid)
+        await self._each("start_segment", lambda j: j.start_segment(first_txid), fatal=False)
+        self._buffer = DoubleBuffer(self.settings.edits_buffer_bytes, first_txid - 1)
+        self._segment_start = first_txid
+        self._segment_bytes = SEGMENT_HEADER_BYTES
+        self._segment_txns = 0
+        self._cache.clear()
+        self._cache_bytes = 0
+        self._fatal = None
+        self._state = "open"
+        log.info("edits log open for write at txid %d on %s",
+                 first_txid, ", ".join(j.name for j in self.journals))
+
+    async def close(self) -> None:
+        """Sync everything, finalize the open segment, close the journals."""
+        if self._state in ("new", "closed"):
+            self._state = "closed"
+            return
+        if self._state == "closing":
+            await self._closed.wait()  # another close() is at work
+            if self._fatal:
+                raise self._fatal
+            return
+        if self._state == "open":
+            self._state = "closing"
+            self._closed.clear()
+            try:
+                await self.sync(self._buffer.last_txid)
+                async with self._io_lock:
+                    await self._finalize_locked()
+            finally:
+                await self._close_journals()
+                self._state = "failed" if self._fatal else "closed"
+                self._closed.set()
+            if self._fatal:
+                raise self._fatal
+            log.info("edits log closed at txid %d", self._buffer.synced_txid)
+            return
+        await self._close_journals()  # failed: close files, finalize nothing
+
+    async def _close_journals(self) -> None:
+        if self._syncer is not None and not self._syncer.done():
+            await asyncio.gather(self._syncer, return_exceptions=True)
+        for journal in self.journals:
+            try:
+                await journal.close()
+            except Exception as exc:  # closing after a failure must not hide the failure
+                log.warning("closing journal %s: %s", journal.name, exc)
+
+    # -- the write path --
+
+    def append(self, op: Op) -> int:
+        """Assign the next txid to ``op`` and buffer it. Never awaits. Not durable until
+        :meth:`sync` returns for the returned txid."""
+        if self._state != "open":
+            raise self._fatal or StorageError(f"edits log is not open for write ({self._state})")
+        buffer = self._buffer
+        txid = buffer.last_txid + 1
+        buffer.append(txid, encode_record(txid, op))
+        if buffer.is_full:
+            self._kick()
+        return txid
+
+    async def wait_for_room(self) -> None:
+        """Wait while the current buffer is full (call before applying an op)."""
+        while self._buffer.is_full:
+            self._check_usable()
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(fut)
+            self._kick()
+            await fut
+
+    async def sync(self, txid: int | None = None) -> None:
+        """Return once ``txid`` (default: the last appended) is durable on every journal."""
+        buffer = self._buffer
+        if txid is None:
+            txid = buffer.last_txid
+        if txid <= buffer.synced_txid:
+            return
+        self._check_usable()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        buffer.add_waiter(txid, fut)
+        self._kick()
+        await fut
+
+    async def roll(self) -> tuple[int, int] | None:
+        """Flush, finalize the open segment, start the next at the next txid. Returns the
+        finalized (start, end), or None when the open segment was empty (it is deleted)."""
+        self._check_usable()
+        async with self._io_lock:
+            self._check_usable()
+            if self._buffer.ready_to_flush():
+                await self._flush_locked()
+                self._check_usable()
+            finalized = await self._roll_locked()
+            self._check_usable()
+            return finalized
+
+    # -- internals --
+
+    def _check_usable(self) -> None:
+        if self._fatal is not None:
+            raise self._fatal
+        if self._state not in ("open", "closing"):
+            raise StorageError(f"edits log is not open ({self._state})")
+
+    def _kick(self) -> None:
+        if self._syncer is None or self._syncer.done():
+            self._syncer = asyncio.get_running_loop().create_task(
+                self._run_syncer(), name="edits-syncer"
+            )
+
+    async def _run_syncer(self) -> None:
+        while self._state in ("open", "closing") and self._buffer.needs_flush():
+            async with self._io_lock:
+                if self._fatal is None and self._buffer.ready_to_flush():
+                    await self._flush_locked()
+                    if self._fatal is None and self._should_roll():
+                        await self._roll_locked()
+
+    def _should_roll(self) -> bool:
+        s = self.settings
+        return (self._segment_bytes >= s.edits_segment_bytes_max
+                or self._segment_txns >= s.edits_segment_txns_max)
+
+    async def _flush_locked(self) -> None:
+        buffer = self._buffer
+        batch = buffer.swap()
+        room, self._room_waiters = self._room_waiters, []
+        for fut in room:
+            if not fut.done():
+                fut.set_result(None)
+        ok = await self._each(
+            "write", lambda j: j.write(batch.data, batch.first_txid, batch.last_txid)
+        )
+        if not ok:
+            return
+        self.flush_count += 1
+        self._segment_bytes += len(batch.data)
+        self._segment_txns += batch.count
+        self._remember(batch)
+        for fut in buffer.flush_done():
+            if not fut.done():
+                fut.set_result(None)
+        if buffer.needs_flush():
+            self._kick()  # the flush was roll's, or the syncer is about to look again
+
+    async def _roll_locked(self) -> tuple[int, int] | None:
+        start, end = self._segment_start, self._buffer.synced_txid
+        if not await self._finalize_locked():
+            return None
+        if not await self._each("start_segment", lambda j: j.start_segment(end + 1)):
+            return None
+        self._segment_start = end + 1
+        self._segment_bytes = SEGMENT_HEADER_BYTES
+        self._segment_txns = 0
+        self.roll_count += 1
+        if end < start:
+            return None
+        log.info("rolled edits: finalized %d-%d, next segment starts at %d", start, end, end + 1)
+        return start, end
+
+    async def _finalize_locked(self) -> bool:
+        start, end = self._segment_start, self._buffer.synced_txid
+        assert end == self._buffer.flushing_txid, "finalize with a flush in progress"
+        return await self._each("finalize", lambda j: j.finalize_segment(start, end))
+
+    async def _each(
+        self, what: str, call: Callable[[Journal], Awaitable[None]], *, fatal: bool = True
+    ) -> bool:
+        """Run ``call`` on every journal concurrently; on any failure go fatal (or raise)."""
+        results = await asyncio.gather(*(call(j) for j in self.journals), return_exceptions=True)
+        for journal, result in zip(self.journals, results, strict=True):
+            if isinstance(result, BaseException):
+                if isinstance(result, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                    raise result
+                if not fatal:
+                    raise StorageError(f"edits journal {journal.name}: {what} failed: "
+                                       f"{result}") from result
+                self._go_fatal(journal, what, result)
+                return False
+        return True
+
+    def _go_fatal(self, journal: Journal, what: str, exc: BaseException) -> None:
+        if self._fatal is not None:
+            return
+        error = StorageError(
+            f"edits journal {journal.name} failed ({what}): {exc}; "
+            f"nothing after txid {self._buffer.synced_txid} is acknowledged"
+        )
+        error.__cause__ = exc
+        self._fatal = error
+        self._state = "failed"
+        log.critical("edits journal %s failed during %s: %s -- the edits log is stopped, "
+                     "no edit after txid %d will be acknowledged",
+                     journal.name, what, exc, self._buffer.synced_txid)
+        for fut in [*self._buffer.flush_failed(), *self._room_waiters]:
+            if not fut.done():
+                fut.set_exception(error)
+        self._room_waiters = []
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(error)
+            except Exception:
+                log.exception("on_fatal callback failed")
+
+    # -- in-memory cache of synced edits --
+
+    def _remember(self, batch: FlushBatch) -> None:
+        limit = self.settings.edits_cache_bytes
+        if limit <= 0:
+            return
+        self._cache.append(batch)
+        self._cache_bytes += len(batch.data)
+        while self._cache_bytes > limit and len(self._cache) > 1:
+            self._cache_bytes -= len(self._cache.popleft().data)
+
+    def read_cached(self, from_txid: int, max_records: int) -> list[tuple[int, Op]] | None:
+        """Synced edits from ``from_txid`` (at most ``max_records``) from memory; ``[]`` when
+        nothing is synced beyond it yet, None when ``from_txid`` is no longer cached (read
+        the segments with :func:`read_edits` instead)."""
+        if from_txid > self._buffer.synced_txid:
+            return []
+        if not self._cache or from_txid < self._cache[0].first_txid:
+            return None
+        out: list[tuple[int, Op]] = []
+        for batch in list(self._cache):
+            if batch.last_txid < from_txid:
+                continue
+            data = batch.data
+            pos = 0
+            while pos < len(data) and len(out) < max_records:
+                frame = parse_frame(data, pos)
+                assert isinstance(frame, Frame), frame
+                if frame.txid >= from_txid:
+                    out.append((frame.txid, decode_frame(data, frame)))
+                pos = frame.end
+            if len(out) >= max_records:
+                break
+        return out
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "last_txid": self.last_txid,
+            "synced_txid": self.synced_txid,
+            "flushes": self.flush_count,
+            "rolls": self.roll_count,
+            "segment_start": self._segment_start,
+            "segment_bytes": self._segment_bytes,
+            "buffer_bytes": self._buffer.current_bytes,
+            "sync_waiters": self._buffer.waiter_count,
+        }
+
+
+# --- the read side -----------------------------------------------------------------------
+
+
+def _current_dir(d: StorageDirectory | str | os.PathLike[str]) -> Path:
+    if isinstance(d, StorageDirectory):
+        return d.current
+    path = Path(d)
+    return path / "current" if (path / "current").is_dir() else path
+
+
+def read_edits(
+    dirs: Sequence[StorageDirectory | str | os.PathLike[str]],
+    from_txid: int,
+    to_txid: int | None = None,
+) -> Iterator[tuple[int, Op]]:
+    """Yield ``(txid, op)`` for ``from_txid..to_txid`` (to the end of the log when None) from
+    finalized and in-progress segments. Never modifies anything: a partial record at the end
+    of an in-progress segment (still being written, or torn) ends the log. A damaged or short
+    copy in one dir makes the reader continue from the next dir. StorageError when the range
+    is not (entirely) available."""
+    expected = from_txid
+    errors: list[str] = []
+    for d in dirs:
+        current = _current_dir(d)
+        try:
+            for txid, op, _, _ in read_dir_edits(current, expected, to_txid):
+                yield txid, op
+                expected = txid + 1
+            if to_txid is None or expected > to_txid:
+                return
+            errors.append(f"{current}: log ends at txid {expected - 1}")
+        except StorageError as exc:
+            log.warning("reading edits from %s: %s", current, exc)
+            errors.append(str(exc))
+    raise StorageError(
+        f"edits from txid {expected}{'' if to_txid is None else f' to {to_txid}'} are not "
+        f"available: {'; '.join(errors) or 'no directories'}"
+    )
+
+
+def read_dir_edits(
+    current: Path, from_txid: int, to_txid: int | None = None
+) -> Iterator[tuple[int, Op, Path, int]]:
+    """``(txid, op, segment path, byte offset)`` from one ``current`` dir (see read_edits);
+    ends quietly where the log ends, raises StorageError on a gap or corruption."""
+    expected = from_txid
+    for _attempt in range(5):  # a live writer may finalize a segment while we list
+        segments = [
+            s for s in segment_index(current)
+            if (s.end is None or s.end >= expected) and (to_txid is None or s.start <= to_txid)
+        ]
+        relist = False
+        for seg in segments:
+            if seg.start > expected:
+                raise StorageError(f"{current}: txids {expected}..{seg.start - 1} are missing "
+                                   f"(next segment is {seg.name})")
+            if seg.in_progress and not seg.path.exists():
+                relist = True
+                break
+            reader = SegmentReader(seg.path, expected_start=seg.start, expected_end=seg.end,
+                                   torn_tail="allow" if seg.in_progress else "error")
+            for txid, opcode, payload, offset in reader:
+                if txid < expected:
+                    continue
+                if to_txid is not None and txid > to_txid:
+                    return
+                try:
+                    op = decode_payload(opcode, payload)
+                except ValueError as exc:
+                    raise StorageError(f"corrupt edits segment {seg.path} at byte offset "
+                                       f"{offset}: txid {txid}: {exc}") from None
+                yield txid, op, seg.path, offset
+                expected = txid + 1
+            if seg.in_progress:
+                return  # an open segment is the end of what is readable
+        if not relist:
+            return
+    raise StorageError(f"{current}: segments keep changing while being listed")

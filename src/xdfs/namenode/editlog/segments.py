@@ -1,0 +1,472 @@
+"""Edits segment files: names (pure), a validating reader, and :class:`FileJournal`, the writer
+of one name dir's segments.
+
+Names (19-digit zero-padded txids)::
+
+    edits_inprogress_<start>     the open segment; records are appended to it
+    edits_<start>-<end>          finalized: exactly txids start..end, renamed when closed
+
+A segment file is the 20-byte header ``b"XDFSEDIT" | u32 LAYOUT_VERSION | u64 first_txid``
+then records with consecutive txids from ``first_txid`` (framing: :mod:`.records`). An
+in-progress segment with no records is deleted rather than finalized.
+
+Reading (:class:`SegmentReader`) verifies the header, every CRC, and txid continuity. A
+problem in the *final* record of a file -- the bytes end inside it (``SHORT``), or its length
+field or CRC is bad and it reaches the end of the file, or the rest of the file is NUL bytes --
+is a *torn tail*: the writer crashed mid-write. Whether a torn tail is acceptable is the
+caller's choice (``torn_tail="allow"``, used for the last in-progress segment, where recovery
+truncates it); anything else is corruption and raises :class:`~xdfs.errors.StorageError`
+naming the file and the byte offset.
+
+Durability in :class:`FileJournal`: a new segment's header is fdatasync'ed and its directory
+fsynced before any record is written to it; each flush is ``write`` then ``fdatasync`` (a
+flush returns only when durable); finalize renames and fsyncs the directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Literal, TypeVar
+
+import crc32c
+
+from xdfs.errors import StorageError
+from xdfs.namenode.editlog.records import (
+    CRC,
+    CRC_BYTES,
+    LENGTH_MIN,
+    RECORD_BYTES_MAX,
+    RECORD_HEAD,
+    RECORD_HEAD_BYTES,
+    SEGMENT_HEADER_BYTES,
+    Frame,
+    FrameProblem,
+    Problem,
+    SegmentHeader,
+    decode_segment_header,
+    encode_segment_header,
+    is_zero_fill,
+    parse_frame,
+)
+from xdfs.namenode.storage import (
+    TXID_DIGITS,
+    datasync,
+    fault_point,
+    fsync_dir,
+    write_all,
+    write_seen_txid,
+)
+
+log = logging.getLogger("xdfs.namenode.editlog")
+
+READ_CHUNK_BYTES = 1024 * 1024
+T = TypeVar("T")
+
+# --- names (pure) ------------------------------------------------------------------------
+
+_FINALIZED_RE = re.compile(r"^edits_(\d{19})-(\d{19})$")
+_INPROGRESS_RE = re.compile(r"^edits_inprogress_(\d{19})$")
+
+
+def segment_name(start: int, end: int | None = None) -> str:
+    if end is None:
+        return f"edits_inprogress_{start:0{TXID_DIGITS}d}"
+    return f"edits_{start:0{TXID_DIGITS}d}-{end:0{TXID_DIGITS}d}"
+
+
+def parse_segment_name(name: str) -> tuple[int, int | None] | None:
+    """``(start, end)`` of a finalized segment, ``(start, None)`` of an in-progress one,
+    None for any other name."""
+    match = _FINALIZED_RE.match(name)
+    if match:
+        start, end = int(match.group(1)), int(match.group(2))
+        return (start, end) if end >= start else None
+    match = _INPROGRESS_RE.match(name)
+    if match:
+        return int(match.group(1)), None
+    return None
+
+
+@dataclass(frozen=True, order=True)
+class SegmentInfo:
+    start: int
+    end: int | None  # None while in progress
+    path: Path
+
+    @property
+    def in_progress(self) -> bool:
+        return self.end is None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def segment_index(directory: str | os.PathLike[str]) -> list[SegmentInfo]:
+    """The segments of a ``current`` directory (or of a name dir: its ``current`` is used),
+    sorted by start txid (an in-progress segment after a finalized one with the same start)."""
+    path = Path(directory)
+    if (path / "current").is_dir():
+        path = path / "current"
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        raise StorageError(f"cannot list {path}: {exc}") from exc
+    out = []
+    for name in names:
+        parsed = parse_segment_name(name)
+        if parsed is not None:
+            out.append(SegmentInfo(parsed[0], parsed[1], path / name))
+    out.sort(key=lambda s: (s.start, s.end is None, s.end or 0))
+    return out
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+class SegmentReader:
+    """Iterate ``(txid, opcode, payload, file_offset)`` of one segment file, validating as it
+    goes. After iteration: ``last_txid`` (``start - 1`` when empty), ``count``,
+    ``valid_bytes`` (end of the last good record, the truncation point of a torn tail) and
+    ``torn`` (a description of the torn tail, None when the file ends cleanly).
+
+    ``expected_start``/``expected_end``: what the file name promises (checked).
+    ``torn_tail``: ``"error"`` treats a torn tail as corruption; ``"allow"`` stops there.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        expected_start: int | None = None,
+        expected_end: int | None = None,
+        torn_tail: Literal["error", "allow"] = "error",
+        chunk_bytes: int = READ_CHUNK_BYTES,
+    ) -> None:
+        self.path = path
+        self.expected_start = expected_start
+        self.expected_end = expected_end
+        self.torn_tail = torn_tail
+        self.chunk_bytes = chunk_bytes
+        self.header: SegmentHeader | None = None
+        self.last_txid = (expected_start or 1) - 1
+        self.count = 0
+        self.valid_bytes = 0
+        self.torn: str | None = None
+        self.torn_offset: int | None = None
+        self.file_bytes = 0
+
+    def _fail(self, offset: int, what: str) -> StorageError:
+        return StorageError(f"corrupt edits segment {self.path} at byte offset {offset}: {what}")
+
+    def _tear(self, offset: int, what: str) -> None:
+        if self.torn_tail != "allow":
+            raise self._fail(offset, what)
+        self.torn = f"{what} at byte offset {offset}"
+        self.torn_offset = offset
+
+    def __iter__(self) -> Iterator[tuple[int, int, bytes, int]]:
+        try:
+            f = open(self.path, "rb")  # noqa: SIM115 -- closed in finally below
+        except OSError as exc:
+            raise StorageError(f"cannot open edits segment {self.path}: {exc}") from exc
+        try:
+            yield from self._read(f)
+        finally:
+            f.close()
+        self._check_end()
+
+    def _read_header(self, f: BinaryIO) -> SegmentHeader | None:
+        """The header, or None for a torn one (a crash while creating the segment)."""
+        self.file_bytes = os.fstat(f.fileno()).st_size
+        head = f.read(SEGMENT_HEADER_BYTES)
+        header = decode_segment_header(head)
+        if isinstance(header, str):
+            if len(head) < SEGMENT_HEADER_BYTES or is_zero_fill(head, 0):
+                self._tear(0, header)
+                return None
+            raise self._fail(0, header)
+        if self.expected_start is not None and header.first_txid != self.expected_start:
+            raise self._fail(0, f"header says first txid {header.first_txid}, "
+                                f"the name says {self.expected_start}")
+        self.header = header
+        return header
+
+    def _read(self, f: BinaryIO) -> Iterator[tuple[int, int, bytes, int]]:
+        header = self._read_header(f)
+        if header is None:
+            return
+        read = f.read
+        expected = header.first_txid
+        self.last_txid = expected - 1
+        self.valid_bytes = SEGMENT_HEADER_BYTES
+        buf = b""
+        base = SEGMENT_HEADER_BYTES  # file offset of buf[0]
+        pos = 0
+        eof = False
+        need = 0
+        unpack_head = RECORD_HEAD.unpack_from
+        unpack_crc = CRC.unpack_from
+        crc = crc32c.crc32c
+        while True:
+            if not eof and len(buf) - pos <= need:
+                chunk = read(max(self.chunk_bytes, need + 1))
+                if chunk:
+                    buf = buf[pos:] + chunk
+                    base += pos
+                    pos = 0
+                else:
+                    eof = True
+            # fast path: every complete, well-formed record already in buf
+            size = len(buf)
+            view = memoryview(buf)
+            try:
+                while size - pos >= RECORD_HEAD_BYTES:
+                    length, opcode, txid = unpack_head(buf, pos)
+                    end = pos + length + 8
+                    if (length < LENGTH_MIN or length > RECORD_BYTES_MAX or end > size
+                            or crc(view[pos + 4:end - 4]) != unpack_crc(buf, end - 4)[0]):
+                        break
+                    if txid != expected:
+                        raise self._fail(base + pos, f"txid {txid} where {expected} was "
+                                                     "expected (a gap or a reordering)")
+                    yield txid, opcode, buf[pos + RECORD_HEAD_BYTES:end - CRC_BYTES], base + pos
+                    self.last_txid = expected
+                    self.count += 1
+                    expected += 1
+                    pos = end
+                    self.valid_bytes = base + pos
+            finally:
+                view.release()
+            # slow path: say exactly what stopped the fast one
+            result = parse_frame(buf, pos)
+            assert not isinstance(result, Frame), result
+            if result.problem is Problem.SHORT and not eof:
+                need = result.claimed_end - pos
+                continue
+            need = 0
+            if pos == len(buf) and eof:
+                return  # clean end
+            self._problem_at_tail(f, buf, pos, base, result)
+            return
+
+    def _problem_at_tail(
+        self, f: BinaryIO, buf: bytes, pos: int, base: int, result: FrameProblem
+    ) -> None:
+        offset = base + pos
+        what = f"{result.problem.value} ({result.detail}) in txid {self.last_txid + 1}"
+        claimed_end = base + result.claimed_end
+        if result.problem is Problem.SHORT or claimed_end >= self.file_bytes:
+            self._tear(offset, what)
+            return
+        # the record claims to end before the file does: torn only if the rest is zero fill
+        rest = buf[pos:]
+        zeros = is_zero_fill(rest, 0)
+        while zeros:
+            chunk = f.read(self.chunk_bytes)
+            if not chunk:
+                break
+            zeros = is_zero_fill(chunk, 0)
+        if zeros:
+            self._tear(offset, what + ", followed by NUL fill")
+            return
+        raise self._fail(offset, what + ", followed by more data")
+
+    def _check_end(self) -> None:
+        if self.expected_end is not None and self.last_txid != self.expected_end:
+            raise StorageError(
+                f"corrupt edits segment {self.path} at byte offset {self.valid_bytes}: "
+                f"ends at txid {self.last_txid}, its name says {self.expected_end}"
+            )
+
+
+def scan_segment(
+    info: SegmentInfo, *, torn_tail: Literal["error", "allow"] = "error"
+) -> SegmentReader:
+    """Read a whole segment for validation only; returns the finished reader."""
+    reader = SegmentReader(
+        info.path, expected_start=info.start, expected_end=info.end, torn_tail=torn_tail
+    )
+    for _ in reader:
+        pass
+    return reader
+
+
+def truncate_segment(path: Path, valid_bytes: int) -> None:
+    """Cut a torn tail off (``valid_bytes`` below a header: delete the file)."""
+    fault_point("recovery.before_truncate")
+    try:
+        if valid_bytes < SEGMENT_HEADER_BYTES:
+            path.unlink()
+            fsync_dir(path.parent)
+            return
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, valid_bytes)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"cannot truncate {path} to {valid_bytes} bytes: {exc}") from exc
+
+
+def finalize_file(current: Path, start: int, last: int) -> Path | None:
+    """Rename ``edits_inprogress_<start>`` to ``edits_<start>-<last>`` (or delete it when it
+    holds no record, ``last < start``), fsync the directory, raise seen_txid."""
+    src = current / segment_name(start)
+    fault_point("editlog.before_finalize")
+    try:
+        if last < start:
+            src.unlink()
+            fsync_dir(current)
+            return None
+        dst = current / segment_name(start, last)
+        if dst.exists():
+            raise StorageError(f"cannot finalize {src}: {dst.name} already exists")
+        os.rename(src, dst)
+    except OSError as exc:
+        raise StorageError(f"cannot finalize edits segment {src}: {exc}") from exc
+    fsync_dir(current)
+    write_seen_txid(current, last)
+    fault_point("editlog.after_finalize")
+    return dst
+
+
+# --- writing: one name dir ---------------------------------------------------------------
+
+
+class FileJournal:
+    """Writes the segments of one ``current`` directory. The blocking ``*_sync`` methods do
+    the I/O; the async ones run them in a worker thread so the event loop never blocks.
+    One writer at a time (the :class:`~xdfs.namenode.editlog.editlog.EditLog` ensures it)."""
+
+    def __init__(self, current: str | os.PathLike[str]) -> None:
+        self.current = Path(current)
+        self._fd: int | None = None
+        self._start: int | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.current.parent)
+
+    def __repr__(self) -> str:
+        return f"FileJournal({str(self.current)!r})"
+
+    @property
+    def segment_start(self) -> int | None:
+        return self._start
+
+    # -- blocking core --
+
+    def recover_unfinalized_sync(self, next_txid: int) -> None:
+        """Before writing from ``next_txid``: finalize in-progress segments a crash left
+        (the last one may have a torn tail, which is truncated) and check that no segment
+        already holds ``next_txid`` or later."""
+        segments = segment_index(self.current)
+        open_ones = [s for s in segments if s.in_progress]
+        for seg in open_ones:
+            last_one = seg is open_ones[-1]
+            reader = scan_segment(seg, torn_tail="allow" if last_one else "error")
+            if reader.torn is not None:
+                log.warning("truncating torn tail of %s: %s", seg.path, reader.torn)
+                truncate_segment(seg.path, reader.valid_bytes)
+            if reader.header is None:
+                continue  # deleted by truncate_segment
+            log.info("finalizing %s left open (txids %d..%d)",
+                     seg.path, seg.start, reader.last_txid)
+            finalize_file(self.current, seg.start, reader.last_txid)
+        for seg in segment_index(self.current):
+            assert seg.end is not None
+            if seg.end >= next_txid:
+                raise StorageError(
+                    f"{seg.path} already holds txids up to {seg.end}; "
+                    f"cannot start writing at {next_txid}"
+                )
+
+    def start_segment_sync(self, first_txid: int) -> None:
+        assert self._fd is None, "segment already open"
+        path = self.current / segment_name(first_txid)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot create edits segment {path}: {exc}") from exc
+        try:
+            write_all(fd, encode_segment_header(first_txid), path)
+            datasync(fd)
+            fsync_dir(self.current)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._start = first_txid
+        write_seen_txid(self.current, first_txid - 1)
+        fault_point("editlog.segment_created")
+
+    def write_sync(self, data: bytes | bytearray) -> None:
+        """Append a batch of framed records and make it durable."""
+        fd = self._fd
+        assert fd is not None and self._start is not None, "no open segment"
+        path = self.current / segment_name(self._start)
+        fault_point("editlog.before_write")
+        write_all(fd, data, path)
+        fault_point("editlog.before_fsync")
+        try:
+            datasync(fd)
+        except OSError as exc:
+            raise StorageError(f"fsync of {path} failed: {exc}") from exc
+        fault_point("editlog.after_fsync")
+
+    def finalize_segment_sync(self, last_txid: int) -> Path | None:
+        assert self._fd is not None and self._start is not None, "no open segment"
+        start = self._start
+        self.close_sync()
+        return finalize_file(self.current, start, last_txid)
+
+    def close_sync(self) -> None:
+        """Close the open segment's file without finalizing it (shutdown after a failure)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._start = None
+
+    # -- async wrappers (the Journal protocol) --
+    # Each journal has its own I/O thread, so edits never queue behind unrelated blocking
+    # work in the loop's default executor (an image save, a block report).
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"edits {self.name}")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def recover_unfinalized(self, next_txid: int) -> None:
+        await self._run(self.recover_unfinalized_sync, next_txid)
+
+    async def start_segment(self, first_txid: int) -> None:
+        await self._run(self.start_segment_sync, first_txid)
+
+    async def write(self, data: bytes | bytearray, first_txid: int, last_txid: int) -> None:
+        await self._run(self.write_sync, data)
+
+    async def finalize_segment(self, first_txid: int, last_txid: int) -> None:
+        assert first_txid == self._start, (first_txid, self._start)
+        await self._run(self.finalize_segment_sync, last_txid)
+
+    async def close(self) -> None:
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            await self._run_final(executor)
+        self.close_sync()
+
+    @staticmethod
+    async def _run_final(executor: ThreadPoolExecutor) -> None:
+        # wait for anything still running on the I/O thread, then stop it
+        await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
+        executor.shutdown(wait=False)
