@@ -48,7 +48,8 @@ def backoff_s(try_number: int, initial_s: float, max_s: float) -> float:
     """Delay before try ``try_number`` (0-based) against one address: 0, i, 2i, 4i ... max."""
     if try_number <= 0:
         return 0.0
-    return float(min(max_s, initial_s * (2 ** (try_number - 1))))
+    # The exponent is capped so huge try numbers cannot overflow the float conversion.
+    return float(min(max_s, initial_s * (2 ** min(try_number - 1, 1000))))
 
 
 class DownloadStream:
@@ -259,6 +260,8 @@ class ClientConnection(RpcProtocol):
             await sender.send_all(chunks, self.config.stream_chunk_bytes)
         except XdfsError:
             if not future.done():  # our side failed; the server's error wins otherwise
+                self.send(Kind.CANCEL, call_id, "", None)
+                self._pending.pop(call_id, None)
                 raise
         except BaseException:
             self.send(Kind.CANCEL, call_id, "", None)
@@ -386,7 +389,7 @@ class RpcClient:
                 except NotActive as exc:
                     failures.append(f"{address}: {exc.message}")
                     break
-                except Unavailable as exc:  # nothing was sent: always safe to try again
+                except (Unavailable, Overloaded) as exc:  # nothing ran: always safe to repeat
                     failures.append(f"{address}: {exc.message}")
                     continue
                 try:

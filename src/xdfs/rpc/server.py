@@ -11,6 +11,11 @@ Limits: ``connections_max`` connections, ``inflight_per_connection_max`` running
 connection (beyond it the server stops reading that socket, which pushes back on the
 client through TCP), and a peer that stops reading our replies is disconnected after
 ``stalled_peer_timeout_s``.
+
+A call that arrives while the connection is at its limit waits (with every frame behind it,
+in order, and the socket paused) as long as a running unary call will free a slot on its
+own. If every running call is a stream, which may need more frames from this very socket
+to finish, pausing could deadlock, so the new call is refused with ``Overloaded``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import inspect
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,6 +39,7 @@ from xdfs.errors import (
     Cancelled,
     InternalError,
     NotAuthenticated,
+    Overloaded,
     ProtocolError,
     UnknownMethod,
     VersionMismatch,
@@ -47,6 +54,13 @@ from xdfs.rpc.streams import StreamReceiver, StreamSender
 log = logging.getLogger(__name__)
 
 _HELLO = msgspec.msgpack.Decoder(Hello)
+
+#: Frame limit before the handshake: a HELLO is small, and an unauthenticated peer must not
+#: make the server allocate rpc.frame_bytes_max per connection with a 4-byte length prefix.
+HANDSHAKE_FRAME_BYTES_MAX = 64 * 1024
+
+#: How long RpcServer.close() lets peers take their last replies before dropping them.
+_CLOSE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -145,9 +159,19 @@ class RpcServer:
         """Stop accepting, drop every connection and cancel the calls they were running."""
         if self._server is not None:
             self._server.close()
-        for conn in list(self.connections):
+        conns = list(self.connections)
+        for conn in conns:
             conn.shutdown()
-        for conn in list(self.connections):
+        # Closing flushes what is buffered for each peer; a peer that reads nothing would
+        # keep its connection (and this call) waiting forever, so it is dropped after a grace.
+        deadline = asyncio.get_running_loop().time() + _CLOSE_GRACE_S
+        for conn in conns:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await conn.wait_closed()
+            except TimeoutError:
+                if conn.transport is not None:
+                    conn.transport.abort()
             await conn.wait_finished()
         if self._server is not None:
             await self._server.wait_closed()
@@ -157,11 +181,13 @@ class RpcServer:
 class ServerConnection(RpcProtocol):
     def __init__(self, server: RpcServer) -> None:
         super().__init__(server.config)
+        self._reader.frame_bytes_max = min(self.config.frame_bytes_max, HANDSHAKE_FRAME_BYTES_MAX)
         self.server = server
         self.principal: Principal | None = None
         self._hello_task: asyncio.Task[None] | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
-        self._paused_for_calls = False
+        self._unary_calls: set[int] = set()  # ids of running unary calls (they need no input)
+        self._parked: deque[InEnvelope] = deque()  # frames waiting for a free call slot
         self._paused_for_writes = False
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
@@ -172,7 +198,7 @@ class ServerConnection(RpcProtocol):
         super().connection_made(transport)
         if len(self.server.connections) >= self.server.config.connections_max:
             log.warning("refusing %s: %d connections open", self.peer, len(self.server.connections))
-            self.abort_with(XdfsError("server has too many connections"))
+            self.abort_with(Overloaded("server has too many connections"))
             return
         self.server.connections.add(self)
         self._handshake_timer = asyncio.get_running_loop().call_later(
@@ -209,7 +235,7 @@ class ServerConnection(RpcProtocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        if self._paused_for_calls or self._paused_for_writes:
+        if self._parked or self._paused_for_writes:
             self.transport.pause_reading()
         else:
             self.transport.resume_reading()
@@ -242,6 +268,8 @@ class ServerConnection(RpcProtocol):
         kind = envelope.kind
         if self.principal is None:
             self._before_handshake(envelope)
+        elif self._parked:
+            self._park(envelope)  # keep the peer's order behind a waiting call
         elif kind == Kind.REQUEST:
             self._on_request(envelope)
         elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
@@ -282,6 +310,7 @@ class ServerConnection(RpcProtocol):
             self.abort_with(AuthenticationFailed(f"authentication error: {exc}"))
             return
         self.principal = principal
+        self._reader.frame_bytes_max = self.config.frame_bytes_max
         welcome = Welcome(PROTOCOL_VERSION, cluster, self.server.name, principal.user)
         self.send(Kind.WELCOME, 0, "", welcome)
 
@@ -317,9 +346,12 @@ class ServerConnection(RpcProtocol):
             return
         route, request = resolved
         if route.method.kind is MethodKind.DOWNLOAD:
-            self._spawn(envelope.id, self._run_download(envelope.id, route, request))
+            if self._admit(envelope):
+                self._spawn(envelope.id, self._run_download(envelope.id, route, request))
         elif route.is_async:
-            self._spawn(envelope.id, self._run_unary(envelope.id, route, request))
+            if self._admit(envelope):
+                self._unary_calls.add(envelope.id)
+                self._spawn(envelope.id, self._run_unary(envelope.id, route, request))
         else:
             try:
                 response = route.handler(self._context(), request)
@@ -333,25 +365,58 @@ class ServerConnection(RpcProtocol):
         if resolved is None:
             return
         route, request = resolved
+        if not self._admit(envelope):
+            return
         receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
         self.receivers[envelope.id] = receiver
         self._spawn(envelope.id, self._run_upload(envelope.id, route, request, receiver))
+
+    def _admit(self, envelope: InEnvelope) -> bool:
+        """Whether a new call may start now; otherwise it is parked or refused."""
+        if len(self._calls) < self.config.inflight_per_connection_max:
+            return True
+        if self._unary_calls:
+            self._park(envelope)  # a running unary call will free a slot without our help
+        else:
+            self.send_error(envelope.id, Overloaded(
+                f"{len(self._calls)} streams running on this connection; try again later"
+            ))
+        return False
+
+    def _park(self, envelope: InEnvelope) -> None:
+        # The body may view the shared receive buffer: keep a copy. Reading stops, so at
+        # most the rest of one receive buffer (or one large frame) is ever parked.
+        body = msgspec.Raw(bytes(envelope.body))
+        self._parked.append(InEnvelope(envelope.kind, envelope.id, envelope.method, body))
+        self._update_reading()
+
+    def _unpark(self) -> None:
+        """Dispatch parked frames until one has to wait again; resume reading when none do."""
+        parked, self._parked = self._parked, deque()
+        self._payload_is_shared = False  # parked bodies are private copies
+        try:
+            while parked and not self._parked and not self.is_closing:
+                self.on_envelope(parked.popleft())
+        except XdfsError as exc:
+            self.abort_with(exc)
+        except Exception as exc:
+            log.exception("unexpected error handling a frame from %s", self.peer)
+            self.abort_with(InternalError(f"{type(exc).__name__}: {exc}"))
+        self._parked.extend(parked)
+        self._update_reading()
 
     def _spawn(self, call_id: int, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
         self._calls[call_id] = task
         task.add_done_callback(lambda _t: self._finished(call_id))
-        if len(self._calls) >= self.config.inflight_per_connection_max:
-            self._paused_for_calls = True
-            self._update_reading()
 
     def _finished(self, call_id: int) -> None:
         self._calls.pop(call_id, None)
+        self._unary_calls.discard(call_id)
         self.receivers.pop(call_id, None)
         self.senders.pop(call_id, None)
-        if self._paused_for_calls and len(self._calls) < self.config.inflight_per_connection_max:
-            self._paused_for_calls = False
-            self._update_reading()
+        if self._parked:
+            self._unpark()
 
     def _cancel(self, call_id: int) -> None:
         task = self._calls.get(call_id)
@@ -385,7 +450,7 @@ class ServerConnection(RpcProtocol):
     ) -> None:
         try:
             response = await route.handler(self._context(), request, receiver)
-            if not receiver.finished:
+            if not receiver.exhausted:
                 raise ProtocolError(f"{route.method.name} returned before the stream ended")
         except BaseException as exc:
             self._reply_error(call_id, route, exc)

@@ -108,6 +108,7 @@ class StreamReceiver:
         self._wake = asyncio.Event()
         self._error: XdfsError | None = None
         self._done = False
+        self._exhausted = False  # the consumer was told the stream ended
         self._next_seq = 0
         self._received_bytes = 0
         self._consumed_since_credit = 0
@@ -117,6 +118,11 @@ class StreamReceiver:
     @property
     def finished(self) -> bool:
         return self._done or self._error is not None
+
+    @property
+    def exhausted(self) -> bool:
+        """True once the consumer has taken every chunk and seen the end of the stream."""
+        return self._exhausted
 
     def on_chunk(self, chunk: Chunk) -> None:
         """Accept a chunk; raises ProtocolError if the sender ignored its credit."""
@@ -164,6 +170,7 @@ class StreamReceiver:
             if self._error is not None:
                 raise self._error
             if self._done:
+                self._exhausted = True
                 raise StopAsyncIteration
             self._wake.clear()
             await self._wake.wait()
