@@ -68,8 +68,10 @@ def run(client: Any, args: list[str]) -> int:
     if name == "-report" and not rest:
         _report(client.status())
         return 0
-    if name == "-addUser" and rest:
-        groups = rest[2].split(",") if len(rest) == 3 and rest[1] == "-groups" else []
+    if name == "-addUser" and (len(rest) == 1 or (len(rest) == 3 and rest[1] == "-groups")):
+        # anything else (-group, a missing list, extra words) is a usage error, not a user
+        # silently created without the groups that were meant
+        groups = rest[2].split(",") if len(rest) == 3 else []
         client.add_user(rest[0], _new_password(rest[0]), groups)
         click.echo(f"Added user {rest[0]}")
         return 0

@@ -32,9 +32,11 @@ def ls(client: Any, args: Args) -> int:
 
 
 def _ls_recursive(client: Any, path: str, human: bool) -> None:
+    """Depth first, each directory's entries right below it (as ``hdfs dfs -ls -R``);
+    columns are sized per directory listing."""
     entries = client.list_dir(path)
-    _echo_lines(ls_lines(entries, human))
-    for entry in entries:
+    for entry, line in zip(entries, ls_lines(entries, human), strict=True):
+        click.echo(line)
         if entry.is_dir:
             _ls_recursive(client, entry.path, human)
 

@@ -10,13 +10,14 @@ by default and refuses an existing path, ``makedirs(exist_ok=...)``, ``rm(recurs
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fsspec import AbstractFileSystem
 
 from xdfs.client.client import Client
 from xdfs.common.addresses import SCHEME
-from xdfs.errors import AlreadyExists, NotFound
+from xdfs.errors import NotFound
 from xdfs.protocol.namenode import FileStatus
 
 
@@ -45,6 +46,16 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
             text = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
         text = text.rstrip("/") or "/"
         return text if text.startswith("/") else "/" + text
+
+    @staticmethod
+    def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
+        """``xdfs://host:port/...`` names the file system (fsspec.open, pandas ...)."""
+        text = str(path)
+        if text.startswith(SCHEME):
+            authority = text[len(SCHEME) :].split("/", 1)[0]
+            if authority:
+                return {"fs": SCHEME + authority}
+        return {}
 
     @staticmethod
     def _entry(status: FileStatus) -> dict[str, Any]:
@@ -104,12 +115,14 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
         path = self._strip_protocol(path)
-        try:
-            self.client.touchz(path)
-        except AlreadyExists:
-            if truncate:
-                raise
-            self.client.set_times(path, mtime_ms=-1)
+        if not truncate:
+            # update the modification time of an existing entry (-1 would leave it as is)
+            try:
+                self.client.set_times(path, mtime_ms=int(time.time() * 1000))
+                return
+            except NotFound:
+                pass
+        self.client.touchz(path)  # AlreadyExists (FileExistsError) for a non-empty file
 
     def created(self, path: str) -> Any:
         import datetime as dt

@@ -56,6 +56,8 @@ class NameNodeAuth:
     # -- login and tokens ---------------------------------------------------------------
 
     async def login(self, user: str, password: str, lifetime_s: float) -> tuple[str, int]:
+        if not lifetime_s >= 0:  # also NaN: a token born expired is a client bug
+            raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
         await self.check_password(user, password)
         now = self.fs.now_ms()
         lifetime_ms = int(

@@ -29,6 +29,7 @@ from xdfs.errors import (
     InvalidArgument,
     IsADirectory,
     LeaseError,
+    NotADirectory,
     NotFound,
 )
 from xdfs.namenode import paths, trash
@@ -152,6 +153,20 @@ class Namesystem:
             for d in missing
         ]
 
+    def _check_parent_is_dir(self, parent: str) -> None:
+        """NotADirectory when ``parent`` exists as a file (``missing_ancestors`` would call
+        the file itself AlreadyExists, which is wrong for a path beneath it)."""
+        if self.ns.exists(parent) and not self.ns.is_dir(parent):
+            raise NotADirectory(f"parent is not a directory: {parent}")
+
+    def _check_writer(self, user: str, path: str) -> None:
+        """The writer of an open file may traverse to it and owns it or may write it: a file
+        created read-only (as POSIX ``open(O_CREAT, 0444)``) can still be written and
+        completed by its creator; the lease (checked next) says which client writes."""
+        self.ns.check_access(user, path)
+        if self.ns.stat(path).owner != user:
+            self.ns.check_access(user, path, access=W)
+
     def _file_under_construction(self, path: str, client: str) -> FileStatus:
         status = self.ns.stat(path)
         if status.is_dir:
@@ -181,8 +196,9 @@ class Namesystem:
         return self.ns.list_dir(path, start_after, limit)
 
     def content_summary(self, user: str, path: str) -> ContentSummary:
+        # as HDFS: r-x on every directory of the subtree, or its counts leak private dirs
         access = R | X if self.ns.is_dir(path) else 0
-        self.ns.check_access(user, path, access=access)
+        self.ns.check_access(user, path, access=access, sub_access=access)
         return self.ns.content_summary(path)
 
     def block_locations(self, user: str, path: str, offset: int, length: int) -> LocatedBlocks:
@@ -252,6 +268,7 @@ class Namesystem:
             parent = paths.parent_of(path)
             if not create_parents and not self.ns.exists(parent):
                 raise NotFound(f"parent directory {parent} does not exist")
+            self._check_parent_is_dir(parent)
             self.ns.check_access(user, path, ancestor_access=W | X)
             ops = self._mkdir_ops(
                 parent,
@@ -302,7 +319,7 @@ class Namesystem:
 
         def plan() -> list[Op]:
             nonlocal offset
-            self.ns.check_access(user, path, access=W)
+            self._check_writer(user, path)
             self._file_under_construction(path, client)
             blocks = list(self.ns.get_blocks(path))
             ops: list[Op] = []
@@ -328,7 +345,7 @@ class Namesystem:
         path = paths.normalize(path)
 
         def plan() -> list[Op]:
-            self.ns.check_access(user, path, access=W)
+            self._check_writer(user, path)
             self._file_under_construction(path, client)
             known = [b.block_id for b in self.ns.get_blocks(path)]
             if [b.block_id for b in blocks] != known:
@@ -363,7 +380,12 @@ class Namesystem:
                 sub_access=R | W | X if status.is_dir else 0,
             )
             if self.config.trash_interval_s > 0 and not skip_trash and not trash.is_in_trash(path):
-                target = self._free_trash_name(trash.trash_target(user, path))
+                if paths.is_ancestor(path, trash.trash_root(user)):
+                    raise InvalidArgument(
+                        f"cannot move {path} to the trash, as it contains the trash "
+                        "(delete it with skip_trash)"
+                    )
+                target = self._trash_target(user, path)
                 return [
                     *self._trash_dirs(user, paths.parent_of(target)),
                     RenameOp(path, target, self.now_ms()),
@@ -371,6 +393,22 @@ class Namesystem:
             return [DeleteOp(path, self.now_ms())]
 
         return await self.mutate("delete", plan, lambda: target)
+
+    def _trash_target(self, user: str, path: str) -> str:
+        """A free trash path for ``path``. Where an earlier deletion left a *file* on the way
+        (``/tmp/a`` trashed, then ``/tmp/a/b``), that component takes a fresh name, as in
+        HDFS's TrashPolicyDefault, instead of failing the deletion."""
+        target = trash.trash_target(user, path)
+        parts = paths.split_path(target)
+        first = len(paths.split_path(trash.current_dir(user)))
+        for depth in range(first, len(parts)):
+            prefix = paths.join(parts[:depth])
+            if not self.ns.exists(prefix):
+                break
+            if not self.ns.is_dir(prefix):
+                target = self._free_trash_name(prefix) + target[len(prefix) :]
+                break
+        return self._free_trash_name(target)
 
     def _free_trash_name(self, target: str) -> str:
         if not self.ns.exists(target):
@@ -481,10 +519,12 @@ class Namesystem:
 
         def plan() -> list[Op]:
             self.ns.check_access(user, trash_path, parent_access=W | X, parent_owner_sticky=True)
+            self.ns.stat(trash_path)  # NotFound before any op: no parents made for nothing
             if self.ns.exists(original):
                 raise AlreadyExists(f"cannot restore: {original} exists again")
-            self.ns.check_access(user, original, ancestor_access=W | X)
             parent = paths.parent_of(original)
+            self._check_parent_is_dir(parent)
+            self.ns.check_access(user, original, ancestor_access=W | X)
             ops = self._mkdir_ops(
                 parent,
                 user,
@@ -508,9 +548,14 @@ class Namesystem:
             return [DeleteOp(f"{root}/{name}", now) for name in names]
         ops: list[Op] = []
         if trash.CURRENT in names:
-            checkpoint = f"{root}/{trash.checkpoint_name(now)}"
-            if not self.ns.exists(checkpoint):
-                ops.append(RenameOp(f"{root}/{trash.CURRENT}", checkpoint, now))
+            # Names have a resolution of one second: a second roll within the same second
+            # takes the next free second rather than leaving Current where it is.
+            stamp_ms = now
+            checkpoint = f"{root}/{trash.checkpoint_name(stamp_ms)}"
+            while self.ns.exists(checkpoint):
+                stamp_ms += 1000
+                checkpoint = f"{root}/{trash.checkpoint_name(stamp_ms)}"
+            ops.append(RenameOp(f"{root}/{trash.CURRENT}", checkpoint, now))
         for name in trash.expired_checkpoints(names, now, self.config.trash_interval_s):
             ops.append(DeleteOp(f"{root}/{name}", now))
         return ops
