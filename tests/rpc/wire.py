@@ -62,8 +62,15 @@ class RawPeer:
         assert envelope.kind == Kind.WELCOME, envelope
         return _WELCOME.decode(envelope.body)
 
-    async def recv(self, guard_s: float = GUARD_S) -> InEnvelope:
-        """The next frame; raises Closed when the server hung up instead."""
+    async def recv(self, guard_s: float = GUARD_S, *, credits: bool = False) -> InEnvelope:
+        """The next frame; raises Closed when the server hung up instead. Window grants
+        (CREDIT frames, e.g. the one opening every upload) are skipped unless ``credits``."""
+        while True:
+            envelope = await self._recv_frame(guard_s)
+            if credits or envelope.kind != Kind.CREDIT:
+                return envelope
+
+    async def _recv_frame(self, guard_s: float) -> InEnvelope:
         try:
             async with asyncio.timeout(guard_s):
                 prefix = await self.reader.readexactly(LENGTH_PREFIX.size)

@@ -253,7 +253,7 @@ class ClientConnection(RpcProtocol):
     ) -> Resp:
         assert method.kind is MethodKind.UPLOAD, f"{method.name} is not an upload method"
         call_id, future = self._new_call(method)
-        sender = StreamSender(self, call_id, self.config.stream_window_chunks, timeout_s)
+        sender = StreamSender(self, call_id, timeout_s)
         self.senders[call_id] = sender
         self.send(Kind.HEAD, call_id, method.name, request)
         try:
@@ -279,6 +279,7 @@ class ClientConnection(RpcProtocol):
         receiver = StreamReceiver(self, call_id, self.config.stream_window_chunks)
         self.receivers[call_id] = receiver
         self.send(Kind.REQUEST, call_id, method.name, request)
+        receiver.grant_window()
         try:
             head = await self._await_answer(call_id, future, method, timeout_s)
         except BaseException:

@@ -347,7 +347,11 @@ class ServerConnection(RpcProtocol):
         route, request = resolved
         if route.method.kind is MethodKind.DOWNLOAD:
             if self._admit(envelope):
-                self._spawn(envelope.id, self._run_download(envelope.id, route, request))
+                # The sender exists before the handler runs: the client's window grant
+                # (its first CREDIT) follows the request at once and must not be lost.
+                sender = StreamSender(self, envelope.id, self.config.stalled_peer_timeout_s)
+                self.senders[envelope.id] = sender
+                self._spawn(envelope.id, self._run_download(envelope.id, route, request, sender))
         elif route.is_async:
             if self._admit(envelope):
                 self._unary_calls.add(envelope.id)
@@ -369,6 +373,7 @@ class ServerConnection(RpcProtocol):
             return
         receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
         self.receivers[envelope.id] = receiver
+        receiver.grant_window()
         self._spawn(envelope.id, self._run_upload(envelope.id, route, request, receiver))
 
     def _admit(self, envelope: InEnvelope) -> bool:
@@ -459,17 +464,15 @@ class ServerConnection(RpcProtocol):
         else:
             self.send(Kind.RESPONSE, call_id, "", response)
 
-    async def _run_download(self, call_id: int, route: _Route, request: Any) -> None:
+    async def _run_download(
+        self, call_id: int, route: _Route, request: Any, sender: StreamSender
+    ) -> None:
         try:
             download = route.handler(self._context(), request)
             if inspect.isawaitable(download):
                 download = await download
             assert isinstance(download, Download), f"{route.method.name} must return Download"
             self.send(Kind.HEAD, call_id, "", download.head)
-            sender = StreamSender(
-                self, call_id, self.config.stream_window_chunks, self.config.stalled_peer_timeout_s
-            )
-            self.senders[call_id] = sender
             await sender.send_all(download.chunks, self.config.stream_chunk_bytes)
         except BaseException as exc:
             self._reply_error(call_id, route, exc)

@@ -1,8 +1,9 @@
 """Bulk-data streams: ``head, N chunks, tail`` with CRC32C per chunk and credit-based flow
 control, used in both directions (client upload, server download).
 
-The receiver grants the sender a window of ``stream_window_chunks`` chunks and returns
-credit only as its consumer takes chunks, so a slow consumer holds at most one window of
+The receiver opens the stream by granting the sender its window (``stream_window_chunks``
+of the *receiver's* configuration, as a first CREDIT frame) and returns credit only as its
+consumer takes chunks, so a slow consumer holds at most one window of
 data in memory, and many streams share one connection without blocking each other. A
 sender that exceeds its credit has broken the protocol and loses the connection.
 """
@@ -28,12 +29,12 @@ ChunkSource = Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
 class StreamSender:
     """Sends one stream's chunks as credit allows."""
 
-    def __init__(
-        self, proto: RpcProtocol, stream_id: int, window_chunks: int, credit_timeout_s: float
-    ) -> None:
+    def __init__(self, proto: RpcProtocol, stream_id: int, credit_timeout_s: float) -> None:
         self._proto = proto
         self._id = stream_id
-        self._credit = window_chunks
+        # Nothing may be sent before the receiver grants its window (its first CREDIT), so
+        # the two ends never have to agree on a window size in advance.
+        self._credit = 0
         self._credit_timeout_s = credit_timeout_s
         self._wake = asyncio.Event()
         self._error: XdfsError | None = None
@@ -114,6 +115,10 @@ class StreamReceiver:
         self._consumed_since_credit = 0
         # Grant credit back once half a window was consumed: fewer frames, no stall.
         self._credit_batch = max(1, window_chunks // 2)
+
+    def grant_window(self) -> None:
+        """Tell the sender how many chunks it may send before waiting (the first CREDIT)."""
+        self._proto.send(Kind.CREDIT, self._id, "", Credit(self._window))
 
     @property
     def finished(self) -> bool:
