@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from xdfs.cli.main import CliState
+from xdfs.cli.shell import raw_command, split_generic_options
 
 NEW_PASSWORD_ENV = "XDFS_NEW_PASSWORD"
 
@@ -23,25 +24,10 @@ USAGE = """Usage: xdfs admin [-fs URI] COMMAND
   -passwd NAME                  password from $XDFS_NEW_PASSWORD or a prompt"""
 
 
-@click.command(
-    context_settings={
-        "ignore_unknown_options": True,
-        "allow_extra_args": True,
-        "help_option_names": [],
-    },
-    add_help_option=False,
-)
-@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-@click.pass_obj
+@raw_command
 def admin(state: CliState, argv: tuple[str, ...]) -> None:
     """Administration: -report, -safemode, -saveNamespace, -rollEdits, users."""
-    args = list(argv)
-    fs = None
-    if len(args) >= 2 and args[0] in ("-fs", "--fs"):
-        fs, args = args[1], args[2:]
-    if not args or args[0] in ("-help", "-h", "--help"):
-        click.echo(USAGE)
-        sys.exit(0 if args else 2)
+    fs, args = split_generic_options(argv, lambda: click.echo(USAGE))
     from xdfs.client.client import Client
 
     with Client(fs, config=state.config) as client:

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from xdfs.cli.main import CliState
+from xdfs.cli.shell import raw_command, split_generic_options
 
 Handler = Callable[[Any, "Args"], int]
 
@@ -63,25 +64,10 @@ def parse_args(spec: Command, raw: list[str]) -> Args:
     return Args(flags, values)
 
 
-@click.command(
-    context_settings={
-        "ignore_unknown_options": True,
-        "allow_extra_args": True,
-        "help_option_names": [],
-    },
-    add_help_option=False,
-)
-@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
-@click.pass_obj
+@raw_command
 def dfs(state: CliState, argv: tuple[str, ...]) -> None:
     """File system shell: xdfs dfs -ls /, -mkdir -p, -rm -r, -mv, -stat, -du, -count ..."""
-    args = list(argv)
-    fs = None
-    if len(args) >= 2 and args[0] in ("-fs", "--fs"):
-        fs, args = args[1], args[2:]
-    if not args or args[0] in ("-help", "-h", "--help"):
-        _print_help()
-        sys.exit(0 if args else 2)
+    fs, args = split_generic_options(argv, _print_help)
     name, rest = args[0], args[1:]
     spec = COMMANDS.get(name)
     if spec is None:
