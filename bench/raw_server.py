@@ -115,11 +115,9 @@ class RawServerProtocol(asyncio.BufferedProtocol):
                 await self._can_write.wait()
             if transport.is_closing():
                 return
-            transport.write(prefix)
-            transport.write(block)
+            transport.writelines((prefix, block))
         if rest:
-            transport.write(LENGTH.pack(rest))
-            transport.write(block[:rest])
+            transport.writelines((LENGTH.pack(rest), block[:rest]))
 
     def pause_writing(self) -> None:
         self._can_write.clear()
