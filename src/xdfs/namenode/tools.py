@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import collections
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from xdfs.common.modes import permission_string
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.records import decode_payload
 from xdfs.namenode.editlog.segments import (
@@ -66,12 +66,6 @@ def edits_stats(path_or_dir: str | os.PathLike[str]) -> dict[str, int]:
         op = OPS_BY_CODE.get(opcode)
         counts[op.NAME if op else f"unknown_{opcode}"] += 1
     return dict(sorted(counts.items()))
-
-
-def permission_string(is_dir: bool, mode: int) -> str:
-    """``drwxr-xr-x`` style, with the sticky bit as ``t``/``T`` (as HDFS's oiv prints it)."""
-    text = stat.filemode((stat.S_IFDIR if is_dir else stat.S_IFREG) | (mode & 0o7777))
-    return text
 
 
 def dump_image(
