@@ -16,6 +16,7 @@ from typing import cast
 
 import pytest
 
+from xdfs.common.modes import permission_string
 from xdfs.errors import AlreadyExists, InvalidArgument, NotFound, StorageError
 from xdfs.namenode import image as image_mod
 from xdfs.namenode.image import (
@@ -43,7 +44,7 @@ from xdfs.namenode.ops import (
 )
 from xdfs.namenode.recovery import save_checkpoint
 from xdfs.namenode.storage import StorageDirectory, md5_name
-from xdfs.namenode.tools import dump_image, image_summary, permission_string
+from xdfs.namenode.tools import dump_image, image_summary
 
 
 class FakeNamespace:
