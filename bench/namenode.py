@@ -55,6 +55,7 @@ from importlib import metadata
 from pathlib import Path
 
 from xdfs.client.client import AsyncClient
+from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.namenode.format import format_namenode
 from xdfs.namenode.namespace import Namespace
@@ -63,7 +64,6 @@ from xdfs.namenode.recovery import load_namespace, save_checkpoint
 from xdfs.namenode.server import NameNode
 from xdfs.namenode.storage import StorageDirectory
 from xdfs.rpc.loop import run
-from xdfs.testing.process import ServerProcess
 
 SUPERUSER, SUPER_PASSWORD = "root", "rootpw"
 USER, PASSWORD = "bench", "benchpw"

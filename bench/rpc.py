@@ -40,12 +40,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import cast
 
+from xdfs.common.process import ServerProcess
 from xdfs.config import RpcConfig, load_config
 from xdfs.protocol.system import ECHO, SINK, SOURCE, EchoRequest, SourceRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.loop import run
 from xdfs.rpc.messages import Empty
-from xdfs.testing.process import ServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 MiB = 1 << 20

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.common.process import ProcessGroup
 from xdfs.testing.minicluster import MiniCluster
-from xdfs.testing.process import ProcessGroup
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from xdfs.client.client import Client
+from xdfs.common.process import ProcessGroup
 from xdfs.config import XdfsConfig
 from xdfs.errors import AuthenticationFailed
 from xdfs.namenode.server import NameNode
 from xdfs.testing.minicluster import MiniCluster
-from xdfs.testing.process import ProcessGroup
 
 from .conftest import ROOT, ROOT_PW, USERS, connect, run_xdfs, run_xdfs_batch, write_file
 

@@ -58,13 +58,13 @@ from pathlib import Path
 import pytest
 
 from xdfs.client.client import AsyncClient
+from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.errors import RpcTimeout, Unavailable
 from xdfs.namenode.editlog.records import decode_payload
 from xdfs.namenode.editlog.segments import SegmentReader, segment_index
 from xdfs.namenode.image import file_md5, read_md5_file
 from xdfs.namenode.storage import parse_image_name
-from xdfs.testing.process import ProcessGroup, ServerProcess
 
 pytestmark = pytest.mark.slow
 

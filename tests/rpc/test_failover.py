@@ -25,13 +25,13 @@ from tests.rpc.services import (
     TestHandlers,
 )
 from tests.rpc.wire import eventually
+from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.errors import ConnectionLost, RpcTimeout, Unavailable
 from xdfs.protocol.system import ECHO, PING, SOURCE, EchoRequest, SourceRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
-from xdfs.testing.process import ProcessGroup, ServerProcess
 
 FAST_RETRIES: dict[str, Any] = {"retry_backoff_initial_s": 0.001, "retry_backoff_max_s": 0.004}
 

@@ -32,8 +32,8 @@ DEFAULT_SUPERUSER = "xdfs"
 @click.pass_obj
 def dev(state: CliState, base_dir: str | None, port: int | None) -> None:
     """Start a local cluster (a NameNode now; DataNodes as they land) as child processes."""
+    from xdfs.common.process import ServerProcess
     from xdfs.config import write_toml
-    from xdfs.testing.process import ServerProcess
 
     config = state.config
     base = Path(base_dir or config.dev.base_dir).resolve()
@@ -104,7 +104,7 @@ def _run_format(name_dir: Path, env: dict[str, str]) -> None:
 
 def _supervise(children: list[object]) -> int:
     """Wait for SIGTERM/SIGINT (stop all gracefully) or a child's death (stop the rest)."""
-    from xdfs.testing.process import ServerProcess
+    from xdfs.common.process import ServerProcess
 
     procs = [c for c in children if isinstance(c, ServerProcess)]
     stopping = False

@@ -8,10 +8,14 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from xdfs.cli.main import CliState
+
+if TYPE_CHECKING:
+    from xdfs.config import XdfsConfig
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,11 +68,9 @@ def namenode(
     sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
 
 
-def _format(config: object, dirs: list[Path], force: bool, cluster_id: str) -> None:
-    from xdfs.config import XdfsConfig
+def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) -> None:
     from xdfs.namenode.format import format_namenode
 
-    assert isinstance(config, XdfsConfig)
     user = os.environ.get("XDFS_USER") or getpass.getuser()
     result = format_namenode(
         dirs,
@@ -86,12 +88,10 @@ def _format(config: object, dirs: list[Path], force: bool, cluster_id: str) -> N
         click.echo(f"generated password for {user} (shown once): {result.generated_password}")
 
 
-async def _serve(config: object, dirs: list[Path], host: str, port: int) -> int:
-    from xdfs.config import XdfsConfig
+async def _serve(config: XdfsConfig, dirs: list[Path], host: str, port: int) -> int:
     from xdfs.namenode.server import NameNode
     from xdfs.namenode.storage import arm_faults_from_env
 
-    assert isinstance(config, XdfsConfig)
     armed = arm_faults_from_env()  # crash tests only: XDFS_FAULTS=point=action
     if armed:
         click.echo(f"fault points armed: {', '.join(armed)}", err=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from xdfs.common.addresses import parse_fs_uri
 from xdfs.config import XdfsConfig, load_config
-from xdfs.errors import ConfigError, NotFound
+from xdfs.errors import AlreadyExists, ConfigError, NotFound
 from xdfs.namenode.ops import BlockRecord
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
@@ -161,8 +161,6 @@ class AsyncClient:
             await self.create(path)
             return await self.complete(path, [])
         if status.is_dir or status.length:
-            from xdfs.errors import AlreadyExists
-
             raise AlreadyExists(f"{path} exists and is not an empty file")
         return status
 

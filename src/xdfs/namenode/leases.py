@@ -19,12 +19,6 @@ class LeaseManager:
     def renew(self, holder: str, now_s: float) -> None:
         self._renewed_s[holder] = now_s
 
-    def forget(self, holder: str) -> None:
-        self._renewed_s.pop(holder, None)
-
-    def holders(self) -> list[str]:
-        return list(self._renewed_s)
-
     def is_expired(self, holder: str, now_s: float, limit_s: float) -> bool:
         """True when ``holder`` has not renewed within ``limit_s`` (unknown holders are)."""
         renewed = self._renewed_s.get(holder)

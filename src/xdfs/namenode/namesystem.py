@@ -96,8 +96,6 @@ class Namesystem:
         now_s = clock()
         for _path, holder in namespace.files_under_construction():
             self.leases.renew(holder, now_s)  # a restart gives every writer a fresh lease
-        #: Block ids removed from the namespace, for the replication monitor (DataNodes).
-        self.removed_blocks: list[int] = []
 
     # -- the one mutation path ----------------------------------------------------------
 
@@ -112,20 +110,13 @@ class Namesystem:
         ops = plan()
         txid = self.edits.last_txid
         for op in ops:
-            self.removed_blocks.extend(self.ns.apply(op))
+            # apply returns the block ids that left the namespace; replica deletion
+            # arrives with the DataNodes (until then no replica exists to delete).
+            self.ns.apply(op)
             txid = self.edits.append(op)
         answer = result()
         await self.edits.sync(txid)  # durability before acknowledgement
         return answer
-
-    def apply_internal(self, ops: list[Op]) -> int:
-        """Apply and log ops the NameNode itself decided (lease recovery, trash emptier);
-        the caller awaits ``edits.sync`` on the returned txid."""
-        txid = self.edits.last_txid
-        for op in ops:
-            self.removed_blocks.extend(self.ns.apply(op))
-            txid = self.edits.append(op)
-        return txid
 
     # -- helpers ------------------------------------------------------------------------
 

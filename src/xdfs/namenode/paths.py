@@ -78,11 +78,6 @@ def parent_of(path: str) -> str:
     return join(parts[:-1])
 
 
-def basename(path: str) -> str:
-    parts = split_path(path)
-    return parts[-1] if parts else ""
-
-
 def is_ancestor(ancestor: str, path: str) -> bool:
     """True when ``path`` is ``ancestor`` or lies beneath it (both normalised)."""
     return ancestor == "/" or path == ancestor or path.startswith(ancestor + "/")

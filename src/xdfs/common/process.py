@@ -1,4 +1,4 @@
-"""Run an xdfs server as a real child process that tests can SIGKILL.
+"""Run an xdfs server as a real child process (xdfs dev supervises them; tests SIGKILL them).
 
 Output goes to a log file (never a pipe that could fill and block the child); readiness is
 a regular expression matched against that log within a mandatory deadline. Every child
