@@ -123,8 +123,49 @@ class NameNodeConfig:
     )
     umask: int = setting(0o022, "Permission bits removed from default modes (decimal in TOML).")
     supergroup: str = setting("supergroup", "Members of this group are superusers.")
+    heartbeat_interval_s: float = setting(3.0, "DataNode heartbeat period (seed 003: 3 s).")
+    heartbeat_misses_dead: int = setting(
+        3, "A DataNode silent for this many heartbeat intervals is declared dead."
+    )
+    block_report_batch_max: int = setting(
+        100, "Entries per full-block-report call a DataNode sends (seed 003: 100)."
+    )
+    full_report_interval_s: float = setting(21600.0, "DataNodes send a full report this often.")
+    replication_check_interval_s: float = setting(
+        3.0, "How often the replication monitor looks for under/over-replicated blocks."
+    )
+    replication_streams_per_node: int = setting(
+        4, "Replications one DataNode is asked to run at once (as source or target)."
+    )
+    replication_pending_timeout_s: float = setting(
+        60.0, "A scheduled replication not reported by then is scheduled again."
+    )
+    deletions_per_heartbeat: int = setting(1000, "Replica deletions sent in one heartbeat reply.")
+    min_replication: int = setting(
+        1, "Replicas a block needs reported before `complete` succeeds (and for safe mode)."
+    )
+    complete_wait_s: float = setting(
+        30.0, "How long `complete` waits for the last block's replicas to be reported."
+    )
+    block_token_lifetime_s: float = setting(600.0, "Lifetime of a block access token.")
+    safe_mode_threshold: float = setting(
+        0.999, "Fraction of blocks with min_replication replicas needed to leave safe mode."
+    )
+    safe_mode_extension_s: float = setting(
+        30.0, "Safe mode lasts this long more once the threshold is reached."
+    )
+    safe_mode_min_datanodes: int = setting(0, "Live DataNodes needed to leave startup safe mode.")
+    fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
 
     def validate(self) -> None:
+        _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
+        _require(self.heartbeat_misses_dead >= 1, "namenode.heartbeat_misses_dead must be >= 1")
+        _require(self.block_report_batch_max >= 1, "namenode.block_report_batch_max must be >= 1")
+        _require(self.min_replication >= 1, "namenode.min_replication must be >= 1")
+        _require(
+            0.0 <= self.safe_mode_threshold <= 1.0,
+            "namenode.safe_mode_threshold must be in [0, 1]",
+        )
         _require(self.edits_buffer_bytes >= 4 * KiB, "namenode.edits_buffer_bytes >= 4 KiB")
         _require(self.images_retained >= 1, "namenode.images_retained must be >= 1")
         _require(
@@ -143,11 +184,50 @@ class NameNodeConfig:
 
 
 @dataclass(frozen=True)
+class DataNodeConfig:
+    data_dir: str = setting("", "Where the DataNode keeps its blocks (--data-dir).")
+    rpc_address: str = setting(
+        "127.0.0.1:9866", "Where the DataNode serves block reads and writes (--rpc-address)."
+    )
+    namenode: str = setting(
+        "", "NameNode address(es), host:port[,host:port] tried in order (--namenode)."
+    )
+    checksum_chunk_bytes: int = setting(
+        64 * KiB, "Bytes covered by one CRC32C in a replica's checksum file."
+    )
+    reserved_bytes: int = setting(0, "Disk space left free for others (not reported as free).")
+    scan_period_s: float = setting(
+        604800.0, "The block scanner re-verifies every finalized replica at least this often."
+    )
+    scan_bytes_per_s: int = setting(8 * MiB, "Upper bound of the block scanner's read rate.")
+    replication_concurrency_max: int = setting(
+        4, "Replicate commands a DataNode carries out at once."
+    )
+
+    def validate(self) -> None:
+        _require(
+            4 * KiB <= self.checksum_chunk_bytes <= 1 * MiB,
+            "datanode.checksum_chunk_bytes must be in [4 KiB, 1 MiB]",
+        )
+        _require(self.scan_bytes_per_s > 0, "datanode.scan_bytes_per_s must be > 0")
+        _require(self.reserved_bytes >= 0, "datanode.reserved_bytes must be >= 0")
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
     user: str = setting("", "User name to log in as (or XDFS_USER).")
     password: str = setting("", "Password of user (or XDFS_PASSWORD).")
     token: str = setting("", "A token from a previous login, used instead of a password.")
+    block_write_tries: int = setting(
+        3, "Times a block is sent to fresh targets when every target of it failed."
+    )
+    replace_failed_target: bool = setting(
+        True, "Ask the NameNode for a replacement when one target of a block fails mid-write."
+    )
+    read_rounds: int = setting(
+        3, "Rounds over a block's replicas (refetching locations) before a read fails."
+    )
 
 
 @dataclass(frozen=True)
@@ -155,18 +235,21 @@ class DevConfig:
     base_dir: str = setting("dev-cluster", "Where `xdfs dev` keeps its cluster's data.")
     port: int = setting(8020, "Client RPC port of the dev cluster's NameNode.")
     ready_timeout_s: float = setting(60.0, "How long `xdfs dev` waits for each process.")
+    datanodes: int = setting(3, "DataNodes `xdfs dev` starts (--datanodes).")
 
 
 @dataclass(frozen=True)
 class XdfsConfig:
     rpc: RpcConfig = field(default_factory=RpcConfig)
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
+    datanode: DataNodeConfig = field(default_factory=DataNodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
         self.namenode.validate()
+        self.datanode.validate()
         return self
 
 

@@ -20,9 +20,9 @@ import pytest
 
 from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
-from xdfs.namenode.ops import BlockRecord
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import FileStatus
 from xdfs.testing.minicluster import MiniCluster
 

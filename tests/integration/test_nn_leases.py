@@ -10,8 +10,8 @@ import pytest
 
 from xdfs.client.client import AsyncClient
 from xdfs.errors import LeaseError
-from xdfs.namenode.ops import BlockRecord
 from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
 from .conftest import ROOT, ROOT_PW, connect, nn_config, wait_until

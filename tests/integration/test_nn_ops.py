@@ -18,8 +18,8 @@ from xdfs.errors import (
     NotADirectory,
     NotFound,
 )
-from xdfs.namenode.ops import BlockRecord
 from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
 from .conftest import ROOT, ROOT_PW, Cluster, connect, nn_config, walk, write_file

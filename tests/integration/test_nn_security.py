@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from xdfs.client.client import AsyncClient
+from xdfs.common import tokens
 from xdfs.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -21,9 +22,9 @@ from xdfs.errors import (
     NotFound,
     TokenExpired,
 )
-from xdfs.namenode import security
-from xdfs.namenode.ops import BlockRecord, TokenKeyRecord
+from xdfs.namenode.ops import TokenKeyRecord
 from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
 from .conftest import (
@@ -174,11 +175,11 @@ async def test_login_token_works_and_forgeries_fail(cluster: Cluster) -> None:
         f"{body_text}.{signature_text[:middle]}{flipped}{signature_text[middle + 1:]}"
     )
     # a token for root signed with a key the NameNode never had
-    body = security.TokenBody("user", ROOT, 1, 0, int(time.time() * 1000) + 3_600_000)
-    random_key = security.issue_token(body, TokenKeyRecord(1, os.urandom(32), 2**62))
+    body = tokens.TokenBody("user", ROOT, 1, 0, int(time.time() * 1000) + 3_600_000)
+    random_key = tokens.issue_token(body, TokenKeyRecord(1, os.urandom(32), 2**62))
     # alice's signature on a body that says root
     alice_body = msgspec.msgpack.decode(
-        base64.urlsafe_b64decode(body_text + "=" * (-len(body_text) % 4)), type=security.TokenBody
+        base64.urlsafe_b64decode(body_text + "=" * (-len(body_text) % 4)), type=tokens.TokenBody
     )
     assert alice_body.user == "alice"
     root_body = msgspec.msgpack.encode(msgspec.structs.replace(alice_body, user=ROOT))
@@ -547,4 +548,4 @@ async def test_token_keys_rotate_and_persist(minicluster: MiniCluster) -> None:
 def _key_id(token: str) -> int:
     body_text = token.split(".", 1)[0]
     raw = base64.urlsafe_b64decode(body_text + "=" * (-len(body_text) % 4))
-    return msgspec.msgpack.decode(raw, type=security.TokenBody).key_id
+    return msgspec.msgpack.decode(raw, type=tokens.TokenBody).key_id

@@ -33,7 +33,6 @@ from xdfs.namenode.ops import (
     AddFileOp,
     AddTokenKeyOp,
     AddUserOp,
-    BlockRecord,
     CloseFileOp,
     DeleteOp,
     MkdirOp,
@@ -50,6 +49,7 @@ from xdfs.namenode.ops import (
     UpdateBlocksOp,
     encode_op,
 )
+from xdfs.protocol.blocks import BlockRecord
 
 B = BlockRecord(1 << 30, 1001, 4096)
 SAMPLES: list[Op] = [

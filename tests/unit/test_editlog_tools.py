@@ -9,9 +9,10 @@ import pytest
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog import EditLog
 from xdfs.namenode.editlog.segments import segment_name
-from xdfs.namenode.ops import AddBlockOp, AddUserOp, BlockRecord, MkdirOp, Op
+from xdfs.namenode.ops import AddBlockOp, AddUserOp, MkdirOp, Op
 from xdfs.namenode.storage import StorageDirectory
 from xdfs.namenode.tools import dump_edits, edits_stats
+from xdfs.protocol.blocks import BlockRecord
 
 OPS: list[Op] = [
     MkdirOp("/a", 2, 0o755, "alice", "staff", 1),

@@ -33,7 +33,6 @@ from xdfs.namenode.ops import (
     AddFileOp,
     AddTokenKeyOp,
     AddUserOp,
-    BlockRecord,
     DeleteOp,
     ImageHeader,
     InodeRecord,
@@ -45,6 +44,7 @@ from xdfs.namenode.ops import (
 from xdfs.namenode.recovery import save_checkpoint
 from xdfs.namenode.storage import StorageDirectory, md5_name
 from xdfs.namenode.tools import dump_image, image_summary
+from xdfs.protocol.blocks import BlockRecord
 
 
 class FakeNamespace:

@@ -25,7 +25,6 @@ from xdfs.namenode.ops import (
     AddFileOp,
     AddTokenKeyOp,
     AddUserOp,
-    BlockRecord,
     CloseFileOp,
     DeleteOp,
     ImageHeader,
@@ -44,6 +43,7 @@ from xdfs.namenode.ops import (
     UpdateBlocksOp,
 )
 from xdfs.namenode.permissions import mode_string
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary
 
 T = 1_700_000_000_000

@@ -30,7 +30,6 @@ from xdfs.namenode.ops import (
     LAYOUT_VERSION,
     AddBlockOp,
     AddFileOp,
-    BlockRecord,
     CloseFileOp,
     DeleteOp,
     ImageHeader,
@@ -40,6 +39,7 @@ from xdfs.namenode.ops import (
     SetPermissionOp,
     SetTimesOp,
 )
+from xdfs.protocol.blocks import BlockRecord
 
 T = 1_700_000_000_000
 ROOT_MODE = 0o755

@@ -14,8 +14,8 @@ from typing import Any
 from xdfs.common.addresses import parse_fs_uri
 from xdfs.config import XdfsConfig, load_config
 from xdfs.errors import AlreadyExists, ConfigError, NotFound
-from xdfs.namenode.ops import BlockRecord
 from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.sync import LoopThread

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from xdfs.common import tokens
 from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotFound
 from xdfs.namenode import security
 from xdfs.namenode.namesystem import Namesystem
@@ -38,7 +39,7 @@ class NameNodeAuth:
 
     async def authenticate(self, hello: Hello, peer: str) -> Principal:
         if hello.token:
-            body = security.verify_token(hello.token, self.fs.ns.token_keys, self.fs.now_ms())
+            body = tokens.verify_token(hello.token, self.fs.ns.token_keys, self.fs.now_ms())
             if body.kind != "user" or body.user not in self.fs.ns.users:
                 raise AuthenticationFailed("invalid token")
             return Principal(body.user)
@@ -64,13 +65,13 @@ class NameNodeAuth:
             1000
             * min(lifetime_s or self.fs.config.token_lifetime_s, self.fs.config.token_lifetime_s)
         )
-        key = security.newest_key(self.fs.ns.token_keys, now + lifetime_ms)
+        key = tokens.newest_key(self.fs.ns.token_keys, now + lifetime_ms)
         if key is None:
             await self.rotate_keys()
-            key = security.newest_key(self.fs.ns.token_keys, now + lifetime_ms)
+            key = tokens.newest_key(self.fs.ns.token_keys, now + lifetime_ms)
             assert key is not None, "rotation must leave a key valid for a full token lifetime"
-        body = security.TokenBody("user", user, key.key_id, now, now + lifetime_ms)
-        return security.issue_token(body, key), body.expires_ms
+        body = tokens.TokenBody("user", user, key.key_id, now, now + lifetime_ms)
+        return tokens.issue_token(body, key), body.expires_ms
 
     def key_rotation_ops(self) -> list[Op]:
         """Add a key when none outlives a fresh token; drop keys that have expired."""
@@ -79,7 +80,7 @@ class NameNodeAuth:
         keys = self.fs.ns.token_keys
         ops: list[Op] = [RemoveTokenKeyOp(k.key_id) for k in keys.values() if k.expires_ms <= now]
         lifetime_ms = int(config.token_lifetime_s * 1000)
-        if security.newest_key(keys, now + lifetime_ms) is None:
+        if tokens.newest_key(keys, now + lifetime_ms) is None:
             key_id = max(keys, default=0) + 1
             expires = now + int((config.token_key_rotation_s + config.token_lifetime_s) * 1000)
             ops.append(AddTokenKeyOp(key_id, os.urandom(32), expires))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import msgspec
 
-from xdfs.namenode.ops import BlockRecord
+from xdfs.protocol.blocks import BlockRecord
 
 
 class Inode(msgspec.Struct, gc=False, eq=False):

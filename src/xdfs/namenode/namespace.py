@@ -37,7 +37,6 @@ from xdfs.namenode.ops import (
     AddFileOp,
     AddTokenKeyOp,
     AddUserOp,
-    BlockRecord,
     CloseFileOp,
     DeleteOp,
     ImageHeader,
@@ -58,6 +57,7 @@ from xdfs.namenode.ops import (
     UserRecord,
 )
 from xdfs.namenode.paths import join, split_path
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
 
 ROOT_ID = 1

@@ -38,7 +38,6 @@ from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.ops import (
     AddBlockOp,
     AddFileOp,
-    BlockRecord,
     CloseFileOp,
     DeleteOp,
     MkdirOp,
@@ -51,6 +50,7 @@ from xdfs.namenode.ops import (
     UpdateBlocksOp,
 )
 from xdfs.namenode.safemode import SafeMode
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
     ContentSummary,

@@ -16,14 +16,10 @@ from typing import ClassVar
 
 import msgspec
 
+from xdfs.protocol.blocks import BlockRecord
+
 #: On-disk layout of edits segments and images; bumped on incompatible change.
 LAYOUT_VERSION = 1
-
-
-class BlockRecord(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    block_id: int
-    genstamp: int
-    num_bytes: int
 
 
 class Op(msgspec.Struct, array_like=True, gc=False):

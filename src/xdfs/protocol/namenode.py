@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from xdfs.namenode.ops import BlockRecord  # the wire type is the edits log's record
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.service import Method, Req, Resp, Service
 
@@ -87,6 +88,26 @@ class AddBlockRequest(msgspec.Struct):
     client: str
     #: The previous block with its final length, so the NameNode learns it before the next.
     previous: BlockRecord | None = None
+    #: DataNode addresses the client failed to write to: not chosen again for this block.
+    excluded: list[str] = []
+
+
+class AbandonBlockRequest(msgspec.Struct):
+    """Drop the file's last block (every target failed); the client asks for a new one."""
+
+    path: str
+    client: str
+    block_id: int
+
+
+class AdditionalDataNodeRequest(msgspec.Struct):
+    """One more target for the block being written, replacing a failed one."""
+
+    path: str
+    client: str
+    block: BlockRecord
+    existing: list[str]  # targets still in use
+    excluded: list[str] = []  # targets that failed
 
 
 class CompleteRequest(msgspec.Struct):
@@ -198,6 +219,74 @@ class UserRequest(msgspec.Struct):
     groups: list[str] = []
 
 
+class DataNodeInfo(msgspec.Struct):
+    node_id: str
+    address: str
+    state: str  # "live" | "dead"
+    capacity_bytes: int
+    used_bytes: int
+    free_bytes: int
+    blocks: int  # replicas the NameNode knows on this node
+    last_contact_s: float  # seconds since its last heartbeat
+    transfers_in_progress: int
+    registered_ms: int
+
+
+class DataNodeReport(msgspec.Struct):
+    nodes: list[DataNodeInfo]
+    capacity_bytes: int  # live nodes only, as hdfs dfsadmin -report
+    used_bytes: int
+    free_bytes: int
+    blocks: int  # blocks in the namespace
+    under_replicated: int
+    corrupt_blocks: int  # blocks with at least one corrupt replica
+    missing_blocks: int  # blocks with no live, good replica
+    pending_replication: int
+    pending_deletion: int
+    safe_mode: bool
+
+
+class FsckRequest(msgspec.Struct):
+    path: str
+    files: bool = False  # list every file, not only unhealthy ones
+    blocks: bool = False  # with each listed file's blocks
+    locations: bool = False  # with each block's replica addresses
+
+
+class FsckBlock(msgspec.Struct):
+    block: BlockRecord
+    status: str  # "healthy" | "under_replicated" | "corrupt" | "missing"
+    live_replicas: int
+    expected_replicas: int
+    locations: list[str] = []
+    corrupt_locations: list[str] = []
+
+
+class FsckFile(msgspec.Struct):
+    path: str
+    length: int
+    replication: int
+    status: str  # worst status of its blocks ("healthy" when it has none)
+    blocks: list[FsckBlock] = []
+
+
+class FsckReport(msgspec.Struct):
+    path: str
+    healthy: bool  # no missing or corrupt-only block
+    files: int
+    directories: int
+    total_bytes: int
+    total_blocks: int
+    healthy_blocks: int
+    under_replicated_blocks: int
+    corrupt_blocks: int
+    missing_blocks: int
+    live_datanodes: int
+    default_replication: int
+    listed: list[FsckFile]  # unhealthy files (every file with FsckRequest.files)
+    truncated: bool  # listed stopped at the server's limit
+
+
 class NameNodeStatus(msgspec.Struct):
     cluster_id: str
     namespace_id: int
@@ -245,6 +334,16 @@ ADD_USER = _m("add_user", UserRequest, Empty, False, "Create a user (superuser o
 REMOVE_USER = _m("remove_user", UserRequest, Empty, False, "Delete a user (superuser only).")
 SET_PASSWORD = _m("set_password", UserRequest, Empty, False, "Change a password.")
 STATUS = _m("status", Empty, NameNodeStatus, True, "NameNode state for admin -report.")
+ABANDON_BLOCK = _m("abandon_block", AbandonBlockRequest, Empty, False, "Drop a failed last block.")
+ADDITIONAL_DATANODE = _m(
+    "additional_datanode", AdditionalDataNodeRequest, LocatedBlock, True,
+    "A replacement target for a block being written.",
+)
+REPORT_BAD_REPLICAS = _m(
+    "report_bad_replicas", BadReplicasRequest, Empty, True, "Replicas that failed checksums."
+)
+DATANODE_REPORT = _m("datanode_report", Empty, DataNodeReport, True, "admin -report.")
+FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
 
 CLIENT_SERVICE = Service(
     "namenode.client",
@@ -267,11 +366,24 @@ CLIENT_SERVICE = Service(
         CONTENT_SUMMARY,
         RESTORE,
         EXPUNGE,
+        ABANDON_BLOCK,
+        ADDITIONAL_DATANODE,
+        REPORT_BAD_REPLICAS,
     ),
 )
 ADMIN_SERVICE = Service(
     "namenode.admin",
-    (SAFE_MODE, SAVE_NAMESPACE, ROLL_EDITS, ADD_USER, REMOVE_USER, SET_PASSWORD, STATUS),
+    (
+        SAFE_MODE,
+        SAVE_NAMESPACE,
+        ROLL_EDITS,
+        ADD_USER,
+        REMOVE_USER,
+        SET_PASSWORD,
+        STATUS,
+        DATANODE_REPORT,
+        FSCK,
+    ),
 )
 #: Callable without credentials (the handshake may be anonymous for these only).
 ANONYMOUS_METHODS = frozenset({"login", "ping", "server_info"})

@@ -1,0 +1,167 @@
+"""The data path's wire vocabulary.
+
+Two services:
+
+* ``namenode.datanode`` (served by the NameNode, called by DataNodes): register, full block
+  reports in batches, heartbeats and incremental reports. The NameNode talks to DataNodes
+  only through the replies: replicate and delete commands, fresh block-token keys, and
+  :class:`~xdfs.errors.UnknownDataNode` when a node must register and report again.
+  DataNodes authenticate as an xdfs superuser (as HDFS DataNodes run as the hdfs principal).
+* ``datanode`` (served by each DataNode, called by clients and other DataNodes): block
+  writes (upload streams) and reads (download streams), each authorised by a block token
+  the NameNode issued for that block (``xdfs.common.tokens``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from xdfs.common.tokens import BlockKey
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.rpc.messages import Empty
+from xdfs.rpc.service import Method, MethodKind, Service
+
+# --- DataNode -> NameNode ---------------------------------------------------------------
+
+
+class StorageReport(msgspec.Struct, array_like=True):
+    capacity_bytes: int  # size of the file system holding the data dir
+    used_bytes: int  # bytes of block data and checksum files stored by this DataNode
+    free_bytes: int  # what xdfs may still use (free space minus the reserve)
+
+
+class RegisterRequest(msgspec.Struct):
+    node_id: str  # stable across restarts (kept in the data dir's VERSION)
+    address: str  # host:port where the DataNode serves the ``datanode`` service
+    storage: StorageReport
+    software_version: str = ""
+
+
+class RegisterResponse(msgspec.Struct):
+    cluster_id: str
+    namespace_id: int
+    heartbeat_interval_s: float
+    block_report_batch_max: int  # entries per block-report call (seed 003: 100)
+    full_report_interval_s: float
+    block_keys: list[BlockKey]
+
+
+class BlockReportRequest(msgspec.Struct):
+    """One batch of a full block report; the NameNode reconciles after the last batch."""
+
+    node_id: str
+    report_id: int  # fresh per full report; batches of one report share it
+    batch_index: int  # 0-based
+    batch_count: int
+    blocks: list[BlockRecord]  # finalized replicas, with their stored lengths
+
+
+class HeartbeatRequest(msgspec.Struct):
+    node_id: str
+    storage: StorageReport
+    transfers_in_progress: int = 0  # block writes/reads/replications running now
+
+
+class ReplicateTask(msgspec.Struct, array_like=True):
+    """Copy the local replica of ``block`` to each of ``targets`` (with ``token``)."""
+
+    block: BlockRecord
+    targets: list[str]
+    token: str
+
+
+class HeartbeatResponse(msgspec.Struct):
+    replicate: list[ReplicateTask] = []
+    delete: list[int] = []  # block ids whose local replicas must go
+    #: The current block-token keys (the DataNode replaces its set); empty: unchanged.
+    block_keys: list[BlockKey] = []
+    #: True asks for a full block report now (after the NameNode restarted, for example).
+    send_full_report: bool = False
+
+
+class IncrementalReportRequest(msgspec.Struct):
+    node_id: str
+    received: list[BlockRecord] = []  # replicas just finalized
+    deleted: list[int] = []  # block ids just removed
+
+
+class BadReplica(msgspec.Struct, array_like=True):
+    block_id: int
+    address: str  # the DataNode whose replica failed its checksum
+
+
+class BadReplicasRequest(msgspec.Struct):
+    replicas: list[BadReplica]
+
+
+REGISTER_DATANODE = Method(
+    "register_datanode", RegisterRequest, RegisterResponse, idempotent=True,
+    doc="A DataNode joins (or re-joins) the cluster.",
+)
+BLOCK_REPORT = Method(
+    "block_report", BlockReportRequest, Empty, idempotent=True,
+    doc="One batch of a DataNode's full block report.",
+)
+HEARTBEAT = Method(
+    "heartbeat", HeartbeatRequest, HeartbeatResponse, idempotent=False,
+    doc="Liveness and space; the reply carries commands.",
+)
+INCREMENTAL_REPORT = Method(
+    "incremental_report", IncrementalReportRequest, Empty, idempotent=True,
+    doc="Replicas received or deleted since the last report.",
+)
+DATANODE_PROTOCOL = Service(
+    "namenode.datanode", (REGISTER_DATANODE, BLOCK_REPORT, HEARTBEAT, INCREMENTAL_REPORT)
+)
+
+# --- clients and DataNodes -> DataNode --------------------------------------------------
+
+
+class WriteBlockRequest(msgspec.Struct):
+    """Head of a block upload: the payload chunks are the block's bytes, in order."""
+
+    block: BlockRecord  # num_bytes is ignored: the stream's length decides it
+    token: str  # block token with write scope for block.block_id
+    client: str = ""  # who writes (a client name, or "datanode:<id>" for replication)
+
+
+class WriteBlockResponse(msgspec.Struct):
+    block: BlockRecord  # as finalized: the stored length
+    address: str  # of the DataNode that stored it
+
+
+class ReadBlockRequest(msgspec.Struct):
+    block: BlockRecord  # id and genstamp must match the replica; num_bytes is ignored
+    token: str  # block token with read (or write) scope
+    offset: int = 0
+    length: int = -1  # -1: to the end of the replica
+
+
+class ReadBlockHead(msgspec.Struct):
+    block: BlockRecord  # the replica as stored (num_bytes: its full length)
+    offset: int
+    length: int  # bytes that follow in the stream
+
+
+class DataNodeInfoResponse(msgspec.Struct):
+    node_id: str
+    cluster_id: str
+    address: str
+    storage: StorageReport
+    blocks: int
+    registered: bool
+
+
+WRITE_BLOCK = Method(
+    "write_block", WriteBlockRequest, WriteBlockResponse, idempotent=False,
+    kind=MethodKind.UPLOAD, doc="Store a block (finalized only when the stream completes).",
+)
+READ_BLOCK = Method(
+    "read_block", ReadBlockRequest, ReadBlockHead, idempotent=True,
+    kind=MethodKind.DOWNLOAD, doc="Read a byte range of a block, checksums verified.",
+)
+DATANODE_INFO = Method(
+    "datanode_info", Empty, DataNodeInfoResponse, idempotent=True,
+    doc="Identity and storage of this DataNode.",
+)
+DATANODE_SERVICE = Service("datanode", (WRITE_BLOCK, READ_BLOCK, DATANODE_INFO))
