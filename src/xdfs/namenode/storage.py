@@ -27,31 +27,61 @@ edits that were once durable have been lost.
 Every write that must survive a crash goes through :func:`atomic_write` or fsyncs the file
 and then its directory. Failures are :class:`~xdfs.errors.StorageError` naming the file.
 
-Fault hooks: :func:`fault_point` is called at each persist point with a dotted name listed in
-:data:`FAULT_POINTS`. It costs one truthiness test in production. Tests arm a point with
-:meth:`FaultRegistry.arm` (raise an exception, call a function, ``exit`` or ``kill`` the
-process); real processes can be armed through ``XDFS_FAULTS="name=kill,name2=exit"`` read
-by :func:`arm_faults_from_env`.
+The fault hooks (:mod:`xdfs.common.faults`) and durable-file helpers
+(:mod:`xdfs.common.files`) are shared with the other roles and re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import logging
 import os
 import re
 import shutil
-import signal
-import threading
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from xdfs.common.faults import (
+    FAULT_POINTS,
+    FAULTS,
+    FAULTS_ENV,
+    FaultAction,
+    FaultRegistry,
+    arm_faults_from_env,
+    fault_point,
+)
+from xdfs.common.files import DirLock, atomic_write, datasync, fsync_dir, write_all
 from xdfs.errors import StorageError
 from xdfs.namenode.ops import LAYOUT_VERSION
+
+#: Re-exported: the NameNode's modules and tests reach the shared helpers through here.
+__all__ = [
+    "CURRENT_DIR",
+    "FAULTS",
+    "FAULTS_ENV",
+    "FAULT_POINTS",
+    "DirLock",
+    "FaultAction",
+    "FaultRegistry",
+    "StorageDirectory",
+    "VersionInfo",
+    "arm_faults_from_env",
+    "atomic_write",
+    "ckpt_name",
+    "datasync",
+    "fault_point",
+    "format_md5_file",
+    "format_version",
+    "fsync_dir",
+    "image_name",
+    "md5_name",
+    "parse_image_name",
+    "parse_md5_file",
+    "parse_version",
+    "read_seen_txid",
+    "write_all",
+    "write_seen_txid",
+]
 
 log = logging.getLogger("xdfs.namenode.storage")
 
@@ -61,174 +91,6 @@ VERSION_FILE = "VERSION"
 SEEN_TXID_FILE = "seen_txid"
 STORAGE_TYPE = "NAME_NODE"
 TXID_DIGITS = 19
-
-# --- fault hooks -----------------------------------------------------------------------
-
-#: Every named persist point, with what has (and has not) happened when it fires.
-FAULT_POINTS: dict[str, str] = {
-    "editlog.before_write": "a flush batch is about to be written to a segment",
-    "editlog.before_fsync": "a batch is written (page cache) but not yet fsynced",
-    "editlog.after_fsync": "a batch is durable but no waiter has been told",
-    "editlog.segment_created": "a new in-progress segment exists with its header",
-    "editlog.before_finalize": "a segment is complete and about to be renamed",
-    "editlog.after_finalize": "a segment was renamed to edits_<start>-<end>",
-    "storage.before_rename": "a temp file (VERSION, seen_txid, md5) is fsynced, not renamed",
-    "image.before_rename": "fsimage.ckpt_<txid> and its md5 are durable, not yet renamed",
-    "image.after_rename": "fsimage_<txid> is in place",
-    "recovery.before_truncate": "recovery found a torn tail and is about to truncate it",
-    "purge.before_delete": "purge decided what to delete and is about to delete it",
-}
-
-FAULTS_ENV = "XDFS_FAULTS"
-FaultAction = BaseException | Callable[[str], None] | Literal["exit", "kill"]
-
-
-class FaultRegistry:
-    """Armed fault points. Thread-safe: points fire in I/O worker threads."""
-
-    def __init__(self) -> None:
-        self._armed: dict[str, tuple[FaultAction, int, int | None]] = {}
-        self._lock = threading.Lock()
-
-    def __bool__(self) -> bool:
-        return bool(self._armed)
-
-    def register(self, name: str, doc: str) -> None:
-        """Declare a fault point defined elsewhere (server, journal) so it can be armed."""
-        FAULT_POINTS.setdefault(name, doc)
-
-    def arm(
-        self, name: str, action: FaultAction, *, skip: int = 0, times: int | None = None
-    ) -> None:
-        """Fire ``action`` at ``name`` after ``skip`` passes, ``times`` times (None: always).
-
-        ``action``: an exception instance (raised), a callable (called with the name; it may
-        raise), ``"exit"`` (``os._exit(86)``) or ``"kill"`` (SIGKILL ourselves).
-        """
-        if name not in FAULT_POINTS:
-            raise KeyError(f"unknown fault point {name!r}; known: {sorted(FAULT_POINTS)}")
-        with self._lock:
-            self._armed[name] = (action, skip, times)
-
-    def disarm(self, name: str | None = None) -> None:
-        with self._lock:
-            if name is None:
-                self._armed.clear()
-            else:
-                self._armed.pop(name, None)
-
-    @contextlib.contextmanager
-    def armed(
-        self, name: str, action: FaultAction, *, skip: int = 0, times: int | None = None
-    ) -> Iterator[None]:
-        self.arm(name, action, skip=skip, times=times)
-        try:
-            yield
-        finally:
-            self.disarm(name)
-
-    def hit(self, name: str) -> None:
-        with self._lock:
-            entry = self._armed.get(name)
-            if entry is None:
-                return
-            action, skip, times = entry
-            if skip > 0:
-                self._armed[name] = (action, skip - 1, times)
-                return
-            if times is not None:
-                if times <= 1:
-                    del self._armed[name]
-                else:
-                    self._armed[name] = (action, 0, times - 1)
-        if action == "exit":
-            log.critical("fault point %s: exiting", name)
-            os._exit(86)
-        if action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if isinstance(action, BaseException):
-            raise action
-        if callable(action):
-            action(name)
-
-
-FAULTS = FaultRegistry()
-
-
-def fault_point(name: str) -> None:
-    """A named persist point; a no-op unless a test armed it."""
-    if FAULTS:
-        FAULTS.hit(name)
-
-
-def arm_faults_from_env(env: Mapping[str, str] | None = None) -> list[str]:
-    """Arm ``XDFS_FAULTS="point=exit,point2=kill[@skip]"``; returns the armed names."""
-    spec = (os.environ if env is None else env).get(FAULTS_ENV, "").strip()
-    armed: list[str] = []
-    for item in filter(None, (part.strip() for part in spec.split(","))):
-        name, _, rest = item.partition("=")
-        action, _, skip = rest.partition("@")
-        if action not in ("exit", "kill"):
-            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit or kill")
-        FAULTS.arm(name, "exit" if action == "exit" else "kill", skip=int(skip or 0))
-        armed.append(name)
-    return armed
-
-
-# --- durable file helpers ----------------------------------------------------------------
-
-#: fdatasync where the platform has it: enough for appends (the size is flushed too).
-datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory's entries (creates, renames, deletes) durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError as exc:
-        raise StorageError(f"cannot open directory {path} to fsync it: {exc}") from exc
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        raise StorageError(f"fsync of directory {path} failed: {exc}") from exc
-    finally:
-        os.close(fd)
-
-
-def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path) -> None:
-    view = memoryview(data)
-    offset = 0
-    try:
-        while offset < len(view):
-            offset += os.write(fd, view[offset:])
-    except OSError as exc:
-        raise StorageError(f"write to {path} failed at byte {offset}: {exc}") from exc
-    finally:
-        view.release()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a mix."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as exc:
-        raise StorageError(f"cannot create {tmp}: {exc}") from exc
-    try:
-        write_all(fd, data, tmp)
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            raise StorageError(f"fsync of {tmp} failed: {exc}") from exc
-    finally:
-        os.close(fd)
-    fault_point("storage.before_rename")
-    try:
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise StorageError(f"cannot rename {tmp} to {path.name}: {exc}") from exc
-    fsync_dir(path.parent)
-
 
 # --- VERSION (pure) ----------------------------------------------------------------------
 
@@ -343,7 +205,7 @@ class StorageDirectory:
         self.root = Path(root)
         self.current = self.root / CURRENT_DIR
         self.lock_path = self.root / LOCK_FILE
-        self._lock_fd: int | None = None
+        self._lock = DirLock(self.root, LOCK_FILE)
 
     def __repr__(self) -> str:
         return f"StorageDirectory({str(self.root)!r})"
@@ -352,40 +214,14 @@ class StorageDirectory:
 
     @property
     def locked(self) -> bool:
-        return self._lock_fd is not None
+        return self._lock.locked
 
     def lock(self) -> None:
         """Take ``in_use.lock``; StorageError("... is locked by pid N") when someone has it."""
-        if self._lock_fd is not None:
-            return
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot open {self.lock_path}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_pid(fd)
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise StorageError(
-                    f"storage directory {self.root} is locked by pid {holder or '?'}"
-                ) from None
-            raise StorageError(f"cannot lock {self.lock_path}: {exc}") from exc
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-            os.fsync(fd)
-        except OSError as exc:
-            os.close(fd)
-            raise StorageError(f"cannot write {self.lock_path}: {exc}") from exc
-        self._lock_fd = fd
+        self._lock.lock()
 
     def unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        self._lock.unlock()
 
     def __enter__(self) -> StorageDirectory:
         self.lock()
@@ -464,13 +300,6 @@ class StorageDirectory:
                     log.warning("%s has no md5 file; ignoring it", self.current / name)
         return sorted(txids, reverse=True)
 
-
-def _read_pid(fd: int) -> int | None:
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        return int(text) if text.isdigit() else None
-    except OSError:
-        return None
 
 
 def read_seen_txid(current: Path) -> int:

@@ -1,0 +1,122 @@
+"""Durable file helpers shared by every role that persists state (NameNode, DataNode ...).
+
+Every write that must survive a crash goes through :func:`atomic_write` or fsyncs the file
+and then its directory. Failures are :class:`~xdfs.errors.StorageError` naming the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from xdfs.common.faults import fault_point
+from xdfs.errors import StorageError
+
+#: fdatasync where the platform has it: enough for appends (the size is flushed too).
+datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (creates, renames, deletes) durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise StorageError(f"cannot open directory {path} to fsync it: {exc}") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise StorageError(f"fsync of directory {path} failed: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path) -> None:
+    view = memoryview(data)
+    offset = 0
+    try:
+        while offset < len(view):
+            offset += os.write(fd, view[offset:])
+    except OSError as exc:
+        raise StorageError(f"write to {path} failed at byte {offset}: {exc}") from exc
+    finally:
+        view.release()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a mix."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot create {tmp}: {exc}") from exc
+    try:
+        write_all(fd, data, tmp)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise StorageError(f"fsync of {tmp} failed: {exc}") from exc
+    finally:
+        os.close(fd)
+    fault_point("storage.before_rename")
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StorageError(f"cannot rename {tmp} to {path.name}: {exc}") from exc
+    fsync_dir(path.parent)
+
+
+class DirLock:
+    """``in_use.lock`` of a storage directory: ``flock(LOCK_EX|LOCK_NB)`` holding our pid, so
+    a second process on the same directory refuses to start (naming the holder)."""
+
+    def __init__(self, root: Path, name: str = "in_use.lock") -> None:
+        self.root = root
+        self.path = root / name
+        self._fd: int | None = None
+
+    @property
+    def locked(self) -> bool:
+        return self._fd is not None
+
+    def lock(self) -> None:
+        if self._fd is not None:
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open {self.path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StorageError(
+                    f"storage directory {self.root} is locked by pid {holder or '?'}"
+                ) from None
+            raise StorageError(f"cannot lock {self.path}: {exc}") from exc
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.fsync(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"cannot write {self.path}: {exc}") from exc
+        self._fd = fd
+
+    def unlock(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # releases the flock
+            self._fd = None
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
