@@ -15,7 +15,7 @@ from xdfs.cli.shell import raw_command, split_generic_options
 NEW_PASSWORD_ENV = "XDFS_NEW_PASSWORD"
 
 USAGE = """Usage: xdfs admin [-fs URI] COMMAND
-  -report                       NameNode state (DataNodes when they land)
+  -report                       capacity, DataNodes (live and dead), block health
   -safemode get|enter|leave
   -saveNamespace                write an fsimage now
   -rollEdits                    finalize the current edits segment
@@ -53,6 +53,7 @@ def run(client: Any, args: list[str]) -> int:
         return 0
     if name == "-report" and not rest:
         _report(client.status())
+        _datanode_report(client.datanode_report())
         return 0
     if name == "-addUser" and (len(rest) == 1 or (len(rest) == 3 and rest[1] == "-groups")):
         # anything else (-group, a missing list, extra words) is a usage error, not a user
@@ -98,3 +99,46 @@ def _report(status: Any) -> None:
     ]
     for label, value in rows:
         click.echo(f"{label + ':':<28}{value}")
+
+
+def _size(n: int) -> str:
+    from xdfs.cli.format import human_size
+
+    return f"{n} ({human_size(n)})"
+
+
+def _used_share(used: int, capacity: int) -> str:
+    return f"{100.0 * used / capacity if capacity else 0.0:.2f}%"
+
+
+def _datanode_report(report: Any) -> None:
+    """The DataNode part of ``-report``, laid out as ``hdfs dfsadmin -report``."""
+    click.echo(f"{'Configured Capacity:':<28}{_size(report.capacity_bytes)}")
+    click.echo(f"{'DFS Remaining:':<28}{_size(report.free_bytes)}")
+    click.echo(f"{'DFS Used:':<28}{_size(report.used_bytes)}")
+    click.echo(f"{'DFS Used%:':<28}{_used_share(report.used_bytes, report.capacity_bytes)}")
+    click.echo("Replicated Blocks:")
+    for label, value in (
+        ("Blocks", report.blocks),
+        ("Under replicated blocks", report.under_replicated),
+        ("Blocks with corrupt replicas", report.corrupt_blocks),
+        ("Missing blocks", report.missing_blocks),
+        ("Pending replication", report.pending_replication),
+        ("Pending deletion", report.pending_deletion),
+    ):
+        click.echo(f"\t{label}: {value}")
+    click.echo("-" * 49)
+    for state in ("live", "dead"):
+        nodes = [n for n in report.nodes if n.state == state]
+        click.echo(f"{state.capitalize()} datanodes ({len(nodes)}):")
+        for node in nodes:
+            click.echo("")
+            click.echo(f"Name: {node.address} ({node.node_id})")
+            click.echo(f"Configured Capacity: {_size(node.capacity_bytes)}")
+            click.echo(f"DFS Used: {_size(node.used_bytes)}")
+            click.echo(f"DFS Remaining: {_size(node.free_bytes)}")
+            click.echo(f"DFS Used%: {_used_share(node.used_bytes, node.capacity_bytes)}")
+            click.echo(f"Blocks: {node.blocks}")
+            click.echo(f"Xceivers: {node.transfers_in_progress}")
+            click.echo(f"Last contact: {node.last_contact_s:.1f} s ago")
+        click.echo("")

@@ -1,12 +1,13 @@
 """``xdfs dev``: a local cluster of real processes, for trying and testing xdfs.
 
-``xdfs dev --base-dir DIR --port P`` formats ``DIR/namenode`` when it is empty (the
-superuser is $XDFS_USER or ``xdfs``, its password $XDFS_PASSWORD or generated), starts a
-NameNode process on 127.0.0.1:P, writes ``DIR/cluster.json`` (each process's role, pid and
-address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
+``xdfs dev --base-dir DIR --port P --datanodes N`` formats ``DIR/namenode`` when it is
+empty (the superuser is $XDFS_USER or ``xdfs``, its password $XDFS_PASSWORD or generated),
+starts a NameNode process on 127.0.0.1:P and N DataNode processes (``DIR/datanode<i>``, on
+free ports, logged in as the superuser), writes ``DIR/cluster.json`` (each process's role,
+pid and address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
 ``XDFS_CONF`` at it), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
 Running it again on the same DIR restarts the same cluster with its data. SIGTERM or
-Ctrl-C stops every process gracefully. DataNodes join the cluster when they land.
+Ctrl-C stops every process gracefully; if one process dies, the others are stopped.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from xdfs.cli.main import CliState
+
+if TYPE_CHECKING:
+    from xdfs.common.process import ServerProcess
 
 DEFAULT_SUPERUSER = "xdfs"
 
@@ -29,9 +34,10 @@ DEFAULT_SUPERUSER = "xdfs"
 @click.command()
 @click.option("--base-dir", default=None, help="Where the cluster keeps its data.")
 @click.option("--port", type=int, default=None, help="NameNode client port (0: any free).")
+@click.option("--datanodes", type=int, default=None, help="DataNodes to start (default 3).")
 @click.pass_obj
-def dev(state: CliState, base_dir: str | None, port: int | None) -> None:
-    """Start a local cluster (a NameNode now; DataNodes as they land) as child processes."""
+def dev(state: CliState, base_dir: str | None, port: int | None, datanodes: int | None) -> None:
+    """Start a local cluster (a NameNode and DataNodes) as child processes."""
     from xdfs.common.process import ServerProcess
     from xdfs.config import write_toml
 
@@ -44,21 +50,36 @@ def dev(state: CliState, base_dir: str | None, port: int | None) -> None:
     name_dir = base / "namenode"
     if not name_dir.exists() or not any(name_dir.iterdir()):
         _run_format(name_dir, env)
-    args = ["namenode", "--name-dir", str(name_dir), "--rpc-address", f"127.0.0.1:{port}"]
-    if state.conf_path:
-        args = ["--conf", state.conf_path, *args]
+    conf = ["--conf", state.conf_path] if state.conf_path else []
     namenode = ServerProcess.xdfs(
-        *args,
+        *conf, "namenode", "--name-dir", str(name_dir), "--rpc-address", f"127.0.0.1:{port}",
         log_path=base / "logs" / "namenode.log",
         ready_pattern=r"namenode serving on (\S+)",
         env=env,
     )
-    namenode.start(config.dev.ready_timeout_s)
-    assert namenode.match is not None
-    address = namenode.match.group(1)
+    children: list[tuple[str, ServerProcess]] = [("namenode", namenode)]
+    try:
+        address = _start(namenode, config.dev.ready_timeout_s)
+        count = config.dev.datanodes if datanodes is None else datanodes
+        for index in range(count):
+            datanode = ServerProcess.xdfs(
+                *conf, "datanode", "--data-dir", str(base / f"datanode{index}"),
+                "--namenode", address, "--rpc-address", "127.0.0.1:0",
+                log_path=base / "logs" / f"datanode{index}.log",
+                ready_pattern=r"datanode serving on (\S+)",
+                env=env,
+            )
+            children.append(("datanode", datanode))
+            _start(datanode, config.dev.ready_timeout_s)
+    except BaseException:
+        for _role, child in children:
+            if child.alive():
+                child.terminate()
+        raise
     uri = f"xdfs://{address}"
     processes = [
-        {"role": "namenode", "pid": namenode.pid, "address": address, "log": str(namenode.log_path)}
+        {"role": role, "pid": child.pid, "address": _address(child), "log": str(child.log_path)}
+        for role, child in children
     ]
     (base / "cluster.json").write_text(
         json.dumps({"fs": uri, "base_dir": str(base), "processes": processes}, indent=2) + "\n"
@@ -70,7 +91,17 @@ def dev(state: CliState, base_dir: str | None, port: int | None) -> None:
     )
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
     sys.stdout.flush()
-    sys.exit(_supervise([namenode]))
+    sys.exit(_supervise([child for _role, child in children]))
+
+
+def _start(process: ServerProcess, timeout_s: float) -> str:
+    process.start(timeout_s)
+    return _address(process)
+
+
+def _address(process: ServerProcess) -> str:
+    assert process.match is not None, "a started process has matched its ready pattern"
+    return process.match.group(1)
 
 
 def _credentials(base: Path) -> dict[str, str]:
@@ -102,11 +133,8 @@ def _run_format(name_dir: Path, env: dict[str, str]) -> None:
         raise click.ClickException(f"formatting {name_dir} failed:\n{result.stderr[-2000:]}")
 
 
-def _supervise(children: list[object]) -> int:
+def _supervise(procs: list[ServerProcess]) -> int:
     """Wait for SIGTERM/SIGINT (stop all gracefully) or a child's death (stop the rest)."""
-    from xdfs.common.process import ServerProcess
-
-    procs = [c for c in children if isinstance(c, ServerProcess)]
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -120,7 +148,7 @@ def _supervise(children: list[object]) -> int:
         dead = [p for p in procs if not p.alive()]
         if dead:
             for proc in dead:
-                click.echo(f"xdfs dev: {proc.args[3:5]} exited; see {proc.log_path}", err=True)
+                click.echo(f"xdfs dev: pid {proc.pid} exited; see {proc.log_path}", err=True)
             status = 1
             break
         time.sleep(0.2)

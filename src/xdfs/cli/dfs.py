@@ -118,4 +118,4 @@ def _describe(exc: Exception) -> str:
 
 # -- commands ----------------------------------------------------------------------------
 
-from xdfs.cli import dfs_commands  # noqa: E402,F401  (registers the commands)
+from xdfs.cli import dfs_commands, dfs_data  # noqa: E402,F401  (registers the commands)

@@ -1,4 +1,4 @@
-"""The metadata commands of ``xdfs dfs`` (data commands arrive with the DataNodes)."""
+"""The metadata commands of ``xdfs dfs`` (the data commands are in ``dfs_data``)."""
 
 from __future__ import annotations
 
@@ -223,25 +223,6 @@ def _each_recursive(client: Any, verb: str, args: Args, targets: list[str], acti
                 apply(entry.path)
 
     return each_path(client, verb, targets, apply)
-
-
-@command("-setrep", "[-w] <replication> <path> ...", "-w -R", min_args=2)
-def setrep(client: Any, args: Args) -> int:
-    rep_text, *targets = args.values
-    if not rep_text.isdigit():
-        click.echo(f"setrep: {rep_text}: replication must be a positive number", err=True)
-        return 2
-    replication = int(rep_text)
-
-    def apply(path: str) -> None:
-        if client.stat(path).is_dir:
-            for entry in client.list_dir(path):
-                apply(entry.path)
-        else:
-            client.set_replication(path, replication)
-            click.echo(f"Replication {replication} set: {path}")
-
-    return each_path(client, "setrep", targets, apply)
 
 
 @command("-expunge", "[-immediate]", "-immediate", min_args=0, max_args=0)

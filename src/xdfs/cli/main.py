@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "logservice": ("xdfs.cli.placeholders", "logservice", "Run the replicated log service."),
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
     "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
-    "fsck": ("xdfs.cli.placeholders", "fsck", "Check the health of files and blocks."),
+    "fsck": ("xdfs.cli.fsck", "fsck", "Check the health of files and blocks."),
     "oiv": ("xdfs.cli.offline", "oiv", "Offline image viewer: export an fsimage."),
     "oev": ("xdfs.cli.offline", "oev", "Offline edits viewer: dump an edits log."),
     "analyze": ("xdfs.cli.placeholders", "analyze", "Metadata analytics on Spark."),

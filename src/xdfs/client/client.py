@@ -7,15 +7,22 @@ with the RPC layer's failover (3 tries per address, then the next).
 
 from __future__ import annotations
 
+import io
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+from xdfs.client import transfer
+from xdfs.client.datanodes import DataNodePool
+from xdfs.client.reader import FileReader
+from xdfs.client.sync_files import SyncReader, SyncWriter, buffered_reader, buffered_writer
+from xdfs.client.writer import FileWriter
 from xdfs.common.addresses import parse_fs_uri
 from xdfs.config import XdfsConfig, load_config
 from xdfs.errors import AlreadyExists, ConfigError, NotFound
 from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import BadReplica, BadReplicasRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.sync import LoopThread
@@ -49,14 +56,12 @@ class AsyncClient:
             password=password if password is not None else self.config.client.password,
             token=token if token is not None else self.config.client.token,
         )
-        self.rpc = RpcClient(
-            self.addresses,
-            self.config.rpc,
-            hello=hello,
-            ssl_context=client_context(self.config.rpc),
-        )
+        ssl_context = client_context(self.config.rpc)
+        self.rpc = RpcClient(self.addresses, self.config.rpc, hello=hello, ssl_context=ssl_context)
+        self.datanodes = DataNodePool(self.config.rpc, self.client_name, ssl_context)
 
     async def close(self) -> None:
+        await self.datanodes.close()
         await self.rpc.close()
 
     async def __aenter__(self) -> AsyncClient:
@@ -133,7 +138,67 @@ class AsyncClient:
     async def expunge(self, immediate: bool = False) -> None:
         await self.rpc.call(p.EXPUNGE, p.ExpungeRequest(immediate))
 
-    # -- writing (metadata side; block data arrives with the DataNodes) -----------------
+    # -- reading and writing file data ------------------------------------------------
+
+    async def open_read(self, path: str) -> FileReader:
+        """A reader over ``path`` (block locations are fetched once, refreshed on failure)."""
+        located = await self.block_locations(path)
+        return FileReader(self.rpc, self.datanodes, self.config.client, path, located)
+
+    async def open_write(
+        self,
+        path: str,
+        *,
+        overwrite: bool = False,
+        replication: int = 0,
+        block_size: int = 0,
+        mode: int = DEFAULT_MODE,
+        create_parents: bool = True,
+    ) -> FileWriter:
+        """Create ``path`` and return its writer; ``await writer.close()`` completes it."""
+        status = await self.create(
+            path,
+            overwrite=overwrite,
+            replication=replication,
+            block_size=block_size,
+            mode=mode,
+            create_parents=create_parents,
+        )
+        return FileWriter(self.rpc, self.datanodes, self.config.client, self.client_name, status)
+
+    async def read_file(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        reader = await self.open_read(path)
+        return await reader.pread(offset, size)
+
+    async def write_file(self, path: str, data: bytes, **options: Any) -> p.FileStatus:
+        """Create ``path`` holding ``data`` (options as :meth:`open_write`)."""
+        writer = await self.open_write(path, **options)
+        async with writer:
+            await writer.write(data)
+        return await self.stat(path)
+
+    async def put(self, local: str, dst: str, *, overwrite: bool = False, **options: Any
+                  ) -> list[str]:
+        """Upload a local file or tree (through ``._COPYING_`` files renamed when done)."""
+        return await transfer.put(self, local, dst, overwrite=overwrite, **options)
+
+    async def get(self, src: str, local: str) -> list[str]:
+        """Download a file or tree to the local file system."""
+        return await transfer.get(self, src, local)
+
+    async def copy(self, src: str, dst: str, *, overwrite: bool = False) -> str:
+        return await transfer.copy(self, src, dst, overwrite=overwrite)
+
+    async def copy_to(
+        self, src: str, sink: Callable[[bytes], object], offset: int = 0, size: int = -1
+    ) -> int:
+        """Stream a byte range of ``src`` into ``sink`` (``cat``, ``tail``)."""
+        return await transfer.copy_to(self, src, sink, offset, size)
+
+    async def report_bad_replicas(self, replicas: list[BadReplica]) -> None:
+        await self.rpc.call(p.REPORT_BAD_REPLICAS, BadReplicasRequest(replicas))
+
+    # -- writing (metadata side) --------------------------------------------------------
 
     async def create(
         self,
@@ -187,6 +252,14 @@ class AsyncClient:
     async def status(self) -> p.NameNodeStatus:
         return await self.rpc.call(p.STATUS, Empty())
 
+    async def datanode_report(self) -> p.DataNodeReport:
+        return await self.rpc.call(p.DATANODE_REPORT, Empty())
+
+    async def fsck(
+        self, path: str, files: bool = False, blocks: bool = False, locations: bool = False
+    ) -> p.FsckReport:
+        return await self.rpc.call(p.FSCK, p.FsckRequest(path, files, blocks, locations))
+
 
 class Client:
     """Synchronous twin of :class:`AsyncClient`: every coroutine method of the async
@@ -214,6 +287,22 @@ class Client:
             return result
 
         return call
+
+    def open_reader(self, path: str) -> SyncReader:
+        return SyncReader(self._loop, self._loop.run(self._async.open_read(path)))
+
+    def open_writer(self, path: str, **options: Any) -> SyncWriter:
+        """A blocking writer (options as :meth:`AsyncClient.open_write`)."""
+        return SyncWriter(self._loop, self._loop.run(self._async.open_write(path, **options)))
+
+    def open(self, path: str, mode: str = "rb", **options: Any) -> io.BufferedIOBase:
+        """A binary file object: ``"rb"`` (seekable) or ``"wb"`` (``overwrite=True`` to
+        replace an existing file); closing a written file completes it."""
+        if mode == "rb":
+            return buffered_reader(self.open_reader(path), path)
+        if mode == "wb":
+            return buffered_writer(self.open_writer(path, **options), path)
+        raise ValueError(f"mode must be 'rb' or 'wb', not {mode!r}")
 
     def close(self) -> None:
         if not self._loop.loop.is_closed():

@@ -14,8 +14,10 @@ import time
 from typing import Any
 
 from fsspec import AbstractFileSystem
+from fsspec.spec import AbstractBufferedFile
 
 from xdfs.client.client import Client
+from xdfs.client.sync_files import SyncReader, SyncWriter
 from xdfs.common.addresses import SCHEME
 from xdfs.errors import NotFound
 from xdfs.protocol.namenode import FileStatus
@@ -131,3 +133,97 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
 
     def modified(self, path: str) -> Any:
         return self.created(path)
+
+    # -- file data ------------------------------------------------------------------------
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> XdfsFile:
+        if mode not in ("rb", "wb"):
+            raise ValueError(f"xdfs files open as 'rb' or 'wb', not {mode!r}")
+        return XdfsFile(
+            self, self._strip_protocol(path), mode, block_size or "default",
+            autocommit=autocommit, cache_options=cache_options, **kwargs,
+        )
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        path = self._strip_protocol(path)
+        if start is None and end is None:
+            return bytes(self.client.read_file(path))
+        reader = self.client.open_reader(path)
+        first, last = _clip_range(start, end, reader.size)
+        return reader.pread(first, last - first)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        path = self._strip_protocol(path)
+        if mode == "create" and self.client.exists(path):
+            raise FileExistsError(path)
+        self.client.write_file(path, value, overwrite=True)
+
+    def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> None:
+        import os
+
+        rpath = self._strip_protocol(rpath)
+        if os.path.isdir(lpath):
+            self.makedirs(rpath, exist_ok=True)
+            return
+        self.client.put(lpath, rpath, overwrite=True)
+
+    def get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> None:
+        import os
+
+        rpath = self._strip_protocol(rpath)
+        if self.isdir(rpath):
+            os.makedirs(lpath, exist_ok=True)
+            return
+        if os.path.exists(lpath) and not os.path.isdir(lpath):
+            os.remove(lpath)  # fsspec semantics: get overwrites the local file
+        self.client.get(rpath, lpath)
+
+
+def _clip_range(start: int | None, end: int | None, size: int) -> tuple[int, int]:
+    """fsspec's byte range: None = file edge, negative = from the end, clipped to the file."""
+    first = 0 if start is None else (max(0, size + start) if start < 0 else min(start, size))
+    last = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
+    return first, max(first, last)
+
+
+class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
+    """fsspec's buffered file over the xdfs reader (random access) or writer."""
+
+    def __init__(self, fs: XdfsFileSystem, path: str, mode: str, block_size: Any,
+                 **kwargs: Any) -> None:
+        self._reader: SyncReader | None = None
+        self._writer: SyncWriter | None = None
+        if mode == "rb":
+            self._reader = fs.client.open_reader(path)
+            kwargs["size"] = self._reader.size
+        super().__init__(fs, path, mode, block_size, **kwargs)
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        assert self._reader is not None
+        return self._reader.pread(start, max(0, end - start))
+
+    def _initiate_upload(self) -> None:
+        self._writer = self.fs.client.open_writer(self.path, overwrite=True)
+
+    def _upload_chunk(self, final: bool = False) -> bool:
+        if self._writer is None:
+            self._initiate_upload()
+        assert self._writer is not None
+        self._writer.write(self.buffer.getbuffer())
+        if final:
+            self._writer.close()
+        return True
+
+    def discard(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()

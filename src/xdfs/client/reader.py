@@ -1,0 +1,143 @@
+"""Reading a file: block locations from the NameNode, bytes from DataNodes.
+
+Each block is read from one of its replicas (the NameNode lists live ones in random order).
+DataNodes verify their checksum files before sending and every stream chunk carries a
+CRC32C, so bytes that reach the caller are the bytes that were written. When a replica is
+corrupt (reported to the NameNode at once), dead or slow, the read resumes at the same
+offset on the next replica; after a round over all of them, the locations are fetched again
+(the NameNode may have re-replicated the block), up to ``client.read_rounds`` rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+
+from xdfs.client.datanodes import DataNodePool
+from xdfs.config import ClientConfig
+from xdfs.errors import BlockNotFound, ChecksumError, CorruptReplica, InvalidArgument, XdfsError
+from xdfs.protocol import namenode as p
+from xdfs.protocol.datanode import READ_BLOCK, BadReplica, BadReplicasRequest, ReadBlockRequest
+from xdfs.rpc.client import RpcClient
+
+log = logging.getLogger(__name__)
+
+
+class FileReader:
+    """Random access to one file (positional reads and a file-like cursor)."""
+
+    def __init__(
+        self,
+        nn: RpcClient,
+        pool: DataNodePool,
+        config: ClientConfig,
+        path: str,
+        located: p.LocatedBlocks,
+    ) -> None:
+        self.nn = nn
+        self.pool = pool
+        self.config = config
+        self.path = path
+        self.length = located.file_length
+        self.blocks = list(located.blocks)
+        self.position = 0
+
+    # -- file-like cursor -------------------------------------------------------------------
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.position, os.SEEK_END: self.length}[whence]
+        if base + offset < 0:
+            raise InvalidArgument(f"seek to a negative position ({base + offset})")
+        self.position = base + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    async def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes from the cursor (all that is left when ``size < 0``)."""
+        data = await self.pread(self.position, size)
+        self.position += len(data)
+        return data
+
+    # -- positional reads -------------------------------------------------------------------
+
+    async def pread(self, offset: int, size: int = -1) -> bytes:
+        parts = [bytes(part) async for part in self.iter_range(offset, size)]
+        return b"".join(parts)
+
+    async def iter_range(self, offset: int = 0, size: int = -1) -> AsyncIterator[bytes]:
+        """The bytes of ``[offset, offset + size)`` (clipped to the file), as they arrive."""
+        if offset < 0:
+            raise InvalidArgument("offset must be >= 0")
+        end = self.length if size < 0 else min(self.length, offset + size)
+        for index, located in enumerate(self.blocks):
+            start = located.offset
+            stop = start + located.block.num_bytes
+            if stop <= offset or start >= end or start == stop:
+                continue
+            first = max(offset, start) - start
+            async for data in self._read_block(index, first, min(end, stop) - start - first):
+                yield data
+
+    async def _read_block(self, index: int, offset: int, length: int) -> AsyncIterator[bytes]:
+        failures: list[str] = []
+        for round_number in range(self.config.read_rounds):
+            if round_number:
+                await asyncio.sleep(0.2 * round_number)
+                await self._refresh(index)
+            located = self.blocks[index]
+            for address in located.locations:
+                try:
+                    async for data in self._read_replica(address, located, offset, length):
+                        offset += len(data)
+                        length -= len(data)
+                        yield data
+                except XdfsError as exc:
+                    failures.append(f"{address}: {exc.message}")
+                    await self._on_replica_failure(address, located, exc)
+                    continue
+                return
+        raise BlockNotFound(
+            f"{self.path}: could not read block {self.blocks[index].block.block_id} from any "
+            f"replica ({'; '.join(failures[-6:]) or 'no live replica'})"
+        )
+
+    async def _read_replica(
+        self, address: str, located: p.LocatedBlock, offset: int, length: int
+    ) -> AsyncIterator[bytes]:
+        request = ReadBlockRequest(located.block, located.token, offset, length)
+        stream = await self.pool.get(address).download(READ_BLOCK, request)
+        async with stream:
+            received = 0
+            async for data in stream:
+                received += len(data)
+                yield bytes(data)
+            if received != length:
+                raise BlockNotFound(f"replica sent {received} of {length} bytes")
+
+    async def _on_replica_failure(
+        self, address: str, located: p.LocatedBlock, exc: XdfsError
+    ) -> None:
+        log.warning("%s: block %d on %s failed: %s", self.path, located.block.block_id,
+                    address, exc.message)
+        if isinstance(exc, CorruptReplica | ChecksumError):
+            report = BadReplicasRequest([BadReplica(located.block.block_id, address)])
+            try:
+                await self.nn.call(p.REPORT_BAD_REPLICAS, report)
+            except XdfsError as report_error:
+                log.warning("reporting a bad replica failed: %s", report_error)
+        else:
+            await self.pool.forget(address)
+
+    async def _refresh(self, index: int) -> None:
+        """Fetch the block's locations again (new replicas, fresh token)."""
+        located = self.blocks[index]
+        request = p.BlockLocationsRequest(self.path, located.offset, 1)
+        fresh = await self.nn.call(p.BLOCK_LOCATIONS, request)
+        for candidate in fresh.blocks:
+            if candidate.block.block_id == located.block.block_id:
+                self.blocks[index] = candidate
+                return

@@ -1,0 +1,108 @@
+"""Blocking file objects over the async reader and writer (for :class:`Client` and fsspec).
+
+``Client.open(path, "rb")`` returns an ``io.BufferedReader`` (seek, read, readline, iteration)
+and ``Client.open(path, "wb")`` an ``io.BufferedWriter``; both run the async data path on the
+client's event-loop thread.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+from xdfs.client.reader import FileReader
+from xdfs.client.writer import FileWriter
+from xdfs.protocol.namenode import FileStatus
+from xdfs.rpc.sync import LoopThread
+
+#: Read-ahead of a buffered reader: one DataNode round trip per this many bytes.
+READ_BUFFER_BYTES = 1024 * 1024
+#: Bytes a buffered writer collects before handing them to the block writer.
+WRITE_BUFFER_BYTES = 1024 * 1024
+
+
+class SyncReader:
+    def __init__(self, loop: LoopThread, reader: FileReader) -> None:
+        self._loop = loop
+        self.reader = reader
+
+    @property
+    def size(self) -> int:
+        return self.reader.length
+
+    def pread(self, offset: int, size: int = -1) -> bytes:
+        return self._loop.run(self.reader.pread(offset, size))
+
+
+class SyncWriter:
+    def __init__(self, loop: LoopThread, writer: FileWriter) -> None:
+        self._loop = loop
+        self.writer = writer
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        return self._loop.run(self.writer.write(data))
+
+    def close(self) -> FileStatus:
+        return self._loop.run(self.writer.close())
+
+    def abort(self) -> None:
+        self._loop.run(self.writer.abort())
+
+
+class RawReader(io.RawIOBase):
+    def __init__(self, reader: SyncReader, name: str) -> None:
+        self._reader = reader
+        self._position = 0
+        self.name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._reader.pread(self._position, len(view))
+        view[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._reader.size}
+        if base[whence] + offset < 0:
+            raise ValueError("negative seek position")
+        self._position = base[whence] + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+
+class RawWriter(io.RawIOBase):
+    def __init__(self, writer: SyncWriter, name: str) -> None:
+        self._writer = writer
+        self.name = name
+        self.status: FileStatus | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self._writer.write(bytes(data))
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self.status = self._writer.close()
+            finally:
+                super().close()
+
+
+def buffered_reader(reader: SyncReader, name: str) -> io.BufferedReader:
+    return io.BufferedReader(RawReader(reader, name), READ_BUFFER_BYTES)
+
+
+def buffered_writer(writer: SyncWriter, name: str) -> io.BufferedWriter:
+    return io.BufferedWriter(RawWriter(writer, name), WRITE_BUFFER_BYTES)

@@ -1,0 +1,147 @@
+"""Whole-file transfers: local <-> xdfs, xdfs -> xdfs, xdfs -> any binary sink.
+
+Uploads are written to ``<dst>._COPYING_`` and renamed into place only once complete (as
+``hdfs dfs -put`` does), so a failed or interrupted copy never leaves a truncated file under
+the destination name; the temporary file is deleted on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from xdfs.errors import AlreadyExists, NotFound, XdfsError
+
+if TYPE_CHECKING:
+    from xdfs.client.client import AsyncClient
+    from xdfs.protocol.namenode import FileStatus
+
+COPYING_SUFFIX = "._COPYING_"
+
+
+def basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def join_child(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
+#: Bytes read from a local file per write call.
+LOCAL_READ_BYTES = 4 * 1024 * 1024
+
+
+async def resolve_destination(client: AsyncClient, source_name: str, dst: str) -> str:
+    """``dst`` itself, or ``dst/<source_name>`` when ``dst`` is an existing directory."""
+    try:
+        status = await client.stat(dst)
+    except NotFound:
+        return dst
+    return join_child(dst, source_name) if status.is_dir else dst
+
+
+async def write_stream(
+    client: AsyncClient, dst: str, chunks: AsyncIterator[bytes], *, overwrite: bool = False,
+    **options: Any,
+) -> FileStatus:
+    """Write ``chunks`` to ``dst`` through a ``._COPYING_`` file renamed when complete."""
+    if not overwrite and await client.exists(dst):
+        raise AlreadyExists(f"{dst} already exists")
+    temporary = dst + COPYING_SUFFIX
+    writer = await client.open_write(temporary, overwrite=True, **options)
+    try:
+        async for chunk in chunks:
+            await writer.write(chunk)
+        await writer.close()
+    except BaseException:
+        await writer.abort()
+        with contextlib.suppress(XdfsError):
+            await client.delete(temporary, skip_trash=True)
+        raise
+    if overwrite:
+        with contextlib.suppress(NotFound):
+            await client.delete(dst, skip_trash=True)
+    await client.rename(temporary, dst)
+    return await client.stat(dst)
+
+
+async def local_chunks(path: Path) -> AsyncIterator[bytes]:
+    with path.open("rb") as source:
+        while True:
+            # Large reads in a thread: the event loop keeps serving the uploads meanwhile.
+            chunk = await asyncio.to_thread(source.read, LOCAL_READ_BYTES)
+            if not chunk:
+                return
+            yield chunk
+
+
+async def put(
+    client: AsyncClient, local: str | os.PathLike[str], dst: str, *, overwrite: bool = False,
+    **options: Any,
+) -> list[str]:
+    """Copy a local file or directory tree into xdfs; returns the files written."""
+    source = Path(local)
+    target = await resolve_destination(client, source.name, dst)
+    if not await asyncio.to_thread(source.is_dir):
+        await write_stream(client, target, local_chunks(source), overwrite=overwrite, **options)
+        return [target]
+    await client.mkdirs(target)
+    written: list[str] = []
+    for child in await asyncio.to_thread(lambda: sorted(source.iterdir())):
+        written += await put(client, child, join_child(target, child.name),
+                             overwrite=overwrite, **options)
+    return written
+
+
+async def get(client: AsyncClient, src: str, local: str | os.PathLike[str]) -> list[str]:
+    """Copy a file or directory tree out of xdfs; returns the local files written."""
+    target = Path(local)
+    if await asyncio.to_thread(target.is_dir):
+        target = target / basename(src)
+    status = await client.stat(src)
+    if status.is_dir:
+        target.mkdir(parents=True, exist_ok=True)
+        written: list[str] = []
+        for entry in await client.list_dir(src):
+            written += await get(client, entry.path, target / basename(entry.path))
+        return written
+    if target.exists():
+        raise AlreadyExists(f"{target} already exists")
+    temporary = target.with_name(target.name + COPYING_SUFFIX)
+    try:
+        with temporary.open("wb") as sink:
+            await copy_to(client, src, sink.write)
+        temporary.replace(target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return [str(target)]
+
+
+async def copy_to(
+    client: AsyncClient, src: str, sink: Callable[[bytes], object], offset: int = 0,
+    size: int = -1,
+) -> int:
+    """Stream ``[offset, offset+size)`` of ``src`` into ``sink``; returns the bytes sent."""
+    reader = await client.open_read(src)
+    sent = 0
+    async for chunk in reader.iter_range(offset, size):
+        sink(chunk)
+        sent += len(chunk)
+    return sent
+
+
+async def copy(client: AsyncClient, src: str, dst: str, *, overwrite: bool = False) -> str:
+    """Copy a file inside xdfs (the bytes pass through the client, as ``hdfs dfs -cp``)."""
+    status = await client.stat(src)
+    if status.is_dir:
+        raise XdfsError(f"{src} is a directory (copying trees is not supported)")
+    target = await resolve_destination(client, basename(src), dst)
+    reader = await client.open_read(src)
+    await write_stream(
+        client, target, reader.iter_range(), overwrite=overwrite,
+        replication=status.replication, block_size=status.block_size,
+    )
+    return target

@@ -1,0 +1,270 @@
+"""Writing a file: split into blocks, each streamed to the targets the NameNode chose.
+
+The client sends each block to all of its targets at once (one upload stream per target,
+each flow-controlled by the DataNode's credit) rather than through a DataNode pipeline: on
+one machine or a fast LAN the client's CPU, not its link, limits a write, and a failed
+target then never stalls the others. The block's bytes stay in memory (at most one block
+per open file) until every target has finalized it, so:
+
+* a target that fails mid-block is dropped; when the block is done, the NameNode is asked
+  for a replacement (``additional_datanode``) and the block is sent to it from memory;
+* when every target failed, the block is abandoned and re-sent to fresh targets, up to
+  ``client.block_write_tries`` times;
+* targets that failed are excluded for the rest of the file.
+
+A DataNode answers a block write only after reporting the replica to the NameNode, so
+``complete`` normally succeeds at once; it is retried while the NameNode says the last
+block lacks replicas. The writer renews its lease while the file is open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from xdfs.client.datanodes import DataNodePool
+from xdfs.config import ClientConfig
+from xdfs.errors import NotEnoughReplicas, XdfsError
+from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest, WriteBlockResponse
+from xdfs.rpc.client import RpcClient
+
+log = logging.getLogger(__name__)
+
+#: Tries of ``complete`` while the NameNode waits for the last block's replicas.
+COMPLETE_TRIES = 5
+LEASE_RENEWAL_INTERVAL_S = 20.0  # well inside the default 60 s soft limit
+
+
+class BlockBuffer:
+    """The bytes of the block being written; any number of readers replay it from the
+    start while it grows (a replacement target joins late and catches up from memory)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.num_bytes = 0
+        self.closed = False
+        self._changed = asyncio.Event()
+
+    def _notify(self) -> None:
+        # A fresh event per change: waiters keep the one they saw, so no wakeup is lost.
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def append(self, data: bytes) -> None:
+        assert not self.closed, "append to a closed block buffer"
+        if data:
+            self.chunks.append(data)
+            self.num_bytes += len(data)
+            self._notify()
+
+    def close(self) -> None:
+        self.closed = True
+        self._notify()
+
+    async def replay(self) -> AsyncIterator[bytes]:
+        index = 0
+        while True:
+            while index < len(self.chunks):
+                yield self.chunks[index]
+                index += 1
+            if self.closed:
+                return
+            await self._changed.wait()
+
+
+class _BlockWrite:
+    """One block in flight: its buffer and one upload task per target."""
+
+    def __init__(self, located: p.LocatedBlock, buffer: BlockBuffer) -> None:
+        self.located = located
+        self.buffer = buffer
+        self.uploads: dict[str, asyncio.Task[WriteBlockResponse]] = {}
+
+
+class FileWriter:
+    def __init__(
+        self,
+        nn: RpcClient,
+        pool: DataNodePool,
+        config: ClientConfig,
+        client_name: str,
+        status: p.FileStatus,
+    ) -> None:
+        self.nn = nn
+        self.pool = pool
+        self.config = config
+        self.client_name = client_name
+        self.path = status.path
+        self.block_size = status.block_size
+        self.replication = status.replication
+        self.blocks: list[BlockRecord] = []
+        self.bytes_written = 0
+        self.closed = False
+        self._current: _BlockWrite | None = None
+        self._excluded: set[str] = set()
+        self._renewer = asyncio.get_running_loop().create_task(self._renew_lease())
+
+    async def __aenter__(self) -> FileWriter:
+        return self
+
+    async def __aexit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            await self.close()
+        else:
+            await self.abort()
+
+    # -- writing --------------------------------------------------------------------------
+
+    async def write(self, data: bytes | bytearray | memoryview) -> int:
+        if self.closed:
+            raise ValueError("write to a closed xdfs file")
+        view = memoryview(data).cast("B")
+        while view:
+            if self._current is None:
+                self._current = await self._start_block()
+            buffer = self._current.buffer
+            take = view[: self.block_size - buffer.num_bytes]
+            buffer.append(bytes(take))
+            view = view[len(take) :]
+            self.bytes_written += len(take)
+            if buffer.num_bytes >= self.block_size:
+                await self._finish_block()
+            else:
+                await asyncio.sleep(0)  # let the uploads take what arrived
+        return len(data)
+
+    async def close(self) -> p.FileStatus:
+        """Store the last block and close the file; returns its final status."""
+        if self.closed:
+            raise ValueError("xdfs file already closed")
+        try:
+            if self._current is not None:
+                await self._finish_block()
+            return await self._complete()
+        finally:
+            await self._stop()
+
+    async def abort(self) -> None:
+        """Stop writing; the file stays open until its lease expires (as in HDFS)."""
+        if self._current is not None:
+            for task in self._current.uploads.values():
+                task.cancel()
+            await asyncio.gather(*self._current.uploads.values(), return_exceptions=True)
+            self._current = None
+        await self._stop()
+
+    async def _stop(self) -> None:
+        self.closed = True
+        self._renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._renewer
+
+    # -- blocks -----------------------------------------------------------------------------
+
+    async def _start_block(self, buffer: BlockBuffer | None = None) -> _BlockWrite:
+        """Ask for the next block and start its uploads (replaying ``buffer`` when given)."""
+        request = p.AddBlockRequest(
+            self.path,
+            self.client_name,
+            self.blocks[-1] if self.blocks else None,
+            sorted(self._excluded),
+        )
+        located = await self.nn.call(p.ADD_BLOCK, request)
+        block = _BlockWrite(located, buffer or BlockBuffer())
+        for address in block.located.locations:
+            self._upload(block, address, block.located.token)
+        return block
+
+    def _upload(self, block: _BlockWrite, address: str, token: str) -> None:
+        request = WriteBlockRequest(block.located.block, token, self.client_name)
+        node = self.pool.get(address)
+        block.uploads[address] = asyncio.get_running_loop().create_task(
+            node.upload(WRITE_BLOCK, request, block.buffer.replay())
+        )
+
+    async def _finish_block(self) -> None:
+        block = self._current
+        assert block is not None
+        block.buffer.close()
+        for attempt in range(1, self.config.block_write_tries + 1):
+            stored = await self._wait_uploads(block)
+            if stored:
+                break
+            log.warning(
+                "%s: every target of block %d failed (try %d of %d)",
+                self.path, block.located.block.block_id, attempt, self.config.block_write_tries,
+            )
+            if attempt == self.config.block_write_tries:
+                raise NotEnoughReplicas(
+                    f"{self.path}: block {block.located.block.block_id} could not be stored "
+                    f"on any DataNode (excluded: {', '.join(sorted(self._excluded))})"
+                )
+            block = await self._resend(block)
+        if len(stored) < len(block.located.locations) and self.config.replace_failed_target:
+            stored += await self._replace_failed(block, stored)
+        record = block.located.block
+        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.buffer.num_bytes))
+        self._current = None
+
+    async def _wait_uploads(self, block: _BlockWrite) -> list[str]:
+        """Addresses that stored the block; the others are excluded from now on."""
+        results = await asyncio.gather(*block.uploads.values(), return_exceptions=True)
+        stored: list[str] = []
+        for address, result in zip(list(block.uploads), results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, XdfsError | OSError):
+                    raise result
+                log.warning("%s: DataNode %s failed: %s", self.path, address, result)
+                self._excluded.add(address)
+                await self.pool.forget(address)
+            else:
+                stored.append(address)
+        block.uploads.clear()
+        return stored
+
+    async def _resend(self, failed: _BlockWrite) -> _BlockWrite:
+        """Abandon a block no target stored and send its bytes to fresh targets."""
+        request = p.AbandonBlockRequest(self.path, self.client_name, failed.located.block.block_id)
+        await self.nn.call(p.ABANDON_BLOCK, request)
+        return await self._start_block(failed.buffer)  # complete: the new uploads replay it
+
+    async def _replace_failed(self, block: _BlockWrite, stored: list[str]) -> list[str]:
+        """Send the finished block to replacements for failed targets (best effort: the
+        NameNode's replication monitor restores the count if this fails too)."""
+        added: list[str] = []
+        for _ in range(len(block.located.locations) - len(stored)):
+            request = p.AdditionalDataNodeRequest(
+                self.path, self.client_name, block.located.block, stored + added,
+                sorted(self._excluded),
+            )
+            try:
+                extra = await self.nn.call(p.ADDITIONAL_DATANODE, request)
+            except NotEnoughReplicas:
+                return added
+            for address in extra.locations:
+                self._upload(block, address, extra.token)
+            added += await self._wait_uploads(block)
+        return added
+
+    async def _complete(self) -> p.FileStatus:
+        request = p.CompleteRequest(self.path, self.client_name, list(self.blocks))
+        for attempt in range(1, COMPLETE_TRIES + 1):
+            try:
+                return await self.nn.call(p.COMPLETE, request)
+            except NotEnoughReplicas:
+                if attempt == COMPLETE_TRIES:
+                    raise
+                await asyncio.sleep(0.2 * attempt)
+        raise AssertionError("unreachable")
+
+    async def _renew_lease(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_RENEWAL_INTERVAL_S)
+            try:
+                await self.nn.call(p.RENEW_LEASE, p.RenewLeaseRequest(self.client_name))
+            except XdfsError as exc:
+                log.warning("renewing the lease of %s failed: %s", self.client_name, exc)
