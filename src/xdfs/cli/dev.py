@@ -134,7 +134,10 @@ def _run_format(name_dir: Path, env: dict[str, str]) -> None:
 
 
 def _supervise(procs: list[ServerProcess]) -> int:
-    """Wait for SIGTERM/SIGINT (stop all gracefully) or a child's death (stop the rest)."""
+    """Wait for SIGTERM/SIGINT (stop all gracefully) or the NameNode's death (stop the rest).
+
+    A DataNode that dies is reported and left dead: killing one is how a developer watches
+    re-replication happen, and the cluster goes on without it (procs[0] is the NameNode)."""
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -144,11 +147,13 @@ def _supervise(procs: list[ServerProcess]) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     status = 0
+    reported: set[int] = set()
     while not stopping:
-        dead = [p for p in procs if not p.alive()]
-        if dead:
-            for proc in dead:
+        for proc in procs:
+            if not proc.alive() and proc.pid not in reported:
+                reported.add(proc.pid)
                 click.echo(f"xdfs dev: pid {proc.pid} exited; see {proc.log_path}", err=True)
+        if not procs[0].alive():
             status = 1
             break
         time.sleep(0.2)
