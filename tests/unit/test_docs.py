@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from xdfs.errors import known_codes
+from xdfs.protocol.datanode import DATANODE_PROTOCOL, DATANODE_SERVICE
+from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE
 from xdfs.protocol.system import DIAGNOSTICS, SYSTEM
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -18,6 +20,7 @@ def test_protocol_doc_lists_every_error_code() -> None:
 
 def test_protocol_doc_lists_every_method() -> None:
     text = (DOCS / "protocol.md").read_text()
-    for service in (SYSTEM, DIAGNOSTICS):
+    for service in (SYSTEM, DIAGNOSTICS, CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
+                    DATANODE_SERVICE):
         for method in service:
             assert f"| `{method.name}` |" in text, f"{method.name} missing"
