@@ -145,7 +145,9 @@ class NameNodeConfig:
         1, "Replicas a block needs reported before `complete` succeeds (and for safe mode)."
     )
     complete_wait_s: float = setting(
-        30.0, "How long `complete` waits for the last block's replicas to be reported."
+        20.0,
+        "How long `complete` waits for every block's replicas to be reported (keep it below "
+        "rpc.call_timeout_s: the writer then hears NotEnoughReplicas, not a timeout).",
     )
     block_token_lifetime_s: float = setting(600.0, "Lifetime of a block access token.")
     safe_mode_threshold: float = setting(
@@ -155,6 +157,9 @@ class NameNodeConfig:
         30.0, "Safe mode lasts this long more once the threshold is reached."
     )
     safe_mode_min_datanodes: int = setting(0, "Live DataNodes needed to leave startup safe mode.")
+    safe_mode_check_interval_s: float = setting(
+        1.0, "How often startup safe mode checks whether it may end (its extension's grain)."
+    )
     fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
 
     def validate(self) -> None:
@@ -203,6 +208,17 @@ class DataNodeConfig:
     replication_concurrency_max: int = setting(
         4, "Replicate commands a DataNode carries out at once."
     )
+    replication_queue_max: int = setting(
+        64, "Replicate commands waiting for a slot; more are dropped (the NameNode retries)."
+    )
+    report_timeout_s: float = setting(
+        5.0,
+        "A block write waits this long for its received-replica report to reach the NameNode "
+        "before answering the writer (a failed report is retried with the heartbeats).",
+    )
+    namenode_retry_max_s: float = setting(
+        10.0, "Longest pause between attempts to reach an unreachable NameNode (backoff cap)."
+    )
 
     def validate(self) -> None:
         _require(
@@ -210,7 +226,15 @@ class DataNodeConfig:
             "datanode.checksum_chunk_bytes must be in [4 KiB, 1 MiB]",
         )
         _require(self.scan_bytes_per_s > 0, "datanode.scan_bytes_per_s must be > 0")
+        _require(self.scan_period_s > 0, "datanode.scan_period_s must be > 0")
         _require(self.reserved_bytes >= 0, "datanode.reserved_bytes must be >= 0")
+        _require(
+            self.replication_concurrency_max >= 1,
+            "datanode.replication_concurrency_max must be >= 1",
+        )
+        _require(self.replication_queue_max >= 0, "datanode.replication_queue_max must be >= 0")
+        _require(self.report_timeout_s > 0, "datanode.report_timeout_s must be > 0")
+        _require(self.namenode_retry_max_s > 0, "datanode.namenode_retry_max_s must be > 0")
 
 
 @dataclass(frozen=True)

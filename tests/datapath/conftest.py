@@ -68,7 +68,7 @@ async def eventually(
     """Poll ``check`` until it returns something truthy (never asserts timings: the timeout
     only bounds a hang)."""
     deadline = time.monotonic() + timeout_s
-    last: Any = None
+    last: T | None = None
     while time.monotonic() < deadline:
         last = await check()
         if last:

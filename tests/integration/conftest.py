@@ -4,6 +4,11 @@ Every test talks to a real in-process NameNode (MiniCluster) through its RPC int
 :class:`~xdfs.client.client.AsyncClient`; the ``minicluster`` fixture stops whatever a test
 started. Password connections cost one scrypt check each, so fixtures connect every user
 once and tests reuse the clients.
+
+Blocks need DataNodes: the ``nn`` and ``cluster`` fixtures come with three
+:class:`FakeDataNode` s that speak the DataNode protocol over real RPC (register, reports,
+heartbeats) but store nothing; :func:`write_file` makes the targets of each block report
+it, as real DataNodes would after the client streamed it to them.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,6 +30,8 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import FileStatus
 from xdfs.testing.minicluster import MiniCluster
+
+from .fake_datanodes import FakeDataNodes, fake_datanodes_of
 
 ROOT = "root"
 ROOT_PW = "rootpw"
@@ -63,8 +70,10 @@ def connect(
 async def write_file(
     client: AsyncClient, path: str, sizes: list[int], *, replication: int = 0
 ) -> FileStatus:
-    """Create ``path`` with one block per entry of ``sizes`` and complete it (metadata only:
-    the block lengths are what the writer reports, no DataNode is involved)."""
+    """Create ``path`` with one block per entry of ``sizes`` and complete it. No byte is
+    sent: the fake DataNodes of the client's NameNode report each block's replicas with
+    its length, as real ones do once the client has streamed the block to them."""
+    datanodes = fake_datanodes_of(client)
     await client.create(path, replication=replication)
     blocks: list[BlockRecord] = []
     for size in sizes:
@@ -72,8 +81,18 @@ async def write_file(
         located = await client.rpc.call(
             p.ADD_BLOCK, p.AddBlockRequest(path, client.client_name, previous)
         )
-        blocks.append(BlockRecord(located.block.block_id, located.block.genstamp, size))
+        blocks.append(await datanodes.store(located, size))
     return await client.complete(path, blocks)
+
+
+async def add_stored_block(
+    client: AsyncClient, path: str, size: int, previous: BlockRecord | None = None
+) -> BlockRecord:
+    """``add_block`` on ``path`` (open by ``client``), its targets reporting ``size`` bytes."""
+    located = await client.rpc.call(
+        p.ADD_BLOCK, p.AddBlockRequest(path, client.client_name, previous)
+    )
+    return await fake_datanodes_of(client).store(located, size)
 
 
 def status_fields(status: FileStatus) -> tuple[object, ...]:
@@ -167,12 +186,13 @@ async def run_xdfs_batch(
 
 @dataclass
 class Cluster:
-    """A running NameNode with a client per user (root plus USERS)."""
+    """A running NameNode with a client per user (root plus USERS) and fake DataNodes."""
 
     minicluster: MiniCluster
     nn: NameNode
     root: AsyncClient
     clients: dict[str, AsyncClient]
+    datanodes: FakeDataNodes
 
     def __getitem__(self, user: str) -> AsyncClient:
         return self.clients[user]
@@ -180,12 +200,14 @@ class Cluster:
     async def close(self) -> None:
         for client in self.clients.values():
             await client.close()
+        await self.datanodes.close()
 
 
 async def start_cluster(
     minicluster: MiniCluster, config: XdfsConfig | None = None, *, users: bool = True
 ) -> Cluster:
     nn = await minicluster.start_namenode(superuser=ROOT, password=ROOT_PW, config=config)
+    datanodes = await FakeDataNodes.start(nn)
     root = connect(nn, ROOT, ROOT_PW)
     clients = {ROOT: root}
     if users:
@@ -194,13 +216,40 @@ async def start_cluster(
         )
         for name, (password, _groups) in USERS.items():
             clients[name] = connect(nn, name, password)
-    return Cluster(minicluster, nn, root, clients)
+    return Cluster(minicluster, nn, root, clients, datanodes)
 
 
 @pytest.fixture
-async def nn(minicluster: MiniCluster) -> NameNode:
-    """A freshly formatted NameNode (superuser root/rootpw), default configuration."""
-    return await minicluster.start_namenode(superuser=ROOT, password=ROOT_PW)
+async def nn(minicluster: MiniCluster) -> AsyncIterator[NameNode]:
+    """A freshly formatted NameNode (superuser root/rootpw), default configuration, with
+    three fake DataNodes."""
+    node = await minicluster.start_namenode(superuser=ROOT, password=ROOT_PW)
+    datanodes = await FakeDataNodes.start(node)
+    try:
+        yield node
+    finally:
+        await datanodes.close()
+
+
+StartDataNodes = Callable[..., Awaitable[FakeDataNodes]]
+
+
+@pytest.fixture
+async def fake_datanodes(minicluster: MiniCluster) -> AsyncIterator[StartDataNodes]:
+    """``await fake_datanodes(nn, count=3, beat=True)`` starts fake DataNodes for ``nn``;
+    every group started is closed at teardown."""
+    started: list[FakeDataNodes] = []
+
+    async def start(nn: NameNode, count: int = 3, **options: Any) -> FakeDataNodes:
+        group = await FakeDataNodes.start(nn, count, **options)
+        started.append(group)
+        return group
+
+    try:
+        yield start
+    finally:
+        for group in started:
+            await group.close()
 
 
 @pytest.fixture

@@ -315,8 +315,13 @@ async def test_admin_commands(nn: NameNode, sh: Shell, minicluster: MiniCluster)
         sh.admin("-addUser", "erin", "-groups", "g1,g2", env={"XDFS_NEW_PASSWORD": "erin-pw"}),
     )
     assert code == 0, err
-    report = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in out.splitlines())}
+    # "key: value" lines (the NameNode part comes first: later per-DataNode keys repeat)
+    lines = [line.split(":", 1) for line in out.splitlines() if ":" in line]
+    report: dict[str, str] = {}
+    for key, value in lines:
+        report.setdefault(key.strip(), value.strip())
     assert report["Cluster ID"] == "CID-nn"
+    assert "Live datanodes (3)" in out  # the fixture's fake DataNodes
     assert report["Safe mode"] == "OFF"
     assert report["Inodes"] == "4"
     assert report["Newest fsimage txid"] == str(txid)

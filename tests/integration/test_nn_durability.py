@@ -77,7 +77,11 @@ async def test_clean_restart_keeps_everything(minicluster: MiniCluster) -> None:
     await c.close()
     await minicluster.stop_namenode(c.nn)
 
-    nn = await minicluster.start_namenode(format_dirs=False)
+    # no DataNode reports the blocks to the new NameNode: without a block threshold it
+    # leaves startup safe mode at once (tests/integration/test_nn_datanodes.py covers it)
+    nn = await minicluster.start_namenode(
+        format_dirs=False, config=nn_config(safe_mode_threshold=0.0)
+    )
     assert nn.fs is not None
     async with connect(nn, ROOT, ROOT_PW) as root:
         assert await walk(root) == tree

@@ -11,19 +11,21 @@ import pytest
 from xdfs.client.client import AsyncClient
 from xdfs.errors import LeaseError
 from xdfs.protocol import namenode as p
-from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
-from .conftest import ROOT, ROOT_PW, connect, nn_config, wait_until
+from .conftest import ROOT, ROOT_PW, StartDataNodes, connect, nn_config, wait_until
 
 
 async def _renew(client: AsyncClient) -> None:
     await client.rpc.call(p.RENEW_LEASE, p.RenewLeaseRequest(client.client_name))
 
 
-async def test_hard_limit_recovers_abandoned_files(minicluster: MiniCluster) -> None:
+async def test_hard_limit_recovers_abandoned_files(
+    minicluster: MiniCluster, fake_datanodes: StartDataNodes
+) -> None:
     config = nn_config(lease_soft_limit_s=0.5, lease_hard_limit_s=1.5, lease_check_interval_s=0.1)
     nn = await minicluster.start_namenode(config=config)
+    datanodes = await fake_datanodes(nn)
     async with (
         connect(nn, ROOT, ROOT_PW) as observer,
         connect(nn, ROOT, ROOT_PW) as silent,
@@ -33,6 +35,8 @@ async def test_hard_limit_recovers_abandoned_files(minicluster: MiniCluster) -> 
         located = await silent.rpc.call(
             p.ADD_BLOCK, p.AddBlockRequest("/abandoned", silent.client_name)
         )
+        # its targets stored 100 bytes before the writer fell silent
+        await datanodes.store(located, 100)
         await live.create("/kept-open")
         assert (await observer.status()).files_under_construction == 2
 
@@ -57,9 +61,10 @@ async def test_hard_limit_recovers_abandoned_files(minicluster: MiniCluster) -> 
         finally:
             stop.set()
             await renewer
-        # the closed file keeps the block it had
+        # the closed file keeps the block it had, with the length its replicas have
         blocks = await observer.block_locations("/abandoned")
         assert [b.block.block_id for b in blocks.blocks] == [located.block.block_id]
+        assert blocks.file_length == 100
         assert not blocks.under_construction
         # the old writer lost its lease
         with pytest.raises(LeaseError):
@@ -82,9 +87,12 @@ async def _closed(client: AsyncClient, path: str) -> bool:
     return not (await client.stat(path)).under_construction
 
 
-async def test_soft_limit_lets_another_writer_take_over(minicluster: MiniCluster) -> None:
+async def test_soft_limit_lets_another_writer_take_over(
+    minicluster: MiniCluster, fake_datanodes: StartDataNodes
+) -> None:
     config = nn_config(lease_soft_limit_s=1.0, lease_hard_limit_s=3600.0)
     nn = await minicluster.start_namenode(config=config)
+    datanodes = await fake_datanodes(nn)
     async with connect(nn, ROOT, ROOT_PW) as writer, connect(nn, ROOT, ROOT_PW) as other:
         first = await writer.create("/f")
         assert first.under_construction
@@ -116,7 +124,7 @@ async def test_soft_limit_lets_another_writer_take_over(minicluster: MiniCluster
         with pytest.raises(LeaseError):
             await writer.create("/f", overwrite=True)
         located = await other.rpc.call(p.ADD_BLOCK, p.AddBlockRequest("/f", other.client_name))
-        done = await other.complete("/f", [BlockRecord(*_ids(located.block), 4096)])
+        done = await other.complete("/f", [await datanodes.store(located, 4096)])
         assert not done.under_construction and done.length == 4096
         assert (await other.status()).files_under_construction == 0
 
@@ -124,7 +132,3 @@ async def test_soft_limit_lets_another_writer_take_over(minicluster: MiniCluster
         third = await writer.create("/f", overwrite=True)
         assert third.length == 0 and third.under_construction
         await writer.complete("/f", [])
-
-
-def _ids(block: BlockRecord) -> tuple[int, int]:
-    return block.block_id, block.genstamp

@@ -22,7 +22,16 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
-from .conftest import ROOT, ROOT_PW, Cluster, connect, nn_config, walk, write_file
+from .conftest import (
+    ROOT,
+    ROOT_PW,
+    Cluster,
+    connect,
+    nn_config,
+    walk,
+    write_file,
+)
+from .fake_datanodes import fake_datanodes_of
 
 MiB = 1024 * 1024
 
@@ -428,14 +437,14 @@ async def test_configured_defaults(minicluster: MiniCluster) -> None:
 async def test_write_protocol_checks(root: AsyncClient) -> None:
     await root.create("/w/f")
     first = await root.rpc.call(p.ADD_BLOCK, p.AddBlockRequest("/w/f", root.client_name))
-    block1 = BlockRecord(first.block.block_id, first.block.genstamp, 4096)
+    block1 = await fake_datanodes_of(root).store(first, 4096)  # its targets report it
     # the previous block must be the file's last block
     wrong = BlockRecord(first.block.block_id + 99, first.block.genstamp, 4096)
     with pytest.raises(InvalidArgument):
         await root.rpc.call(p.ADD_BLOCK, p.AddBlockRequest("/w/f", root.client_name, wrong))
     second = await root.rpc.call(p.ADD_BLOCK, p.AddBlockRequest("/w/f", root.client_name, block1))
     assert second.offset == 4096 and second.block.block_id != first.block.block_id
-    block2 = BlockRecord(second.block.block_id, second.block.genstamp, 10)
+    block2 = await fake_datanodes_of(root).store(second, 10)
     # complete needs exactly the NameNode's block list, with lengths >= 0
     with pytest.raises(InvalidArgument):
         await root.complete("/w/f", [block1])

@@ -24,7 +24,6 @@ from xdfs.errors import (
 )
 from xdfs.namenode.ops import TokenKeyRecord
 from xdfs.protocol import namenode as p
-from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
 from .conftest import (
@@ -509,9 +508,7 @@ async def test_read_only_file_is_written_by_its_creator_only(cluster: Cluster) -
         with pytest.raises(AccessDenied):
             await impostor.complete("/tmp/ro", [])
     located = await alice.rpc.call(p.ADD_BLOCK, p.AddBlockRequest("/tmp/ro", alice.client_name))
-    done = await alice.complete(
-        "/tmp/ro", [BlockRecord(located.block.block_id, located.block.genstamp, 10)]
-    )
+    done = await alice.complete("/tmp/ro", [await cluster.datanodes.store(located, 10)])
     assert (done.length, done.mode, done.under_construction) == (10, 0o444, False)
     with pytest.raises(AccessDenied):
         await bob.set_replication("/tmp/ro", 1)

@@ -16,7 +16,7 @@ from xdfs import __version__
 #: name -> (module, attribute, one-line help). The one table of subcommands.
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "namenode": ("xdfs.cli.namenode", "namenode", "Run a NameNode (or format its storage)."),
-    "datanode": ("xdfs.cli.placeholders", "datanode", "Run a DataNode."),
+    "datanode": ("xdfs.cli.datanode", "datanode", "Run a DataNode."),
     "backupnode": ("xdfs.cli.placeholders", "backupnode", "Run a BackupNode."),
     "journalnode": ("xdfs.cli.placeholders", "journalnode", "Run a JournalNode."),
     "zkfc": ("xdfs.cli.placeholders", "zkfc", "Run a ZooKeeper failover controller."),

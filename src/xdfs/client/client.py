@@ -190,7 +190,8 @@ class AsyncClient:
         return await transfer.copy(self, src, dst, overwrite=overwrite)
 
     async def copy_to(
-        self, src: str, sink: Callable[[bytes], object], offset: int = 0, size: int = -1
+        self, src: str, sink: Callable[[bytes | memoryview], object], offset: int = 0,
+        size: int = -1,
     ) -> int:
         """Stream a byte range of ``src`` into ``sink`` (``cat``, ``tail``)."""
         return await transfer.copy_to(self, src, sink, offset, size)

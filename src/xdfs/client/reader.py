@@ -65,11 +65,13 @@ class FileReader:
     # -- positional reads -------------------------------------------------------------------
 
     async def pread(self, offset: int, size: int = -1) -> bytes:
-        parts = [bytes(part) async for part in self.iter_range(offset, size)]
-        return b"".join(parts)
+        return b"".join([part async for part in self.iter_range(offset, size)])
 
-    async def iter_range(self, offset: int = 0, size: int = -1) -> AsyncIterator[bytes]:
-        """The bytes of ``[offset, offset + size)`` (clipped to the file), as they arrive."""
+    async def iter_range(
+        self, offset: int = 0, size: int = -1
+    ) -> AsyncIterator[bytes | memoryview]:
+        """The bytes of ``[offset, offset + size)`` (clipped to the file), as they arrive
+        (each piece is the caller's to keep: nothing reuses its memory)."""
         if offset < 0:
             raise InvalidArgument("offset must be >= 0")
         end = self.length if size < 0 else min(self.length, offset + size)
@@ -82,7 +84,9 @@ class FileReader:
             async for data in self._read_block(index, first, min(end, stop) - start - first):
                 yield data
 
-    async def _read_block(self, index: int, offset: int, length: int) -> AsyncIterator[bytes]:
+    async def _read_block(
+        self, index: int, offset: int, length: int
+    ) -> AsyncIterator[bytes | memoryview]:
         failures: list[str] = []
         for round_number in range(self.config.read_rounds):
             if round_number:
@@ -107,14 +111,14 @@ class FileReader:
 
     async def _read_replica(
         self, address: str, located: p.LocatedBlock, offset: int, length: int
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncIterator[bytes | memoryview]:
         request = ReadBlockRequest(located.block, located.token, offset, length)
         stream = await self.pool.get(address).download(READ_BLOCK, request)
         async with stream:
             received = 0
             async for data in stream:
                 received += len(data)
-                yield bytes(data)
+                yield data
             if received != length:
                 raise BlockNotFound(f"replica sent {received} of {length} bytes")
 

@@ -43,7 +43,8 @@ async def resolve_destination(client: AsyncClient, source_name: str, dst: str) -
 
 
 async def write_stream(
-    client: AsyncClient, dst: str, chunks: AsyncIterator[bytes], *, overwrite: bool = False,
+    client: AsyncClient, dst: str, chunks: AsyncIterator[bytes | memoryview], *,
+    overwrite: bool = False,
     **options: Any,
 ) -> FileStatus:
     """Write ``chunks`` to ``dst`` through a ``._COPYING_`` file renamed when complete."""
@@ -121,7 +122,7 @@ async def get(client: AsyncClient, src: str, local: str | os.PathLike[str]) -> l
 
 
 async def copy_to(
-    client: AsyncClient, src: str, sink: Callable[[bytes], object], offset: int = 0,
+    client: AsyncClient, src: str, sink: Callable[[bytes | memoryview], object], offset: int = 0,
     size: int = -1,
 ) -> int:
     """Stream ``[offset, offset+size)`` of ``src`` into ``sink``; returns the bytes sent."""

@@ -128,7 +128,10 @@ class FileWriter:
                 self._current = await self._start_block()
             buffer = self._current.buffer
             take = view[: self.block_size - buffer.num_bytes]
-            buffer.append(bytes(take))
+            # The block keeps what it is given until stored: immutable bytes are kept as
+            # they are, anything else (or a part) is copied once.
+            kept = data if isinstance(data, bytes) and len(take) == len(data) else bytes(take)
+            buffer.append(kept)
             view = view[len(take) :]
             self.bytes_written += len(take)
             if buffer.num_bytes >= self.block_size:

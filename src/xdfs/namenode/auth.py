@@ -87,7 +87,11 @@ class NameNodeAuth:
         return ops
 
     async def rotate_keys(self) -> None:
-        await self.fs.mutate("rotate token keys", self.key_rotation_ops, lambda: None)
+        # Allowed in safe mode: logins (and `admin -safemode leave`) need a valid key while
+        # the NameNode waits for block reports.
+        await self.fs.mutate(
+            "rotate token keys", self.key_rotation_ops, lambda: None, allowed_in_safe_mode=True
+        )
 
     # -- user administration ------------------------------------------------------------
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from xdfs.errors import AuthenticationFailed, InvalidArgument, NotAuthenticated
+from xdfs.namenode import fsck as health
 from xdfs.namenode.auth import ANONYMOUS, NameNodeAuth
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.protocol import namenode as p
+from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import CallContext
 
 
-def _user(ctx: CallContext, fs: Namesystem) -> str:
+def caller(ctx: CallContext, fs: Namesystem) -> str:
+    """The authenticated user of a call (every method but login needs one)."""
     user = ctx.principal.user
     if user == ANONYMOUS:
         raise NotAuthenticated("log in first: this call needs a user or a token")
@@ -37,13 +40,13 @@ class ClientHandlers:
         return p.LoginResponse(req.user, token, expires_ms)
 
     async def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> p.FileStatus:
-        return await self.fs.mkdirs(_user(ctx, self.fs), req.path, req.mode, req.parents)
+        return await self.fs.mkdirs(caller(ctx, self.fs), req.path, req.mode, req.parents)
 
     async def create(self, ctx: CallContext, req: p.CreateRequest) -> p.FileStatus:
         if not req.client:
             raise InvalidArgument("create needs a client name (the lease holder)")
         return await self.fs.create(
-            _user(ctx, self.fs),
+            caller(ctx, self.fs),
             req.client,
             req.path,
             mode=req.mode,
@@ -54,60 +57,79 @@ class ClientHandlers:
         )
 
     async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
-        return await self.fs.add_block(_user(ctx, self.fs), req.client, req.path, req.previous)
+        return await self.fs.add_block(
+            caller(ctx, self.fs), req.client, req.path, req.previous, req.excluded
+        )
+
+    async def abandon_block(self, ctx: CallContext, req: p.AbandonBlockRequest) -> Empty:
+        await self.fs.abandon_block(caller(ctx, self.fs), req.client, req.path, req.block_id)
+        return Empty()
+
+    def additional_datanode(
+        self, ctx: CallContext, req: p.AdditionalDataNodeRequest
+    ) -> p.LocatedBlock:
+        return self.fs.additional_datanode(
+            caller(ctx, self.fs), req.client, req.path, req.block, req.existing, req.excluded
+        )
+
+    def report_bad_replicas(self, ctx: CallContext, req: BadReplicasRequest) -> Empty:
+        self.fs.report_bad_replicas(
+            caller(ctx, self.fs), [(bad.block_id, bad.address) for bad in req.replicas]
+        )
+        return Empty()
 
     async def complete(self, ctx: CallContext, req: p.CompleteRequest) -> p.FileStatus:
-        return await self.fs.complete(_user(ctx, self.fs), req.client, req.path, req.blocks)
+        return await self.fs.complete(caller(ctx, self.fs), req.client, req.path, req.blocks)
 
     def renew_lease(self, ctx: CallContext, req: p.RenewLeaseRequest) -> Empty:
-        _user(ctx, self.fs)
+        caller(ctx, self.fs)
         self.fs.renew_lease(req.client)
         return Empty()
 
     def block_locations(self, ctx: CallContext, req: p.BlockLocationsRequest) -> p.LocatedBlocks:
-        return self.fs.block_locations(_user(ctx, self.fs), req.path, req.offset, req.length)
+        return self.fs.block_locations(caller(ctx, self.fs), req.path, req.offset, req.length)
 
     def stat(self, ctx: CallContext, req: p.PathRequest) -> p.FileStatus:
-        return self.fs.stat(_user(ctx, self.fs), req.path)
+        return self.fs.stat(caller(ctx, self.fs), req.path)
 
     def list(self, ctx: CallContext, req: p.ListRequest) -> p.Listing:
-        user = _user(ctx, self.fs)
+        user = caller(ctx, self.fs)
         entries, remaining = self.fs.list_dir(user, req.path, req.start_after, req.limit)
         return p.Listing(entries, remaining)
 
     async def delete(self, ctx: CallContext, req: p.DeleteRequest) -> p.DeleteResponse:
         trash_path = await self.fs.delete(
-            _user(ctx, self.fs), req.path, recursive=req.recursive, skip_trash=req.skip_trash
+            caller(ctx, self.fs), req.path, recursive=req.recursive, skip_trash=req.skip_trash
         )
         return p.DeleteResponse(True, trash_path)
 
     async def rename(self, ctx: CallContext, req: p.RenameRequest) -> p.RenameResponse:
-        return p.RenameResponse(await self.fs.rename(_user(ctx, self.fs), req.src, req.dst))
+        return p.RenameResponse(await self.fs.rename(caller(ctx, self.fs), req.src, req.dst))
 
     async def set_permission(self, ctx: CallContext, req: p.SetPermissionRequest) -> Empty:
-        await self.fs.set_permission(_user(ctx, self.fs), req.path, req.mode)
+        await self.fs.set_permission(caller(ctx, self.fs), req.path, req.mode)
         return Empty()
 
     async def set_owner(self, ctx: CallContext, req: p.SetOwnerRequest) -> Empty:
-        await self.fs.set_owner(_user(ctx, self.fs), req.path, req.owner, req.group)
+        await self.fs.set_owner(caller(ctx, self.fs), req.path, req.owner, req.group)
         return Empty()
 
     async def set_replication(self, ctx: CallContext, req: p.SetReplicationRequest) -> Empty:
-        await self.fs.set_replication(_user(ctx, self.fs), req.path, req.replication)
+        await self.fs.set_replication(caller(ctx, self.fs), req.path, req.replication)
         return Empty()
 
     async def set_times(self, ctx: CallContext, req: p.SetTimesRequest) -> Empty:
-        await self.fs.set_times(_user(ctx, self.fs), req.path, req.mtime_ms, req.atime_ms)
+        await self.fs.set_times(caller(ctx, self.fs), req.path, req.mtime_ms, req.atime_ms)
         return Empty()
 
     def content_summary(self, ctx: CallContext, req: p.PathRequest) -> p.ContentSummary:
-        return self.fs.content_summary(_user(ctx, self.fs), req.path)
+        return self.fs.content_summary(caller(ctx, self.fs), req.path)
 
     async def restore(self, ctx: CallContext, req: p.RestoreRequest) -> p.RestoreResponse:
-        return p.RestoreResponse(await self.fs.restore(_user(ctx, self.fs), req.trash_path))
+        return p.RestoreResponse(await self.fs.trash.restore(caller(ctx, self.fs), req.trash_path))
 
     async def expunge(self, ctx: CallContext, req: p.ExpungeRequest) -> Empty:
-        await self.fs.expunge(_user(ctx, self.fs), req.immediate)
+        await self.fs.trash.expunge(caller(ctx, self.fs), req.immediate)
         return Empty()
 
 
@@ -129,7 +151,7 @@ class AdminHandlers:
         self._status = status
 
     def _superuser(self, ctx: CallContext, what: str) -> str:
-        user = _user(ctx, self.fs)
+        user = caller(ctx, self.fs)
         self.auth.require_superuser(user, what)
         return user
 
@@ -143,7 +165,7 @@ class AdminHandlers:
         elif req.action != "get":
             raise InvalidArgument("safe mode action must be get, enter or leave")
         else:
-            _user(ctx, self.fs)
+            caller(ctx, self.fs)
         return p.SafeModeStatus(self.fs.safe_mode.on, self.fs.safe_mode.reason)
 
     async def save_namespace(self, ctx: CallContext, req: Empty) -> p.TxidResponse:
@@ -155,17 +177,28 @@ class AdminHandlers:
         return p.TxidResponse(await self._roll_edits())
 
     async def add_user(self, ctx: CallContext, req: p.UserRequest) -> Empty:
-        await self.auth.add_user(_user(ctx, self.fs), req.name, req.password, req.groups)
+        await self.auth.add_user(caller(ctx, self.fs), req.name, req.password, req.groups)
         return Empty()
 
     async def remove_user(self, ctx: CallContext, req: p.UserRequest) -> Empty:
-        await self.auth.remove_user(_user(ctx, self.fs), req.name)
+        await self.auth.remove_user(caller(ctx, self.fs), req.name)
         return Empty()
 
     async def set_password(self, ctx: CallContext, req: p.UserRequest) -> Empty:
-        await self.auth.set_password(_user(ctx, self.fs), req.name, req.password)
+        await self.auth.set_password(caller(ctx, self.fs), req.name, req.password)
         return Empty()
 
     def status(self, ctx: CallContext, req: Empty) -> p.NameNodeStatus:
-        _user(ctx, self.fs)
+        caller(ctx, self.fs)
         return self._status()
+
+    def datanode_report(self, ctx: CallContext, req: Empty) -> p.DataNodeReport:
+        caller(ctx, self.fs)
+        return health.datanode_report(self.fs.ns, self.fs.blocks)
+
+    def fsck(self, ctx: CallContext, req: p.FsckRequest) -> p.FsckReport:
+        user = caller(ctx, self.fs)
+        return health.fsck(
+            self.fs.ns, self.fs.blocks, self.fs.config, user, req.path,
+            files=req.files, with_blocks=req.blocks, locations=req.locations,
+        )

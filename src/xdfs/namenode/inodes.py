@@ -1,4 +1,5 @@
-"""Inode objects of the in-memory namespace tree (pure data, no behaviour).
+"""Inode objects of the in-memory namespace tree (pure data, plus the two helpers that keep
+a directory's sorted-name cache in step with its children).
 
 Memory is the point of this module: a NameNode holds every inode of the file system, so the
 bytes per inode are a tracked figure (DESIGN.md section 4). Hence:
@@ -20,9 +21,14 @@ ints (mode, block size) shared, so a million files refer to the same few objects
 
 from __future__ import annotations
 
+import bisect
+
 import msgspec
 
 from xdfs.protocol.blocks import BlockRecord
+
+ROOT_ID = 1
+FIRST_INODE_ID = 2
 
 
 class Inode(msgspec.Struct, gc=False, eq=False):
@@ -54,3 +60,36 @@ class DirInode(Inode, gc=False, eq=False):
 
 def file_length(node: FileInode) -> int:
     return sum(block.num_bytes for block in node.blocks)
+
+
+def link(parent: DirInode, node: Inode, patch_max: int) -> None:
+    """Add ``node`` under ``parent``; a sorted-name cache longer than ``patch_max`` is
+    dropped rather than patched (the next listing sorts again)."""
+    name = node.name
+    assert name not in parent.children, name
+    parent.children[name] = node
+    names = parent.sorted_names
+    if names is None:
+        return
+    if not names or name > names[-1]:
+        names.append(name)  # the common case of files created in name order
+    elif len(names) <= patch_max:
+        bisect.insort(names, name)
+    else:
+        parent.sorted_names = None
+
+
+def unlink(parent: DirInode, name: str, patch_max: int) -> None:
+    """Remove ``name`` from ``parent`` (the cache rule of :func:`link`)."""
+    del parent.children[name]
+    names = parent.sorted_names
+    if names is None:
+        return
+    if names[-1] == name:
+        names.pop()
+    elif len(names) <= patch_max:
+        index = bisect.bisect_left(names, name)
+        assert names[index] == name, name
+        del names[index]
+    else:
+        parent.sorted_names = None

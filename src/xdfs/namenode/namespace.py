@@ -4,7 +4,9 @@
 (after the op is logged) and on replay of the edits log. Each op is validated completely
 *before* anything changes, so a refused op raises a typed :mod:`xdfs.errors` exception and
 leaves the namespace exactly as it was; applying the same ops to the same image always gives
-the same namespace. Everything else here is a query or a permission check.
+the same namespace. Everything else here is a query or a permission check. Besides the tree,
+every block id is indexed to its file, kept exact by apply and by image loading: the block
+manager's way from a reported replica to its expected replication and committed length.
 
 Pure: no I/O, no clock (every time comes inside an op), no logging. Not thread-safe: the
 server applies and queries from one thread, and must not change the namespace while an
@@ -20,17 +22,25 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from xdfs.errors import (
-    AccessDenied,
     AlreadyExists,
     InvalidArgument,
     IsADirectory,
     LeaseError,
     NotADirectory,
     NotFound,
-    StorageError,
 )
+from xdfs.namenode import namespace_image
 from xdfs.namenode import permissions as perm
-from xdfs.namenode.inodes import DirInode, FileInode, Inode, file_length
+from xdfs.namenode.inodes import (
+    FIRST_INODE_ID,
+    ROOT_ID,
+    DirInode,
+    FileInode,
+    Inode,
+    file_length,
+    link,
+    unlink,
+)
 from xdfs.namenode.ops import (
     ALL_OPS,
     AddBlockOp,
@@ -60,8 +70,6 @@ from xdfs.namenode.paths import join, split_path
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
 
-ROOT_ID = 1
-FIRST_INODE_ID = 2
 FIRST_BLOCK_ID = 1 << 30  # like HDFS, so block ids never look like small counters
 FIRST_GENSTAMP = 1000
 ROOT_MODE = 0o755
@@ -110,6 +118,11 @@ class Namespace:
         self._dirs: dict[int, DirInode] = {ROOT_ID: self._root}
         # Files under construction -> lease holder (client name).
         self._uc: dict[FileInode, str] = {}
+        # Every block id -> the file holding it: the block manager's way from a reported
+        # replica to its expected replication and committed length. Rename keeps it valid
+        # (inodes move, they are not copied); each op below that adds or drops a block
+        # keeps it exact, and so does image loading.
+        self._blocks: dict[int, FileInode] = {}
         self._inode_count = 1
         # Shared int objects for values repeated on most inodes (mode, block size): ints
         # above 256 are otherwise one 28-byte object per inode.
@@ -170,7 +183,7 @@ class Namespace:
             op.inode_id, parent.id, parts[-1], self._shared_int(op.mode & perm.MODE_MASK),
             sys.intern(op.owner), sys.intern(op.group), mtime, mtime, {},
         )
-        self._link(parent, node)
+        link(parent, node, SORTED_PATCH_MAX)
         self._dirs[node.id] = node
         parent.mtime_ms = mtime
         self._inode_count += 1
@@ -203,11 +216,12 @@ class Namespace:
         )
         dropped: tuple[int, ...] = ()
         if old is None:
-            self._link(parent, node)
+            link(parent, node, SORTED_PATCH_MAX)
             self._inode_count += 1
         else:
             assert isinstance(old, FileInode)
             dropped = tuple(block.block_id for block in old.blocks)
+            self._unindex_blocks(dropped)
             self._uc.pop(old, None)
             parent.children[name] = node  # same name: the sorted-name cache stays valid
         self._uc[node] = op.client
@@ -219,7 +233,9 @@ class Namespace:
     def _add_block(self, op: AddBlockOp) -> tuple[int, ...]:
         node = self._file_under_construction(op.path)
         _check_blocks((*node.blocks, op.block))
+        self._check_block_owner(node, (op.block,))
         node.blocks = (*node.blocks, op.block)
+        self._blocks[op.block.block_id] = node
         self._bump_blocks((op.block,))
         return ()
 
@@ -227,21 +243,18 @@ class Namespace:
     def _update_blocks(self, op: UpdateBlocksOp) -> tuple[int, ...]:
         node = self._file_under_construction(op.path)
         _check_blocks(op.blocks)
-        dropped = _dropped_block_ids(node.blocks, op.blocks)
-        node.blocks = tuple(op.blocks)
-        self._bump_blocks(op.blocks)
-        return dropped
+        self._check_block_owner(node, op.blocks)
+        return self._replace_blocks(node, op.blocks)
 
     @_handles(CloseFileOp)
     def _close_file(self, op: CloseFileOp) -> tuple[int, ...]:
         node = self._file_under_construction(op.path)
         _check_blocks(op.blocks)
-        dropped = _dropped_block_ids(node.blocks, op.blocks)
-        node.blocks = tuple(op.blocks)
+        self._check_block_owner(node, op.blocks)
+        dropped = self._replace_blocks(node, op.blocks)
         node.mtime_ms = op.mtime_ms
         node.atime_ms = op.mtime_ms if op.atime_ms == op.mtime_ms else op.atime_ms
         del self._uc[node]
-        self._bump_blocks(op.blocks)
         return dropped
 
     @_handles(DeleteOp)
@@ -251,7 +264,7 @@ class Namespace:
             raise InvalidArgument("cannot delete the root directory")
         parent, node = self._get_with_parent(parts)
         # --- validated; mutate
-        self._unlink(parent, node.name)
+        unlink(parent, node.name, SORTED_PATCH_MAX)
         parent.mtime_ms = op.mtime_ms
         return self._forget_subtree(node)
 
@@ -270,6 +283,7 @@ class Namespace:
                 block_ids.extend(block.block_id for block in node.blocks)
                 self._uc.pop(node, None)
         assert self._inode_count >= 1
+        self._unindex_blocks(block_ids)
         return tuple(block_ids)
 
     @_handles(RenameOp)
@@ -290,10 +304,10 @@ class Namespace:
         if dst[-1] in dst_parent.children:
             raise AlreadyExists(f"{join(dst)} already exists")
         # --- validated; mutate
-        self._unlink(src_parent, node.name)
+        unlink(src_parent, node.name, SORTED_PATCH_MAX)
         node.name = dst[-1]
         node.parent = dst_parent.id
-        self._link(dst_parent, node)
+        link(dst_parent, node, SORTED_PATCH_MAX)
         src_parent.mtime_ms = op.mtime_ms
         dst_parent.mtime_ms = op.mtime_ms
         return ()
@@ -403,6 +417,25 @@ class Namespace:
         if not owner or not group:
             raise InvalidArgument("owner and group must not be empty")
 
+    def _check_block_owner(self, node: FileInode, blocks: Iterable[BlockRecord]) -> None:
+        for block in blocks:
+            owner = self._blocks.get(block.block_id)
+            if owner is not None and owner is not node:
+                raise InvalidArgument(f"block {block.block_id} belongs to another file")
+
+    def _replace_blocks(self, node: FileInode, blocks: tuple[BlockRecord, ...]) -> tuple[int, ...]:
+        dropped = _dropped_block_ids(node.blocks, blocks)
+        self._unindex_blocks(dropped)
+        node.blocks = tuple(blocks)
+        for block in blocks:
+            self._blocks[block.block_id] = node
+        self._bump_blocks(blocks)
+        return dropped
+
+    def _unindex_blocks(self, block_ids: Iterable[int]) -> None:
+        for block_id in block_ids:
+            del self._blocks[block_id]
+
     def _shared_int(self, value: int) -> int:
         return self._ints.setdefault(value, value)
 
@@ -414,36 +447,6 @@ class Namespace:
         if node not in self._uc:
             raise LeaseError(f"{join(parts)} is not under construction")
         return node
-
-    @staticmethod
-    def _link(parent: DirInode, node: Inode) -> None:
-        name = node.name
-        assert name not in parent.children, name
-        parent.children[name] = node
-        names = parent.sorted_names
-        if names is None:
-            return
-        if not names or name > names[-1]:
-            names.append(name)  # the common case of files created in name order
-        elif len(names) <= SORTED_PATCH_MAX:
-            bisect.insort(names, name)
-        else:
-            parent.sorted_names = None
-
-    @staticmethod
-    def _unlink(parent: DirInode, name: str) -> None:
-        del parent.children[name]
-        names = parent.sorted_names
-        if names is None:
-            return
-        if names[-1] == name:
-            names.pop()
-        elif len(names) <= SORTED_PATCH_MAX:
-            index = bisect.bisect_left(names, name)
-            assert names[index] == name, name
-            del names[index]
-        else:
-            parent.sorted_names = None
 
     # --- lookups -------------------------------------------------------------------------
 
@@ -501,7 +504,7 @@ class Namespace:
             node = child
         return chain
 
-    def _path_of(self, node: Inode) -> str:
+    def path_of(self, node: Inode) -> str:
         names: list[str] = []
         while node.id != ROOT_ID:
             names.append(node.name)
@@ -568,6 +571,30 @@ class Namespace:
             raise IsADirectory(f"{join(parts)} is a directory")
         return node.blocks
 
+    # --- blocks (the block manager's view) ----------------------------------------------
+
+    def block_count(self) -> int:
+        return len(self._blocks)
+
+    def block_file(self, block_id: int) -> FileInode | None:
+        """The file holding ``block_id``, None when no file does."""
+        return self._blocks.get(block_id)
+
+    def is_open(self, node: FileInode) -> bool:
+        """True while the file is under construction."""
+        return node in self._uc
+
+    def open_last_blocks(self) -> list[int]:
+        """The last block of every file under construction: being written, its length is
+        not known yet (few files are open, so this is cheap)."""
+        return [node.blocks[-1].block_id for node in self._uc if node.blocks]
+
+    def walk(self, path: str) -> Iterator[tuple[str, Inode]]:
+        """(path, inode) of ``path`` and everything beneath it, parents first, siblings by
+        name. Raises NotFound at once."""
+        parts = split_path(path)
+        return self._walk_sorted(self._get(parts), join(parts))
+
     def content_summary(self, path: str) -> ContentSummary:
         node = self._get(split_path(path))
         length = files = dirs = consumed = 0
@@ -591,7 +618,7 @@ class Namespace:
 
     def files_under_construction(self) -> list[tuple[str, str]]:
         """(path, client) of every file under construction, sorted by path."""
-        return sorted((self._path_of(node), client) for node, client in self._uc.items())
+        return sorted((self.path_of(node), client) for node, client in self._uc.items())
 
     def missing_ancestors(self, path: str) -> list[str]:
         """The directories ``mkdir -p path`` would create, top-down (``path`` included when
@@ -624,9 +651,7 @@ class Namespace:
     def subtree_paths(self, path: str) -> Iterator[str]:
         """``path`` and everything beneath it, parents first, siblings by name. Raises
         NotFound at once (not at the first ``next``)."""
-        parts = split_path(path)
-        node = self._get(parts)
-        return (item_path for item_path, _ in self._walk_sorted(node, join(parts)))
+        return (item_path for item_path, _ in self.walk(path))
 
     def _walk_sorted(self, top: Inode, top_path: str) -> Iterator[tuple[str, Inode]]:
         """Pre-order walk, siblings sorted by name. Iterative: depth may reach DEPTH_MAX,
@@ -692,7 +717,9 @@ class Namespace:
             perm.check_bits(name, bits)
         if self.is_superuser(user):
             return
-        checker = _Checker(self, user, parts)
+        checker = perm.AccessCheck(
+            user, self.groups_of(user), parts, self._chain(parts), self._walk_sorted
+        )
         checker.traverse()
         if parent_owner_sticky:
             checker.sticky()
@@ -710,31 +737,8 @@ class Namespace:
     # --- images --------------------------------------------------------------------------
 
     def iter_inode_records(self) -> Iterator[InodeRecord]:
-        """Every inode, root first, parents before children (a directory's children are
-        emitted together, after the directory itself). Siblings come in dict order: a
-        checkpoint must not pay for sorting every directory."""
-        uc = self._uc
-        stack: list[DirInode] = [self._root]
-        yield self._record(self._root, uc)
-        while stack:
-            directory = stack.pop()
-            for child in directory.children.values():
-                yield self._record(child, uc)
-                if isinstance(child, DirInode):
-                    stack.append(child)
-
-    @staticmethod
-    def _record(node: Inode, uc: dict[FileInode, str]) -> InodeRecord:
-        if isinstance(node, FileInode):
-            return InodeRecord(
-                node.id, node.parent, node.name, False, node.mode, node.owner, node.group,
-                node.mtime_ms, node.atime_ms, node.replication, node.block_size, node.blocks,
-                uc.get(node, ""),
-            )
-        return InodeRecord(
-            node.id, node.parent, node.name, True, node.mode, node.owner, node.group,
-            node.mtime_ms, node.atime_ms,
-        )
+        """Every inode, root first, parents before children (see namespace_image)."""
+        return namespace_image.inode_records(self)
 
     def user_records(self) -> list[UserRecord]:
         return [self.users[name] for name in sorted(self.users)]
@@ -753,64 +757,15 @@ class Namespace:
         """Rebuild a namespace exactly; StorageError("corrupt image ...") when the records
         do not form a tree that matches the header."""
         ns = cls(header.superuser, header.supergroup)
-        records = iter(inodes)
-        ns._load_root(next(records, None))
-        count = _load_inodes(ns, records, header.next_inode_id)
-        if count != header.inode_count:
-            raise _corrupt(f"{count} inodes, header says {header.inode_count}")
-        ns._inode_count = count
-        ns.users = {record.name: record for record in users}
-        ns.token_keys = {record.key_id: record for record in token_keys}
-        if (len(ns.users), len(ns.token_keys)) != (header.user_count, header.token_key_count):
-            raise _corrupt("user or token key count differs from the header")
-        ns.next_inode_id = header.next_inode_id
-        ns.next_block_id = header.next_block_id
-        ns.next_genstamp = header.next_genstamp
+        namespace_image.load_into(ns, header, inodes, users, token_keys)
         return ns
-
-    def _load_root(self, record: InodeRecord | None) -> None:
-        if record is None:
-            raise _corrupt("no root inode")
-        if (record.inode_id, record.parent_id, record.name, record.is_dir) != (
-            ROOT_ID, 0, "", True,
-        ):
-            raise _corrupt(f"first record is not the root: {record!r}")
-        root = self._root
-        root.mode = self._shared_int(record.mode & perm.MODE_MASK)
-        root.owner = sys.intern(record.owner)
-        root.group = sys.intern(record.group)
-        root.mtime_ms = record.mtime_ms
-        root.atime_ms = record.atime_ms
 
     # --- equality ------------------------------------------------------------------------
 
     def canonical_dump(self) -> list[tuple[object, ...]]:
         """Everything that defines this namespace, deterministically ordered: two namespaces
         are equal iff their dumps are. For replay/backup tests, not for large trees."""
-        dump: list[tuple[object, ...]] = [(
-            "namespace", self.superuser, self.supergroup, self.next_inode_id,
-            self.next_block_id, self.next_genstamp, self._inode_count,
-        )]
-        for path, node in self._walk_sorted(self._root, "/"):
-            if isinstance(node, FileInode):
-                blocks = tuple((b.block_id, b.genstamp, b.num_bytes) for b in node.blocks)
-                extra: tuple[object, ...] = (
-                    node.replication, node.block_size, blocks, self._uc.get(node, "")
-                )
-            else:
-                extra = ()
-            dump.append((
-                "inode", path, node.id, node.parent, isinstance(node, DirInode), node.mode,
-                node.owner, node.group, node.mtime_ms, node.atime_ms, *extra,
-            ))
-        for user in self.user_records():
-            dump.append((
-                "user", user.name, user.password_hash, user.salt, tuple(user.groups),
-                user.created_ms,
-            ))
-        for key in self.token_key_records():
-            dump.append(("token_key", key.key_id, key.secret, key.expires_ms))
-        return dump
+        return namespace_image.canonical_dump(self)
 
 
 # Every op of the contract has exactly one handler (a new op must not be silently ignored).
@@ -834,140 +789,3 @@ def _dropped_block_ids(
 ) -> tuple[int, ...]:
     kept = {block.block_id for block in new}
     return tuple(block.block_id for block in old if block.block_id not in kept)
-
-
-def _corrupt(detail: str) -> StorageError:
-    return StorageError(f"corrupt image: {detail}")
-
-
-def _load_inodes(ns: Namespace, records: Iterator[InodeRecord], next_inode_id: int) -> int:
-    """The hot loop of startup (aim: >= 1M inodes/s). Records come parents first, mostly
-    grouped by parent, so the parent lookup is cached; mode, block size, owner and group
-    are shared across inodes; atime shares mtime's int when equal."""
-    dirs = ns._dirs
-    uc = ns._uc
-    ints = ns._ints
-    intern = sys.intern
-    parent = ns._root
-    parent_id = ROOT_ID
-    children = parent.children
-    count = 1
-    for rec in records:
-        if rec.parent_id != parent_id:
-            found = dirs.get(rec.parent_id)
-            if found is None:
-                raise _corrupt(f"inode {rec.inode_id} comes before its parent {rec.parent_id}")
-            parent, parent_id, children = found, rec.parent_id, found.children
-        name = rec.name
-        inode_id = rec.inode_id
-        if name in children or inode_id in dirs or not name:
-            raise _corrupt(f"duplicate name or id: {name!r} in {parent_id}, id {inode_id}")
-        if not FIRST_INODE_ID <= inode_id < next_inode_id:
-            raise _corrupt(f"inode id {inode_id} outside [2, next_inode_id)")
-        mtime = rec.mtime_ms
-        atime = mtime if rec.atime_ms == mtime else rec.atime_ms
-        mode = rec.mode & 0o7777
-        node: Inode
-        if rec.is_dir:
-            node = DirInode(
-                inode_id, parent.id, name, ints.setdefault(mode, mode), intern(rec.owner),
-                intern(rec.group), mtime, atime, {},
-            )
-            dirs[inode_id] = node
-        else:
-            size = rec.block_size
-            node = FileInode(
-                inode_id, parent.id, name, ints.setdefault(mode, mode), intern(rec.owner),
-                intern(rec.group), mtime, atime, rec.replication, ints.setdefault(size, size),
-                rec.blocks,
-            )
-            if rec.client:
-                uc[node] = rec.client
-        children[name] = node
-        count += 1
-    return count
-
-
-class _Checker:
-    """One permission check of one user on one path (the state HDFS's checker carries)."""
-
-    def __init__(self, ns: Namespace, user: str, parts: Parts) -> None:
-        self.ns = ns
-        self.user = user
-        self.groups = ns.groups_of(user)
-        self.parts = parts
-        self.chain = ns._chain(parts)
-        self.exists = len(self.chain) == len(parts) + 1
-
-    def _require(self, node: Inode, depth: int, bits: int, path: str | None = None) -> None:
-        granted = perm.mode_class(
-            node.mode, is_owner=self.user == node.owner, in_group=node.group in self.groups
-        )
-        if granted & bits != bits:
-            where = path if path is not None else join(self.parts[:depth])
-            inode = perm.describe_inode(
-                where, node.owner, node.group, node.mode, is_dir=isinstance(node, DirInode)
-            )
-            raise AccessDenied(perm.denied_message(self.user, bits, inode))
-
-    def traverse(self) -> None:
-        # Every existing ancestor directory needs execute: index < len(parts).
-        for depth, node in enumerate(self.chain[: len(self.parts)]):
-            if not isinstance(node, DirInode):
-                break
-            self._require(node, depth, perm.EXECUTE)
-
-    def sticky(self) -> None:
-        if not self.exists or not self.parts:
-            return
-        parent, node = self.chain[-2], self.chain[-1]
-        if not parent.mode & perm.STICKY or self.user in (parent.owner, node.owner):
-            return
-        depth = len(self.parts)
-        raise AccessDenied(
-            f"Permission denied by sticky bit: user={self.user}, path="
-            + perm.describe_inode(join(self.parts), node.owner, node.group, node.mode,
-                                  is_dir=isinstance(node, DirInode))
-            + ", parent="
-            + perm.describe_inode(join(self.parts[: depth - 1]), parent.owner, parent.group,
-                                  parent.mode, is_dir=True)
-        )
-
-    def ancestor(self, bits: int) -> None:
-        ancestors = self.chain[: len(self.parts)]
-        if self.parts:
-            self._require(ancestors[-1], len(ancestors) - 1, bits)
-
-    def parent(self, bits: int) -> None:
-        depth = len(self.parts) - 1
-        if depth < 0:
-            return
-        if len(self.chain) <= depth:
-            last = self.chain[-1]
-            if not isinstance(last, DirInode):
-                raise NotADirectory(f"not a directory: {join(self.parts[: len(self.chain) - 1])}")
-            raise NotFound(f"parent directory does not exist: {join(self.parts[:depth])}")
-        parent = self.chain[depth]
-        if not isinstance(parent, DirInode):
-            raise NotADirectory(f"parent is not a directory: {join(self.parts[:depth])}")
-        self._require(parent, depth, bits)
-
-    def self_(self, bits: int) -> None:
-        if self.exists:
-            self._require(self.chain[-1], len(self.parts), bits)
-
-    def subtree(self, bits: int) -> None:
-        if not self.exists or not isinstance(self.chain[-1], DirInode):
-            return
-        for path, node in self.ns._walk_sorted(self.chain[-1], join(self.parts)):
-            if isinstance(node, DirInode):
-                self._require(node, 0, bits, path)
-
-    def owner(self) -> None:
-        path = join(self.parts)
-        if not self.exists:
-            raise NotFound(f"{path}: no such file or directory")
-        if self.chain[-1].owner != self.user:
-            raise AccessDenied(
-                f'Permission denied: user={self.user} is not the owner of inode="{path}"'
-            )

@@ -8,7 +8,9 @@ Every mutation runs the same three steps (:meth:`Namesystem.mutate`):
    runs on the event loop meanwhile, the log's order is exactly the order of changes in
    memory, and a plan validated in step 2 cannot be invalidated before it is applied;
 3. wait until the last txid is synced on every name dir. **Only then is the caller
-   answered** - this is where "durability before acknowledgement" is enforced.
+   answered** - this is where "durability before acknowledgement" is enforced - and only
+   then are the replicas of blocks that left the namespace deleted (a crash before the
+   sync must not leave a file whose replicas are gone).
 
 Reads run inline without touching the log. They may observe a change whose sync is still
 in flight (as in HDFS); a mutation that turns out to be a no-op still waits for the log's
@@ -17,8 +19,10 @@ current txid, so nothing is acknowledged on the strength of an unsynced change.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from xdfs.config import NameNodeConfig
@@ -30,9 +34,11 @@ from xdfs.errors import (
     IsADirectory,
     LeaseError,
     NotADirectory,
+    NotEnoughReplicas,
     NotFound,
 )
 from xdfs.namenode import paths, trash
+from xdfs.namenode.blockmanager import BlockManager
 from xdfs.namenode.leases import LeaseManager
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.ops import (
@@ -50,6 +56,7 @@ from xdfs.namenode.ops import (
     UpdateBlocksOp,
 )
 from xdfs.namenode.safemode import SafeMode
+from xdfs.namenode.trash_ops import TrashOps
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
@@ -62,7 +69,6 @@ from xdfs.protocol.namenode import (
 T = TypeVar("T")
 
 R, W, X = 4, 2, 1
-_TRASH_DIR_MODE = 0o700
 
 
 class EditSink(Protocol):
@@ -86,13 +92,20 @@ class Namesystem:
         config: NameNodeConfig,
         *,
         clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         self.ns = namespace
         self.edits = edits
         self.config = config
         self.clock = clock
-        self.safe_mode = SafeMode()
+        self.safe_mode = SafeMode.from_config(config)
+        self.blocks = BlockManager(
+            namespace, config, self.safe_mode, clock=clock, rng=rng or random.Random()
+        )
+        if namespace.block_count() and self.safe_mode.wait_for_blocks():
+            self.blocks.update_safe_mode()  # sets the reason: no block reported yet
         self.leases = LeaseManager()
+        self.trash = TrashOps(self)
         now_s = clock()
         for _path, holder in namespace.files_under_construction():
             self.leases.renew(holder, now_s)  # a restart gives every writer a fresh lease
@@ -103,19 +116,33 @@ class Namesystem:
         return int(self.clock() * 1000)
 
     async def mutate(
-        self, operation: str, plan: Callable[[], list[Op]], result: Callable[[], T]
+        self,
+        operation: str,
+        plan: Callable[[], list[Op]],
+        result: Callable[[], T],
+        *,
+        allowed_in_safe_mode: bool = False,
     ) -> T:
+        """``allowed_in_safe_mode``: for what must run in safe mode (token-key rotation:
+        logins must work while the NameNode waits for block reports)."""
         await self.edits.wait_for_room()
-        self.safe_mode.check_writable(operation)
+        if not allowed_in_safe_mode:
+            self.safe_mode.check_writable(operation)
         ops = plan()
         txid = self.edits.last_txid
+        dropped: list[int] = []
+        affected: list[int] = []
         for op in ops:
-            # apply returns the block ids that left the namespace; replica deletion
-            # arrives with the DataNodes (until then no replica exists to delete).
-            self.ns.apply(op)
+            # apply returns the block ids that left the namespace: not orphans, and not
+            # deleted either, until the sync below says the change is durable
+            gone = self.ns.apply(op)
             txid = self.edits.append(op)
+            self.blocks.leaving(gone)
+            dropped.extend(gone)
+            affected.extend(self.blocks.affected_blocks(op))
         answer = result()
         await self.edits.sync(txid)  # durability before acknowledgement
+        self.blocks.ops_durable(dropped, affected)
         return answer
 
     # -- helpers ------------------------------------------------------------------------
@@ -158,6 +185,10 @@ class Namesystem:
         if self.ns.stat(path).owner != user:
             self.ns.check_access(user, path, access=W)
 
+    def _writable_file(self, user: str, client: str, path: str) -> FileStatus:
+        self._check_writer(user, path)
+        return self._file_under_construction(path, client)
+
     def _file_under_construction(self, path: str, client: str) -> FileStatus:
         status = self.ns.stat(path)
         if status.is_dir:
@@ -193,6 +224,8 @@ class Namesystem:
         return self.ns.content_summary(path)
 
     def block_locations(self, user: str, path: str, offset: int, length: int) -> LocatedBlocks:
+        """The blocks overlapping the range, each with its good replicas in random order
+        and a read token."""
         self.ns.check_access(user, path, access=R)
         status = self.ns.stat(path)
         if status.is_dir:
@@ -206,7 +239,11 @@ class Namesystem:
             if (position + block.num_bytes > offset and position < end) or (
                 block.num_bytes == 0 and offset <= position <= end
             ):
-                located.append(LocatedBlock(block, position, []))
+                block_id = block.block_id
+                located.append(LocatedBlock(
+                    block, position, self.blocks.locations(block_id),
+                    self.blocks.block_token(user, block_id, "r"),
+                ))
             position += block.num_bytes
         return LocatedBlocks(status.length, located, status.under_construction)
 
@@ -303,15 +340,22 @@ class Namesystem:
         self.ns.check_access(user, path, parent_access=W | X, parent_owner_sticky=True)
 
     async def add_block(
-        self, user: str, client: str, path: str, previous: BlockRecord | None
+        self,
+        user: str,
+        client: str,
+        path: str,
+        previous: BlockRecord | None,
+        excluded: Sequence[str] = (),
     ) -> LocatedBlock:
+        """Allocate the next block and its targets (``excluded``: addresses the writer
+        failed with). No live target: NotEnoughReplicas before anything is logged."""
         path = paths.normalize(path)
         offset = 0
+        targets: list[str] = []
 
         def plan() -> list[Op]:
-            nonlocal offset
-            self._check_writer(user, path)
-            self._file_under_construction(path, client)
+            nonlocal offset, targets
+            status = self._writable_file(user, client, path)
             blocks = list(self.ns.get_blocks(path))
             ops: list[Op] = []
             if previous is not None:
@@ -320,33 +364,119 @@ class Namesystem:
                 blocks[-1] = previous
                 ops.append(UpdateBlocksOp(path, tuple(blocks)))
             offset = sum(b.num_bytes for b in blocks)
+            chosen = self.blocks.choose_targets(status.replication, excluded, status.block_size)
+            targets = [node.address for node in chosen]
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
             ops.append(AddBlockOp(path, block))
             self.leases.renew(client, self.clock())
             return ops
 
         def located() -> LocatedBlock:
-            return LocatedBlock(self.ns.get_blocks(path)[-1], offset, [])
+            block = self.ns.get_blocks(path)[-1]
+            return LocatedBlock(
+                block, offset, targets, self.blocks.block_token(user, block.block_id, "w")
+            )
 
         return await self.mutate("add a block", plan, located)
+
+    def additional_datanode(
+        self,
+        user: str,
+        client: str,
+        path: str,
+        block: BlockRecord,
+        existing: Sequence[str],
+        excluded: Sequence[str],
+    ) -> LocatedBlock:
+        """One more target for a block being written, replacing a failed one: the answer's
+        locations hold only the new target (the writer sends the block to it)."""
+        path = paths.normalize(path)
+        status = self._writable_file(user, client, path)
+        offset = 0
+        for record in self.ns.get_blocks(path):
+            if record.block_id == block.block_id:
+                break
+            offset += record.num_bytes
+        else:
+            raise InvalidArgument(f"block {block.block_id} is not a block of {path}")
+        chosen = self.blocks.choose_targets(1, [*existing, *excluded], status.block_size)
+        self.leases.renew(client, self.clock())
+        return LocatedBlock(
+            record, offset, [node.address for node in chosen],
+            self.blocks.block_token(user, block.block_id, "w"),
+        )
+
+    async def abandon_block(self, user: str, client: str, path: str, block_id: int) -> None:
+        """Drop the file's last block (every target failed). Idempotent: a block the file
+        no longer has is already abandoned; its replicas are deleted once this is durable."""
+        path = paths.normalize(path)
+
+        def plan() -> list[Op]:
+            self._writable_file(user, client, path)
+            blocks = self.ns.get_blocks(path)
+            if not blocks or blocks[-1].block_id != block_id:
+                if any(b.block_id == block_id for b in blocks):
+                    raise InvalidArgument(f"block {block_id} is not the last block of {path}")
+                return []
+            self.leases.renew(client, self.clock())
+            return [UpdateBlocksOp(path, blocks[:-1])]
+
+        await self.mutate("abandon a block", plan, lambda: None)
 
     async def complete(
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> FileStatus:
+        """Close the file once every block has min_replication replicas of the length the
+        writer says (seed 003: an upload is confirmed only when DataNodes have reported)."""
         path = paths.normalize(path)
 
-        def plan() -> list[Op]:
-            self._check_writer(user, path)
-            self._file_under_construction(path, client)
+        def check() -> None:
+            self._writable_file(user, client, path)
             known = [b.block_id for b in self.ns.get_blocks(path)]
             if [b.block_id for b in blocks] != known:
                 raise InvalidArgument(f"complete {path}: block list differs from the NameNode's")
             if any(b.num_bytes < 0 for b in blocks):
                 raise InvalidArgument("block lengths must be >= 0")
+
+        check()
+        # Waited for before mutate, holding nothing: plan() checks everything again.
+        await self._wait_for_replicas(path, blocks)
+
+        def plan() -> list[Op]:
+            check()
             now = self.now_ms()
             return [CloseFileOp(path, now, now, tuple(blocks))]
 
         return await self.mutate("complete", plan, lambda: self.ns.stat(path))
+
+    async def _wait_for_replicas(self, path: str, blocks: list[BlockRecord]) -> None:
+        """Until each block has enough replicas reported (woken by each report of one of
+        them, no polling), at most complete_wait_s; then NotEnoughReplicas."""
+        needed = min(self.config.min_replication, self.ns.stat(path).replication)
+        wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.complete_wait_s
+        for block in blocks:
+            self.blocks.watch(block.block_id, wake.set)
+            try:
+                while (have := self.blocks.replicas_matching(block)) < needed:
+                    wake.clear()
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            await wake.wait()
+                    except TimeoutError:
+                        raise NotEnoughReplicas(
+                            f"complete {path}: block {block.block_id} has {have} of the "
+                            f"{needed} replica(s) it needs reported after "
+                            f"{self.config.complete_wait_s:g} s (length {block.num_bytes})"
+                        ) from None
+            finally:
+                self.blocks.unwatch(block.block_id, wake.set)
+
+    def report_bad_replicas(self, user: str, replicas: Sequence[tuple[int, str]]) -> None:
+        """Readers report replicas that failed their checksums: (block id, address)."""
+        for block_id, address in replicas:
+            self.blocks.report_bad_replica(block_id, address)
 
     def renew_lease(self, client: str) -> None:
         self.leases.renew(client, self.clock())
@@ -376,51 +506,14 @@ class Namesystem:
                         f"cannot move {path} to the trash, as it contains the trash "
                         "(delete it with skip_trash)"
                     )
-                target = self._trash_target(user, path)
+                target = self.trash.target(user, path)
                 return [
-                    *self._trash_dirs(user, paths.parent_of(target)),
+                    *self.trash.dirs(user, paths.parent_of(target)),
                     RenameOp(path, target, self.now_ms()),
                 ]
             return [DeleteOp(path, self.now_ms())]
 
         return await self.mutate("delete", plan, lambda: target)
-
-    def _trash_target(self, user: str, path: str) -> str:
-        """A free trash path for ``path``. Where an earlier deletion left a *file* on the way
-        (``/tmp/a`` trashed, then ``/tmp/a/b``), that component takes a fresh name, as in
-        HDFS's TrashPolicyDefault, instead of failing the deletion."""
-        target = trash.trash_target(user, path)
-        parts = paths.split_path(target)
-        first = len(paths.split_path(trash.current_dir(user)))
-        for depth in range(first, len(parts)):
-            prefix = paths.join(parts[:depth])
-            if not self.ns.exists(prefix):
-                break
-            if not self.ns.is_dir(prefix):
-                target = self._free_trash_name(prefix) + target[len(prefix) :]
-                break
-        return self._free_trash_name(target)
-
-    def _free_trash_name(self, target: str) -> str:
-        if not self.ns.exists(target):
-            return target
-        candidate = f"{target}{self.now_ms()}"
-        while self.ns.exists(candidate):
-            candidate += "_"
-        return candidate
-
-    def _trash_dirs(self, user: str, directory: str) -> list[Op]:
-        """Mkdir ops for a trash directory: /user (root's), the home and the trash (user's)."""
-        ops: list[Op] = []
-        now = self.now_ms()
-        for d in self.ns.missing_ancestors(directory):
-            owner = self.ns.superuser if d == "/user" else user
-            mode = 0o755 if d in ("/user", trash.home(user)) else _TRASH_DIR_MODE
-            ops.append(
-                MkdirOp(d, self.ns.allocate_inode_id(), mode, owner, self.config.supergroup, now)
-            )
-        # The ops above are not applied yet: missing_ancestors was computed once, correctly.
-        return ops
 
     async def rename(self, user: str, src: str, dst: str) -> str:
         src, dst = paths.normalize(src), paths.normalize(dst)
@@ -502,80 +595,6 @@ class Namesystem:
 
         await self.mutate("set times", plan, lambda: None)
 
-    # -- trash --------------------------------------------------------------------------
-
-    async def restore(self, user: str, trash_path: str) -> str:
-        trash_path = paths.normalize(trash_path)
-        original = trash.original_path(trash_path)
-
-        def plan() -> list[Op]:
-            self.ns.check_access(user, trash_path, parent_access=W | X, parent_owner_sticky=True)
-            self.ns.stat(trash_path)  # NotFound before any op: no parents made for nothing
-            if self.ns.exists(original):
-                raise AlreadyExists(f"cannot restore: {original} exists again")
-            parent = paths.parent_of(original)
-            self._check_parent_is_dir(parent)
-            self.ns.check_access(user, original, ancestor_access=W | X)
-            ops = self._mkdir_ops(
-                parent,
-                user,
-                self._default_mode(True, DEFAULT_MODE),
-                self._default_mode(True, DEFAULT_MODE),
-            )
-            ops.append(RenameOp(trash_path, original, self.now_ms()))
-            return ops
-
-        return await self.mutate("restore", plan, lambda: original)
-
-    def trash_checkpoint_ops(self, user: str, *, immediate: bool) -> list[Op]:
-        """Ops that roll ``user``'s Current into a checkpoint and delete expired checkpoints
-        (``immediate``: delete the whole trash)."""
-        root = trash.trash_root(user)
-        if not self.ns.exists(root):
-            return []
-        now = self.now_ms()
-        names = [s.path.rsplit("/", 1)[1] for s in self._all_entries(root)]
-        if immediate:
-            return [DeleteOp(f"{root}/{name}", now) for name in names]
-        ops: list[Op] = []
-        if trash.CURRENT in names:
-            # Names have a resolution of one second: a second roll within the same second
-            # takes the next free second rather than leaving Current where it is.
-            stamp_ms = now
-            checkpoint = f"{root}/{trash.checkpoint_name(stamp_ms)}"
-            while self.ns.exists(checkpoint):
-                stamp_ms += 1000
-                checkpoint = f"{root}/{trash.checkpoint_name(stamp_ms)}"
-            ops.append(RenameOp(f"{root}/{trash.CURRENT}", checkpoint, now))
-        for name in trash.expired_checkpoints(names, now, self.config.trash_interval_s):
-            ops.append(DeleteOp(f"{root}/{name}", now))
-        return ops
-
-    def _all_entries(self, directory: str) -> list[FileStatus]:
-        entries: list[FileStatus] = []
-        start = ""
-        while True:
-            page, remaining = self.ns.list_dir(directory, start, self.config.list_limit_max)
-            entries.extend(page)
-            if not remaining or not page:
-                return entries
-            start = page[-1].path.rsplit("/", 1)[1]
-
-    async def expunge(self, user: str, immediate: bool) -> None:
-        await self.mutate(
-            "expunge", lambda: self.trash_checkpoint_ops(user, immediate=immediate), lambda: None
-        )
-
-    def trash_users(self) -> list[str]:
-        """Users with a trash directory (the emptier's round)."""
-        if not self.ns.exists("/user"):
-            return []
-        return [
-            s.path.rsplit("/", 1)[1]
-            for s in self._all_entries("/user")
-            if s.is_dir and self.ns.exists(s.path + "/" + trash.TRASH)
-        ]
-
     # -- leases -------------------------------------------------------------------------
 
     def lease_recovery_ops(self) -> list[Op]:
@@ -584,8 +603,20 @@ class Namesystem:
         self.leases.drop_idle({holder for _p, holder in open_files})
         now = self.now_ms()
         return [
-            CloseFileOp(path, now, now, self.ns.get_blocks(path))
+            CloseFileOp(path, now, now, self._recovered_blocks(path))
             for path, _holder in self.leases.expired(
                 open_files, self.clock(), self.config.lease_hard_limit_s
             )
         ]
+
+    def _recovered_blocks(self, path: str) -> tuple[BlockRecord, ...]:
+        """The blocks an abandoned file keeps: its last block (being written) takes the
+        length every reported replica has, and is dropped when none was reported."""
+        blocks = list(self.ns.get_blocks(path))
+        if blocks:
+            length = self.blocks.recovered_length(blocks[-1])
+            if length is None:
+                blocks.pop()
+            else:
+                blocks[-1] = BlockRecord(blocks[-1].block_id, blocks[-1].genstamp, length)
+        return tuple(blocks)

@@ -5,11 +5,18 @@ An access request is a 3-bit set like one class of a mode: 4 = read, 2 = write,
 FSPermissionChecker do: owner bits if the user owns the inode, else group bits if the
 inode's group is one of the user's groups, else the other bits. The first matching class
 decides, even when a later class would grant more.
+
+:class:`AccessCheck` walks one path for one user with these rules (the namespace hands it
+the inodes along the path, so it never looks anything up itself).
 """
 
 from __future__ import annotations
 
-from xdfs.errors import InvalidArgument
+from collections.abc import Callable, Iterator
+
+from xdfs.errors import AccessDenied, InvalidArgument, NotADirectory, NotFound
+from xdfs.namenode.inodes import DirInode, Inode
+from xdfs.namenode.paths import join
 
 READ = 4
 WRITE = 2
@@ -65,3 +72,97 @@ def describe_inode(path: str, owner: str, group: str, mode: int, *, is_dir: bool
 
 def denied_message(user: str, bits: int, inode: str) -> str:
     return f"Permission denied: user={user}, access={action_name(bits)}, inode={inode}"
+
+
+class AccessCheck:
+    """One permission check of one user on one path (the state HDFS's checker carries)."""
+
+    def __init__(
+        self,
+        user: str,
+        groups: frozenset[str],
+        parts: tuple[str, ...],
+        chain: list[Inode],
+        walk: Callable[[Inode, str], Iterator[tuple[str, Inode]]],
+    ) -> None:
+        """``chain``: the existing inodes along ``parts``, root first (one longer than
+        ``parts`` iff the path exists); ``walk``: every (path, inode) of a subtree."""
+        self.user = user
+        self.groups = groups
+        self.parts = parts
+        self.chain = chain
+        self.walk = walk
+        self.exists = len(chain) == len(parts) + 1
+
+    def _require(self, node: Inode, depth: int, bits: int, path: str | None = None) -> None:
+        granted = mode_class(
+            node.mode, is_owner=self.user == node.owner, in_group=node.group in self.groups
+        )
+        if granted & bits != bits:
+            where = path if path is not None else join(self.parts[:depth])
+            inode = describe_inode(
+                where, node.owner, node.group, node.mode, is_dir=isinstance(node, DirInode)
+            )
+            raise AccessDenied(denied_message(self.user, bits, inode))
+
+    def traverse(self) -> None:
+        # Every existing ancestor directory needs execute: index < len(parts).
+        for depth, node in enumerate(self.chain[: len(self.parts)]):
+            if not isinstance(node, DirInode):
+                break
+            self._require(node, depth, EXECUTE)
+
+    def sticky(self) -> None:
+        if not self.exists or not self.parts:
+            return
+        parent, node = self.chain[-2], self.chain[-1]
+        if not parent.mode & STICKY or self.user in (parent.owner, node.owner):
+            return
+        depth = len(self.parts)
+        raise AccessDenied(
+            f"Permission denied by sticky bit: user={self.user}, path="
+            + describe_inode(join(self.parts), node.owner, node.group, node.mode,
+                                  is_dir=isinstance(node, DirInode))
+            + ", parent="
+            + describe_inode(join(self.parts[: depth - 1]), parent.owner, parent.group,
+                                  parent.mode, is_dir=True)
+        )
+
+    def ancestor(self, bits: int) -> None:
+        ancestors = self.chain[: len(self.parts)]
+        if self.parts:
+            self._require(ancestors[-1], len(ancestors) - 1, bits)
+
+    def parent(self, bits: int) -> None:
+        depth = len(self.parts) - 1
+        if depth < 0:
+            return
+        if len(self.chain) <= depth:
+            last = self.chain[-1]
+            if not isinstance(last, DirInode):
+                raise NotADirectory(f"not a directory: {join(self.parts[: len(self.chain) - 1])}")
+            raise NotFound(f"parent directory does not exist: {join(self.parts[:depth])}")
+        parent = self.chain[depth]
+        if not isinstance(parent, DirInode):
+            raise NotADirectory(f"parent is not a directory: {join(self.parts[:depth])}")
+        self._require(parent, depth, bits)
+
+    def self_(self, bits: int) -> None:
+        if self.exists:
+            self._require(self.chain[-1], len(self.parts), bits)
+
+    def subtree(self, bits: int) -> None:
+        if not self.exists or not isinstance(self.chain[-1], DirInode):
+            return
+        for path, node in self.walk(self.chain[-1], join(self.parts)):
+            if isinstance(node, DirInode):
+                self._require(node, 0, bits, path)
+
+    def owner(self) -> None:
+        path = join(self.parts)
+        if not self.exists:
+            raise NotFound(f"{path}: no such file or directory")
+        if self.chain[-1].owner != self.user:
+            raise AccessDenied(
+                f'Permission denied: user={self.user} is not the owner of inode="{path}"'
+            )

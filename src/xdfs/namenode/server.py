@@ -2,8 +2,10 @@
 
 Start: lock every name dir (a second NameNode on the same dir refuses to start), load the
 newest valid image and replay the edits after it, open the edits log for writing at the
-next txid, then serve. Background duties: checkpoints by time or txn count, lease
-recovery, the trash emptier and token-key rotation. Stop (SIGTERM): stop serving, sync and
+next txid, then serve (in safe mode until enough blocks are reported, when the namespace
+has any). Background duties: checkpoints by time or txn count, lease recovery, the trash
+emptier, token-key rotation, and the block manager's: DataNode liveness, the replication
+monitor and the end of startup safe mode. Stop (SIGTERM): stop serving, sync and
 finalize the edits log, release the locks. A failing name dir is fatal: the edits log
 fails every waiter (nothing is acknowledged) and the NameNode stops serving at once.
 """
@@ -21,12 +23,14 @@ from pathlib import Path
 from xdfs.config import XdfsConfig
 from xdfs.errors import SafeModeError, StorageError, XdfsError
 from xdfs.namenode.auth import NameNodeAuth
+from xdfs.namenode.datanode_handlers import DataNodeHandlers
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.handlers import AdminHandlers, ClientHandlers
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.storage import StorageDirectory
+from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.system import add_system_services
@@ -51,6 +55,7 @@ class NameNode:
         self.edits: EditLog | None = None
         self.fs: Namesystem | None = None
         self.auth: NameNodeAuth | None = None
+        self.datanode_handlers: DataNodeHandlers | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
         self.started_at_ms = int(clock() * 1000)
@@ -81,14 +86,16 @@ class NameNode:
             raise
         self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
         self.auth = NameNodeAuth(self.fs)
-        self.server = self._make_server(version.cluster_id)
+        self.server = self._make_server(version.cluster_id, version.namespace_id)
         await self.server.start(host, port)
         await self.auth.rotate_keys()
         self._start_duties()
         log.info("namespace loaded: %d inodes, last txid %d", namespace.inode_count(), last_txid)
+        if self.fs.safe_mode.on:
+            log.info("in safe mode: %s", self.fs.safe_mode.reason)
         return self.server.address
 
-    def _make_server(self, cluster_id: str) -> RpcServer:
+    def _make_server(self, cluster_id: str, namespace_id: int) -> RpcServer:
         assert self.fs is not None and self.auth is not None
         rpc = self.config.rpc
         server = RpcServer(
@@ -104,6 +111,8 @@ class NameNode:
             ADMIN_SERVICE,
             AdminHandlers(self.fs, self.auth, self.save_namespace, self.roll_edits, self.status),
         )
+        self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, cluster_id, namespace_id)
+        server.add_service(DATANODE_PROTOCOL, self.datanode_handlers)
         return server
 
     async def stop(self) -> None:
@@ -189,6 +198,9 @@ class NameNode:
             ("checkpointer", nn.checkpoint_check_interval_s, self._maybe_checkpoint),
             ("lease monitor", nn.lease_check_interval_s, self._recover_leases),
             ("token keys", max(1.0, min(nn.token_key_rotation_s / 4, 3600.0)), self._rotate),
+            ("heartbeat monitor", nn.heartbeat_interval_s, self._check_datanodes),
+            ("replication monitor", nn.replication_check_interval_s, self._replicate),
+            ("safe mode monitor", nn.safe_mode_check_interval_s, self._check_safe_mode),
         ]
         if nn.trash_interval_s > 0:
             duties.append(("trash emptier", nn.trash_checkpoint_interval_s, self._empty_trash))
@@ -214,13 +226,29 @@ class NameNode:
     async def _empty_trash(self) -> None:
         assert self.fs is not None
         fs = self.fs
-        for user in fs.trash_users():
+        for user in fs.trash.users():
             with contextlib.suppress(SafeModeError):
                 await fs.mutate(
                     "empty trash",
-                    functools.partial(fs.trash_checkpoint_ops, user, immediate=False),
+                    functools.partial(fs.trash.checkpoint_ops, user, immediate=False),
                     lambda: None,
                 )
+
+    async def _check_datanodes(self) -> None:
+        assert self.fs is not None
+        for node in self.fs.blocks.check_heartbeats():
+            log.warning(
+                "DataNode %s at %s declared dead: no heartbeat for %.1f s",
+                node.node_id, node.address, self.clock() - node.last_heartbeat_s,
+            )
+
+    async def _replicate(self) -> None:
+        assert self.fs is not None
+        self.fs.blocks.replication_tick()
+
+    async def _check_safe_mode(self) -> None:
+        assert self.datanode_handlers is not None
+        self.datanode_handlers.update_safe_mode()
 
     async def _rotate(self) -> None:
         assert self.auth is not None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from xdfs.config import XdfsConfig
+from xdfs.datanode.server import DataNode
 from xdfs.namenode.format import format_namenode
 from xdfs.namenode.server import NameNode
 from xdfs.rpc.client import RpcClient
@@ -31,6 +32,7 @@ class MiniCluster:
         self.deadline_s = deadline_s
         self.servers: list[RpcServer] = []
         self.namenodes: list[NameNode] = []
+        self.datanodes: list[DataNode] = []
         self.clients: list[RpcClient] = []
         self._tasks_before: set[asyncio.Task[Any]] = set()
         self._deadline: asyncio.TimerHandle | None = None
@@ -107,6 +109,33 @@ class MiniCluster:
         await node.stop()
         self.namenodes.remove(node)
 
+    async def start_datanode(
+        self,
+        name: str = "dn0",
+        namenode: str | None = None,
+        *,
+        config: XdfsConfig | None = None,
+        user: str = "root",
+        password: str = "rootpw",
+    ) -> DataNode:
+        """A real DataNode on ``base_dir/name`` (the same dir again when a node of that name
+        is started after being stopped), registering with ``namenode`` (``host:port[,...]``;
+        default: the first NameNode started) as ``user``."""
+        if namenode is None:
+            assert self.namenodes, "start a NameNode first or pass its address"
+            namenode = self.namenodes[0].address
+        config = config or self.config
+        config = replace(config, client=replace(config.client, user=user, password=password,
+                                                token=""))
+        node = DataNode(config, self.base_dir / name, namenode.split(","))
+        await node.start("127.0.0.1", 0)
+        self.datanodes.append(node)
+        return node
+
+    async def stop_datanode(self, node: DataNode) -> None:
+        await node.stop()
+        self.datanodes.remove(node)
+
     def client(
         self, *addresses: str, hello: Hello | None = None, **rpc_overrides: Any
     ) -> RpcClient:
@@ -123,6 +152,9 @@ class MiniCluster:
             await client.close()
         for server in self.servers:
             await server.close()
+        for datanode in self.datanodes:
+            await datanode.stop()
+        self.datanodes.clear()
         for node in self.namenodes:
             await node.stop()
         self.namenodes.clear()

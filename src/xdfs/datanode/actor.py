@@ -1,0 +1,313 @@
+"""The DataNode's side of the conversation with its NameNode (seed 003, DESIGN section 5).
+
+One loop: register (storing the cluster id in VERSION the first time), install the block
+keys, send a full block report in batches, then heartbeat every ``heartbeat_interval_s``
+(the NameNode's setting, from the register reply) and carry out what each reply says:
+replicate, delete, new block keys, a full report now. A full report also goes out every
+``full_report_interval_s``. ``UnknownDataNode`` on any call means the NameNode forgot us
+(it restarted, or declared us dead): register and report again. An unreachable NameNode is
+retried with backoff; repeated failures are logged once per ``_LOG_INTERVAL_S``.
+
+Incremental reports (received, deleted) are sent as they happen; those that fail stay
+queued (``PendingReports``) and go out after the next heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from xdfs import __version__
+from xdfs.common.tokens import BlockKey
+from xdfs.datanode.reports import LogThrottle, PendingReports, backoff_s, report_batches
+from xdfs.datanode.transfer import in_thread
+from xdfs.errors import (
+    SecurityError,
+    StorageError,
+    UnknownDataNode,
+    VersionMismatch,
+    WrongCluster,
+    XdfsError,
+)
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import (
+    BLOCK_REPORT,
+    HEARTBEAT,
+    INCREMENTAL_REPORT,
+    REGISTER_DATANODE,
+    BadReplica,
+    BadReplicasRequest,
+    BlockReportRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    IncrementalReportRequest,
+    RegisterRequest,
+    RegisterResponse,
+)
+from xdfs.protocol.namenode import REPORT_BAD_REPLICAS
+from xdfs.rpc.client import RpcClient
+
+if TYPE_CHECKING:
+    from xdfs.datanode.server import DataNode
+
+log = logging.getLogger(__name__)
+
+#: Failures that retrying cannot fix: the DataNode stops with a clear message.
+FATAL_ERRORS = (WrongCluster, VersionMismatch, SecurityError)
+#: At most one log line per this many seconds about an unreachable NameNode.
+_LOG_INTERVAL_S = 60.0
+#: Backoff before the first registration (the NameNode's heartbeat interval is not known).
+_FIRST_BACKOFF_S = 1.0
+
+
+class NameNodeActor:
+    def __init__(self, node: DataNode, rpc: RpcClient) -> None:
+        self.node = node
+        self.rpc = rpc
+        self.settings: RegisterResponse | None = None
+        self.registered = False
+        self.full_reports_sent = 0
+        self._report_needed = True
+        self._last_full_report_s = 0.0
+        self._next_heartbeat_s = 0.0
+        self._pending = PendingReports()
+        self._bad_pending: set[int] = set()
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._throttle = LogThrottle(_LOG_INTERVAL_S)
+
+    @property
+    def failed_attempts(self) -> int:
+        """Exchanges with the NameNode that failed in a row (0 while it answers)."""
+        return self._throttle.failures
+
+    @property
+    def _node_id(self) -> str:
+        return self.node.storage.node_id
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        unknown_in_a_row = 0
+        while True:
+            self._wake.clear()  # a wake-up during the step cuts the next sleep short
+            try:
+                await self._step()
+            except UnknownDataNode as exc:
+                unknown_in_a_row += 1
+                log.info("NameNode does not know this DataNode (%s): registering again",
+                         exc.message)
+                self.registered = False
+                if unknown_in_a_row > 1:  # it keeps forgetting us: do not spin
+                    await self._pause_after_failure(exc)
+                continue
+            except FATAL_ERRORS as exc:
+                storage = self.node.storage
+                detail = f" (data dir {storage.root}, cluster {storage.cluster_id or 'none yet'})"
+                self.node.on_fatal(type(exc)(
+                    f"NameNode {self.rpc.current_address} refused this DataNode: "
+                    f"{exc.message}{detail}"
+                ))
+                return
+            except XdfsError as exc:
+                await self._pause_after_failure(exc)
+                continue
+            unknown_in_a_row = 0
+            if self._throttle.failures:
+                count = self._throttle.recovered()
+                log.info("NameNode %s reachable again after %d failed attempt(s)",
+                         self.rpc.current_address, count)
+            await self._sleep(self._next_heartbeat_s - time.monotonic())
+
+    async def _step(self) -> None:
+        if not self.registered:
+            await self._register()
+        if self._report_needed or self._full_report_due():
+            await self._full_report()
+        response = await self._heartbeat()
+        await self._handle(response)
+        if self._report_needed:  # asked for by the heartbeat reply
+            await self._full_report()
+        await self._flush_pending()
+        await self._flush_bad()
+
+    async def _pause_after_failure(self, exc: XdfsError) -> None:
+        suppressed = self._throttle.failure(time.monotonic())
+        if suppressed is not None:
+            more = f" ({suppressed} similar failures not logged)" if suppressed else ""
+            log.warning("exchange with NameNode %s failed (%s: %s)%s; retrying",
+                        ",".join(self.rpc.addresses), type(exc).__name__, exc.message, more)
+        initial = self.settings.heartbeat_interval_s if self.settings else _FIRST_BACKOFF_S
+        limit = self.node.config.datanode.namenode_retry_max_s
+        await self._sleep(backoff_s(self._throttle.failures, min(initial, limit), limit))
+
+    async def _sleep(self, delay_s: float) -> None:
+        """Sleep, or less when something needs the NameNode now (``_wake``)."""
+        if delay_s <= 0:
+            return
+        try:
+            async with asyncio.timeout(delay_s):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    def _wake_up(self) -> None:
+        self._wake.set()
+
+    # -- exchanges ----------------------------------------------------------------------
+
+    async def _register(self) -> None:
+        node = self.node
+        storage = node.storage
+        request = RegisterRequest(storage.node_id, node.address, storage.storage_report(),
+                                  __version__)
+        response = await self.rpc.call(REGISTER_DATANODE, request)
+        stored = storage.cluster_id
+        if stored and response.cluster_id and response.cluster_id != stored:
+            raise WrongCluster(
+                f"data dir {storage.root} belongs to cluster {stored}, but the NameNode "
+                f"serves cluster {response.cluster_id}"
+            )
+        if response.cluster_id and not stored:
+            await in_thread(storage.set_cluster_id, response.cluster_id)
+            log.info("data dir %s joined cluster %s", storage.root, response.cluster_id)
+        if response.cluster_id:
+            self.rpc.hello = msgspec.structs.replace(self.rpc.hello, cluster_id=response.cluster_id)
+            node.joined_cluster(response.cluster_id)
+        self.settings = response
+        self._install_keys(response.block_keys)
+        self.registered = True
+        self._report_needed = True
+        log.info("registered with NameNode %s as %s (%s)", self.rpc.current_address,
+                 storage.node_id, node.address)
+
+    def _install_keys(self, keys: list[BlockKey]) -> None:
+        if keys:
+            self.node.block_keys.clear()
+            self.node.block_keys.update((key.key_id, key) for key in keys)
+
+    def _full_report_due(self) -> bool:
+        assert self.settings is not None
+        elapsed_s = time.monotonic() - self._last_full_report_s
+        return elapsed_s >= self.settings.full_report_interval_s
+
+    async def _full_report(self) -> None:
+        assert self.settings is not None
+        records = self.node.storage.report_records()
+        batches = report_batches(records, self.settings.block_report_batch_max)
+        report_id = secrets.randbits(63)
+        for index, blocks in enumerate(batches):
+            request = BlockReportRequest(self._node_id, report_id, index, len(batches), blocks)
+            await self.rpc.call(BLOCK_REPORT, request)
+        self._report_needed = False
+        self._last_full_report_s = time.monotonic()
+        self.full_reports_sent += 1
+        log.info("full block report sent: %d replica(s) in %d batch(es)",
+                 len(records), len(batches))
+
+    async def _heartbeat(self) -> HeartbeatResponse:
+        assert self.settings is not None
+        storage = self.node.storage
+        request = HeartbeatRequest(
+            self._node_id, storage.storage_report(), self.node.transfers.count
+        )
+        self._next_heartbeat_s = time.monotonic() + self.settings.heartbeat_interval_s
+        return await self.rpc.call(HEARTBEAT, request)
+
+    async def _handle(self, response: HeartbeatResponse) -> None:
+        self._install_keys(response.block_keys)
+        for task in response.replicate:
+            self.node.replicator.submit(task)
+        if response.delete:
+            await self._delete(response.delete)
+        if response.send_full_report:
+            self._report_needed = True
+
+    async def _delete(self, block_ids: list[int]) -> None:
+        storage = self.node.storage
+        busy = [block_id for block_id in block_ids if storage.is_busy(block_id)]
+        if busy:  # written right now: the NameNode repeats the command after its report
+            log.info("not deleting block(s) being written: %s", busy)
+        claimed = [block_id for block_id in block_ids if block_id not in busy]
+        for block_id in claimed:
+            storage.claim(block_id)
+        try:
+            taken = [r for r in map(storage.take, claimed) if r is not None]
+            await in_thread(storage.delete_files, taken)
+        except StorageError as exc:
+            log.error("deleting %d replica(s) failed: %s", len(claimed), exc.message)
+            return
+        finally:
+            for block_id in claimed:
+                storage.release(block_id)
+        log.info("deleted %d replica(s) as the NameNode asked", len(taken))
+        self._pending.add_deleted(claimed)
+
+    async def _flush_pending(self) -> None:
+        batch = self._pending.take()
+        if batch is None:
+            return
+        request = IncrementalReportRequest(self._node_id, batch.received, batch.deleted)
+        try:
+            await self.rpc.call(INCREMENTAL_REPORT, request)
+        except BaseException:
+            self._pending.restore(batch)
+            raise
+
+    async def _flush_bad(self) -> None:
+        if not self._bad_pending:
+            return
+        ids = sorted(self._bad_pending)
+        address = self.node.address
+        request = BadReplicasRequest([BadReplica(block_id, address) for block_id in ids])
+        await self.rpc.call(REPORT_BAD_REPLICAS, request)
+        self._bad_pending.difference_update(ids)
+        log.info("reported %d corrupt replica(s) to the NameNode: %s", len(ids), ids)
+
+    # -- called by the data path --------------------------------------------------------
+
+    async def report_received(self, record: BlockRecord) -> None:
+        """Tell the NameNode about a just-finalized replica before the writer hears "ok"
+        (its ``complete`` waits for these reports). Within ``report_timeout_s``; a report
+        that does not make it stays queued and goes out after the next heartbeat."""
+        self._pending.add_received(record)
+        if not self.registered:
+            return
+        timeout_s = self.node.config.datanode.report_timeout_s
+        request = IncrementalReportRequest(self._node_id, received=[record])
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=timeout_s)
+        except UnknownDataNode:
+            self.registered = False
+            self._wake_up()
+            return
+        except (XdfsError, TimeoutError) as exc:
+            log.warning("report of block %d not delivered (%s); retrying with the heartbeats",
+                        record.block_id, exc)
+            return
+        self._pending.confirm_received(record)
+
+    def report_bad(self, block_id: int) -> None:
+        """Report a corrupt local replica in the background (the caller reports each
+        replica once: ``DataStorage.mark_corrupt``); retried with the heartbeats."""
+        self._bad_pending.add(block_id)
+        task = asyncio.get_running_loop().create_task(self._report_bad_now())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report_bad_now(self) -> None:
+        try:
+            await self._flush_bad()
+        except XdfsError as exc:
+            log.warning("corrupt replica report not delivered (%s); retrying later", exc)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

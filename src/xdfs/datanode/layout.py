@@ -1,0 +1,131 @@
+"""DataNode directory layout and ``VERSION`` file (pure: names and text, no I/O)::
+
+    DATA_DIR/
+        in_use.lock                       flock'ed while a DataNode runs on the dir
+        current/
+            VERSION                       key=value lines (below)
+            rbw/                          replicas being written: blk_<id>, blk_<id>_<gs>.meta
+            finalized/subdir<a>/subdir<b>/
+                blk_<id>                  block data
+                blk_<id>_<gs>.meta        checksums (xdfs.datanode.checksums)
+
+``a = (block_id >> 8) & 0xFF`` and ``b = block_id & 0xFF``: the two-level 256 x 256 tree of
+seed 003, so no directory grows huge and consecutive block ids spread over directories.
+
+``VERSION``: ``storageType=DATA_NODE``, ``layoutVersion``, ``nodeID`` (uuid4 hex, created
+once: the node's identity across restarts), ``clusterID`` (empty until the first
+registration), ``cTime`` (creation, ms).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import PurePath
+
+from xdfs.errors import StorageError
+
+STORAGE_TYPE = "DATA_NODE"
+LAYOUT_VERSION = 1
+CURRENT = "current"
+VERSION_FILE = "VERSION"
+FINALIZED = "finalized"
+RBW = "rbw"
+
+_DATA_RE = re.compile(r"^blk_(-?\d+)$")
+_META_RE = re.compile(r"^blk_(-?\d+)_(\d+)\.meta$")
+
+
+def subdirs(block_id: int) -> tuple[str, str]:
+    """The two directory levels under ``finalized/`` that hold ``block_id``."""
+    return f"subdir{(block_id >> 8) & 0xFF}", f"subdir{block_id & 0xFF}"
+
+
+def data_name(block_id: int) -> str:
+    return f"blk_{block_id}"
+
+
+def meta_name(block_id: int, genstamp: int) -> str:
+    return f"blk_{block_id}_{genstamp}.meta"
+
+
+def finalized_dir(finalized_root: PurePath, block_id: int) -> PurePath:
+    first, second = subdirs(block_id)
+    return finalized_root / first / second
+
+
+def parse_data_name(name: str) -> int | None:
+    """The block id of a data file name, or None for any other name."""
+    match = _DATA_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def parse_meta_name(name: str) -> tuple[int, int] | None:
+    """(block id, genstamp) of a meta file name, or None for any other name."""
+    match = _META_RE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclass(frozen=True)
+class DataNodeVersion:
+    node_id: str
+    cluster_id: str
+    ctime_ms: int
+    layout_version: int = LAYOUT_VERSION
+    storage_type: str = STORAGE_TYPE
+
+    def with_cluster(self, cluster_id: str) -> DataNodeVersion:
+        return replace(self, cluster_id=cluster_id)
+
+
+_VERSION_KEYS = ("storageType", "layoutVersion", "nodeID", "clusterID", "cTime")
+
+
+def format_version(info: DataNodeVersion) -> str:
+    return (
+        "#xdfs DataNode storage\n"
+        f"storageType={info.storage_type}\n"
+        f"layoutVersion={info.layout_version}\n"
+        f"nodeID={info.node_id}\n"
+        f"clusterID={info.cluster_id}\n"
+        f"cTime={info.ctime_ms}\n"
+    )
+
+
+def parse_version(text: str, source: str = VERSION_FILE) -> DataNodeVersion:
+    """Parse VERSION text; unknown keys are ignored, missing or malformed ones are errors."""
+    values: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise StorageError(f"{source} line {lineno}: expected key=value, got {raw!r}")
+        values[key.strip()] = value.strip()
+    storage_type = values.get("storageType", STORAGE_TYPE)
+    if storage_type != STORAGE_TYPE:
+        raise StorageError(
+            f"{source}: storageType is {storage_type}, not {STORAGE_TYPE} "
+            "(is this another role's directory?)"
+        )
+    missing = [key for key in _VERSION_KEYS if key not in values]
+    if missing:
+        raise StorageError(f"{source}: missing {', '.join(missing)}")
+    try:
+        info = DataNodeVersion(
+            node_id=values["nodeID"],
+            cluster_id=values["clusterID"],
+            ctime_ms=int(values["cTime"]),
+            layout_version=int(values["layoutVersion"]),
+        )
+    except ValueError as exc:
+        raise StorageError(f"{source}: bad number: {exc}") from None
+    if info.layout_version != LAYOUT_VERSION:
+        raise StorageError(
+            f"{source}: layoutVersion {info.layout_version} is not supported "
+            f"(this DataNode writes {LAYOUT_VERSION})"
+        )
+    if not re.fullmatch(r"[0-9a-f]{32}", info.node_id):
+        raise StorageError(f"{source}: nodeID {info.node_id!r} is not a uuid4 hex")
+    return info

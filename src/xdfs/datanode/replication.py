@@ -1,0 +1,106 @@
+"""Replicate commands: copy a local replica to other DataNodes (as a client would write it).
+
+Each command runs as a background task, at most ``replication_concurrency_max`` at once,
+with at most ``replication_queue_max`` more waiting (the NameNode schedules a command
+again when its replica is not reported in time, so one dropped here is not lost). The
+targets of one command are written in parallel, each from its own verified read of the
+replica; a failure is logged and affects only its target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.transfer import PieceStream
+from xdfs.errors import XdfsError
+from xdfs.protocol.datanode import WRITE_BLOCK, ReplicateTask, WriteBlockRequest
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.tls import client_context
+
+if TYPE_CHECKING:
+    from xdfs.datanode.server import DataNode
+
+log = logging.getLogger(__name__)
+
+
+class Replicator:
+    def __init__(self, node: DataNode) -> None:
+        self.node = node
+        config = node.config.datanode
+        self._slots = asyncio.Semaphore(config.replication_concurrency_max)
+        self._limit = config.replication_concurrency_max + config.replication_queue_max
+        self._jobs: dict[int, asyncio.Task[None]] = {}
+        # One try per target: a dead target costs one connect timeout (the NameNode
+        # schedules the copy elsewhere), as clients treat DataNodes.
+        self._rpc_config = replace(node.config.rpc, tries_per_address=1)
+        self._ssl = client_context(node.config.rpc)
+
+    @property
+    def running(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, task: ReplicateTask) -> None:
+        block_id = task.block.block_id
+        if block_id in self._jobs:
+            return  # the same copy is already under way
+        if len(self._jobs) >= self._limit:
+            log.warning("dropping replication of block %d: %d already queued",
+                        block_id, len(self._jobs))
+            return
+        job = asyncio.get_running_loop().create_task(self._run(task))
+        self._jobs[block_id] = job
+        job.add_done_callback(lambda _job: self._jobs.pop(block_id, None))
+
+    async def _run(self, task: ReplicateTask) -> None:
+        async with self._slots:
+            replica = self.node.storage.get(task.block.block_id)
+            if (
+                replica is None
+                or replica.corrupt
+                or replica.genstamp != task.block.genstamp
+                or replica.num_bytes < task.block.num_bytes  # shorter than the file says
+            ):
+                state = "missing" if replica is None else (
+                    "corrupt" if replica.corrupt else str(replica.record))
+                log.warning("cannot replicate %s: local replica is %s", task.block, state)
+                return
+            results = await asyncio.gather(
+                *(self._copy(replica, task.token, target) for target in task.targets),
+                return_exceptions=True,
+            )
+        for target, result in zip(task.targets, results, strict=True):
+            if isinstance(result, XdfsError | OSError):
+                log.warning("replication of block %d to %s failed: %s", replica.block_id,
+                            target, result)
+            elif isinstance(result, BaseException):
+                log.error("replication of block %d to %s failed", replica.block_id, target,
+                          exc_info=result)
+            else:
+                log.info("replicated block %d to %s", replica.block_id, target)
+
+    async def _copy(self, replica: Replica, token: str, target: str) -> None:
+        node = self.node
+        reader = ReplicaReader(
+            replica, 0, replica.num_bytes, node.config.rpc.stream_chunk_bytes
+        )
+        stream = PieceStream(reader, node.on_corrupt, node.transfers)
+        hello = Hello(PROTOCOL_VERSION, cluster_id=node.cluster_id,
+                      client_name=f"datanode:{node.storage.node_id}")
+        rpc = RpcClient(target, self._rpc_config, hello=hello, ssl_context=self._ssl)
+        request = WriteBlockRequest(replica.record, token, client=hello.client_name)
+        try:
+            await rpc.upload(WRITE_BLOCK, request, stream)
+        finally:
+            stream.close()
+            await rpc.close()
+
+    async def close(self) -> None:
+        jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)

@@ -1,0 +1,103 @@
+"""Pure bookkeeping of what a DataNode tells its NameNode: pending incremental reports,
+full-report batches, retry backoff and log throttling. No I/O, no clock reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdfs.protocol.blocks import BlockRecord
+
+
+@dataclass
+class IncrementalBatch:
+    received: list[BlockRecord] = field(default_factory=list)
+    deleted: list[int] = field(default_factory=list)
+
+
+class PendingReports:
+    """Received/deleted replicas not yet confirmed by the NameNode.
+
+    The newest news of a block wins (received after deleted, or the reverse), so a retried
+    report never resurrects a replica deleted since. Bounded by the number of block ids this
+    node held: one entry per id at most."""
+
+    def __init__(self) -> None:
+        self.received: dict[int, BlockRecord] = {}
+        self.deleted: set[int] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.received or self.deleted)
+
+    def add_received(self, record: BlockRecord) -> None:
+        self.deleted.discard(record.block_id)
+        self.received[record.block_id] = record
+
+    def add_deleted(self, block_ids: list[int]) -> None:
+        for block_id in block_ids:
+            self.received.pop(block_id, None)
+            self.deleted.add(block_id)
+
+    def take(self) -> IncrementalBatch | None:
+        """Everything pending, removed from the queue (give it back with ``restore``)."""
+        if not self:
+            return None
+        batch = IncrementalBatch(list(self.received.values()), sorted(self.deleted))
+        self.received.clear()
+        self.deleted.clear()
+        return batch
+
+    def restore(self, batch: IncrementalBatch) -> None:
+        """Requeue a batch that failed, except what newer news superseded meanwhile."""
+        for record in batch.received:
+            if record.block_id not in self.received and record.block_id not in self.deleted:
+                self.received[record.block_id] = record
+        for block_id in batch.deleted:
+            if block_id not in self.received:
+                self.deleted.add(block_id)
+
+    def confirm_received(self, record: BlockRecord) -> None:
+        """``record`` reached the NameNode on its own: drop it unless it changed since."""
+        if self.received.get(record.block_id) == record:
+            del self.received[record.block_id]
+
+
+def report_batches(records: list[BlockRecord], batch_max: int) -> list[list[BlockRecord]]:
+    """A full report split into calls of at most ``batch_max`` entries; an empty report is
+    still one (empty) batch, so the NameNode learns the node holds nothing."""
+    assert batch_max >= 1, "block_report_batch_max must be >= 1"
+    return [records[i : i + batch_max] for i in range(0, len(records), batch_max)] or [[]]
+
+
+def backoff_s(failures: int, initial_s: float, max_s: float) -> float:
+    """Delay after ``failures`` consecutive failed exchanges: initial, 2x, 4x ... max."""
+    if failures <= 0:
+        return 0.0
+    return float(min(max_s, initial_s * 2 ** min(failures - 1, 60)))
+
+
+class LogThrottle:
+    """Decides which of a run of repeated failures to log: the first, then one per
+    ``interval_s`` (saying how many were suppressed), so an unreachable NameNode does not
+    flood the log; ``recovered`` reports the end of the run."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.failures = 0
+        self._suppressed = 0
+        self._last_logged_s: float | None = None
+
+    def failure(self, now_s: float) -> int | None:
+        """None: stay quiet; else log now, mentioning the returned number suppressed."""
+        self.failures += 1
+        if self._last_logged_s is None or now_s - self._last_logged_s >= self.interval_s:
+            suppressed, self._suppressed = self._suppressed, 0
+            self._last_logged_s = now_s
+            return suppressed
+        self._suppressed += 1
+        return None
+
+    def recovered(self) -> int:
+        """Failures in the run that just ended (0: there was none)."""
+        count, self.failures, self._suppressed = self.failures, 0, 0
+        self._last_logged_s = None
+        return count

@@ -1,0 +1,196 @@
+"""The DataNode process: storage, the ``datanode`` RPC service, the NameNode actor, the
+replicator and the block scanner.
+
+Start: lock the data dir (a second DataNode on it refuses to start), read or create
+VERSION, drop unfinished replicas, load the finalized ones, serve, then register with the
+NameNode in the background (block writes are refused until its block keys arrive). Stop
+(SIGTERM): stop the background tasks, close the server (writes in progress are aborted and
+their partial replicas deleted), release the lock. Fatal errors (wrong cluster, rejected
+credentials) set ``fatal`` and ``stopped``; whoever runs the node then calls ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from xdfs.common.tokens import BlockKey, check_block_token
+from xdfs.config import XdfsConfig
+from xdfs.datanode.actor import NameNodeActor
+from xdfs.datanode.handlers import DataNodeHandlers
+from xdfs.datanode.replica import Replica
+from xdfs.datanode.replication import Replicator
+from xdfs.datanode.scanner import BlockScanner
+from xdfs.datanode.storage import DataStorage
+from xdfs.datanode.transfer import Transfers, in_thread
+from xdfs.errors import CorruptReplica, Unavailable, XdfsError
+from xdfs.protocol.datanode import DATANODE_SERVICE, DataNodeInfoResponse
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.server import RpcServer
+from xdfs.rpc.system import add_system_services
+from xdfs.rpc.tls import client_context, server_context
+
+log = logging.getLogger(__name__)
+
+
+class DataNode:
+    def __init__(
+        self,
+        config: XdfsConfig,
+        data_dir: Path,
+        namenode_addresses: list[str],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        assert namenode_addresses, "a DataNode needs at least one NameNode address"
+        self.config = config
+        self.data_dir = data_dir
+        self.namenode_addresses = list(namenode_addresses)
+        self.clock = clock
+        dn = config.datanode
+        self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes)
+        #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
+        self.block_keys: dict[int, BlockKey] = {}
+        self.transfers = Transfers()
+        self.server: RpcServer | None = None
+        self.actor: NameNodeActor | None = None
+        self.replicator = Replicator(self)
+        self.scanner = BlockScanner(
+            self.storage, dn, config.rpc.stream_chunk_bytes, self.on_corrupt
+        )
+        self.stopped = asyncio.Event()
+        self.fatal: BaseException | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+
+    @property
+    def address(self) -> str:
+        assert self.server is not None, "DataNode not started"
+        return self.server.address
+
+    @property
+    def cluster_id(self) -> str:
+        return self.storage.cluster_id
+
+    @property
+    def registered(self) -> bool:
+        return self.actor is not None and self.actor.registered
+
+    def now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        try:
+            summary = await in_thread(self.storage.open, self.now_ms())
+        except XdfsError as exc:
+            self.fatal = exc
+            self.stopped.set()
+            raise
+        self._started = True
+        log.info("data dir %s: node %s, %d replica(s)", self.data_dir, self.storage.node_id,
+                 summary.replicas)
+        rpc = self.config.rpc
+        try:
+            self.server = RpcServer(
+                "datanode", rpc, cluster_id=self.storage.cluster_id,
+                ssl_context=server_context(rpc),
+            )
+            add_system_services(self.server, "datanode")
+            self.server.add_service(DATANODE_SERVICE, DataNodeHandlers(self))
+            await self.server.start(host, port)
+        except BaseException:
+            await self.stop()
+            raise
+        client = self.config.client
+        hello = Hello(
+            PROTOCOL_VERSION,
+            cluster_id=self.storage.cluster_id,
+            client_name=f"datanode:{self.storage.node_id}",
+            user=client.user,
+            password=client.password,
+            token=client.token,
+        )
+        self.actor = NameNodeActor(
+            self, RpcClient(self.namenode_addresses, rpc, hello=hello,
+                            ssl_context=client_context(rpc))
+        )
+        self._spawn("namenode actor", self.actor.run())
+        self._spawn("block scanner", self.scanner.run())
+        return self.server.address
+
+    def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:  # a bug: the node cannot go on half-working
+            log.critical("%s failed", task.get_name(), exc_info=error)
+            self.on_fatal(error)
+
+    async def stop(self) -> None:
+        """Graceful stop; safe to call more than once."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.replicator.close()
+        if self.actor is not None:
+            await self.actor.close()
+        if self.server is not None:
+            await self.server.close()  # cancels writes in progress: their rbw files go
+        if self.actor is not None:
+            await self.actor.rpc.close()
+        if self._started:
+            with contextlib.suppress(Exception):
+                self.storage.close()
+            self._started = False
+        self.stopped.set()
+
+    def on_fatal(self, error: BaseException) -> None:
+        if self.fatal is None:
+            self.fatal = error
+            message = error.message if isinstance(error, XdfsError) else repr(error)
+            log.critical("DataNode stopping: %s: %s", type(error).__name__, message)
+        self.stopped.set()
+
+    def joined_cluster(self, cluster_id: str) -> None:
+        """Registration told us the cluster: clients of another cluster are refused now."""
+        if self.server is not None:
+            self.server.cluster_id = cluster_id
+
+    # -- used by the data path ----------------------------------------------------------
+
+    def check_token(self, token: str, block_id: int, mode: str) -> None:
+        if not self.block_keys:
+            raise Unavailable("this DataNode has no block keys yet (not registered)")
+        check_block_token(token, self.block_keys, self.now_ms(), block_id, mode)
+
+    def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None:
+        """A checksum failed: exclude the replica from reads and report it (once)."""
+        if not self.storage.mark_corrupt(replica):
+            return
+        log.error("corrupt replica of block %d: %s", replica.block_id, error.message)
+        if self.actor is not None:
+            self.actor.report_bad(replica.block_id)
+
+    def info(self) -> DataNodeInfoResponse:
+        return DataNodeInfoResponse(
+            self.storage.node_id,
+            self.storage.cluster_id,
+            self.address,
+            self.storage.storage_report(),
+            len(self.storage.replicas),
+            self.registered,
+        )

@@ -1,0 +1,272 @@
+"""A DataNode's data directory: lock, ``VERSION``, startup scan, the replica map, capacity.
+
+Synchronous. The replica map and the set of busy block ids are changed only on the event
+loop; file work (open, scan, finalize, delete) runs in worker threads. A block id is
+*busy* while a write or a delete of it is in progress, so the two never race on its files.
+See ``layout.py`` for the directory tree and ``replica.py`` for the files of one replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from xdfs.common.files import DirLock, atomic_write, fsync_dir
+from xdfs.datanode import layout
+from xdfs.datanode.layout import DataNodeVersion
+from xdfs.datanode.replica import Replica, ReplicaWriter, unlink_quietly
+from xdfs.errors import AlreadyExists, StorageError
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import StorageReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StartupSummary:
+    replicas: int
+    rbw_removed: list[str]
+    leftovers_removed: list[str]
+
+
+class DataStorage:
+    def __init__(self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0) -> None:
+        self.root = root
+        self.current = root / layout.CURRENT
+        self.finalized = self.current / layout.FINALIZED
+        self.rbw = self.current / layout.RBW
+        self.checksum_chunk_bytes = checksum_chunk_bytes
+        self.reserved_bytes = reserved_bytes
+        self.version: DataNodeVersion | None = None
+        self.replicas: dict[int, Replica] = {}
+        self.used_bytes = 0
+        self._busy: set[int] = set()
+        self._lock = DirLock(root)
+        # Directory creation in finalized/ happens in worker threads: one at a time, so a
+        # writer never finds a directory that exists but whose entry is not yet durable.
+        self._mkdir_lock = threading.Lock()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def open(self, now_ms: int) -> StartupSummary:
+        """Lock the dir, read (or create) VERSION, clear rbw/ and load finalized/."""
+        self._lock.lock()
+        try:
+            self.version = self._load_or_create_version(now_ms)
+            for directory in (self.finalized, self.rbw):
+                directory.mkdir(parents=True, exist_ok=True)
+            rbw_removed = self._clear_rbw()
+            leftovers = self._load_finalized()
+        except OSError as exc:  # mkdir, listdir or unlink on a broken disk
+            self._lock.unlock()
+            raise StorageError(f"cannot open data dir {self.root}: {exc}") from exc
+        except BaseException:
+            self._lock.unlock()
+            raise
+        return StartupSummary(len(self.replicas), rbw_removed, leftovers)
+
+    def close(self) -> None:
+        self._lock.unlock()
+
+    def _load_or_create_version(self, now_ms: int) -> DataNodeVersion:
+        path = self.current / layout.VERSION_FILE
+        if path.exists():
+            try:
+                text = path.read_text()
+            except OSError as exc:
+                raise StorageError(f"cannot read {path}: {exc}") from exc
+            return layout.parse_version(text, str(path))
+        self.current.mkdir(parents=True, exist_ok=True)
+        version = DataNodeVersion(node_id=uuid.uuid4().hex, cluster_id="", ctime_ms=now_ms)
+        atomic_write(path, layout.format_version(version).encode())
+        fsync_dir(self.root)
+        log.info("new data dir %s: node id %s", self.root, version.node_id)
+        return version
+
+    @property
+    def node_id(self) -> str:
+        assert self.version is not None, "storage is not open"
+        return self.version.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        assert self.version is not None, "storage is not open"
+        return self.version.cluster_id
+
+    def set_cluster_id(self, cluster_id: str) -> None:
+        """Record the cluster this dir joined (once, at the first registration)."""
+        assert self.version is not None, "storage is not open"
+        version = self.version.with_cluster(cluster_id)
+        atomic_write(self.current / layout.VERSION_FILE, layout.format_version(version).encode())
+        self.version = version
+
+    def _clear_rbw(self) -> list[str]:
+        """This version has no append or write recovery: partial replicas are dropped."""
+        removed = sorted(os.listdir(self.rbw))
+        for name in removed:
+            path = self.rbw / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if removed:
+            fsync_dir(self.rbw)
+            log.warning("removed %d unfinished replica file(s) from %s: %s",
+                        len(removed), self.rbw, ", ".join(removed))
+        return removed
+
+    def _load_finalized(self) -> list[str]:
+        leftovers: list[str] = []
+        for first in sorted(os.scandir(self.finalized), key=lambda e: e.name):
+            if not first.is_dir():
+                continue
+            for second in sorted(os.scandir(first.path), key=lambda e: e.name):
+                if second.is_dir():
+                    leftovers += self._load_dir(Path(second.path))
+        if leftovers:
+            log.warning("removed %d half-written file(s) from %s: %s",
+                        len(leftovers), self.finalized, ", ".join(leftovers))
+        return leftovers
+
+    def _load_dir(self, directory: Path) -> list[str]:
+        """Load the replicas of one leaf directory; returns the leftovers it removed."""
+        data: dict[int, os.DirEntry[str]] = {}
+        metas: dict[int, list[tuple[int, os.DirEntry[str]]]] = {}
+        for entry in os.scandir(directory):
+            block_id = layout.parse_data_name(entry.name)
+            if block_id is not None:
+                data[block_id] = entry
+                continue
+            parsed = layout.parse_meta_name(entry.name)
+            if parsed is not None:
+                metas.setdefault(parsed[0], []).append((parsed[1], entry))
+        removed: list[str] = []
+        for block_id, entries in metas.items():
+            # Only the newest genstamp can belong to the data file; older ones are stale.
+            entries.sort(key=lambda item: item[0])
+            keep = entries.pop() if block_id in data else None
+            for _genstamp, stale in entries:
+                removed.append(stale.name)
+                unlink_quietly(Path(stale.path))
+            if keep is None:
+                continue
+            genstamp, meta = keep
+            entry = data.pop(block_id)
+            if directory != layout.finalized_dir(self.finalized, block_id):
+                log.warning("ignoring %s: block %d belongs in another directory",
+                            entry.path, block_id)
+                continue
+            size = entry.stat().st_size
+            replica = Replica(block_id, genstamp, size, Path(entry.path), Path(meta.path),
+                              meta.stat().st_size)
+            self.replicas[block_id] = replica
+            self.used_bytes += replica.disk_bytes
+        for entry in data.values():  # data files without any checksum file
+            removed.append(entry.name)
+            unlink_quietly(Path(entry.path))
+        if removed:
+            fsync_dir(directory)
+        return [str(directory.relative_to(self.finalized) / name) for name in removed]
+
+    # -- the replica map ----------------------------------------------------------------
+
+    def get(self, block_id: int) -> Replica | None:
+        return self.replicas.get(block_id)
+
+    def report_records(self) -> list[BlockRecord]:
+        """Finalized, healthy replicas in block-id order (for full block reports)."""
+        return [r.record for _, r in sorted(self.replicas.items()) if not r.corrupt]
+
+    def claim(self, block_id: int) -> None:
+        """Mark ``block_id`` busy (a write or delete is starting); AlreadyExists if it is."""
+        if block_id in self._busy:
+            raise AlreadyExists(f"block {block_id} is being written or deleted right now")
+        self._busy.add(block_id)
+
+    def release(self, block_id: int) -> None:
+        self._busy.discard(block_id)
+
+    def is_busy(self, block_id: int) -> bool:
+        return block_id in self._busy
+
+    def new_writer(self, block_id: int, genstamp: int) -> ReplicaWriter:
+        """A writer in rbw/ (files opened by ``writer.open()``, in a worker thread)."""
+        assert block_id in self._busy, "claim the block before writing it"
+        return ReplicaWriter(block_id, genstamp, self.rbw, self.checksum_chunk_bytes)
+
+    def commit(self, writer: ReplicaWriter, replaced: Replica | None) -> Replica:
+        """Finalize ``writer`` (worker thread). A replica of an older genstamp it replaces
+        is removed first, so a crash never pairs one replica's data with another's
+        checksums; the crash window in between loses only the stale replica."""
+        if replaced is not None:
+            self._unlink(replaced)
+        dest = Path(layout.finalized_dir(self.finalized, writer.block_id))
+        self._ensure_dir(dest)
+        return writer.finalize(dest)
+
+    def _ensure_dir(self, dest: Path) -> None:
+        # Checked under the lock too: a directory another writer just made is durable
+        # only once that writer's fsync of its parent is done, which the lock waits for.
+        with self._mkdir_lock:
+            for directory in (dest.parent, dest):
+                if not directory.is_dir():
+                    try:
+                        directory.mkdir()
+                    except OSError as exc:
+                        raise StorageError(f"cannot create {directory}: {exc}") from exc
+                    fsync_dir(directory.parent)
+
+    def add(self, replica: Replica) -> None:
+        """Put a just-finalized replica in the map (replacing an older one of its id)."""
+        old = self.replicas.get(replica.block_id)
+        if old is not None:
+            self.used_bytes -= old.disk_bytes
+        self.replicas[replica.block_id] = replica
+        self.used_bytes += replica.disk_bytes
+
+    def take(self, block_id: int) -> Replica | None:
+        """Remove a replica from the map before its files are deleted (``delete_files``)."""
+        replica = self.replicas.pop(block_id, None)
+        if replica is not None:
+            self.used_bytes -= replica.disk_bytes
+        return replica
+
+    def delete_files(self, replicas: list[Replica]) -> None:
+        """Delete the files of replicas taken from the map (worker thread)."""
+        directories = set()
+        for replica in replicas:
+            self._unlink(replica)
+            directories.add(replica.data_path.parent)
+        for directory in directories:
+            fsync_dir(directory)
+
+    @staticmethod
+    def _unlink(replica: Replica) -> None:
+        # Data first: without its data file a checksum file is a leftover startup removes.
+        try:
+            unlink_quietly(replica.data_path, replica.meta_path)
+        except OSError as exc:
+            raise StorageError(f"cannot delete block {replica.block_id}: {exc}") from exc
+
+    def mark_corrupt(self, replica: Replica) -> bool:
+        """Exclude ``replica`` from reads and reports; True when it was healthy until now
+        (and is still the replica the map holds: a replaced one is not reported)."""
+        if self.replicas.get(replica.block_id) is not replica or replica.corrupt:
+            return False
+        replica.corrupt = True
+        return True
+
+    # -- space --------------------------------------------------------------------------
+
+    def storage_report(self) -> StorageReport:
+        try:
+            usage = shutil.disk_usage(self.root)
+        except OSError as exc:
+            raise StorageError(f"cannot stat the file system of {self.root}: {exc}") from exc
+        free = max(0, usage.free - self.reserved_bytes)
+        return StorageReport(usage.total, self.used_bytes, free)

@@ -1,0 +1,149 @@
+"""Async drivers of replica I/O: receiving a block from a stream, reading one as a stream.
+
+File work runs in worker threads. A thread cannot be interrupted, so a cancelled caller
+first waits for the file operation it started (which may hold the descriptors its cleanup
+closes) and only then cleans up and re-raises: see :func:`in_thread`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterable, Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.storage import DataStorage
+from xdfs.errors import CorruptReplica
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn`` in a worker thread; on cancellation, wait for it to finish, then re-raise."""
+    future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([future])
+        if not future.cancelled():
+            future.exception()  # retrieved: the cancellation is what the caller reports
+        raise
+
+
+class Transfers:
+    """Block transfers (writes, reads, replications) running now, for heartbeats."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        self.count += 1
+        try:
+            yield
+        finally:
+            self.count -= 1
+
+
+async def receive_replica(
+    storage: DataStorage, block_id: int, genstamp: int, chunks: AsyncIterable[bytes | memoryview]
+) -> Replica:
+    """Write the stream to rbw/ and finalize it once the stream ended normally.
+
+    The caller has claimed ``block_id``. Any failure before the end (bad chunk CRC, cut
+    connection, cancellation, disk error) deletes the rbw files: a partial replica is
+    never finalized. A finalize that completed is kept even if the caller was cancelled
+    meanwhile (the replica is whole)."""
+    writer = storage.new_writer(block_id, genstamp)
+    try:
+        await in_thread(writer.open)
+        async for data in chunks:
+            await in_thread(writer.write, data)
+        replaced = storage.get(block_id)
+        await in_thread(storage.commit, writer, replaced)
+    finally:
+        # writer.finalized is also set when the caller was cancelled during a finalize
+        # that completed (in_thread waited for it).
+        if writer.finalized is not None:
+            storage.add(writer.finalized)
+        else:
+            writer.abort()
+    assert writer.finalized is not None
+    return writer.finalized
+
+
+class PieceStream:
+    """Verified pieces of a replica range as an async iterator (a download's chunks or a
+    replication upload's). The reader is closed when the stream ends, fails, or is
+    dropped unfinished (the server abandons a download's chunks when the peer goes away).
+
+    The next piece is read (in a thread) while the current one is sent, so disk reads
+    overlap the network. Pieces are views of the reader's two alternating buffers: the RPC
+    layer copies each piece into its frame before asking for the next, and the read ahead
+    fills the other buffer, so no copy of our own is needed."""
+
+    def __init__(
+        self,
+        reader: ReplicaReader,
+        on_corrupt: Callable[[Replica, CorruptReplica], None],
+        transfers: Transfers,
+    ) -> None:
+        self._reader: ReplicaReader | None = reader
+        self._on_corrupt = on_corrupt
+        self._transfers = transfers
+        self._ahead: asyncio.Future[memoryview | None] | None = None
+        transfers.count += 1
+
+    def __aiter__(self) -> PieceStream:
+        return self
+
+    def _read_ahead(self, reader: ReplicaReader) -> asyncio.Future[memoryview | None]:
+        return asyncio.ensure_future(in_thread(reader.read_piece))
+
+    async def __anext__(self) -> memoryview:
+        reader = self._reader
+        if reader is None:
+            raise StopAsyncIteration
+        pending = self._ahead or self._read_ahead(reader)
+        self._ahead = None
+        try:
+            piece = await pending
+        except CorruptReplica as exc:
+            self.close()
+            self._on_corrupt(reader.replica, exc)
+            raise
+        except BaseException:
+            self.close()
+            raise
+        if piece is None:
+            self.close()
+            raise StopAsyncIteration
+        self._ahead = self._read_ahead(reader)
+        return piece
+
+    def close(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        reader, self._reader = self._reader, None
+        if reader is None:
+            return
+        self._transfers.count -= 1
+        if ahead is None or ahead.done():
+            if ahead is not None and not ahead.cancelled():
+                ahead.exception()  # retrieved: nobody wants a piece past the end
+            reader.close()
+        else:
+            # The read ahead still uses the descriptors: close them once it is done.
+            ahead.add_done_callback(lambda done: _close_after(done, reader))
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _close_after(done: asyncio.Future[memoryview | None], reader: ReplicaReader) -> None:
+    if not done.cancelled():
+        done.exception()
+    reader.close()

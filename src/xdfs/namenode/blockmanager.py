@@ -1,0 +1,366 @@
+"""The NameNode's block management (pure core): which DataNode holds what, and what to do.
+
+Inputs are DataNode calls (register, full reports in batches, heartbeats, incremental
+reports), client calls (targets for a new block, locations, bad replicas) and namespace
+changes; outputs are answers and commands that wait in per-node queues for heartbeats
+(replicate, delete). The rules, as HDFS's BlockManager:
+
+* a reported replica of a block no file holds is an **orphan** and is deleted; one with a
+  wrong generation stamp, or a length other than the committed length of a complete block,
+  is **corrupt**. A block is *complete* unless it is the last block of a file being written
+  (its length is not known until the writer says so);
+* blocks with fewer live good replicas than their file's replication are queued for
+  copying (:mod:`~xdfs.namenode.replication`), **excess** replicas are deleted from the
+  fullest node, corrupt ones once enough good ones exist;
+* while in safe mode nothing is deleted or copied for those reasons (the namespace may not
+  have heard from every DataNode yet): the decisions are postponed until it ends;
+* replicas of blocks that leave the namespace are deleted only once the change is durable
+  (``ops_durable``), so a crash cannot leave a file whose replicas were already deleted.
+
+Pure: time and randomness are injected, nothing here does I/O or logs (drivers do).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
+
+from xdfs.common import tokens
+from xdfs.config import NameNodeConfig
+from xdfs.errors import InternalError, InvalidArgument
+from xdfs.namenode import placement
+from xdfs.namenode.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
+from xdfs.namenode.datanodes import DataNode, DataNodeManager
+from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
+from xdfs.namenode.replication import ReplicationMonitor, block_state, replica_flags
+from xdfs.namenode.safemode import SafeMode
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import ReplicateTask, StorageReport
+
+#: A block report batch may be this many times the configured batch size before it is
+#: refused (DataNodes of another configuration are tolerated, runaway ones are not).
+REPORT_BATCH_SLACK = 10
+
+
+class Commands(NamedTuple):
+    """What one heartbeat reply carries to its DataNode."""
+
+    replicate: list[ReplicateTask]
+    delete: list[int]
+    send_full_report: bool
+
+
+class BlockManager:
+    def __init__(
+        self,
+        ns: Namespace,
+        config: NameNodeConfig,
+        safe_mode: SafeMode,
+        *,
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.ns = ns
+        self.config = config
+        self.safe_mode = safe_mode
+        self.clock = clock
+        self.rng = rng
+        self.datanodes = DataNodeManager(config.heartbeat_interval_s, config.heartbeat_misses_dead)
+        self.map = BlockMap(config.min_replication)
+        self.reports = FullReports()
+        self.replication = ReplicationMonitor(
+            ns, config, safe_mode, self.datanodes, self.map, clock=clock, rng=rng
+        )
+        # Blocks dropped from the namespace whose removal is not durable yet: not orphans.
+        self._leaving: set[int] = set()
+        self._watchers: dict[int, list[Callable[[], None]]] = {}
+        self._liveness_checked_s: float | None = None
+        # Dead node id -> its replicas found corrupt, to delete when it registers again.
+        self._bad_on_dead: dict[str, set[int]] = {}
+
+    # --- DataNode protocol ---------------------------------------------------------------
+
+    def register(self, node_id: str, address: str, storage: StorageReport) -> DataNode:
+        node, displaced = self.datanodes.register(node_id, address, storage, self.clock())
+        for other in displaced:
+            self._node_dead(other)
+        self.reports.forget(node_id)
+        for block_id in self._bad_on_dead.pop(node_id, ()):
+            node.deletions[block_id] = None  # see _node_dead
+        return node
+
+    def block_report(
+        self, node_id: str, report_id: int, batch_index: int, batch_count: int,
+        blocks: Sequence[BlockRecord],
+    ) -> bool:
+        """Process one batch; True when it completed a full report."""
+        node = self.datanodes.get_live(node_id)
+        batch_max = REPORT_BATCH_SLACK * self.config.block_report_batch_max
+        if len(blocks) > batch_max:
+            raise InvalidArgument(f"block report batch of {len(blocks)} entries (max {batch_max})")
+        seen = self.reports.add_batch(
+            node_id, report_id, batch_index, batch_count, (b.block_id for b in blocks)
+        )
+        for record in blocks:
+            self._reported(node, record)
+        if seen is None:
+            return False
+        for block_id in self.map.node_blocks(node_id) - seen:
+            replica = self._lost(block_id, node_id)
+            if replica is not None and replica.flags & REPORTED_BAD:
+                # DataNodes leave replicas they found corrupt out of their reports, but
+                # keep the files until told: tell them
+                node.deletions[block_id] = None
+        node.full_reports += 1
+        return True
+
+    def incremental_report(
+        self, node_id: str, received: Iterable[BlockRecord], deleted: Iterable[int]
+    ) -> None:
+        node = self.datanodes.get_live(node_id)
+        for record in received:
+            self.reports.note_received(node_id, record.block_id)
+            self._reported(node, record)
+        for block_id in deleted:
+            self.reports.note_deleted(node_id, block_id)
+            self._lost(block_id, node_id)
+
+    def heartbeat(self, node_id: str, storage: StorageReport, transfers: int) -> Commands:
+        node = self.datanodes.heartbeat(node_id, storage, transfers, self.clock())
+        work, deletions = self.datanodes.take_commands(node, self.config.deletions_per_heartbeat)
+        replicate = []
+        for item in work:
+            task = self._replicate_task(item.block_id, item.targets)
+            if task is not None:
+                replicate.append(task)
+        return Commands(replicate, deletions, self._full_report_overdue(node))
+
+    def _full_report_overdue(self, node: DataNode) -> bool:
+        """A node registered a while ago has not sent (or finished) a full report since:
+        ask for one now, and again every dead interval until one completes. Without it
+        the NameNode would not know the node's replicas until its next periodic report."""
+        now_s = self.clock()
+        if node.full_reports or self.reports.is_open(node.node_id):
+            return False
+        if now_s - node.report_requested_s < self.datanodes.dead_after_s:
+            return False
+        node.report_requested_s = now_s
+        return True
+
+    def check_heartbeats(self) -> list[DataNode]:
+        """Declare silent nodes dead (their replicas stop counting at once). Meant to run
+        every heartbeat interval; a round that comes much later than that means the
+        NameNode itself was not listening (a long checkpoint on the event loop, a paused
+        process): heartbeats may be waiting unread, so nobody is declared dead this round.
+        """
+        now_s = self.clock()
+        last_s, self._liveness_checked_s = self._liveness_checked_s, now_s
+        if last_s is not None and now_s - last_s > 2 * self.config.heartbeat_interval_s:
+            return []
+        dead = self.datanodes.expired(now_s)
+        for node in dead:
+            self._node_dead(node)
+        return dead
+
+    def block_keys(self) -> list[tokens.BlockKey]:
+        """The block-token keys DataNodes verify with (derived: they cannot sign logins)."""
+        now_ms = int(self.clock() * 1000)
+        keys = sorted(self.ns.token_keys.values(), key=lambda key: key.key_id)
+        return [tokens.derive_block_key(key) for key in keys if key.expires_ms > now_ms]
+
+    # --- client path ---------------------------------------------------------------------
+
+    def choose_targets(
+        self, count: int, excluded_addresses: Iterable[str], block_size_bytes: int
+    ) -> list[DataNode]:
+        excluded = {
+            node.node_id
+            for node in map(self.datanodes.live_at, excluded_addresses)
+            if node is not None
+        }
+        return placement.choose_targets(
+            self.datanodes.live_nodes(), count, excluded=excluded,
+            block_size_bytes=block_size_bytes, rng=self.rng,
+        )
+
+    def block_token(self, user: str, block_id: int, mode: str) -> str:
+        now_ms = int(self.clock() * 1000)
+        key = tokens.newest_key(self.ns.token_keys, now_ms)
+        if key is None:
+            raise InternalError("no valid token key to sign block tokens with")
+        lifetime_ms = int(self.config.block_token_lifetime_s * 1000)
+        body = tokens.TokenBody(
+            "block", user, key.key_id, now_ms, now_ms + lifetime_ms,
+            scope=tokens.block_scope(block_id, mode),
+        )
+        return tokens.issue_token(body, tokens.derive_block_key(key))
+
+    def locations(self, block_id: int) -> list[str]:
+        """Addresses of the good replicas in random order (readers spread over them); the
+        corrupt ones only when nothing else exists."""
+        replicas = self.map.replicas(block_id)
+        good = [self.address(r.node_id) for r in replicas if not r.flags]
+        self.rng.shuffle(good)
+        return good or [self.address(r.node_id) for r in replicas]
+
+    def replicas_matching(self, block: BlockRecord) -> int:
+        """Replicas with exactly this genstamp and length (and no checksum failure): what
+        ``complete`` counts, the writer's lengths being the truth."""
+        return sum(
+            1
+            for r in self.map.replicas(block.block_id)
+            if (r.genstamp, r.num_bytes) == (block.genstamp, block.num_bytes)
+            and not r.flags & REPORTED_BAD
+        )
+
+    def recovered_length(self, block: BlockRecord) -> int | None:
+        """Length for the last block of a file closed by lease recovery: the shortest
+        reported replica (every replica holds at least that much); None when none exists."""
+        lengths = [
+            r.num_bytes
+            for r in self.map.replicas(block.block_id)
+            if r.genstamp == block.genstamp and not r.flags & REPORTED_BAD
+        ]
+        return min(lengths) if lengths else None
+
+    def report_bad_replica(self, block_id: int, address: str) -> bool:
+        """A reader found a checksum error; ignored unless that node holds the replica."""
+        node = self.datanodes.live_at(address)
+        replica = self.map.replica(block_id, node.node_id) if node is not None else None
+        if node is None or replica is None:
+            return False
+        self.map.set_flags(block_id, node.node_id, replica.flags | REPORTED_BAD)
+        self.replication.check(block_id)
+        return True
+
+    def watch(self, block_id: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever ``block_id`` gains a replica (until unwatched)."""
+        self._watchers.setdefault(block_id, []).append(callback)
+
+    def watched(self, block_id: int) -> bool:
+        """True while someone (a ``complete``) waits for replicas of ``block_id``."""
+        return block_id in self._watchers
+
+    def unwatch(self, block_id: int, callback: Callable[[], None]) -> None:
+        callbacks = self._watchers.get(block_id, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            self._watchers.pop(block_id, None)
+
+    # --- namespace changes ---------------------------------------------------------------
+
+    def affected_blocks(self, op: Op) -> tuple[int, ...]:
+        """Blocks to look at again once ``op`` (just applied) is durable. Computed at apply
+        time: a later op may rename or delete the path before the sync completes."""
+        if isinstance(op, CloseFileOp):
+            return tuple(b.block_id for b in op.blocks)
+        if isinstance(op, UpdateBlocksOp):
+            return tuple(b.block_id for b in op.blocks[-2:])  # the committed and the new last
+        if isinstance(op, SetReplicationOp):
+            return tuple(b.block_id for b in self.ns.get_blocks(op.path))
+        return ()
+
+    def leaving(self, block_ids: Iterable[int]) -> None:
+        """Blocks just dropped from the namespace, not durably yet: their replicas are
+        neither orphans nor deleted until :meth:`ops_durable`."""
+        self._leaving.update(block_ids)
+
+    def ops_durable(self, dropped: Iterable[int], affected: Iterable[int]) -> None:
+        """The ops are synced: delete the replicas of ``dropped`` blocks everywhere, and
+        look again at ``affected`` ones (committed lengths, replication changed)."""
+        for block_id in dropped:
+            self._leaving.discard(block_id)
+            self.replication.forget_block(block_id)
+        for block_id in affected:
+            self._reevaluate(block_id)
+
+    # --- replication monitor -------------------------------------------------------------
+
+    def replication_tick(self) -> int:
+        return self.replication.tick()
+
+    def update_safe_mode(self) -> str | None:
+        """Feed safe mode the current counts; a message when it ends now."""
+        safe, total = self.safe_counts()
+        return self.safe_mode.update(safe, total, self.datanodes.live_count(), self.clock())
+
+    def safe_counts(self) -> tuple[int, int]:
+        """(blocks with min_replication good replicas, blocks) over complete blocks."""
+        open_last = self.ns.open_last_blocks()
+        minimum = self.config.min_replication
+        total = self.ns.block_count() - len(open_last)
+        safe = self.map.safe_blocks - sum(
+            1 for b in open_last if self.map.good_count(b) >= minimum
+        )
+        return max(0, min(safe, total)), total
+
+    def pending_deletion_count(self) -> int:
+        return sum(len(node.deletions) for node in self.datanodes)
+
+    # --- reports in -----------------------------------------------------------------------
+
+    def _reported(self, node: DataNode, record: BlockRecord) -> None:
+        block_id = record.block_id
+        if block_id in node.deletions:
+            return  # already being deleted there: not a replica to count again
+        state = block_state(self.ns, block_id)
+        if state is None and block_id not in self._leaving:
+            self.replication.orphan(node, block_id)
+            return
+        flags = 0 if state is None else replica_flags(state, record)
+        self.map.put(block_id, node.node_id, record.num_bytes, record.genstamp, flags)
+        self.replication.replica_arrived(block_id, node.node_id)
+        for callback in list(self._watchers.get(block_id, ())):
+            callback()
+        self.replication.check(block_id)
+
+    def _lost(self, block_id: int, node_id: str) -> Replica | None:
+        replica = self.map.remove(block_id, node_id)
+        if replica is not None:
+            self.replication.check(block_id)
+        return replica
+
+    def _reevaluate(self, block_id: int) -> None:
+        """Recompute every replica's flags (the committed length or genstamp changed)."""
+        state = block_state(self.ns, block_id)
+        if state is None:
+            return
+        for replica in list(self.map.replicas(block_id)):
+            reported = BlockRecord(block_id, replica.genstamp, replica.num_bytes)
+            flags = replica_flags(state, reported) | (replica.flags & REPORTED_BAD)
+            self.map.set_flags(block_id, replica.node_id, flags)
+        self.replication.check(block_id)
+
+    def _node_dead(self, node: DataNode) -> None:
+        # Replicas known bad are remembered: once back, the node will not report them (a
+        # DataNode leaves its corrupt replicas out) but must still delete them.
+        bad = {
+            block_id
+            for block_id in self.map.node_blocks(node.node_id)
+            if (replica := self.map.replica(block_id, node.node_id)) is not None
+            and replica.flags & REPORTED_BAD
+        }
+        if bad:
+            self._bad_on_dead.setdefault(node.node_id, set()).update(bad)
+        self.datanodes.mark_dead(node)
+        self.reports.forget(node.node_id)
+        self.replication.node_dead(node, self.map.drop_node(node.node_id))
+
+    def _replicate_task(self, block_id: int, target_ids: tuple[str, ...]) -> ReplicateTask | None:
+        state = block_state(self.ns, block_id)
+        targets = [
+            node.address
+            for node in map(self.datanodes.get, target_ids)
+            if node is not None and node.live
+        ]
+        if state is None or not targets:
+            return None
+        token = self.block_token(self.ns.superuser, block_id, "w")
+        return ReplicateTask(state.record, targets, token)
+
+    def address(self, node_id: str) -> str:
+        node = self.datanodes.get(node_id)
+        return node.address if node is not None else node_id

@@ -1,0 +1,87 @@
+"""RPC handlers of the ``namenode.datanode`` service (xdfs.protocol.datanode).
+
+DataNodes authenticate as an xdfs superuser (as HDFS DataNodes run as the hdfs principal).
+Every handler is a plain function: it runs inline on the event loop and calls the block
+manager's pure core, with nothing to wait for. The NameNode answers with commands only
+(replicate, delete, fresh block keys, a full report wanted); an unknown or dead node gets
+UnknownDataNode and registers and reports again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from xdfs.namenode.auth import NameNodeAuth
+from xdfs.namenode.handlers import caller
+from xdfs.namenode.namesystem import Namesystem
+from xdfs.protocol import datanode as d
+from xdfs.rpc.messages import Empty
+from xdfs.rpc.server import CallContext
+
+log = logging.getLogger(__name__)
+
+
+class DataNodeHandlers:
+    def __init__(
+        self, namesystem: Namesystem, auth: NameNodeAuth, cluster_id: str, namespace_id: int
+    ) -> None:
+        self.fs = namesystem
+        self.blocks = namesystem.blocks
+        self.auth = auth
+        self.cluster_id = cluster_id
+        self.namespace_id = namespace_id
+
+    def _datanode(self, ctx: CallContext) -> None:
+        self.auth.require_superuser(caller(ctx, self.fs), "act as a DataNode")
+
+    def register_datanode(self, ctx: CallContext, req: d.RegisterRequest) -> d.RegisterResponse:
+        self._datanode(ctx)
+        self.blocks.register(req.node_id, req.address, req.storage)
+        log.info(
+            "DataNode %s registered at %s (%d bytes free, version %s)",
+            req.node_id, req.address, req.storage.free_bytes, req.software_version or "?",
+        )
+        config = self.fs.config
+        return d.RegisterResponse(
+            cluster_id=self.cluster_id,
+            namespace_id=self.namespace_id,
+            heartbeat_interval_s=config.heartbeat_interval_s,
+            block_report_batch_max=config.block_report_batch_max,
+            full_report_interval_s=config.full_report_interval_s,
+            block_keys=self.blocks.block_keys(),
+        )
+
+    def block_report(self, ctx: CallContext, req: d.BlockReportRequest) -> Empty:
+        self._datanode(ctx)
+        done = self.blocks.block_report(
+            req.node_id, req.report_id, req.batch_index, req.batch_count, req.blocks
+        )
+        if done:
+            log.info(
+                "full block report of DataNode %s: %d replicas",
+                req.node_id, self.blocks.map.node_block_count(req.node_id),
+            )
+            self.update_safe_mode()
+        return Empty()
+
+    def heartbeat(self, ctx: CallContext, req: d.HeartbeatRequest) -> d.HeartbeatResponse:
+        self._datanode(ctx)
+        commands = self.blocks.heartbeat(req.node_id, req.storage, req.transfers_in_progress)
+        return d.HeartbeatResponse(
+            replicate=commands.replicate,
+            delete=commands.delete,
+            block_keys=self.blocks.block_keys(),
+            send_full_report=commands.send_full_report,
+        )
+
+    def incremental_report(self, ctx: CallContext, req: d.IncrementalReportRequest) -> Empty:
+        self._datanode(ctx)
+        self.blocks.incremental_report(req.node_id, req.received, req.deleted)
+        if self.fs.safe_mode.startup:
+            self.update_safe_mode()
+        return Empty()
+
+    def update_safe_mode(self) -> None:
+        message = self.blocks.update_safe_mode()
+        if message:
+            log.info("%s", message)

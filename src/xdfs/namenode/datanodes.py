@@ -1,0 +1,170 @@
+"""DataNodes as the NameNode sees them (pure core): registry, liveness, command queues.
+
+A DataNode is known by its ``node_id`` (stable across its restarts; its address may change).
+It is *live* while its heartbeats keep coming; silent for ``heartbeat_misses_dead``
+heartbeat intervals it is *dead*: it stays listed (admin reports show dead nodes) but holds
+no replicas any more, and its next heartbeat is answered with UnknownDataNode so that it
+registers and reports again (seed 003). The NameNode never calls a DataNode: commands wait
+in per-node queues for the node's next heartbeat, and each heartbeat carries a bounded
+amount of work.
+
+Pure: times are passed in (seconds), nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from xdfs.errors import InvalidArgument, UnknownDataNode
+from xdfs.protocol.datanode import StorageReport
+
+
+class ReplicationWork(NamedTuple):
+    """A copy the node must make of its replica of ``block_id`` to ``targets`` (node ids);
+    turned into a ReplicateTask (addresses, token) when the heartbeat reply is built."""
+
+    block_id: int
+    targets: tuple[str, ...]
+
+
+@dataclass(eq=False)
+class DataNode:
+    node_id: str
+    address: str
+    storage: StorageReport
+    registered_s: float
+    last_heartbeat_s: float
+    live: bool = True
+    #: Block reads/writes/replications the node says it is running (its last heartbeat).
+    transfers_in_progress: int = 0
+    #: Replications scheduled with this node as source or target and not finished yet.
+    replication_load: int = 0
+    #: Commands for the next heartbeats (deletions are an ordered set of block ids).
+    replicate: deque[ReplicationWork] = field(default_factory=deque)
+    deletions: dict[int, None] = field(default_factory=dict)
+    full_reports: int = 0  # full reports completed since the node (re)registered
+    report_requested_s: float = 0.0  # registration, or when a full report was last asked
+
+    @property
+    def load(self) -> int:
+        """What placement weighs against: transfers running plus replications planned."""
+        return self.transfers_in_progress + self.replication_load
+
+
+class DataNodeManager:
+    def __init__(self, heartbeat_interval_s: float, heartbeat_misses_dead: int) -> None:
+        self.dead_after_s = heartbeat_interval_s * heartbeat_misses_dead
+        self._nodes: dict[str, DataNode] = {}
+        self._live_by_address: dict[str, DataNode] = {}
+
+    # --- membership ----------------------------------------------------------------------
+
+    def register(
+        self, node_id: str, address: str, storage: StorageReport, now_s: float
+    ) -> tuple[DataNode, list[DataNode]]:
+        """Add or refresh a node; also returns the live nodes it displaces (another node
+        id at the same address: that DataNode was replaced, e.g. its data dir wiped). The
+        caller declares those dead, which removes their replicas."""
+        if not node_id or not address:
+            raise InvalidArgument("a DataNode registers with a node id and an address")
+        _check_storage(storage)
+        displaced = [
+            other
+            for other in (self._live_by_address.get(address),)
+            if other is not None and other.node_id != node_id
+        ]
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = DataNode(node_id, address, storage, now_s, now_s, report_requested_s=now_s)
+            self._nodes[node_id] = node
+        else:
+            if self._live_by_address.get(node.address) is node:
+                del self._live_by_address[node.address]
+            node.address, node.storage = address, storage
+            node.registered_s = node.last_heartbeat_s = now_s
+            node.live = True
+            node.full_reports = 0
+            node.report_requested_s = now_s
+        self._live_by_address[address] = node
+        return node, displaced
+
+    def heartbeat(
+        self, node_id: str, storage: StorageReport, transfers: int, now_s: float
+    ) -> DataNode:
+        node = self.get_live(node_id)
+        _check_storage(storage)
+        node.storage = storage
+        node.transfers_in_progress = max(0, transfers)
+        node.last_heartbeat_s = now_s
+        return node
+
+    def get_live(self, node_id: str) -> DataNode:
+        """The live node ``node_id``; UnknownDataNode (register again) otherwise."""
+        node = self._nodes.get(node_id)
+        if node is None or not node.live:
+            state = "unknown" if node is None else "declared dead"
+            raise UnknownDataNode(f"DataNode {node_id} is {state}: register and report again")
+        return node
+
+    def get(self, node_id: str) -> DataNode | None:
+        return self._nodes.get(node_id)
+
+    def live_at(self, address: str) -> DataNode | None:
+        return self._live_by_address.get(address)
+
+    def expired(self, now_s: float) -> list[DataNode]:
+        """Live nodes whose last heartbeat is older than the dead interval."""
+        return [
+            node
+            for node in self._live_by_address.values()
+            if now_s - node.last_heartbeat_s > self.dead_after_s
+        ]
+
+    def mark_dead(self, node: DataNode) -> None:
+        """The node stops being a target or a source; its queued commands are dropped (it
+        will register again, report, and be told what to do then)."""
+        node.live = False
+        if self._live_by_address.get(node.address) is node:
+            del self._live_by_address[node.address]
+        node.replicate.clear()
+        node.deletions.clear()
+        node.replication_load = 0
+        node.transfers_in_progress = 0
+
+    # --- views ---------------------------------------------------------------------------
+
+    def live_nodes(self) -> list[DataNode]:
+        return list(self._live_by_address.values())
+
+    def live_count(self) -> int:
+        return len(self._live_by_address)
+
+    def __iter__(self) -> Iterator[DataNode]:
+        return iter(self._nodes.values())
+
+    # --- commands ------------------------------------------------------------------------
+
+    @staticmethod
+    def take_commands(
+        node: DataNode, deletions_max: int
+    ) -> tuple[list[ReplicationWork], list[int]]:
+        """What the node's heartbeat reply carries: every queued replication (the
+        scheduler already bounds them per node) and at most ``deletions_max`` deletions."""
+        work = list(node.replicate)
+        node.replicate.clear()
+        deletions: list[int] = []
+        for block_id in node.deletions:
+            if len(deletions) >= deletions_max:
+                break
+            deletions.append(block_id)
+        for block_id in deletions:
+            del node.deletions[block_id]
+        return work, deletions
+
+
+def _check_storage(storage: StorageReport) -> None:
+    if min(storage.capacity_bytes, storage.used_bytes, storage.free_bytes) < 0:
+        raise InvalidArgument(f"negative storage figures: {storage!r}")

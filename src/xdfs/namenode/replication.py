@@ -1,0 +1,265 @@
+"""The replication monitor (pure core): each block's place, copies to ask, replicas to drop.
+
+:meth:`ReplicationMonitor.check` is called whenever something about one block changes (a
+replica added, lost or found corrupt, its node dead, its file's replication changed or the
+file completed) and files the block: *needed* (fewer live good replicas than expected,
+counting copies already asked), *missing* (no live good replica: nothing to copy from), or
+neither. The same call trims: excess replicas go from the fullest nodes, corrupt ones once
+enough good ones exist (before that they are kept: a reader may still need one).
+
+:meth:`ReplicationMonitor.tick` (a duty every ``replication_check_interval_s``) expires
+copies whose target never reported, then asks sources to copy queued blocks: a live node
+holding a good replica below its stream limit copies to targets chosen by placement among
+nodes that hold no replica. In safe mode it neither copies nor deletes: those decisions are
+postponed until safe mode ends (the DataNodes may not all have reported yet).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import random
+from collections.abc import Callable
+from typing import NamedTuple
+
+from xdfs.config import NameNodeConfig
+from xdfs.errors import NotEnoughReplicas
+from xdfs.namenode import placement
+from xdfs.namenode.blockmap import BAD_GENSTAMP, BAD_LENGTH, BlockMap
+from xdfs.namenode.datanodes import DataNode, DataNodeManager, ReplicationWork
+from xdfs.namenode.inodes import FileInode
+from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.replication_queues import (
+    NeededReplications,
+    PendingReplications,
+    PendingTask,
+)
+from xdfs.namenode.safemode import SafeMode
+from xdfs.protocol.blocks import BlockRecord
+
+
+class BlockState(NamedTuple):
+    file: FileInode
+    record: BlockRecord  # as committed in the namespace
+    complete: bool  # False for the last block of a file being written
+
+
+def block_state(ns: Namespace, block_id: int) -> BlockState | None:
+    """Where ``block_id`` stands in the namespace; None when no file holds it."""
+    file = ns.block_file(block_id)
+    if file is None:
+        return None
+    blocks = file.blocks
+    index = bisect.bisect_left(blocks, block_id, key=_block_id)
+    if index >= len(blocks) or blocks[index].block_id != block_id:
+        # block ids grow with each add_block, so lists are sorted; a scan covers the rest
+        index = next(i for i, block in enumerate(blocks) if block.block_id == block_id)
+    complete = index < len(blocks) - 1 or not ns.is_open(file)
+    return BlockState(file, blocks[index], complete)
+
+
+def replica_flags(state: BlockState, reported: BlockRecord) -> int:
+    """Why a reported replica is corrupt (0: it is good)."""
+    flags = 0
+    if reported.genstamp != state.record.genstamp:
+        flags |= BAD_GENSTAMP
+    if state.complete and reported.num_bytes != state.record.num_bytes:
+        flags |= BAD_LENGTH
+    return flags
+
+
+class ReplicationMonitor:
+    def __init__(
+        self,
+        ns: Namespace,
+        config: NameNodeConfig,
+        safe_mode: SafeMode,
+        datanodes: DataNodeManager,
+        block_map: BlockMap,
+        *,
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self.ns = ns
+        self.config = config
+        self.safe_mode = safe_mode
+        self.datanodes = datanodes
+        self.map = block_map
+        self.clock = clock
+        self.rng = rng
+        self.needed = NeededReplications()
+        self.pending = PendingReplications()
+        self.missing: set[int] = set()
+        # Decisions that wait for the end of safe mode: blocks to look at again, and orphan
+        # replicas (node id, block id) to delete if their block is still unknown then.
+        self._postponed: dict[int, None] = {}
+        self._postponed_orphans: dict[tuple[str, int], None] = {}
+
+    # --- events --------------------------------------------------------------------------
+
+    def check(self, block_id: int) -> None:
+        """File the block as needed, missing or neither; trim excess and corrupt replicas
+        (postponed in safe mode)."""
+        state = block_state(self.ns, block_id)
+        if state is None or not state.complete:
+            self._unqueue(block_id)
+            return
+        replicas = self.map.replicas(block_id)
+        good = [r for r in replicas if not r.flags]
+        live, expected = len(good), state.file.replication
+        if live == 0:
+            self.missing.add(block_id)
+        else:
+            self.missing.discard(block_id)
+        if live > 0 and live + self.pending.count(block_id) < expected:
+            self.needed.add(block_id, live)
+        else:
+            self.needed.remove(block_id)
+        if live < expected or (live == expected and len(good) == len(replicas)):
+            return
+        if self.safe_mode.on:
+            self._postponed[block_id] = None
+            return
+        for replica in [r for r in replicas if r.flags]:
+            self.invalidate(block_id, replica.node_id)
+        fullest_first = sorted(good, key=lambda r: (self._free_bytes(r.node_id), self.rng.random()))
+        for replica in fullest_first[: live - expected]:
+            self.invalidate(block_id, replica.node_id)
+
+    def orphan(self, node: DataNode, block_id: int) -> None:
+        """``node`` reported a replica of a block no file holds."""
+        if self.safe_mode.on:
+            self._postponed_orphans[(node.node_id, block_id)] = None
+        else:
+            node.deletions[block_id] = None
+
+    def replica_arrived(self, block_id: int, node_id: str) -> None:
+        task = self.pending.resolve(block_id, node_id)
+        if task is not None:
+            self._release(task)
+
+    def invalidate(self, block_id: int, node_id: str) -> None:
+        """Remove a replica from the map now and queue its deletion on the node."""
+        self.map.remove(block_id, node_id)
+        node = self.datanodes.get(node_id)
+        if node is not None and node.live:
+            node.deletions[block_id] = None
+
+    def forget_block(self, block_id: int) -> None:
+        """The block left the namespace durably: delete every replica."""
+        self._unqueue(block_id)
+        for task in self.pending.drop_block(block_id):
+            self._release(task)
+        for replica in self.map.drop_block(block_id):
+            node = self.datanodes.get(replica.node_id)
+            if node is not None and node.live:
+                node.deletions[block_id] = None
+
+    def node_dead(self, node: DataNode, lost_blocks: list[int]) -> None:
+        """``node`` died and its replicas of ``lost_blocks`` were dropped from the map."""
+        affected = set(lost_blocks)
+        for task in self.pending.drop_node(node.node_id):
+            self._release(task)
+            affected.add(task.block_id)
+        for block_id in affected:
+            self.check(block_id)
+
+    # --- the duty ------------------------------------------------------------------------
+
+    def tick(self) -> int:
+        """One round: expire pending copies, then (out of safe mode) run postponed
+        decisions and schedule copies. Bounded: at most ``deletions_per_heartbeat``
+        postponed decisions, and twice the cluster's replication streams worth of queued
+        blocks are looked at. Returns the copies asked."""
+        for task in self.pending.expire(self.clock()):
+            self._release(task)
+            self.check(task.block_id)
+        if self.safe_mode.on:
+            return 0
+        limit = max(1, 2 * self.config.replication_streams_per_node * self.datanodes.live_count())
+        # postponed decisions mostly delete: as many as one heartbeat may carry
+        self._run_postponed(self.config.deletions_per_heartbeat)
+        return sum(self._schedule(block_id) for block_id in self.needed.pop_batch(limit))
+
+    def _schedule(self, block_id: int) -> int:
+        """Ask a source to copy ``block_id`` to enough new targets; 0 when it cannot now."""
+        state = block_state(self.ns, block_id)
+        if state is None or not state.complete:
+            return 0
+        replicas = self.map.replicas(block_id)
+        good = [r for r in replicas if not r.flags]
+        need = state.file.replication - len(good) - self.pending.count(block_id)
+        if need <= 0 or not good:
+            self.check(block_id)
+            return 0
+        streams = self.config.replication_streams_per_node
+        sources = [
+            node
+            for node in map(self.datanodes.get, (r.node_id for r in good))
+            if node is not None and node.live and node.replication_load < streams
+        ]
+        if not sources:
+            self.needed.add(block_id, len(good))  # to the end of its level: others go first
+            return 0
+        source = min(sources, key=lambda node: (node.replication_load, self.rng.random()))
+        holders = {r.node_id for r in replicas} | set(self.pending.targets(block_id))
+        # a node still to delete its old replica of this block must not receive it again
+        holders.update(n.node_id for n in self.datanodes.live_nodes() if block_id in n.deletions)
+        targets: list[DataNode] = []
+        with contextlib.suppress(NotEnoughReplicas):  # no room now: the block waits
+            targets = placement.choose_targets(
+                self.datanodes.live_nodes(),
+                min(need, streams - source.replication_load),  # each target is a stream
+                excluded=holders, block_size_bytes=state.record.num_bytes,
+                replication_load_max=streams, rng=self.rng,
+            )
+        if not targets:
+            self.needed.add(block_id, len(good))
+            return 0
+        target_ids = tuple(node.node_id for node in targets)
+        source.replicate.append(ReplicationWork(block_id, target_ids))
+        deadline_s = self.clock() + self.config.replication_pending_timeout_s
+        self.pending.add(block_id, source.node_id, target_ids, deadline_s)
+        source.replication_load += len(targets)
+        for target in targets:
+            target.replication_load += 1
+        self.check(block_id)  # still short (too few targets)? then back in the queue
+        return len(targets)
+
+    def _run_postponed(self, limit: int) -> None:
+        for block_id in list(itertools.islice(self._postponed, limit)):
+            del self._postponed[block_id]
+            self.check(block_id)
+        for node_id, block_id in list(itertools.islice(self._postponed_orphans, limit)):
+            del self._postponed_orphans[(node_id, block_id)]
+            node = self.datanodes.get(node_id)
+            if node is not None and node.live and self.ns.block_file(block_id) is None:
+                node.deletions[block_id] = None
+
+    # --- counts and helpers --------------------------------------------------------------
+
+    def under_replicated_count(self) -> int:
+        return len(set(self.needed) | set(self.pending.blocks()))
+
+    def postponed_count(self) -> int:
+        return len(self._postponed) + len(self._postponed_orphans)
+
+    def _release(self, task: PendingTask) -> None:
+        for node_id in (task.source, task.target):
+            node = self.datanodes.get(node_id)
+            if node is not None and node.replication_load > 0:
+                node.replication_load -= 1
+
+    def _unqueue(self, block_id: int) -> None:
+        self.needed.remove(block_id)
+        self.missing.discard(block_id)
+        self._postponed.pop(block_id, None)
+
+    def _free_bytes(self, node_id: str) -> int:
+        node = self.datanodes.get(node_id)
+        return node.storage.free_bytes if node is not None else 0
+
+
+def _block_id(block: BlockRecord) -> int:
+    return block.block_id

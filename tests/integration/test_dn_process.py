@@ -1,0 +1,208 @@
+"""``xdfs datanode`` as a real process against a stub NameNode: readiness line, graceful
+stop, fatal errors, and SIGKILL in the middle of a block write (by the test, or by the
+node itself at a fault point): after a restart no partial replica is ever finalized, and
+a replica that was finalized is complete."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.dn_helpers import (
+    GUARD_S,
+    StubNameNode,
+    eventually,
+    read_block,
+    replica_files,
+    start_stub,
+    write_block,
+)
+from xdfs.common.process import ProcessGroup, ServerProcess
+from xdfs.datanode import layout
+from xdfs.errors import XdfsError
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest
+from xdfs.testing.minicluster import MiniCluster
+
+READY = r"datanode serving on (\S+)"
+MiB = 1024 * 1024
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: "" for k in os.environ if k.startswith("XDFS_")}  # no stray config
+    env.update(XDFS_USER="root", XDFS_PASSWORD="rootpw", **extra)
+    return env
+
+
+async def start_process(
+    processes: ProcessGroup, stub: StubNameNode, data_dir: Path, *, faults: str = ""
+) -> tuple[ServerProcess, str]:
+    extra = {"XDFS_FAULTS": faults} if faults else {}
+    proc = ServerProcess.xdfs(
+        "datanode", "--data-dir", str(data_dir), "--namenode", stub.address,
+        "--rpc-address", "127.0.0.1:0",
+        log_path=processes.base_dir / "datanode.log", ready_pattern=READY,
+        env=child_env(**extra),
+    )
+    processes.processes.append(proc)  # SIGKILLed at teardown if still running
+    await asyncio.to_thread(proc.start, 60.0)
+    assert proc.match is not None
+    return proc, proc.match.group(1)
+
+
+def node_id_of(data_dir: Path) -> str:
+    return layout.parse_version((data_dir / "current" / "VERSION").read_text()).node_id
+
+
+async def wait_for_report(stub: StubNameNode, node_id: str, after: int) -> list[BlockRecord]:
+    """The blocks of the first complete full report of ``node_id`` sent after the first
+    ``after`` report calls."""
+    def complete() -> bool:
+        batches = [r for r in stub.reports[after:] if r.node_id == node_id]
+        return bool(batches) and len(batches) >= batches[0].batch_count
+
+    await eventually(complete)
+    batches = [r for r in stub.reports[after:] if r.node_id == node_id]
+    first = [b for b in batches if b.report_id == batches[0].report_id]
+    return [block for batch in first for block in batch.blocks]
+
+
+async def wait_exit(proc: ServerProcess) -> int:
+    assert proc.proc is not None
+    return await asyncio.to_thread(proc.proc.wait, GUARD_S)
+
+
+@pytest.fixture
+async def stub(minicluster: MiniCluster) -> StubNameNode:
+    return await start_stub(minicluster)
+
+
+async def test_kill_9_mid_write_leaves_no_partial_replica(
+    minicluster: MiniCluster, processes: ProcessGroup, stub: StubNameNode, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "dn"
+    proc, address = await start_process(processes, stub, data_dir)
+    node_id = node_id_of(data_dir)
+    await wait_for_report(stub, node_id, 0)
+    client = minicluster.client(address)
+    whole = os.urandom(MiB + 3)
+    kept = (await write_block(client, BlockRecord(1, 1, 0), whole, stub.token(1))).block
+    assert kept in stub.received(node_id)
+    killed = asyncio.Event()
+
+    async def partial() -> AsyncIterator[bytes]:
+        for _ in range(3):
+            yield os.urandom(MiB)
+        await killed.wait()
+        yield os.urandom(MiB)  # fails: the connection is gone
+
+    upload = asyncio.ensure_future(client.upload(
+        WRITE_BLOCK, WriteBlockRequest(BlockRecord(2, 1, 0), stub.token(2)), partial()
+    ))
+    rbw = data_dir / "current" / "rbw"
+    await eventually(lambda: (rbw / "blk_2").exists() and (rbw / "blk_2").stat().st_size > 0)
+    proc.kill()
+    killed.set()
+    with pytest.raises(XdfsError):
+        await upload
+    assert replica_files(data_dir)["rbw"]  # the crash left the partial replica behind
+    reports = len(stub.reports)
+    proc, address = await start_process(processes, stub, data_dir)
+    assert node_id_of(data_dir) == node_id
+    assert await wait_for_report(stub, node_id, reports) == [kept]
+    assert replica_files(data_dir) == {
+        "rbw": [], "finalized": ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"]
+    }
+    assert "removed 2 unfinished replica file(s)" in proc.log_text()
+    again = minicluster.client(address)
+    assert (await read_block(again, kept, stub.token(1, "r")))[1] == whole
+    assert proc.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    ("point", "finalized"),
+    [("datanode.before_finalize", False), ("datanode.after_finalize", True)],
+)
+async def test_crash_at_a_finalize_fault_point(
+    minicluster: MiniCluster,
+    processes: ProcessGroup,
+    stub: StubNameNode,
+    tmp_path: Path,
+    point: str,
+    finalized: bool,
+) -> None:
+    data_dir = tmp_path / "dn"
+    proc, address = await start_process(processes, stub, data_dir, faults=f"{point}=kill")
+    assert "fault points armed" in proc.log_text()
+    node_id = node_id_of(data_dir)
+    await wait_for_report(stub, node_id, 0)
+    data = os.urandom(2 * MiB + 1)
+    with pytest.raises(XdfsError):  # the node killed itself before answering
+        await write_block(minicluster.client(address), BlockRecord(3, 5, 0), data,
+                          stub.token(3))
+    assert await wait_exit(proc) == -9
+    reports = len(stub.reports)
+    proc, address = await start_process(processes, stub, data_dir)
+    record = BlockRecord(3, 5, len(data))
+    assert await wait_for_report(stub, node_id, reports) == ([record] if finalized else [])
+    assert replica_files(data_dir)["rbw"] == []
+    if finalized:  # durable and whole
+        got = await read_block(minicluster.client(address), record, stub.token(3, "r"))
+        assert got[1] == data
+    else:
+        assert replica_files(data_dir)["finalized"] == []
+    assert proc.terminate() == 0
+
+
+async def test_sigterm_stops_gracefully(
+    processes: ProcessGroup, stub: StubNameNode, tmp_path: Path
+) -> None:
+    proc, _address = await start_process(processes, stub, tmp_path / "dn")
+    await wait_for_report(stub, node_id_of(tmp_path / "dn"), 0)
+    assert proc.terminate() == 0
+    assert "datanode stopped" in proc.log_text()
+
+
+async def test_another_clusters_dir_exits_with_a_clear_message(
+    processes: ProcessGroup, stub: StubNameNode, tmp_path: Path
+) -> None:
+    current = tmp_path / "dn" / "current"
+    current.mkdir(parents=True)
+    version = layout.DataNodeVersion("ab" * 16, "CID-elsewhere", 1)
+    (current / "VERSION").write_text(layout.format_version(version))
+    proc, _address = await start_process(processes, stub, tmp_path / "dn")
+    assert await wait_exit(proc) == 1
+    log = proc.log_text()
+    assert "datanode stopped: WrongCluster" in log and "CID-elsewhere" in log
+    assert stub.registrations == []
+
+
+async def run_cli(*args: str) -> tuple[int, str]:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "xdfs", *args, env={**os.environ, **child_env()},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    out, _ = await asyncio.wait_for(child.communicate(), GUARD_S)
+    assert child.returncode is not None
+    return child.returncode, out.decode()
+
+
+async def test_locked_dir_and_usage_errors(
+    processes: ProcessGroup, stub: StubNameNode, tmp_path: Path
+) -> None:
+    proc, _address = await start_process(processes, stub, tmp_path / "dn")
+    code, out = await run_cli("datanode", "--data-dir", str(tmp_path / "dn"),
+                              "--namenode", stub.address, "--rpc-address", "127.0.0.1:0")
+    assert code == 1 and "datanode cannot start: StorageError" in out and "locked" in out
+    assert proc.alive()
+    code, out = await run_cli("datanode", "--namenode", stub.address)
+    assert code == 2 and "--data-dir" in out
+    code, out = await run_cli("datanode", "--data-dir", str(tmp_path / "x"))
+    assert code == 2 and "--namenode" in out
+    assert proc.terminate() == 0

@@ -1,0 +1,259 @@
+"""DataNode storage: layout on disk, VERSION, finalize, startup cleanup, capacity, reads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import crc32c
+import pytest
+
+from xdfs.common.faults import FAULTS
+from xdfs.datanode import layout
+from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.storage import DataStorage
+from xdfs.errors import AlreadyExists, BlockNotFound, CorruptReplica, StorageError
+
+CHUNK = 4096
+NOW_MS = 1_700_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def _disarm() -> Iterator[None]:
+    yield
+    FAULTS.disarm()
+
+
+def open_storage(root: Path, reserved_bytes: int = 0) -> DataStorage:
+    storage = DataStorage(root, CHUNK, reserved_bytes)
+    storage.open(NOW_MS)
+    return storage
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[DataStorage]:
+    s = open_storage(tmp_path / "dn")
+    yield s
+    s.close()
+
+
+def store(storage: DataStorage, block_id: int, genstamp: int, data: bytes) -> Replica:
+    """Write and finalize a replica as the write path does (without threads)."""
+    storage.claim(block_id)
+    try:
+        writer = storage.new_writer(block_id, genstamp)
+        writer.open()
+        for i in range(0, len(data), 1000):
+            writer.write(data[i : i + 1000])
+        replica = storage.commit(writer, storage.get(block_id))
+        storage.add(replica)
+        return replica
+    finally:
+        storage.release(block_id)
+
+
+def read_all(replica: Replica, offset: int = 0, length: int | None = None) -> bytes:
+    length = replica.num_bytes - offset if length is None else length
+    reader = ReplicaReader(replica, offset, length, 3 * CHUNK)
+    try:
+        parts = []
+        while (piece := reader.read_piece()) is not None:
+            parts.append(bytes(piece))
+        return b"".join(parts)
+    finally:
+        reader.close()
+
+
+def test_new_dir_gets_a_version_with_a_node_id_and_no_cluster(tmp_path: Path) -> None:
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    try:
+        text = (root / "current" / "VERSION").read_text()
+        info = layout.parse_version(text)
+        assert info.cluster_id == "" and info.ctime_ms == NOW_MS
+        assert len(info.node_id) == 32 and storage.node_id == info.node_id
+        assert (root / "in_use.lock").exists()
+        assert (root / "current" / "rbw").is_dir() and (root / "current" / "finalized").is_dir()
+        storage.set_cluster_id("CID-7")
+    finally:
+        storage.close()
+    again = open_storage(root)
+    try:
+        assert again.node_id == info.node_id  # created once, kept across restarts
+        assert again.cluster_id == "CID-7"
+    finally:
+        again.close()
+
+
+def test_a_locked_dir_is_refused(storage: DataStorage) -> None:
+    second = DataStorage(storage.root, CHUNK)
+    with pytest.raises(StorageError, match="locked by pid"):
+        second.open(NOW_MS)
+
+
+def test_another_roles_dir_is_refused(tmp_path: Path) -> None:
+    current = tmp_path / "dn" / "current"
+    current.mkdir(parents=True)
+    (current / "VERSION").write_text(
+        "namespaceID=1\nclusterID=C\ncTime=1\nstorageType=NAME_NODE\nlayoutVersion=1\n"
+    )
+    with pytest.raises(StorageError, match="NAME_NODE"):
+        DataStorage(tmp_path / "dn", CHUNK).open(NOW_MS)
+    # The refusal released the lock.
+    assert DataStorage(tmp_path / "dn", CHUNK)._lock.locked is False
+
+
+def test_finalized_replica_layout_and_meta_format(storage: DataStorage) -> None:
+    block_id = 0x1_02_03
+    data = os.urandom(2 * CHUNK + 100)
+    replica = store(storage, block_id, 1007, data)
+    leaf = storage.finalized / "subdir2" / "subdir3"
+    assert replica.data_path == leaf / f"blk_{block_id}"
+    assert replica.meta_path == leaf / f"blk_{block_id}_1007.meta"
+    assert replica.data_path.read_bytes() == data
+    meta = replica.meta_path.read_bytes()
+    assert meta[:16] == b"XDFSMETA" + struct.pack(">HHI", 1, 0, CHUNK)
+    crcs = struct.unpack(">3I", meta[16:])
+    assert list(crcs) == [crc32c.crc32c(data[i : i + CHUNK]) for i in range(0, len(data), CHUNK)]
+    assert os.listdir(storage.rbw) == []
+    assert storage.get(block_id) == replica
+    assert storage.used_bytes == len(data) + len(meta)
+
+
+def test_empty_replica(storage: DataStorage) -> None:
+    replica = store(storage, 5, 1, b"")
+    assert replica.num_bytes == 0
+    assert replica.meta_path.stat().st_size == 16
+    assert read_all(replica) == b""
+
+
+def test_range_reads_verify_and_return_exact_bytes(storage: DataStorage) -> None:
+    data = os.urandom(7 * CHUNK + 333)
+    replica = store(storage, 9, 1, data)
+    for offset, length in [(0, len(data)), (1, 10), (CHUNK - 1, 2), (3 * CHUNK, CHUNK),
+                           (len(data) - 1, 1), (len(data), 0), (100, 5 * CHUNK)]:
+        assert read_all(replica, offset, length) == data[offset : offset + length]
+
+
+def test_flipped_byte_and_truncation_are_corrupt(storage: DataStorage) -> None:
+    data = os.urandom(3 * CHUNK)
+    replica = store(storage, 11, 1, data)
+    assert read_all(replica, 0, CHUNK) == data[:CHUNK]  # the chunk before is fine
+    with open(replica.data_path, "r+b") as fh:
+        fh.seek(CHUNK + 7)
+        fh.write(bytes([data[CHUNK + 7] ^ 1]))
+    assert read_all(replica, 0, CHUNK) == data[:CHUNK]
+    with pytest.raises(CorruptReplica, match="checksum mismatch in bytes 4096-8191"):
+        read_all(replica, CHUNK + 100, 10)
+    os.truncate(replica.data_path, 2 * CHUNK)
+    with pytest.raises(CorruptReplica, match="expected"):
+        read_all(replica)
+
+
+def test_reading_a_removed_replica_is_block_not_found(storage: DataStorage) -> None:
+    replica = store(storage, 12, 1, b"abc")
+    taken = storage.take(12)
+    assert taken is replica and storage.used_bytes == 0
+    storage.delete_files([replica])
+    assert not replica.data_path.exists() and not replica.meta_path.exists()
+    with pytest.raises(BlockNotFound):
+        read_all(replica)
+
+
+def test_a_newer_genstamp_replaces_the_older_replica(storage: DataStorage) -> None:
+    old = store(storage, 13, 1, b"old bytes")
+    new = store(storage, 13, 2, b"new!")
+    assert not old.meta_path.exists()
+    assert sorted(p.name for p in new.data_path.parent.iterdir()) == ["blk_13", "blk_13_2.meta"]
+    assert read_all(new) == b"new!"
+    assert storage.used_bytes == new.disk_bytes
+
+
+def test_busy_blocks_cannot_be_claimed_twice(storage: DataStorage) -> None:
+    storage.claim(1)
+    with pytest.raises(AlreadyExists):
+        storage.claim(1)
+    storage.release(1)
+    storage.claim(1)
+
+
+def test_restart_drops_rbw_and_half_written_files_and_loads_the_rest(tmp_path: Path) -> None:
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    keep = store(storage, 1, 3, b"kept")
+    store(storage, 2, 1, b"data without meta")
+    store(storage, 3, 1, b"meta without data")
+    stale = store(storage, 4, 5, b"four")
+    storage.claim(6)
+    writer = storage.new_writer(6, 1)
+    writer.open()
+    writer.write(b"partial")  # never finalized: the writer "crashed"
+    storage.close()
+    storage.get(2).meta_path.unlink()  # type: ignore[union-attr]
+    storage.get(3).data_path.unlink()  # type: ignore[union-attr]
+    shutil.copy(stale.meta_path, stale.meta_path.with_name("blk_4_2.meta"))  # older genstamp
+    again = DataStorage(root, CHUNK)
+    summary = again.open(NOW_MS)
+    try:
+        assert summary.rbw_removed == ["blk_6", "blk_6_1.meta"]
+        assert sorted(os.path.basename(p) for p in summary.leftovers_removed) == [
+            "blk_2", "blk_3_1.meta", "blk_4_2.meta"
+        ]
+        assert os.listdir(again.rbw) == []
+        assert sorted(again.replicas) == [1, 4]
+        assert again.get(1) == keep
+        assert again.get(4).genstamp == 5  # type: ignore[union-attr]
+        assert again.used_bytes == keep.disk_bytes + stale.disk_bytes
+        assert read_all(again.get(4)) == b"four"  # type: ignore[arg-type]
+    finally:
+        again.close()
+
+
+def test_crash_before_finalize_leaves_no_replica(tmp_path: Path) -> None:
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    FAULTS.arm("datanode.before_finalize", RuntimeError("crash"))
+    with pytest.raises(RuntimeError):
+        store(storage, 21, 1, b"x" * 10_000)
+    storage.close()
+    again = open_storage(root)
+    try:
+        assert again.replicas == {}
+        assert list(again.finalized.rglob("blk_*")) == []
+    finally:
+        again.close()
+
+
+def test_capacity_reports_disk_totals_reserve_and_tracked_use(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path / "dn", reserved_bytes=1 << 20)
+    try:
+        replica = store(storage, 1, 1, os.urandom(10_000))
+        report = storage.storage_report()
+        usage = shutil.disk_usage(tmp_path)
+        assert report.capacity_bytes == usage.total
+        assert report.used_bytes == replica.disk_bytes == 10_000 + 16 + 4 * 3
+        # Free space moves with other processes; the reserve is what must show.
+        assert 0 <= report.free_bytes <= usage.free
+        assert abs((usage.free - (1 << 20)) - report.free_bytes) < 64 << 20
+        huge = DataStorage(tmp_path / "dn2", CHUNK, reserved_bytes=usage.total * 2)
+        huge.open(NOW_MS)
+        try:
+            assert huge.storage_report().free_bytes == 0
+        finally:
+            huge.close()
+    finally:
+        storage.close()
+
+
+def test_report_records_skip_corrupt_replicas(storage: DataStorage) -> None:
+    a = store(storage, 2, 1, b"a")
+    b = store(storage, 1, 1, b"b")
+    assert storage.report_records() == [b.record, a.record]
+    assert storage.mark_corrupt(a) is True
+    assert storage.mark_corrupt(a) is False  # once
+    assert storage.report_records() == [b.record]
+    stale = Replica(1, 0, 0, b.data_path, b.meta_path, 0)
+    assert storage.mark_corrupt(stale) is False  # not the replica the map holds

@@ -1,0 +1,240 @@
+"""The block manager's replica bookkeeping: full reports in batches, incremental reports,
+orphans, corrupt and excess replicas, deletions only once durable, startup safe mode.
+Driven by hand with :class:`~tests.unit.test_nn_blockmanager.Harness`; nothing sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from xdfs.errors import InvalidArgument
+from xdfs.namenode.ops import CloseFileOp, DeleteOp, SetReplicationOp
+from xdfs.protocol.blocks import BlockRecord
+
+from .test_nn_blockmanager import GiB, Harness
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+# --- reports ---------------------------------------------------------------------------
+
+
+def test_full_report_reconciles_only_after_its_last_batch(h: Harness) -> None:
+    a = h.node("a")
+    blocks = h.file("/f", [1] * 5, replication=1)
+    h.report(a, *blocks)
+    assert all(h.holders(b) == ["a"] for b in blocks)
+    # a new report in 3 batches, without blocks[0], batches out of order and one repeated
+    keep = blocks[1:]
+    h.bm.block_report(a, 2, 2, 3, [keep[3]])
+    h.bm.block_report(a, 2, 0, 3, keep[:2])
+    h.bm.block_report(a, 2, 0, 3, keep[:2])
+    assert h.holders(blocks[0]) == ["a"]  # not yet: batch 1 is missing
+    # a replica received meanwhile is kept though no batch lists it
+    (late,) = h.file("/g", [3], replication=1)
+    h.receive(a, late)
+    assert h.bm.block_report(a, 2, 1, 3, [keep[2]]) is True
+    assert h.holders(blocks[0]) == []
+    assert all(h.holders(b) == ["a"] for b in [*keep, late])
+    assert h.bm.replication.missing == {blocks[0].block_id}
+
+
+def test_a_new_report_id_abandons_the_unfinished_report(h: Harness) -> None:
+    a = h.node("a")
+    blocks = h.file("/f", [1, 1], replication=1)
+    h.report(a, *blocks)
+    h.bm.block_report(a, 5, 0, 2, [])
+    h.bm.block_report(a, 6, 0, 1, list(blocks))  # the DataNode started over
+    assert all(h.holders(b) == ["a"] for b in blocks)
+
+
+def test_bad_batches_are_refused(h: Harness) -> None:
+    a = h.node("a")
+    with pytest.raises(InvalidArgument):
+        h.bm.block_report(a, 1, 3, 3, [])
+    with pytest.raises(InvalidArgument):
+        h.bm.block_report(a, 1, 0, 0, [])
+    too_many = [BlockRecord(i, 1, 1) for i in range(10 * h.config.block_report_batch_max + 1)]
+    with pytest.raises(InvalidArgument, match="max"):
+        h.bm.block_report(a, 1, 0, 1, too_many)
+
+
+def test_incremental_delete(h: Harness) -> None:
+    a, b = h.node("a"), h.node("b")
+    (block,) = h.file("/f", [4])
+    h.receive(a, block)
+    h.receive(b, block)
+    h.bm.incremental_report(a, (), [block.block_id])
+    assert h.holders(block) == ["b"]
+    assert block.block_id in h.bm.replication.needed
+
+
+# --- orphans, corrupt, excess ------------------------------------------------------------
+
+
+def test_orphan_replica_is_deleted(h: Harness) -> None:
+    a = h.node("a")
+    h.report(a, BlockRecord(123, 1, 5))
+    assert not h.bm.map.replicas(123)
+    assert h.beat(a).delete == [123]
+    assert h.beat(a).delete == []
+
+
+def test_orphans_wait_for_the_end_of_safe_mode() -> None:
+    h = Harness(safe_mode_threshold=0.5, safe_mode_extension_s=0.0)
+    h.file("/f", [1])
+    assert h.safe_mode.wait_for_blocks()
+    a = h.node("a")
+    h.report(a, BlockRecord(123, 1, 5))
+    h.bm.replication_tick()
+    assert h.beat(a).delete == []
+    assert h.safe_mode.on
+    h.safe_mode.leave()
+    h.bm.replication_tick()
+    assert h.beat(a).delete == [123]
+
+
+def test_wrong_genstamp_or_length_is_corrupt(h: Harness) -> None:
+    a, b, c = h.node("a"), h.node("b"), h.node("c")
+    (block,) = h.file("/f", [100])
+    h.receive(a, BlockRecord(block.block_id, block.genstamp - 1, 100))
+    h.receive(b, BlockRecord(block.block_id, block.genstamp, 99))
+    assert h.holders(block) == []
+    assert h.bm.map.corrupt_block_count() == 1
+    assert h.bm.replication.missing == {block.block_id}
+    assert sorted(h.bm.locations(block.block_id)) == ["a:9866", "b:9866"]  # last resort
+    # a good replica: no longer missing, but corrupt ones stay until enough good ones exist
+    h.receive(c, block)
+    assert h.bm.locations(block.block_id) == ["c:9866"]
+    assert len(h.bm.map.replicas(block.block_id)) == 3
+    assert block.block_id in h.bm.replication.needed
+    h.receive(h.node("d"), block)  # replication 2 reached: both corrupt ones go
+    assert h.holders(block) == ["c", "d"]
+    assert len(h.bm.map.replicas(block.block_id)) == 2
+    assert h.beat(a).delete == [block.block_id]
+    assert h.beat(b).delete == [block.block_id]
+
+
+def test_the_last_block_of_an_open_file_takes_any_length_until_completed(h: Harness) -> None:
+    a, b = h.node("a"), h.node("b")
+    (block,) = h.file("/open", [0], close=False)
+    h.receive(a, BlockRecord(block.block_id, block.genstamp, 70))
+    h.receive(b, BlockRecord(block.block_id, block.genstamp, 64))
+    assert h.holders(block) == ["a", "b"]
+    assert block.block_id not in h.bm.replication.needed
+    assert block.block_id not in h.bm.replication.missing
+    final = BlockRecord(block.block_id, block.genstamp, 70)
+    assert h.bm.replicas_matching(final) == 1
+    assert h.bm.recovered_length(final) == 64  # lease recovery: what every replica has
+    h.apply(CloseFileOp("/open", 2, 2, (final,)))  # the writer's length is the truth
+    assert h.holders(block) == ["a"]
+    assert block.block_id in h.bm.replication.needed
+
+
+def test_reported_bad_replica(h: Harness) -> None:
+    a, b, c = h.node("a"), h.node("b"), h.node("c")
+    (block,) = h.file("/f", [10])
+    h.receive(a, block)
+    h.receive(b, block)
+    assert not h.bm.report_bad_replica(block.block_id, "c:9866")  # c holds none
+    assert not h.bm.report_bad_replica(block.block_id, "nowhere:1")
+    assert h.bm.report_bad_replica(block.block_id, "a:9866")
+    assert h.holders(block) == ["b"]
+    assert h.bm.replicas_matching(block) == 1
+    # reporting the same replica again does not make it good
+    h.report(a, block)
+    assert h.holders(block) == ["b"]
+    h.receive(c, block)
+    assert h.holders(block) == ["b", "c"]
+    assert h.beat(a).delete == [block.block_id]
+
+
+def test_setrep_down_deletes_excess_from_the_fullest_node(h: Harness) -> None:
+    h.node("roomy", free=90 * GiB)
+    h.node("full", free=1 * GiB)
+    h.node("mid", free=50 * GiB)
+    (block,) = h.file("/f", [10], replication=3)
+    for name in ("roomy", "full", "mid"):
+        h.receive(name, block)
+    h.apply(SetReplicationOp("/f", 1))
+    assert h.holders(block) == ["roomy"]
+    assert h.beat("full").delete == [block.block_id]
+    assert h.beat("mid").delete == [block.block_id]
+    # the node reports the replica again before deleting it: not counted twice
+    h.bm.datanodes.get("mid").deletions[block.block_id] = None  # type: ignore[union-attr]
+    h.receive("mid", block)
+    assert h.holders(block) == ["roomy"]
+
+
+def test_deleted_blocks_lose_their_replicas_only_once_durable(h: Harness) -> None:
+    a, b = h.node("a"), h.node("b")
+    blocks = h.file("/f", [1, 2])
+    for block in blocks:
+        h.receive(a, block)
+        h.receive(b, block)
+    dropped = h.apply(DeleteOp("/f", 5), durable=False)
+    assert sorted(dropped) == sorted(b.block_id for b in blocks)
+    # not durable yet: a report of one is not an orphan, nothing is deleted
+    h.report(a, *blocks)
+    assert h.beat(a).delete == []
+    assert h.bm.map.replicas(blocks[0].block_id)
+    h.bm.ops_durable(dropped, [])
+    assert sorted(h.beat(a).delete) == sorted(dropped)
+    assert sorted(h.beat(b).delete) == sorted(dropped)
+    assert not h.bm.map.replicas(blocks[0].block_id)
+    assert h.bm.map.safe_blocks == 0
+
+
+def test_deletions_per_heartbeat_are_bounded() -> None:
+    h = Harness(deletions_per_heartbeat=3)
+    a = h.node("a")
+    h.report(a, *(BlockRecord(i, 1, 1) for i in range(7)))
+    assert [len(h.beat(a).delete) for _ in range(4)] == [3, 3, 1, 0]
+
+
+def test_replicas_found_bad_are_deleted_even_when_no_longer_reported(h: Harness) -> None:
+    a, b, c = h.node("a"), h.node("b"), h.node("c")
+    x, y = h.file("/f", [10, 20])
+    for node, block in ((a, x), (b, x), (a, y), (c, y)):
+        h.receive(node, block)
+    # a DataNode leaves the replicas it found corrupt out of its full report
+    h.bm.report_bad_replica(x.block_id, "a:9866")
+    assert h.beat(a).delete == []  # kept while it is the last copy but one
+    h.report(a, y)
+    assert h.beat(a).delete == [x.block_id]
+    # one that dies with a bad replica is told to delete it when it comes back
+    h.bm.report_bad_replica(y.block_id, "c:9866")
+    h.clock.advance(h.bm.datanodes.dead_after_s + 1)
+    h.beat(a)
+    h.beat(b)
+    assert [n.node_id for n in h.bm.check_heartbeats()] == [c]
+    h.node(c)
+    h.report(c)
+    assert h.beat(c).delete == [y.block_id]
+
+
+def test_startup_safe_mode_follows_the_reports() -> None:
+    h = Harness(safe_mode_threshold=1.0, safe_mode_extension_s=30.0)
+    x, y = h.file("/f", [10, 20], replication=1)
+    h.file("/open", [5], close=False)  # being written: not waited for
+    assert h.safe_mode.wait_for_blocks()
+    a = h.node("a")
+    assert h.bm.update_safe_mode() is None
+    assert h.safe_mode.reason.startswith("waiting for block reports: 0 of 2 blocks")
+    h.report(a, x, BlockRecord(999, 1, 1))  # an orphan too: kept until safe mode ends
+    assert h.bm.update_safe_mode() is None
+    assert h.safe_mode.reason.startswith("waiting for block reports: 1 of 2 blocks")
+    h.receive(a, y)
+    assert h.bm.update_safe_mode() is None
+    assert h.safe_mode.reason.startswith("block threshold reached: 2 of 2 blocks")
+    h.clock.advance(29)
+    assert h.bm.update_safe_mode() is None and h.safe_mode.on
+    h.bm.replication_tick()
+    assert h.beat(a).delete == []
+    h.clock.advance(1)
+    message = h.bm.update_safe_mode()
+    assert message is not None and not h.safe_mode.startup
+    h.bm.replication_tick()
+    assert h.beat(a).delete == [999]
