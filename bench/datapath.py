@@ -7,9 +7,11 @@ A NameNode and three DataNodes run as real processes (``python -m xdfs ...``) wi
 storage in ``--dir`` (default: a temporary directory on the checkout's disk); the client is an
 :class:`~xdfs.client.client.AsyncClient` in this process. Parts:
 
-(a) **raw disk**: write ``--file-mib`` MiB in 4 MiB ``os.write`` calls then ``fsync``
-    (``dd conv=fsync``); read it back after dropping it from the page cache with
-    ``posix_fadvise(DONTNEED)`` (no root needed), so the read comes from the disk.
+(a) **raw disk**, measured in every run right before (b) (the disk's speed drifts on a
+    shared machine; each ratio is taken within one run): write ``--file-mib`` MiB in 4 MiB
+    ``os.write`` calls then ``fsync`` (``dd conv=fsync``); read it back after dropping it
+    from the page cache with ``posix_fadvise(DONTNEED)`` (no root needed), so the read
+    comes from the disk.
 (b) **sequential file** of the same size written by one client at replication 1 and 2
     (4 MiB writes, 64 MiB blocks; a DataNode fsyncs each replica before answering), then read
     back with every replica file dropped from the page cache first, as in (a).
@@ -57,6 +59,7 @@ from xdfs.protocol.datanode import (
     StorageReport,
 )
 from xdfs.rpc.client import RpcClient
+from xdfs.rpc.loop import run
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
 USER, PASSWORD = "bench", "bench-pw"
@@ -275,27 +278,43 @@ async def rereplication(s: Settings, cluster: Cluster, client: AsyncClient) -> t
         await asyncio.sleep(0.1)
 
 
+async def sequential_part(s: Settings, table: Table, cluster: Cluster, client: AsyncClient,
+                          chunk: bytes) -> None:
+    """Raw disk and xdfs interleaved run by run (the disk's speed drifts on a shared
+    machine), each ratio taken within one run."""
+    rows: dict[str, list[float]] = {}
+    for run_number in range(s.runs):
+        raw_write, raw_read = raw_disk(s, chunk)
+        rows.setdefault("raw write", []).append(raw_write)
+        rows.setdefault("raw read", []).append(raw_read)
+        for replication in (1, 2):
+            write, read = await sequential(s, cluster, client, chunk, replication, run_number)
+            rows.setdefault(f"write {replication}", []).append(write)
+            rows.setdefault(f"read {replication}", []).append(read)
+            rows.setdefault(f"write ratio {replication}", []).append(100 * write / raw_write)
+            rows.setdefault(f"read ratio {replication}", []).append(100 * read / raw_read)
+    size = f"{s.file_mib} MiB"
+    table.add("raw disk", f"write {size} + fsync", rows["raw write"], "MB/s")
+    table.add("raw disk", f"read {size} (cold)", rows["raw read"], "MB/s")
+    for replication in (1, 2):
+        table.add("xdfs 1 client", f"write {size}, replication {replication}",
+                  rows[f"write {replication}"], "MB/s")
+        table.add("xdfs 1 client", f"read {size}, replication {replication} (cold)",
+                  rows[f"read {replication}"], "MB/s")
+        table.add("ratio", f"write / raw write, replication {replication} (same run)",
+                  rows[f"write ratio {replication}"], "%")
+        table.add("ratio", f"read / raw read, replication {replication} (same run)",
+                  rows[f"read ratio {replication}"], "%")
+
+
 async def bench(s: Settings, table: Table) -> None:
     chunk = os.urandom(WRITE_BYTES)
-    raw = [raw_disk(s, chunk) for _ in range(s.runs)]
-    raw_write = table.add("raw disk", f"write {s.file_mib} MiB + fsync", [w for w, _ in raw],
-                          "MB/s")
-    raw_read = table.add("raw disk", f"read {s.file_mib} MiB (cold)", [r for _, r in raw], "MB/s")
     cluster = Cluster(s.base / "cluster")
     cluster.start()
     try:
         async with cluster.client() as client:
             await wait_live(client, 3)
-            for replication in (1, 2):
-                runs = [await sequential(s, cluster, client, chunk, replication, run)
-                        for run in range(s.runs)]
-                write = table.add("xdfs 1 client", f"write {s.file_mib} MiB, replication "
-                                  f"{replication}", [w for w, _ in runs], "MB/s")
-                read = table.add("xdfs 1 client", f"read {s.file_mib} MiB, replication "
-                                 f"{replication} (cold)", [r for _, r in runs], "MB/s")
-                table.rows.append(("ratio", f"replication {replication}: write / raw write, "
-                                   "read / raw read",
-                                   f"{write / raw_write:.0%}, {read / raw_read:.0%}", ""))
+            await sequential_part(s, table, cluster, client, chunk)
             for tasks in (1, s.concurrency):
                 runs = [await small_files(s, client, tasks, run) for run in range(s.runs)]
                 label = f"{s.small_files} x {s.small_kib} KiB, {tasks} in flight"
@@ -344,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = Table()
     started = time.perf_counter()
     try:
-        asyncio.run(bench(settings, table))
+        run(bench(settings, table), use_uvloop=True)  # as the xdfs processes run
     finally:
         shutil.rmtree(settings.base, ignore_errors=True)
     command = " ".join(["python", "bench/datapath.py", *(argv or sys.argv[1:])])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,34 +48,7 @@ def datanode(
 async def _serve(
     config: XdfsConfig, data_dir: Path, namenodes: list[str], host: str, port: int
 ) -> int:
-    from xdfs.common.faults import arm_faults_from_env
+    from xdfs.cli.serving import serve
     from xdfs.datanode.server import DataNode
-    from xdfs.errors import XdfsError
 
-    node = DataNode(config, data_dir, namenodes)  # imports (and registers) the fault points
-    armed = arm_faults_from_env()  # crash tests only: XDFS_FAULTS=point=action
-    if armed:
-        click.echo(f"fault points armed: {', '.join(armed)}", err=True)
-    try:
-        address = await node.start(host, port)
-    except (XdfsError, OSError) as exc:
-        message = exc.message if isinstance(exc, XdfsError) else str(exc)
-        click.echo(f"datanode cannot start: {type(exc).__name__}: {message}", err=True)
-        return 1
-    click.echo(f"datanode serving on {address}")
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.stopped.wait())]
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in waiters:
-        waiter.cancel()
-    await node.stop()
-    if node.fatal is not None:
-        fatal = node.fatal
-        message = fatal.message if isinstance(fatal, XdfsError) else repr(fatal)
-        click.echo(f"datanode stopped: {type(fatal).__name__}: {message}", err=True)
-        return 1
-    click.echo("datanode stopped")
-    return 0
+    return await serve("datanode", DataNode(config, data_dir, namenodes), host, port)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -89,26 +87,7 @@ def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) 
 
 
 async def _serve(config: XdfsConfig, dirs: list[Path], host: str, port: int) -> int:
+    from xdfs.cli.serving import serve
     from xdfs.namenode.server import NameNode
-    from xdfs.namenode.storage import arm_faults_from_env
 
-    armed = arm_faults_from_env()  # crash tests only: XDFS_FAULTS=point=action
-    if armed:
-        click.echo(f"fault points armed: {', '.join(armed)}", err=True)
-    node = NameNode(config, dirs)
-    address = await node.start(host, port)
-    click.echo(f"namenode serving on {address}")
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.stopped.wait())]
-    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for waiter in waiters:
-        waiter.cancel()
-    await node.stop()
-    if node.fatal is not None:
-        click.echo(f"namenode stopped after a storage failure: {node.fatal}", err=True)
-        return 1
-    click.echo("namenode stopped")
-    return 0
+    return await serve("namenode", NameNode(config, dirs), host, port)

@@ -120,3 +120,17 @@ def _read_pid(fd: int) -> int | None:
         return int(text) if text.isdigit() else None
     except OSError:
         return None
+
+
+def parse_key_values(text: str, source: str) -> dict[str, str]:
+    """``key=value`` lines (HDFS's VERSION format; blank lines and ``#`` comments allowed)."""
+    values: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise StorageError(f"{source} line {lineno}: expected key=value, got {raw!r}")
+        values[key.strip()] = value.strip()
+    return values

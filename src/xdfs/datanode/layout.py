@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 
+from xdfs.common.files import parse_key_values
 from xdfs.errors import StorageError
 
 STORAGE_TYPE = "DATA_NODE"
@@ -94,15 +95,7 @@ def format_version(info: DataNodeVersion) -> str:
 
 def parse_version(text: str, source: str = VERSION_FILE) -> DataNodeVersion:
     """Parse VERSION text; unknown keys are ignored, missing or malformed ones are errors."""
-    values: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise StorageError(f"{source} line {lineno}: expected key=value, got {raw!r}")
-        values[key.strip()] = value.strip()
+    values = parse_key_values(text, source)
     storage_type = values.get("storageType", STORAGE_TYPE)
     if storage_type != STORAGE_TYPE:
         raise StorageError(

@@ -180,7 +180,10 @@ class ReplicaReader:
         self._verify_end = min(replica.num_bytes, -(-self._end // step) * step)
         # Two buffers used in turn: a piece handed out stays intact while the next one is
         # read ahead into the other buffer (see PieceStream).
-        size = max(step, piece_bytes // step * step)
+        # Sized to the range when it is short: zeroing two full pieces for a 200 KiB read
+        # cost more than reading it.
+        span = self._verify_end - self._pos
+        size = max(step, min(piece_bytes, -(-span // step) * step) // step * step)
         self._buffers = (bytearray(size), bytearray(size))
         self._turn = 0
         self.bytes_read = 0

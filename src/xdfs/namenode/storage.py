@@ -50,7 +50,14 @@ from xdfs.common.faults import (
     arm_faults_from_env,
     fault_point,
 )
-from xdfs.common.files import DirLock, atomic_write, datasync, fsync_dir, write_all
+from xdfs.common.files import (
+    DirLock,
+    atomic_write,
+    datasync,
+    fsync_dir,
+    parse_key_values,
+    write_all,
+)
 from xdfs.errors import StorageError
 from xdfs.namenode.ops import LAYOUT_VERSION
 
@@ -126,15 +133,7 @@ def format_version(info: VersionInfo) -> str:
 
 def parse_version(text: str, source: str = "VERSION") -> VersionInfo:
     """Parse VERSION text; unknown keys are ignored, missing or malformed ones are errors."""
-    values: dict[str, str] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise StorageError(f"{source} line {lineno}: expected key=value, got {raw!r}")
-        values[key.strip()] = value.strip()
+    values = parse_key_values(text, source)
     missing = [key for key in _VERSION_KEYS if key not in values]
     if missing:
         raise StorageError(f"{source}: missing {', '.join(missing)}")
