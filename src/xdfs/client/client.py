@@ -145,25 +145,10 @@ class AsyncClient:
         located = await self.block_locations(path)
         return FileReader(self.rpc, self.datanodes, self.config.client, path, located)
 
-    async def open_write(
-        self,
-        path: str,
-        *,
-        overwrite: bool = False,
-        replication: int = 0,
-        block_size: int = 0,
-        mode: int = DEFAULT_MODE,
-        create_parents: bool = True,
-    ) -> FileWriter:
-        """Create ``path`` and return its writer; ``await writer.close()`` completes it."""
-        status = await self.create(
-            path,
-            overwrite=overwrite,
-            replication=replication,
-            block_size=block_size,
-            mode=mode,
-            create_parents=create_parents,
-        )
+    async def open_write(self, path: str, **options: Any) -> FileWriter:
+        """Create ``path`` (options as :meth:`create`) and return its writer;
+        ``await writer.close()`` completes it."""
+        status = await self.create(path, **options)
         return FileWriter(self.rpc, self.datanodes, self.config.client, self.client_name, status)
 
     async def read_file(self, path: str, offset: int = 0, size: int = -1) -> bytes:

@@ -216,9 +216,7 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
         self._writer = self.fs.client.open_writer(self.path, overwrite=True)
 
     def _upload_chunk(self, final: bool = False) -> bool:
-        if self._writer is None:
-            self._initiate_upload()
-        assert self._writer is not None
+        assert self._writer is not None, "fsspec initiates the upload before the first chunk"
         self._writer.write(self.buffer.getbuffer())
         if final:
             self._writer.close()

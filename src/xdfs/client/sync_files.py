@@ -34,6 +34,10 @@ class SyncReader:
     def pread(self, offset: int, size: int = -1) -> bytes:
         return self._loop.run(self.reader.pread(offset, size))
 
+    def read(self, size: int = -1) -> bytes:
+        """From the reader's cursor (which :meth:`FileReader.seek` moves)."""
+        return self._loop.run(self.reader.read(size))
+
 
 class SyncWriter:
     def __init__(self, loop: LoopThread, writer: FileWriter) -> None:
@@ -51,9 +55,10 @@ class SyncWriter:
 
 
 class RawReader(io.RawIOBase):
+    """The raw layer of ``Client.open(path, "rb")``: the cursor is the FileReader's."""
+
     def __init__(self, reader: SyncReader, name: str) -> None:
         self._reader = reader
-        self._position = 0
         self.name = name
 
     def readable(self) -> bool:
@@ -64,20 +69,15 @@ class RawReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        data = self._reader.pread(self._position, len(view))
+        data = self._reader.read(len(view))
         view[: len(data)] = data
-        self._position += len(data)
         return len(data)
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._reader.size}
-        if base[whence] + offset < 0:
-            raise ValueError("negative seek position")
-        self._position = base[whence] + offset
-        return self._position
+        return self._reader.reader.seek(offset, whence)
 
     def tell(self) -> int:
-        return self._position
+        return self._reader.reader.tell()
 
 
 class RawWriter(io.RawIOBase):
