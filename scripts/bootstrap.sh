@@ -17,5 +17,14 @@ if [ ! -x .venv/bin/python ]; then
         fi
     fi
 fi
+# pyspark (xdfs analyze, tests/analytics) runs on a JVM: Java 17 or newer.
+if ! command -v java >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless
+    else
+        echo "bootstrap: no java on PATH; xdfs analyze and tests/analytics need Java 17+" >&2
+    fi
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+# analytics: pyarrow, pandas, pyspark (the analytics tests run in `make test` too)
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'

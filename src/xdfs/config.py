@@ -161,6 +161,20 @@ class NameNodeConfig:
         1.0, "How often startup safe mode checks whether it may end (its extension's grain)."
     )
     fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
+    edits_fetch_bytes_max: int = setting(
+        2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
+    )
+    edits_fetch_wait_max_s: float = setting(
+        5.0, "Longest long poll of a caught-up fetch_edits (below the call timeout)."
+    )
+    backup_active_window_s: float = setting(
+        120.0,
+        "A backup that fetched within this window checkpoints for the NameNode: its own "
+        "checkpoints wait until twice overdue.",
+    )
+    backup_forget_s: float = setting(
+        3600.0, "admin -report lists backups that fetched within this window."
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -186,6 +200,41 @@ class NameNodeConfig:
             "namenode.lease_soft_limit_s must not exceed lease_hard_limit_s",
         )
         _require(0 <= self.umask <= 0o777, "namenode.umask must be in [0, 0o777]")
+        _require(self.edits_fetch_bytes_max >= 64 * KiB,
+                 "namenode.edits_fetch_bytes_max must be >= 64 KiB")
+        _require(self.edits_fetch_wait_max_s >= 0, "namenode.edits_fetch_wait_max_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class BackupNodeConfig:
+    name_dir: str = setting("", "The BackupNode's storage directory, HDFS layout (--name-dir).")
+    rpc_address: str = setting(
+        "127.0.0.1:50100", "Where the BackupNode serves, and serves clients once promoted."
+    )
+    namenode: str = setting("", "The NameNode it follows, host:port (--namenode).")
+    fetch_batch_max: int = setting(
+        4096, "Most edits one fetch_edits asks for (measured: see docs/benchmarks.md)."
+    )
+    fetch_wait_s: float = setting(
+        1.0, "Long poll of a caught-up fetch: the NameNode answers at its next sync or then."
+    )
+    fetch_retry_max_s: float = setting(
+        5.0, "Longest pause between fetches while the NameNode is unreachable (backoff cap)."
+    )
+    checkpoint_period_s: float = setting(3600.0, "Checkpoint at least this often (HDFS default).")
+    checkpoint_txns: int = setting(1_000_000, "... or after this many transactions.")
+    checkpoint_check_interval_s: float = setting(60.0, "How often the checkpointer looks.")
+    images_retained: int = setting(2, "fsimages the backup keeps (with the edits after them).")
+    takeover_probe_timeout_s: float = setting(
+        2.0, "transitionToActive refuses if the NameNode answers a ping within this time."
+    )
+
+    def validate(self) -> None:
+        _require(self.fetch_batch_max >= 1, "backupnode.fetch_batch_max must be >= 1")
+        _require(self.fetch_wait_s >= 0, "backupnode.fetch_wait_s must be >= 0")
+        _require(self.fetch_retry_max_s > 0, "backupnode.fetch_retry_max_s must be > 0")
+        _require(self.checkpoint_txns >= 1, "backupnode.checkpoint_txns must be >= 1")
+        _require(self.images_retained >= 1, "backupnode.images_retained must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -260,6 +309,7 @@ class DevConfig:
     port: int = setting(8020, "Client RPC port of the dev cluster's NameNode.")
     ready_timeout_s: float = setting(60.0, "How long `xdfs dev` waits for each process.")
     datanodes: int = setting(3, "DataNodes `xdfs dev` starts (--datanodes).")
+    backup: bool = setting(False, "Also start a BackupNode (--backup).")
 
 
 @dataclass(frozen=True)
@@ -267,6 +317,7 @@ class XdfsConfig:
     rpc: RpcConfig = field(default_factory=RpcConfig)
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
     datanode: DataNodeConfig = field(default_factory=DataNodeConfig)
+    backupnode: BackupNodeConfig = field(default_factory=BackupNodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
 
@@ -274,6 +325,7 @@ class XdfsConfig:
         self.rpc.validate()
         self.namenode.validate()
         self.datanode.validate()
+        self.backupnode.validate()
         return self
 
 

@@ -266,6 +266,18 @@ class Fenced(ClusterStateError):
     code = 404
 
 
+class EditsPurged(ClusterStateError):
+    """The edits asked for are older than what the NameNode keeps: bootstrap from its image."""
+
+    code = 405
+
+
+class TakeoverRefused(ClusterStateError):
+    """A backup refuses to become active (its NameNode still answers, or it is not ready)."""
+
+    code = 406
+
+
 # --- 5xx: data path --------------------------------------------------------------------
 
 

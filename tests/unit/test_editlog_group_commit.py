@@ -122,6 +122,9 @@ class GatedJournal:
     async def close(self) -> None:
         pass
 
+    def finalized_ranges(self) -> list[tuple[int, int]]:
+        return []
+
 
 async def test_appends_go_to_the_other_buffer_during_a_flush() -> None:
     journal = GatedJournal()

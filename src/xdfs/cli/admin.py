@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import sys
+import time
 from typing import Any
 
 import click
@@ -21,13 +22,21 @@ USAGE = """Usage: xdfs admin [-fs URI] COMMAND
   -rollEdits                    finalize the current edits segment
   -addUser NAME [-groups G1,G2] password from $XDFS_NEW_PASSWORD or a prompt
   -delUser NAME
-  -passwd NAME                  password from $XDFS_NEW_PASSWORD or a prompt"""
+  -passwd NAME                  password from $XDFS_NEW_PASSWORD or a prompt
+  -transitionToActive --backup HOST:PORT
+                                promote a BackupNode (refused while its NameNode answers)
+  -backupStatus --backup HOST:PORT
+                                a BackupNode's replay position, lag and checkpoints"""
+
+BACKUP_COMMANDS = ("-transitionToActive", "-backupStatus")
 
 
 @raw_command
 def admin(state: CliState, argv: tuple[str, ...]) -> None:
     """Administration: -report, -safemode, -saveNamespace, -rollEdits, users."""
     fs, args = split_generic_options(argv, lambda: click.echo(USAGE))
+    if args and args[0] in BACKUP_COMMANDS:
+        sys.exit(_backup_command(state, args))
     from xdfs.client.client import Client
 
     with Client(fs, config=state.config) as client:
@@ -99,6 +108,40 @@ def _report(status: Any) -> None:
     ]
     for label, value in rows:
         click.echo(f"{label + ':':<28}{value}")
+    for backup in status.backups:
+        age_s = max(0.0, time.time() - backup.last_fetch_ms / 1000)
+        click.echo(f"{'Backup node:':<28}{backup.address} synced txid {backup.synced_txid}, "
+                   f"lag {backup.lag_txns} txns, last fetch {age_s:.1f} s ago")
+
+
+def _backup_command(state: CliState, args: list[str]) -> int:
+    """The commands addressed to a BackupNode rather than to the NameNode."""
+    if len(args) != 3 or args[1] != "--backup":
+        click.echo(USAGE, err=True)
+        return 2
+    from xdfs.client.client import AsyncClient
+    from xdfs.errors import XdfsError
+    from xdfs.protocol.backup import BACKUP_STATUS, TRANSITION_TO_ACTIVE
+    from xdfs.rpc.loop import run
+    from xdfs.rpc.messages import Empty
+
+    async def call() -> Any:
+        async with AsyncClient(f"xdfs://{args[2]}", config=state.config) as client:
+            method = TRANSITION_TO_ACTIVE if args[0] == "-transitionToActive" else BACKUP_STATUS
+            return await client.rpc.call(method, Empty())
+
+    try:
+        answer = run(call())
+    except XdfsError as exc:
+        click.echo(f"{args[0]}: {type(exc).__name__}: {exc.message}", err=True)
+        return 1
+    if args[0] == "-transitionToActive":
+        click.echo(f"BackupNode at {answer.address} is now the active NameNode (namespace at "
+                   f"txid {answer.last_txid}, took {answer.took_s:.2f} s)")
+        return 0
+    for field in answer.__struct_fields__:
+        click.echo(f"{field + ':':<28}{getattr(answer, field)}")
+    return 0
 
 
 def _size(n: int) -> str:

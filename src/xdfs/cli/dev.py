@@ -6,8 +6,12 @@ starts a NameNode process on 127.0.0.1:P and N DataNode processes (``DIR/datanod
 free ports, logged in as the superuser), writes ``DIR/cluster.json`` (each process's role,
 pid and address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
 ``XDFS_CONF`` at it), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
+With ``--backup`` a BackupNode (``DIR/backupnode``) follows the NameNode, and the DataNodes
+and ``client.toml`` list both addresses (NameNode first), so killing the NameNode and
+running ``xdfs admin -transitionToActive --backup ADDR`` shows a takeover.
 Running it again on the same DIR restarts the same cluster with its data. SIGTERM or
-Ctrl-C stops every process gracefully; if one process dies, the others are stopped.
+Ctrl-C stops every process gracefully; the cluster stops when no NameNode (nor backup) is
+left.
 """
 
 from __future__ import annotations
@@ -35,8 +39,12 @@ DEFAULT_SUPERUSER = "xdfs"
 @click.option("--base-dir", default=None, help="Where the cluster keeps its data.")
 @click.option("--port", type=int, default=None, help="NameNode client port (0: any free).")
 @click.option("--datanodes", type=int, default=None, help="DataNodes to start (default 3).")
+@click.option("--backup", is_flag=True, default=None, help="Also start a BackupNode.")
 @click.pass_obj
-def dev(state: CliState, base_dir: str | None, port: int | None, datanodes: int | None) -> None:
+def dev(
+    state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
+    backup: bool | None,
+) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
     from xdfs.common.process import ServerProcess
     from xdfs.config import write_toml
@@ -60,6 +68,16 @@ def dev(state: CliState, base_dir: str | None, port: int | None, datanodes: int 
     children: list[tuple[str, ServerProcess]] = [("namenode", namenode)]
     try:
         address = _start(namenode, config.dev.ready_timeout_s)
+        if config.dev.backup if backup is None else backup:
+            backupnode = ServerProcess.xdfs(
+                *conf, "backupnode", "--name-dir", str(base / "backupnode"),
+                "--namenode", address, "--rpc-address", "127.0.0.1:0",
+                log_path=base / "logs" / "backupnode.log",
+                ready_pattern=r"backupnode serving on (\S+)",
+                env=env,
+            )
+            children.append(("backupnode", backupnode))
+            address = f"{address},{_start(backupnode, config.dev.ready_timeout_s)}"
         count = config.dev.datanodes if datanodes is None else datanodes
         for index in range(count):
             datanode = ServerProcess.xdfs(
@@ -91,7 +109,7 @@ def dev(state: CliState, base_dir: str | None, port: int | None, datanodes: int 
     )
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
     sys.stdout.flush()
-    sys.exit(_supervise([child for _role, child in children]))
+    sys.exit(_supervise(children))
 
 
 def _start(process: ServerProcess, timeout_s: float) -> str:
@@ -133,11 +151,15 @@ def _run_format(name_dir: Path, env: dict[str, str]) -> None:
         raise click.ClickException(f"formatting {name_dir} failed:\n{result.stderr[-2000:]}")
 
 
-def _supervise(procs: list[ServerProcess]) -> int:
-    """Wait for SIGTERM/SIGINT (stop all gracefully) or the NameNode's death (stop the rest).
+def _supervise(children: list[tuple[str, ServerProcess]]) -> int:
+    """Wait for SIGTERM/SIGINT (stop all gracefully) or the death of every NameNode and
+    backup (stop the rest).
 
     A DataNode that dies is reported and left dead: killing one is how a developer watches
-    re-replication happen, and the cluster goes on without it (procs[0] is the NameNode)."""
+    re-replication happen, and the cluster goes on without it; so does a NameNode with a
+    backup left to promote."""
+    procs = [child for _role, child in children]
+    namenodes = [child for role, child in children if role in ("namenode", "backupnode")]
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -153,7 +175,7 @@ def _supervise(procs: list[ServerProcess]) -> int:
             if not proc.alive() and proc.pid not in reported:
                 reported.add(proc.pid)
                 click.echo(f"xdfs dev: pid {proc.pid} exited; see {proc.log_path}", err=True)
-        if not procs[0].alive():
+        if not any(proc.alive() for proc in namenodes):
             status = 1
             break
         time.sleep(0.2)

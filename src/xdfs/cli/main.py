@@ -17,7 +17,7 @@ from xdfs import __version__
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "namenode": ("xdfs.cli.namenode", "namenode", "Run a NameNode (or format its storage)."),
     "datanode": ("xdfs.cli.datanode", "datanode", "Run a DataNode."),
-    "backupnode": ("xdfs.cli.placeholders", "backupnode", "Run a BackupNode."),
+    "backupnode": ("xdfs.cli.backupnode", "backupnode", "Run a BackupNode."),
     "journalnode": ("xdfs.cli.placeholders", "journalnode", "Run a JournalNode."),
     "zkfc": ("xdfs.cli.placeholders", "zkfc", "Run a ZooKeeper failover controller."),
     "logservice": ("xdfs.cli.placeholders", "logservice", "Run the replicated log service."),

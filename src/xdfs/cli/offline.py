@@ -10,6 +10,34 @@ import msgspec
 _JSON = msgspec.json.Encoder()
 
 
+_FORMAT = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "parquet"]),
+    default="json",
+    show_default=True,
+    help="json: JSON lines on stdout; parquet: tables in the -o directory (pyarrow).",
+)
+_OUT = click.option(
+    "-o", "--output", "out_dir", metavar="DIR", help="Output directory (--format parquet)."
+)
+
+
+def _parquet_out(fmt: str, out_dir: str | None) -> str | None:
+    if fmt != "parquet":
+        if out_dir is not None:
+            raise click.UsageError("-o DIR goes with --format parquet (JSON goes to stdout)")
+        return None
+    if out_dir is None:
+        raise click.UsageError("--format parquet needs -o DIR")
+    return out_dir
+
+
+def _report(counts: dict[str, int], out_dir: str) -> None:
+    for name, rows in counts.items():
+        click.echo(f"wrote {rows} rows to {out_dir}/{name}")
+
+
 def _write_json_lines(rows: object) -> None:
     out = sys.stdout.buffer
     for row in rows:  # type: ignore[attr-defined]
@@ -28,9 +56,19 @@ def _write_json_lines(rows: object) -> None:
     help="An edits segment file or a name dir's current/ directory.",
 )
 @click.option("--stats", is_flag=True, help="Count ops by type instead of dumping them.")
-def oev(source: str, stats: bool) -> None:
-    """Offline edits viewer: one JSON object per record (txid, op, fields)."""
+@_FORMAT
+@_OUT
+def oev(source: str, stats: bool, fmt: str, out_dir: str | None) -> None:
+    """Offline edits viewer: one JSON object per record (txid, op, fields), or
+    edits.parquet (txid, op, path, user, timestamp, size deltas) with --format parquet."""
     from xdfs.namenode import tools
+
+    parquet_dir = _parquet_out(fmt, out_dir)
+    if parquet_dir is not None:
+        from xdfs.analytics.export import export_edits
+
+        _report(export_edits(source, parquet_dir).rows, parquet_dir)
+        return
 
     if stats:
         counts = tools.edits_stats(source)
@@ -53,9 +91,19 @@ def oev(source: str, stats: bool) -> None:
 )
 @click.option("--blocks", is_flag=True, help="Include each file's block list.")
 @click.option("--summary", is_flag=True, help="Print the header and totals only.")
-def oiv(source: str, blocks: bool, summary: bool) -> None:
-    """Offline image viewer: one JSON object per inode, with its full path."""
+@_FORMAT
+@_OUT
+def oiv(source: str, blocks: bool, summary: bool, fmt: str, out_dir: str | None) -> None:
+    """Offline image viewer: one JSON object per inode, with its full path, or
+    inodes.parquet and blocks.parquet with --format parquet (streamed, bounded memory)."""
     from xdfs.namenode import tools
+
+    parquet_dir = _parquet_out(fmt, out_dir)
+    if parquet_dir is not None:
+        from xdfs.analytics.export import export_image
+
+        _report(export_image(source, parquet_dir).rows, parquet_dir)
+        return
 
     if summary:
         _write_json_lines([tools.image_summary(source)])

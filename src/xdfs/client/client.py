@@ -7,9 +7,12 @@ with the RPC layer's failover (3 tries per address, then the next).
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from xdfs.client import transfer
@@ -245,6 +248,34 @@ class AsyncClient:
         self, path: str, files: bool = False, blocks: bool = False, locations: bool = False
     ) -> p.FsckReport:
         return await self.rpc.call(p.FSCK, p.FsckRequest(path, files, blocks, locations))
+
+    async def fetch_image(self, directory: str | os.PathLike[str]) -> Path:
+        """Download the NameNode's newest fsimage into ``directory`` (as ``fsimage_<txid>``
+        plus its ``.md5``, md5 verified, installed atomically); returns its path."""
+        from xdfs.namenode.image_transfer import receive_image
+        from xdfs.protocol.backup import FETCH_IMAGE
+
+        target = Path(directory)
+        await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
+        async with await self.rpc.download(FETCH_IMAGE, Empty()) as stream:
+            return await receive_image(stream.head, stream, target)
+
+    async def block_map(
+        self, sink: Callable[[list[p.BlockMapRow]], object]
+    ) -> p.BlockMapHead:
+        """Stream the NameNode's live block map (superuser only): ``sink`` gets the rows a
+        batch at a time as they arrive (so a large map is never held whole); returns the
+        head (block and replica counts, the DataNodes)."""
+        from xdfs.namenode.blockmap_export import FrameDecoder
+
+        decoder = FrameDecoder()
+        async with await self.rpc.download(p.BLOCK_MAP, Empty()) as stream:
+            async for chunk in stream:
+                for rows in decoder.feed(chunk):
+                    sink(rows)
+            decoder.finish()
+            head: p.BlockMapHead = stream.head
+            return head
 
 
 class Client:

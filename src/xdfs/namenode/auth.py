@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 from xdfs.common import tokens
 from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotFound
 from xdfs.namenode import security
+from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.ops import (
     AddTokenKeyOp,
@@ -31,16 +33,26 @@ ANONYMOUS = ""
 PASSWORD_CHARS_MIN = 1
 
 
-class NameNodeAuth:
-    def __init__(self, namesystem: Namesystem) -> None:
-        self.fs = namesystem
+class NamespaceAuthenticator:
+    """The handshake check against a namespace's users and token keys (a NameNode's, or a
+    BackupNode's hot copy, so tokens issued by the NameNode work on its backup)."""
 
-    # -- handshake ----------------------------------------------------------------------
+    def __init__(self, namespace: Callable[[], Namespace | None],
+                 now_ms: Callable[[], int]) -> None:
+        self._namespace = namespace
+        self._now_ms = now_ms
+
+    def _ns(self) -> Namespace:
+        ns = self._namespace()
+        if ns is None:
+            raise AuthenticationFailed("this server has not loaded its namespace yet")
+        return ns
 
     async def authenticate(self, hello: Hello, peer: str) -> Principal:
         if hello.token:
-            body = tokens.verify_token(hello.token, self.fs.ns.token_keys, self.fs.now_ms())
-            if body.kind != "user" or body.user not in self.fs.ns.users:
+            ns = self._ns()
+            body = tokens.verify_token(hello.token, ns.token_keys, self._now_ms())
+            if body.kind != "user" or body.user not in ns.users:
                 raise AuthenticationFailed("invalid token")
             return Principal(body.user)
         if hello.user:
@@ -49,10 +61,16 @@ class NameNodeAuth:
         return Principal(ANONYMOUS)
 
     async def check_password(self, user: str, password: str) -> None:
-        record = self.fs.ns.users.get(user)
+        record = self._ns().users.get(user)
         ok = await asyncio.to_thread(security.verify_password, record, password)
         if not ok:
             raise AuthenticationFailed("wrong user name or password")
+
+
+class NameNodeAuth(NamespaceAuthenticator):
+    def __init__(self, namesystem: Namesystem) -> None:
+        super().__init__(lambda: namesystem.ns, namesystem.now_ms)
+        self.fs = namesystem
 
     # -- login and tokens ---------------------------------------------------------------
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from xdfs.errors import AuthenticationFailed, InvalidArgument, NotAuthenticated
+from xdfs.namenode import blockmap_export
 from xdfs.namenode import fsck as health
 from xdfs.namenode.auth import ANONYMOUS, NameNodeAuth
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
+from xdfs.rpc.server import CallContext, Download
 
 
 def caller(ctx: CallContext, fs: Namesystem) -> str:
@@ -202,3 +203,8 @@ class AdminHandlers:
             self.fs.ns, self.fs.blocks, self.fs.config, user, req.path,
             files=req.files, with_blocks=req.blocks, locations=req.locations,
         )
+
+    def block_map(self, ctx: CallContext, req: Empty) -> Download:
+        self._superuser(ctx, "dump the block map")
+        head, block_ids = blockmap_export.snapshot(self.fs.ns, self.fs.blocks)
+        return Download(head, blockmap_export.frames(self.fs.ns, self.fs.blocks, block_ids))

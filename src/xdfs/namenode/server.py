@@ -21,18 +21,23 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from xdfs.config import XdfsConfig
-from xdfs.errors import SafeModeError, StorageError, XdfsError
+from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
 from xdfs.namenode.auth import NameNodeAuth
+from xdfs.namenode.backup_handlers import BackupProtocolHandlers
 from xdfs.namenode.datanode_handlers import DataNodeHandlers
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
+from xdfs.namenode.edits_replicator import EditsReplicator
 from xdfs.namenode.handlers import AdminHandlers, ClientHandlers
+from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.storage import StorageDirectory
+from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
 from xdfs.rpc.server import RpcServer
+from xdfs.rpc.streams import StreamReceiver
 from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import server_context
 
@@ -56,6 +61,7 @@ class NameNode:
         self.fs: Namesystem | None = None
         self.auth: NameNodeAuth | None = None
         self.datanode_handlers: DataNodeHandlers | None = None
+        self.replicator: EditsReplicator | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
         self.started_at_ms = int(clock() * 1000)
@@ -71,12 +77,22 @@ class NameNode:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        loaded: tuple[Namespace, int] | None = None,
+        server: RpcServer | None = None,
+    ) -> str:
+        """``loaded``: the namespace and its last txid, already read from these dirs (a
+        promoted BackupNode's hot copy); ``server``: serve on this running server (its
+        address) instead of starting one."""
         try:
             for d in self.dirs:
                 d.lock()
             version = check_versions(self.dirs)
-            namespace, last_txid = load_namespace(self.dirs, Namespace)
+            namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
             settings = EditLogSettings.from_config(self.config.namenode)
             self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal)
@@ -86,8 +102,14 @@ class NameNode:
             raise
         self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
         self.auth = NameNodeAuth(self.fs)
-        self.server = self._make_server(version.cluster_id, version.namespace_id)
-        await self.server.start(host, port)
+        nn = self.config.namenode
+        self.replicator = EditsReplicator(
+            self.edits, self.dirs, nn.edits_fetch_bytes_max, nn.edits_fetch_wait_max_s,
+            self.clock,
+        )
+        self.server = self._make_server(version.cluster_id, version.namespace_id, server)
+        if server is None:
+            await self.server.start(host, port)
         await self.auth.rotate_keys()
         self._start_duties()
         log.info("namespace loaded: %d inodes, last txid %d", namespace.inode_count(), last_txid)
@@ -95,17 +117,17 @@ class NameNode:
             log.info("in safe mode: %s", self.fs.safe_mode.reason)
         return self.server.address
 
-    def _make_server(self, cluster_id: str, namespace_id: int) -> RpcServer:
-        assert self.fs is not None and self.auth is not None
-        rpc = self.config.rpc
-        server = RpcServer(
-            "namenode",
-            rpc,
-            cluster_id=cluster_id,
-            authenticator=self.auth,
-            ssl_context=server_context(rpc),
-        )
-        add_system_services(server, "namenode")
+    def _make_server(
+        self, cluster_id: str, namespace_id: int, server: RpcServer | None
+    ) -> RpcServer:
+        assert self.fs is not None and self.auth is not None and self.replicator is not None
+        if server is None:
+            rpc = self.config.rpc
+            server = RpcServer(
+                "namenode", rpc, cluster_id=cluster_id, ssl_context=server_context(rpc)
+            )
+            add_system_services(server, "namenode")
+        server.authenticator = self.auth
         server.add_service(CLIENT_SERVICE, ClientHandlers(self.fs, self.auth))
         server.add_service(
             ADMIN_SERVICE,
@@ -113,6 +135,9 @@ class NameNode:
         )
         self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, cluster_id, namespace_id)
         server.add_service(DATANODE_PROTOCOL, self.datanode_handlers)
+        server.add_service(NAMENODE_BACKUP_PROTOCOL, BackupProtocolHandlers(
+            self.fs, self.auth, self.replicator, self.newest_image, self.install_image
+        ))
         return server
 
     async def stop(self) -> None:
@@ -163,10 +188,54 @@ class NameNode:
             if txid > self.image_txid or not any(d.images() for d in self.dirs):
                 save_checkpoint(self.dirs, self.fs.ns, txid)
                 self.image_txid = txid
-            purge(self.dirs, self.config.namenode.images_retained)
+            self._purge()
             self.last_checkpoint_s = self.clock()
             log.info("checkpoint written at txid %d", txid)
             return txid
+
+    def _purge(self) -> int:
+        """Delete images beyond the retained ones and the edits only they needed."""
+        assert self.edits is not None
+        deleted = purge(self.dirs, self.config.namenode.images_retained)
+        oldest = min(self.dirs[0].images(), default=0)
+        self.edits.forget_segments_before(oldest + 1)
+        return len(deleted)
+
+    async def newest_image(self) -> tuple[ImageHead, Path]:
+        """The newest image of the first dir that has one (for fetch_image)."""
+        for d in self.dirs:
+            txids = d.images()
+            if txids:
+                path = d.image_path(max(txids))
+                return image_head(path, max(txids)), path
+        raise StorageError("this NameNode has no fsimage")
+
+    async def install_image(self, head: ImageHead, chunks: StreamReceiver) -> UploadImageResponse:
+        """Install a checkpoint uploaded by the backup: verified, then atomically renamed
+        into every name dir, then old images and edits purged (seed 003)."""
+        assert self.edits is not None
+        if head.txid > self.edits.synced_txid:
+            raise InvalidArgument(
+                f"checkpoint at txid {head.txid} is from the future: this NameNode's log "
+                f"ends at txid {self.edits.synced_txid}"
+            )
+        if head.txid <= self.image_txid:
+            raise InvalidArgument(
+                f"checkpoint at txid {head.txid} is stale: this NameNode has an image at "
+                f"txid {self.image_txid}"
+            )
+        version = self.dirs[0].read_version()
+        ids = (version.namespace_id, version.cluster_id)
+        async with self._checkpoint_lock:
+            first = await receive_image(head, chunks, self.dirs[0].current, expect_ids=ids)
+            for d in self.dirs[1:]:  # verified again on the way: a local copy can fail too
+                await receive_image(head, image_chunks(first), d.current, expect_ids=ids)
+            self.image_txid = max(self.image_txid, head.txid)
+            self.last_checkpoint_s = self.clock()
+            purged = self._purge()
+        log.info("installed the checkpoint uploaded at txid %d (%d bytes)",
+                 head.txid, head.size_bytes)
+        return UploadImageResponse(True, self.image_txid, purged)
 
     async def roll_edits(self) -> int:
         assert self.edits is not None
@@ -188,6 +257,8 @@ class NameNode:
             len(self.fs.ns.files_under_construction()),
             [str(d.root) for d in self.dirs],
             self.started_at_ms,
+            self.replicator.backup_infos(self.config.namenode.backup_forget_s)
+            if self.replicator else [],
         )
 
     # -- background duties --------------------------------------------------------------
@@ -212,8 +283,12 @@ class NameNode:
     async def _maybe_checkpoint(self) -> None:
         assert self.edits is not None
         nn = self.config.namenode
-        due_by_time = self.clock() - self.last_checkpoint_s >= nn.checkpoint_period_s
-        due_by_txns = self.edits.last_txid - self.image_txid >= nn.checkpoint_txns
+        # A backup that follows checkpoints for us (without pausing this loop); we step in
+        # only when its checkpoints are twice overdue.
+        factor = 2 if self.replicator and self.replicator.followed_within(
+            nn.backup_active_window_s) else 1
+        due_by_time = self.clock() - self.last_checkpoint_s >= factor * nn.checkpoint_period_s
+        due_by_txns = self.edits.last_txid - self.image_txid >= factor * nn.checkpoint_txns
         if due_by_time or due_by_txns:
             await self.save_namespace()
 

@@ -12,6 +12,7 @@ import collections
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from xdfs.common.modes import permission_string
 from xdfs.errors import StorageError
@@ -23,7 +24,27 @@ from xdfs.namenode.editlog.segments import (
     segment_index,
 )
 from xdfs.namenode.image import Verify, iter_image
-from xdfs.namenode.ops import OPS_BY_CODE, ImageHeader, InodeRecord, op_to_dict
+from xdfs.namenode.ops import (
+    OPS_BY_CODE,
+    AddBlockOp,
+    AddFileOp,
+    AddUserOp,
+    CloseFileOp,
+    DeleteOp,
+    ImageHeader,
+    InodeRecord,
+    MkdirOp,
+    Op,
+    RemoveUserOp,
+    RenameOp,
+    SetOwnerOp,
+    SetPasswordOp,
+    SetPermissionOp,
+    SetReplicationOp,
+    SetTimesOp,
+    UpdateBlocksOp,
+    op_to_dict,
+)
 
 
 def _segments(path_or_dir: str | os.PathLike[str]) -> list[SegmentInfo]:
@@ -48,15 +69,112 @@ def _records(path_or_dir: str | os.PathLike[str]) -> Iterator[tuple[int, int, by
             yield txid, opcode, payload, seg.path, offset
 
 
-def dump_edits(path_or_dir: str | os.PathLike[str]) -> Iterator[dict[str, object]]:
-    """One dict per record, ``{"txid": n, "op": name, <fields>}`` (bytes as hex), from one
-    segment file or every segment of a (name or ``current``) directory, in txid order."""
+def iter_edit_ops(path_or_dir: str | os.PathLike[str]) -> Iterator[tuple[int, Op]]:
+    """``(txid, op)`` of every record of one segment file or of every segment of a (name or
+    ``current``) directory, in txid order."""
     for txid, opcode, payload, path, offset in _records(path_or_dir):
         try:
             op = decode_payload(opcode, payload)
         except ValueError as exc:
             raise StorageError(f"{path} at byte offset {offset}: txid {txid}: {exc}") from None
+        yield txid, op
+
+
+def dump_edits(path_or_dir: str | os.PathLike[str]) -> Iterator[dict[str, object]]:
+    """One dict per record, ``{"txid": n, "op": name, <fields>}`` (bytes as hex), from one
+    segment file or every segment of a (name or ``current``) directory, in txid order."""
+    for txid, op in iter_edit_ops(path_or_dir):
         yield {"txid": txid, **op_to_dict(op)}
+
+
+class EditRow(NamedTuple):
+    """One edit as ``oev --format parquet`` exports it (None: not known from the op)."""
+
+    txid: int
+    op: str
+    path: str | None
+    dst: str | None  # rename target
+    user: str | None  # the owner an op names (mkdir, add_file, set_owner) or the user changed
+    timestamp_ms: int | None  # the time the op carries (mtime; set_times: the new mtime)
+    size_delta_bytes: int | None  # change of the file's length, when it can be known
+    blocks_delta: int | None
+    replication: int | None
+
+
+class _FileSizes:
+    """Lengths and block counts of the files these edits created: enough for a size delta on
+    every later op on them, in memory bounded by the edits (not the namespace). Ops on files
+    older than the edits, or on the files of a deleted or renamed directory, have an unknown
+    delta (None): knowing them needs the image."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, tuple[int, int]] = {}  # path -> (bytes, blocks)
+
+    def set(self, path: str, size: int, blocks: int) -> tuple[int | None, int | None]:
+        old = self.known.get(path)
+        self.known[path] = (size, blocks)
+        if old is None:
+            return None, None
+        return size - old[0], blocks - old[1]
+
+    def delete(self, path: str) -> tuple[int | None, int | None]:
+        old = self.known.pop(path, None)
+        return (None, None) if old is None else (-old[0], -old[1])
+
+
+def _who_when(op: Op) -> tuple[str | None, int | None]:
+    """The user an op names and the time it carries, when it has them."""
+    if isinstance(op, MkdirOp | AddFileOp):
+        return op.owner, op.mtime_ms
+    if isinstance(op, CloseFileOp | DeleteOp | RenameOp):
+        return None, op.mtime_ms
+    if isinstance(op, SetTimesOp):
+        return None, op.mtime_ms if op.mtime_ms >= 0 else None
+    if isinstance(op, SetOwnerOp):
+        return op.owner or None, None
+    if isinstance(op, AddUserOp | RemoveUserOp | SetPasswordOp):
+        return op.name, None
+    return None, None
+
+
+def _size_change(op: Op, sizes: _FileSizes) -> tuple[int | None, int | None]:
+    """(bytes, blocks) the op adds to the namespace, None where it cannot be known."""
+    if isinstance(op, AddFileOp):
+        replaced = sizes.delete(op.path) if op.overwrite else (0, 0)
+        sizes.known[op.path] = (0, 0)
+        return replaced
+    if isinstance(op, AddBlockOp):
+        old = sizes.known.get(op.path)
+        if old is not None:
+            sizes.known[op.path] = (old[0], old[1] + 1)
+        return 0, 1  # a new block is empty until the writer reports its length
+    if isinstance(op, UpdateBlocksOp | CloseFileOp):
+        return sizes.set(op.path, sum(b.num_bytes for b in op.blocks), len(op.blocks))
+    if isinstance(op, DeleteOp):
+        return sizes.delete(op.path)
+    if isinstance(op, RenameOp):
+        moved = sizes.known.pop(op.src, None)
+        if moved is not None:
+            sizes.known[op.dst] = moved
+        return 0, 0
+    if isinstance(op, MkdirOp | SetOwnerOp | SetPermissionOp | SetTimesOp | SetReplicationOp):
+        return 0, 0
+    return None, None
+
+
+def edit_rows(path_or_dir: str | os.PathLike[str]) -> Iterator[EditRow]:
+    """The edits as :class:`EditRow` s, in txid order (``oev --format parquet``)."""
+    sizes = _FileSizes()
+    for txid, op in iter_edit_ops(path_or_dir):
+        user, stamp = _who_when(op)
+        size_delta, blocks_delta = _size_change(op, sizes)
+        path: str | None = getattr(op, "path", None)
+        dst: str | None = None
+        if isinstance(op, RenameOp):
+            path, dst = op.src, op.dst
+        replication = op.replication if isinstance(op, AddFileOp | SetReplicationOp) else None
+        yield EditRow(txid, op.NAME, path, dst, user, stamp, size_delta, blocks_delta,
+                      replication)
 
 
 def edits_stats(path_or_dir: str | os.PathLike[str]) -> dict[str, int]:
@@ -75,24 +193,7 @@ def dump_image(
     more): path, inode_id, type, replication, mtime_ms, atime_ms, block_size, blocks_count,
     file_size, permission, mode, owner, group, under_construction (client or "");
     ``blocks=True`` adds the block list. Users and token keys are not exported."""
-    dir_paths: dict[int, str] = {}
-    for record in iter_image(path, verify=verify):
-        if isinstance(record, ImageHeader):
-            continue
-        if not isinstance(record, InodeRecord):
-            continue  # users and token keys: read on to the end so the md5 is checked
-        if record.parent_id == 0:
-            full = "/"
-        else:
-            parent = dir_paths.get(record.parent_id)
-            if parent is None:
-                raise StorageError(
-                    f"image {path}: inode {record.inode_id} comes before its parent "
-                    f"{record.parent_id}"
-                )
-            full = parent + record.name if parent == "/" else f"{parent}/{record.name}"
-        if record.is_dir:
-            dir_paths[record.inode_id] = full
+    for full, _parent, record in iter_inode_paths(path, verify=verify):
         out: dict[str, object] = {
             "path": full,
             "inode_id": record.inode_id,
@@ -115,6 +216,31 @@ def dump_image(
                 for b in record.blocks
             ]
         yield out
+
+
+def iter_inode_paths(
+    path: str | os.PathLike[str], *, verify: Verify = "streaming"
+) -> Iterator[tuple[str, str, InodeRecord]]:
+    """``(full path, parent path, record)`` of every inode, parents first (the root's
+    parent path is ""). Remembers only directory paths, never files."""
+    dir_paths: dict[int, str] = {}
+    for record in iter_image(path, verify=verify):
+        if not isinstance(record, InodeRecord):
+            continue  # header, users and token keys: read on so the md5 is checked
+        if record.parent_id == 0:
+            parent, full = "", "/"
+        else:
+            found = dir_paths.get(record.parent_id)
+            if found is None:
+                raise StorageError(
+                    f"image {path}: inode {record.inode_id} comes before its parent "
+                    f"{record.parent_id}"
+                )
+            parent = found
+            full = parent + record.name if parent == "/" else f"{parent}/{record.name}"
+        if record.is_dir:
+            dir_paths[record.inode_id] = full
+        yield full, parent, record
 
 
 def image_summary(

@@ -7,7 +7,7 @@ import msgspec
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.service import Method, Req, Resp, Service
+from xdfs.rpc.service import Method, MethodKind, Req, Resp, Service
 
 
 class FileStatus(msgspec.Struct, array_like=True, gc=False):
@@ -287,6 +287,15 @@ class FsckReport(msgspec.Struct):
     truncated: bool  # listed stopped at the server's limit
 
 
+class BackupInfo(msgspec.Struct):
+    """A BackupNode as its NameNode sees it (from its fetches)."""
+
+    address: str
+    synced_txid: int  # what the backup acknowledged with its last fetch
+    lag_txns: int  # the NameNode's synced txid minus the backup's
+    last_fetch_ms: int
+
+
 class NameNodeStatus(msgspec.Struct):
     cluster_id: str
     namespace_id: int
@@ -299,6 +308,7 @@ class NameNodeStatus(msgspec.Struct):
     files_under_construction: int
     name_dirs: list[str]
     started_at_ms: int
+    backups: list[BackupInfo] = []
 
 
 def _m(
@@ -345,6 +355,43 @@ REPORT_BAD_REPLICAS = _m(
 DATANODE_REPORT = _m("datanode_report", Empty, DataNodeReport, True, "admin -report.")
 FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
 
+
+class BlockMapHead(msgspec.Struct):
+    """Head of the ``block_map`` download. The chunks are a byte stream of frames, each a
+    big-endian u32 length then a msgpack array of :class:`BlockMapRow` (chunk boundaries do
+    not follow frames: the stream may split them). The counts are those of the moment the
+    call started; the rows are read batch by batch, so a change meanwhile may show."""
+
+    blocks: int  # blocks of the namespace
+    replicas: int  # replicas the NameNode knows of them
+    datanodes: list[DataNodeInfo]
+    generated_ms: int
+
+
+class BlockMapRow(msgspec.Struct, array_like=True, gc=False):
+    """One replica of a block (or the block alone, ``replica_state="missing"``)."""
+
+    block_id: int
+    inode_id: int
+    path: str
+    block_bytes: int  # the namespace's length (of a block being written: so far)
+    genstamp: int
+    expected_replication: int
+    complete: bool  # False for the last block of a file being written
+    node_id: str  # "" when the block has no replica
+    address: str
+    node_state: str  # "live" | "dead" | ""
+    replica_state: str  # "good" | "corrupt" | "missing"
+    replica_bytes: int
+    replica_genstamp: int
+    corrupt_flags: int  # xdfs.namenode.blockmap BAD_GENSTAMP | BAD_LENGTH | REPORTED_BAD
+
+
+BLOCK_MAP = Method(
+    "block_map", Empty, BlockMapHead, idempotent=True, kind=MethodKind.DOWNLOAD,
+    doc="The live block map: every replica, its DataNode and state (superuser only).",
+)
+
 CLIENT_SERVICE = Service(
     "namenode.client",
     (
@@ -383,6 +430,7 @@ ADMIN_SERVICE = Service(
         STATUS,
         DATANODE_REPORT,
         FSCK,
+        BLOCK_MAP,
     ),
 )
 #: Callable without credentials (the handshake may be anonymous for these only).

@@ -139,6 +139,11 @@ class RpcServer:
             assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
             self._routes[name] = _Route(method, handler, is_async)
 
+    def remove_service(self, service: Service) -> None:
+        """Stop routing ``service``'s methods (calls to them get UnknownMethod)."""
+        for name in method_table([service]):
+            self._routes.pop(name, None)
+
     def route(self, name: str) -> _Route | None:
         return self._routes.get(name)
 

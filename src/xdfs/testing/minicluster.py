@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from xdfs.backupnode.server import BackupNode
 from xdfs.config import XdfsConfig
 from xdfs.datanode.server import DataNode
 from xdfs.namenode.format import format_namenode
@@ -33,6 +34,7 @@ class MiniCluster:
         self.servers: list[RpcServer] = []
         self.namenodes: list[NameNode] = []
         self.datanodes: list[DataNode] = []
+        self.backupnodes: list[BackupNode] = []
         self.clients: list[RpcClient] = []
         self._tasks_before: set[asyncio.Task[Any]] = set()
         self._deadline: asyncio.TimerHandle | None = None
@@ -136,6 +138,32 @@ class MiniCluster:
         await node.stop()
         self.datanodes.remove(node)
 
+    async def start_backupnode(
+        self,
+        name: str = "backup",
+        namenode: str | None = None,
+        *,
+        config: XdfsConfig | None = None,
+        user: str = "root",
+        password: str = "rootpw",
+    ) -> BackupNode:
+        """A real BackupNode on ``base_dir/name`` following ``namenode`` (default: the first
+        NameNode started), logged in as ``user``; the same dir again after a stop."""
+        if namenode is None:
+            assert self.namenodes, "start a NameNode first or pass its address"
+            namenode = self.namenodes[0].address
+        config = config or self.config
+        config = replace(config, client=replace(config.client, user=user, password=password,
+                                                token=""))
+        node = BackupNode(config, self.base_dir / name, namenode.split(","))
+        await node.start("127.0.0.1", 0)
+        self.backupnodes.append(node)
+        return node
+
+    async def stop_backupnode(self, node: BackupNode) -> None:
+        await node.stop()
+        self.backupnodes.remove(node)
+
     def client(
         self, *addresses: str, hello: Hello | None = None, **rpc_overrides: Any
     ) -> RpcClient:
@@ -155,6 +183,9 @@ class MiniCluster:
         for datanode in self.datanodes:
             await datanode.stop()
         self.datanodes.clear()
+        for backup in self.backupnodes:
+            await backup.stop()
+        self.backupnodes.clear()
         for node in self.namenodes:
             await node.stop()
         self.namenodes.clear()

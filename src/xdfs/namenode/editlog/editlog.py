@@ -45,6 +45,7 @@ from xdfs.namenode.editlog.records import (
     decode_payload,
     encode_record,
     parse_frame,
+    record_bounds,
 )
 from xdfs.namenode.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.namenode.ops import Op
@@ -105,6 +106,10 @@ class Journal(Protocol):
 
     async def close(self) -> None: ...
 
+    def finalized_ranges(self) -> list[tuple[int, int]]:
+        """(start, end) of the finalized segments this journal holds, oldest first."""
+        ...
+
 
 State = Literal["new", "open", "closing", "closed", "failed"]
 
@@ -136,6 +141,11 @@ class EditLog:
         self._segment_txns = 0
         self._cache: collections.deque[FlushBatch] = collections.deque()
         self._cache_bytes = 0
+        # Finalized segments as (start, end): an immutable tuple replaced on every roll or
+        # purge (copy-on-write), so readers such as the edits replicator take a snapshot
+        # without ever locking against the syncer.
+        self._finalized: tuple[tuple[int, int], ...] = ()
+        self._synced_event = asyncio.Event()
         self.flush_count = 0
         self.roll_count = 0
 
@@ -173,6 +183,15 @@ class EditLog:
     def failure(self) -> StorageError | None:
         return self._fatal
 
+    @property
+    def finalized_segments(self) -> tuple[tuple[int, int], ...]:
+        """(start, end) of the finalized segments on disk, oldest first (a snapshot)."""
+        return self._finalized
+
+    def forget_segments_before(self, txid: int) -> None:
+        """The segments ending before ``txid`` were purged from disk."""
+        self._finalized = tuple(r for r in self._finalized if r[1] >= txid)
+
     # -- lifecycle --
 
     async def open_for_write(self, first_txid: int) -> None:
@@ -188,6 +207,7 @@ class EditLog:
         self._segment_txns = 0
         self._cache.clear()
         self._cache_bytes = 0
+        self._finalized = tuple(self.journals[0].finalized_ranges())
         self._fatal = None
         self._state = "open"
         log.info("edits log open for write at txid %d on %s",
@@ -242,6 +262,30 @@ class EditLog:
         if buffer.is_full:
             self._kick()
         return txid
+
+    def append_record(self, txid: int, record: bytes | bytearray | memoryview) -> None:
+        """Buffer an already framed record (a BackupNode copying its NameNode's log): the
+        txid must be the next one. Like :meth:`append`, durable only after :meth:`sync`."""
+        if self._state != "open":
+            raise self._fatal or StorageError(f"edits log is not open for write ({self._state})")
+        buffer = self._buffer
+        if txid != buffer.last_txid + 1:
+            raise StorageError(f"record txid {txid} does not follow {buffer.last_txid}")
+        buffer.append(txid, bytes(record))
+        if buffer.is_full:
+            self._kick()
+
+    async def wait_synced_beyond(self, txid: int, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until something after ``txid`` is synced."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._buffer.synced_txid <= txid and self._state in ("open", "closing"):
+            event = self._synced_event
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await event.wait()
+            except TimeoutError:
+                break
+        return self._buffer.synced_txid > txid
 
     async def wait_for_room(self) -> None:
         """Wait while the current buffer is full (call before applying an op)."""
@@ -324,6 +368,8 @@ class EditLog:
         for fut in buffer.flush_done():
             if not fut.done():
                 fut.set_result(None)
+        event, self._synced_event = self._synced_event, asyncio.Event()
+        event.set()
         if buffer.needs_flush():
             self._kick()  # the flush was roll's, or the syncer is about to look again
 
@@ -339,6 +385,7 @@ class EditLog:
         self.roll_count += 1
         if end < start:
             return None
+        self._finalized = (*self._finalized, (start, end))
         log.info("rolled edits: finalized %d-%d, next segment starts at %d", start, end, end + 1)
         return start, end
 
@@ -420,6 +467,36 @@ class EditLog:
             if len(out) >= max_records:
                 break
         return out
+
+    def read_cached_frames(
+        self, from_txid: int, max_count: int, max_bytes: int
+    ) -> tuple[int, bytes] | None:
+        """Like :meth:`read_cached` but the framed records themselves, back to back:
+        ``(count, bytes)`` -- at least one record when any is synced past ``from_txid``,
+        then as many as ``max_count`` and ``max_bytes`` allow. None when not cached."""
+        if from_txid > self._buffer.synced_txid:
+            return 0, b""
+        if not self._cache or from_txid < self._cache[0].first_txid:
+            return None
+        parts: list[bytes] = []
+        count = size = 0
+        for batch in list(self._cache):
+            if batch.last_txid < from_txid:
+                continue
+            bounds = record_bounds(batch.data)
+            first = max(from_txid - batch.first_txid, 0)
+            limit = min(len(bounds) - 1, first + max_count - count)
+            last = first
+            while last < limit and (
+                count + last == first or size + bounds[last + 1] - bounds[first] <= max_bytes
+            ):
+                last += 1  # within max_bytes, but never return nothing
+            parts.append(bytes(batch.data[bounds[first] : bounds[last]]))
+            count += last - first
+            size += bounds[last] - bounds[first]
+            if last < len(bounds) - 1:
+                break  # a limit stopped us inside this batch
+        return count, b"".join(parts)
 
     def stats(self) -> dict[str, int]:
         return {

@@ -144,6 +144,21 @@ def decode_frame(data: Buffer, frame: Frame) -> Op:
     return decode_payload(frame.opcode, frame.payload(data))
 
 
+def record_bounds(data: Buffer, start: int = 0) -> list[int]:
+    """Offsets of each record in ``data`` from ``start`` plus the end offset: reads the
+    length fields only (the CRCs were checked when the records were framed or read)."""
+    bounds = [start]
+    pos = start
+    end = len(data)
+    head = RECORD_HEAD.unpack_from
+    while pos < end:
+        (length, _, _) = head(data, pos)
+        pos += 4 + length + CRC_BYTES
+        assert pos <= end, "record_bounds over a torn buffer"
+        bounds.append(pos)
+    return bounds
+
+
 def is_zero_fill(data: Buffer, offset: int) -> bool:
     """True when everything from ``offset`` on is NUL bytes: a file extended by a crash
     before its data reached the disk, which counts as a torn tail too."""

@@ -339,6 +339,39 @@ def finalize_file(current: Path, start: int, last: int) -> Path | None:
     return dst
 
 
+def read_segment_records(current: Path, start: int, end: int) -> tuple[bytes, list[int]]:
+    """The framed records ``start..end`` (fewer if the segment is shorter) of the segment
+    of ``current`` that starts at ``start``, as one buffer and each record's offset in it
+    (plus the end offset). For the edits replicator: CRCs and txid continuity are checked;
+    a short record at the end of an in-progress segment (being written) ends the read."""
+    candidates = [s for s in segment_index(current) if s.start == start]
+    if not candidates:
+        raise StorageError(f"{current}: no edits segment starts at txid {start}")
+    seg = min(candidates, key=lambda s: s.in_progress)  # a finalized copy first
+    try:
+        data = seg.path.read_bytes()
+    except OSError as exc:
+        raise StorageError(f"cannot read {seg.path}: {exc}") from exc
+    header = decode_segment_header(data)
+    if isinstance(header, str) or header.first_txid != start:
+        raise StorageError(f"{seg.path}: bad segment header ({header})")
+    bounds = [SEGMENT_HEADER_BYTES]
+    expected = start
+    while expected <= end and bounds[-1] < len(data):
+        frame = parse_frame(data, bounds[-1])
+        if isinstance(frame, FrameProblem):
+            if frame.problem is Problem.SHORT and seg.in_progress:
+                break  # the writer's next record, not complete yet
+            raise StorageError(f"{seg.path} at byte offset {frame.offset}: {frame.detail}")
+        if frame.txid != expected:
+            raise StorageError(f"{seg.path} at byte offset {frame.offset}: txid "
+                               f"{frame.txid}, expected {expected}")
+        bounds.append(frame.end)
+        expected += 1
+    base = bounds[0]
+    return data[base : bounds[-1]], [b - base for b in bounds]
+
+
 # --- writing: one name dir ---------------------------------------------------------------
 
 
@@ -458,6 +491,9 @@ class FileJournal:
     async def finalize_segment(self, first_txid: int, last_txid: int) -> None:
         assert first_txid == self._start, (first_txid, self._start)
         await self._run(self.finalize_segment_sync, last_txid)
+
+    def finalized_ranges(self) -> list[tuple[int, int]]:
+        return [(s.start, s.end) for s in segment_index(self.current) if s.end is not None]
 
     async def close(self) -> None:
         if self._executor is not None:

@@ -1,0 +1,407 @@
+"""The Spark job behind ``xdfs analyze``: exports in, report tables + HTML + JSON out.
+
+Output directory::
+
+    OUT/export/              the Parquet exports made from raw inputs (image, edits)
+    OUT/tables/<name>/       one Parquet table per report table (Spark output)
+    OUT/report.html          every report as a section with tables and SVG charts
+    OUT/summary.json         the key numbers of every report
+
+The master is never chosen here unless asked: ``--master`` sets it, otherwise Spark's own
+configuration decides (``spark-submit --master``, ``spark-defaults.conf``), and PySpark
+falls back to ``local[*]``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from xdfs.analytics import charts, export, forecast, reports
+from xdfs.analytics.html_report import ROWS_SHOWN, Section, Table, render
+from xdfs.analytics.memory import MEASURE_INODES_MAX, measure_bytes_per_inode
+from xdfs.errors import InvalidArgument
+
+log = logging.getLogger("xdfs.analytics.job")
+
+_BYTE_WORDS = ("bytes",)
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    image: str  # an fsimage_<txid> file or an ``oiv --format parquet`` directory
+    out: str
+    edits: str | None = None  # a segment, a name dir's current/, or an ``oev`` directory
+    blocks: str | None = None  # an ``admin -dumpBlockMap`` directory
+    master: str | None = None
+    small_file_bytes: int = 2 * reports.MiB
+    top_n: int = 20
+    as_of_ms: int | None = None  # "now" for ages; default: the wall clock
+    bytes_per_inode: float | None = None  # default: measured on the image
+    measure_inodes_max: int = MEASURE_INODES_MAX
+    planning: forecast.PlanningOptions = field(default_factory=forecast.PlanningOptions)
+    shuffle_partitions: int | None = None
+
+
+@dataclass
+class _Inputs:
+    inodes: Path
+    blocks: Path
+    edits: Path | None
+    replicas: Path | None
+    datanodes: Path | None
+    image_file: Path | None
+
+
+def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
+    """Export raw inputs to Parquet (pyarrow, streaming) under OUT/export."""
+    image = Path(cfg.image)
+    if image.is_dir():
+        image_dir, image_file = image, None
+    else:
+        image_dir, image_file = out / "export" / "image", image
+        export.export_image(image, image_dir)
+    for name in (export.INODES_FILE, export.BLOCKS_FILE):
+        if not (image_dir / name).exists():
+            raise InvalidArgument(f"{image_dir} has no {name}: give an fsimage or an "
+                                  "`xdfs oiv --format parquet` directory")
+    edits: Path | None = None
+    if cfg.edits is not None:
+        source = Path(cfg.edits)
+        if (source / export.EDITS_FILE).exists():
+            edits = source / export.EDITS_FILE
+        else:
+            edits_dir = out / "export" / "edits"
+            export.export_edits(source, edits_dir)
+            edits = edits_dir / export.EDITS_FILE
+    replicas = datanodes = None
+    if cfg.blocks is not None:
+        blocks = Path(cfg.blocks)
+        replicas = blocks / export.REPLICAS_FILE
+        if not replicas.exists():
+            raise InvalidArgument(f"{blocks} has no {export.REPLICAS_FILE}: give an "
+                                  "`xdfs admin -dumpBlockMap` directory")
+        datanodes = blocks / export.DATANODES_FILE
+        datanodes = datanodes if datanodes.exists() else None
+    return _Inputs(image_dir / export.INODES_FILE, image_dir / export.BLOCKS_FILE, edits,
+                   replicas, datanodes, image_file)
+
+
+def spark_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
+    builder = SparkSession.builder.appName("xdfs-analyze")
+    if master:
+        builder = builder.master(master)
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    return builder.getOrCreate()
+
+
+class _Collected:
+    """Report tables written to OUT/tables and their first rows kept for the HTML/JSON."""
+
+    def __init__(self, out: Path) -> None:
+        self.dir = out / "tables"
+        self.tables: dict[str, Table] = {}
+
+    def add(self, name: str, df: DataFrame) -> Table:
+        df = df.cache()
+        df.coalesce(1).write.mode("overwrite").parquet(str(self.dir / name))
+        total = df.count()
+        rows = [tuple(row) for row in df.limit(max(ROWS_SHOWN, 1)).collect()]
+        df.unpersist()
+        table = Table(name, list(df.columns), rows, total, frozenset(
+            c for c in df.columns if any(w in c for w in _BYTE_WORDS) and "pct" not in c))
+        self.tables[name] = table
+        return table
+
+    def records(self, name: str) -> list[dict[str, Any]]:
+        table = self.tables[name]
+        return [dict(zip(table.columns, map(_jsonable, row), strict=True))
+                for row in table.rows]
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dt.date | dt.datetime):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def run(cfg: JobConfig, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Run every report; returns the JSON summary (also written to OUT/summary.json)."""
+    started = time.monotonic()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    inputs = _prepare(cfg, out)
+    as_of_ms = cfg.as_of_ms if cfg.as_of_ms is not None else int(time.time() * 1000)
+    opts = reports.Options(cfg.small_file_bytes, cfg.top_n, as_of_ms)
+    if cfg.bytes_per_inode is not None:
+        per_inode, method = cfg.bytes_per_inode, "given (--bytes-per-inode)"
+    elif inputs.image_file is not None:
+        cost = measure_bytes_per_inode(inputs.image_file, cfg.measure_inodes_max)
+        per_inode, method = cost.bytes_per_inode, cost.method
+    else:
+        raise InvalidArgument("measuring bytes per inode needs the fsimage file: give "
+                              "--image fsimage_<txid> or --bytes-per-inode")
+    spark = spark or spark_session(cfg.master, cfg.shuffle_partitions)
+    inodes = spark.read.parquet(str(inputs.inodes)).cache()
+    blocks = spark.read.parquet(str(inputs.blocks))
+    files = inodes.where(F.col("type") == "file").cache()
+    dirs = inodes.where(F.col("type") == "dir")
+    got = _Collected(out)
+    sections = [
+        _summary_section(spark, got, inodes, files),
+        _small_files_section(got, files, dirs, opts),
+        _usage_section(got, inodes),
+        _cold_section(spark, got, files, opts),
+    ]
+    replication_section, datanode_stats = _replication_section(
+        spark, got, blocks, inodes, inputs)
+    sections.append(replication_section)
+    growth_section, capacity = _growth_section(
+        spark, got, inodes, inputs, per_inode, method, datanode_stats, cfg.planning)
+    sections.append(growth_section)
+    summary = _summary_json(cfg, got, as_of_ms, capacity, inputs)
+    summary["elapsed_s"] = round(time.monotonic() - started, 3)
+    facts = [
+        ("image", cfg.image), ("edits", cfg.edits or "(none)"),
+        ("block map", cfg.blocks or "(none)"), ("Spark master", spark.sparkContext.master),
+        ("ages as of", _iso(as_of_ms)),
+        ("small-file threshold", f"{cfg.small_file_bytes:,} bytes"),
+    ]
+    page = render("xdfs metadata report", dt.datetime.now(dt.UTC), facts, sections)
+    (out / "report.html").write_text(page, encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    inodes.unpersist()
+    files.unpersist()
+    return summary
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+
+
+def _column(table: Table, name: str) -> list[Any]:
+    index = table.columns.index(name)
+    return [row[index] for row in table.rows]
+
+
+def _summary_section(
+    spark: SparkSession, got: _Collected, inodes: DataFrame, files: DataFrame
+) -> Section:
+    summary = got.add("namespace_summary", reports.namespace_summary(inodes))
+    histogram = got.add("size_histogram", reports.size_histogram(spark, files))
+    return Section(
+        "summary", "1. Namespace summary",
+        notes=["Files, directories, bytes and blocks of the image; file sizes by bucket."],
+        tables=[summary, histogram],
+        charts=[
+            charts.bar_chart("size_histogram_files", "Files by size",
+                             _column(histogram, "bucket"), _column(histogram, "files")),
+            charts.bar_chart("size_histogram_bytes", "Bytes by file size",
+                             _column(histogram, "bucket"), _column(histogram, "bytes"),
+                             unit="bytes"),
+        ],
+    )
+
+
+def _small_files_section(
+    got: _Collected, files: DataFrame, dirs: DataFrame, opts: reports.Options
+) -> Section:
+    tables = reports.small_files(files, dirs, opts)
+    totals = got.add("small_files_summary", tables["small_files_summary"])
+    top = got.add("small_files_top_dirs", tables["small_files_top_dirs"])
+    by_dir = got.add("small_files_by_dir", tables["small_files_by_dir"])
+    return Section(
+        "small-files", "2. Small files",
+        notes=[f"A file is small below {opts.small_file_bytes:,} bytes. small_files_by_dir "
+               "rolls every small file up to each of its ancestor directories; the top "
+               "directories to compact hold the most small files directly."],
+        tables=[totals, top, by_dir],
+        charts=[charts.bar_chart("small_files_top_dirs", "Small files directly inside",
+                                 _column(top, "path"), _column(top, "direct_small_files"))],
+    )
+
+
+def _usage_section(got: _Collected, inodes: DataFrame) -> Section:
+    users = got.add("usage_by_user", reports.usage(inodes, "owner"))
+    groups = got.add("usage_by_group", reports.usage(inodes, "group"))
+    shown = 15
+    return Section(
+        "usage", "3. Usage by user and group",
+        notes=["replicated_bytes = bytes x each file's replication (disk used)."],
+        tables=[users, groups],
+        charts=[
+            charts.bar_chart("usage_by_user", "Replicated bytes by user",
+                             _column(users, "owner")[:shown],
+                             _column(users, "replicated_bytes")[:shown], unit="bytes"),
+            charts.bar_chart("usage_by_group", "Replicated bytes by group",
+                             _column(groups, "group")[:shown],
+                             _column(groups, "replicated_bytes")[:shown], unit="bytes"),
+        ],
+    )
+
+
+def _cold_section(
+    spark: SparkSession, got: _Collected, files: DataFrame, opts: reports.Options
+) -> Section:
+    cold = got.add("cold_data", reports.cold_data(spark, files, opts))
+    figures = []
+    for basis in ("access", "modification"):
+        rows = [r for r in cold.rows if r[0] == basis]
+        figures.append(charts.bar_chart(
+            f"cold_data_{basis}", f"Bytes by age of last {basis}",
+            [str(r[cold.columns.index("bucket")]) for r in rows],
+            [r[cold.columns.index("bytes")] for r in rows], unit="bytes"))
+    return Section(
+        "cold-data", "4. Cold data",
+        notes=[f"Ages as of {_iso(opts.as_of_ms)}, by last access and by last modification."],
+        tables=[cold], charts=figures,
+    )
+
+
+def _replication_section(
+    spark: SparkSession, got: _Collected, blocks: DataFrame, inodes: DataFrame,
+    inputs: _Inputs,
+) -> tuple[Section, dict[str, int]]:
+    section = Section("replication", "5. Replication health")
+    if inputs.replicas is None:
+        section.notes.append("Not available: no block map given (--blocks DIR from "
+                             "`xdfs admin -dumpBlockMap`, or --fs).")
+        return section, {}
+    replicas = spark.read.parquet(str(inputs.replicas))
+    datanodes = (spark.read.parquet(str(inputs.datanodes))
+                 if inputs.datanodes is not None else None)
+    tables = reports.replication(blocks, inodes, replicas, datanodes)
+    summary = got.add("replication_summary", tables["replication_summary"])
+    problems = got.add("replication_problems", tables["replication_problems"])
+    nodes = got.add("datanode_usage", tables["datanode_usage"])
+    statuses = ["healthy", "missing", "under_replicated", "over_replicated",
+                "corrupt_replicas", "orphan_replicas"]
+    first = dict(zip(summary.columns, summary.rows[0], strict=True)) if summary.rows else {}
+    section.notes.append(
+        "Expected replication is the image's; replicas are the live block map's. Orphan "
+        "replicas belong to blocks the image does not hold (newer files, or blocks the "
+        "NameNode is deleting).")
+    section.tables = [summary, problems, nodes]
+    section.charts = [
+        charts.bar_chart("replication_status", "Blocks by replication status",
+                         statuses, [first.get(s) or 0 for s in statuses]),
+        charts.bar_chart("datanode_replica_bytes", "Replica bytes by DataNode",
+                         [str(a) for a in _column(nodes, "address")],
+                         _column(nodes, "replica_bytes"), unit="bytes"),
+    ]
+    live = [dict(zip(nodes.columns, row, strict=True)) for row in nodes.rows]
+    stats = {
+        "datanodes": sum(1 for n in live if n["state"] == "live"),
+        "capacity_bytes": sum(n["capacity_bytes"] or 0 for n in live if n["state"] == "live"),
+        "used_bytes": sum(n["used_bytes"] or 0 for n in live if n["state"] == "live"),
+    }
+    return section, stats
+
+
+def _growth_section(
+    spark: SparkSession, got: _Collected, inodes: DataFrame, inputs: _Inputs,
+    per_inode: float, method: str, nodes: dict[str, int], plan: forecast.PlanningOptions,
+) -> tuple[Section, dict[str, Any]]:
+    if inputs.edits is not None:
+        basis = "edits"
+        daily_df = reports.growth_from_edits(spark.read.parquet(str(inputs.edits)))
+    else:
+        basis = "image"
+        daily_df = reports.growth_from_image(inodes)
+    daily = got.add("growth_daily", daily_df)
+    days_col = _column(daily, "day")
+    span_days = (max(days_col) - min(days_col)).days + 1 if days_col else 0
+    totals = daily_df.agg(*[F.sum(c).alias(c) for c in (
+        "files_created", "dirs_created", "net_bytes")]).collect()[0]
+    summary = got.tables["namespace_summary"]
+    ns = dict(zip(summary.columns, summary.rows[0], strict=True))
+    per_day = (lambda v: (v or 0) / span_days) if span_days else (lambda v: 0.0)
+    replicated = int(ns["replicated_bytes"] or 0)
+    now = forecast.CurrentState(
+        inodes=int(ns["files"] + ns["dirs"]), files=int(ns["files"]),
+        bytes=int(ns["bytes"] or 0), replicated_bytes=replicated,
+        bytes_per_inode=per_inode, files_per_day=per_day(totals["files_created"]),
+        inodes_per_day=per_day((totals["files_created"] or 0) + (totals["dirs_created"] or 0)),
+        bytes_per_day=per_day(totals["net_bytes"]), history_days=span_days,
+        growth_basis=basis,
+        raw_used_bytes=nodes.get("used_bytes") or replicated,
+        raw_capacity_bytes=nodes.get("capacity_bytes", 0), datanodes=nodes.get("datanodes", 0),
+    )
+    result = forecast.forecast(now, plan)
+    months = forecast.monthly(now, plan)
+    got.add("capacity_forecast", spark.createDataFrame([
+        {**asdict(now), **result.as_dict(), "bytes_per_inode_method": method,
+         **{f"plan_{k}": v for k, v in asdict(plan).items()}}
+    ]))
+    monthly = got.add("capacity_monthly", spark.createDataFrame(
+        months, "month long, inodes long, namenode_memory_bytes long, raw_bytes long, "
+        "raw_capacity_bytes long"))
+    until = (f"{result.months_until_full:.1f} months until the DataNodes are full"
+             if result.months_until_full is not None else
+             "months until full: not known (no DataNode capacity, or no growth)")
+    section = Section(
+        "growth", "6. Growth and capacity forecast",
+        notes=[
+            f"Growth from the {basis} over {span_days} day(s): "
+            f"{now.files_per_day:,.1f} files/day, {now.bytes_per_day:,.0f} bytes/day.",
+            f"NameNode memory: {per_inode:,.1f} bytes per inode, measured by {method}.",
+            f"Over {plan.horizon_months} months x growth {plan.growth_factor}: "
+            f"{result.projected_namenode_memory_with_growth_bytes:,} bytes of NameNode "
+            f"memory ({result.namenodes_needed} NameNode(s) of "
+            f"{plan.namenode_heap_bytes:,} bytes), "
+            f"{result.projected_raw_bytes_with_growth:,} raw bytes "
+            f"({result.datanodes_needed} DataNode(s) of {result.datanode_disk_bytes:,} "
+            f"bytes); {until}.",
+        ],
+        tables=[daily, got.tables["capacity_forecast"], monthly],
+        charts=[
+            charts.bar_chart("growth_files_per_day", "Files created per day",
+                             [str(d) for d in days_col], _column(daily, "files_created")),
+            charts.bar_chart("forecast_namenode_memory", "Projected NameNode memory",
+                             [f"month {m}" for m in _column(monthly, "month")],
+                             _column(monthly, "namenode_memory_bytes"), unit="bytes"),
+            charts.bar_chart("forecast_raw_bytes", "Projected raw disk use",
+                             [f"month {m}" for m in _column(monthly, "month")],
+                             _column(monthly, "raw_bytes"), unit="bytes"),
+        ],
+    )
+    capacity = {"current": asdict(now), "forecast": result.as_dict(),
+                "planning": asdict(plan), "bytes_per_inode_method": method}
+    return section, capacity
+
+
+def _summary_json(
+    cfg: JobConfig, got: _Collected, as_of_ms: int, capacity: dict[str, Any],
+    inputs: _Inputs,
+) -> dict[str, Any]:
+    def one(name: str) -> dict[str, Any] | None:
+        rows = got.records(name) if name in got.tables else []
+        return rows[0] if rows else None
+
+    return {
+        "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "as_of": _iso(as_of_ms),
+        "inputs": {"image": cfg.image, "edits": cfg.edits, "blocks": cfg.blocks},
+        "namespace": one("namespace_summary"),
+        "size_histogram": got.records("size_histogram"),
+        "small_files": {**(one("small_files_summary") or {}),
+                        "top_dirs": got.records("small_files_top_dirs")[:cfg.top_n]},
+        "usage": {"by_user": got.records("usage_by_user")[:10],
+                  "by_group": got.records("usage_by_group")[:10]},
+        "cold_data": got.records("cold_data"),
+        "replication": one("replication_summary") if inputs.replicas is not None else None,
+        "capacity": capacity,
+        "tables": {name: t.total_rows for name, t in got.tables.items()},
+    }
