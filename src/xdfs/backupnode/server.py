@@ -34,6 +34,7 @@ from typing import Any
 
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
+from xdfs.common.faults import FAULTS, fault_point
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     EditsPurged,
@@ -70,6 +71,10 @@ from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 
 log = logging.getLogger(__name__)
+
+FAULTS.register("backup.replayed_not_synced",
+                "a fetched batch is applied and buffered in the backup's edits, not synced")
+FAULTS.register("backup.checkpoint_saved", "the backup saved its image, not yet uploaded")
 
 #: Services a promoted backup serves as a NameNode; before that they answer NotActive.
 NAMENODE_SERVICES = (
@@ -205,7 +210,7 @@ class BackupNode:
         namespace, last_txid = await asyncio.to_thread(load_namespace, [self.dir], Namespace)
         self.namespace = namespace
         self.image_txid = max(self.dir.images(), default=0)
-        self.uploaded_txid = self.image_txid  # unknown: uploaded again only when newer
+        self.uploaded_txid = 0  # unknown: the checkpointer asks the NameNode
         settings = EditLogSettings.from_config(self.config.namenode)
         self.edits = EditLog.for_storage([self.dir], settings, on_fatal=self._go_fatal)
         await self.edits.open_for_write(last_txid + 1)
@@ -303,6 +308,7 @@ class BackupNode:
                 return 0  # a bootstrap moved us meanwhile
             assert self.namespace is not None and self.edits is not None
             last = apply_batch(records, self.namespace, self.edits)
+            fault_point("backup.replayed_not_synced")
             await self.edits.sync(last)  # durable here before it is acknowledged
             self.synced_txid = last
         return answer.count
@@ -334,6 +340,7 @@ class BackupNode:
                 if txid > self.image_txid:
                     await asyncio.to_thread(save_checkpoint, [self.dir], self.namespace, txid)
                     self.image_txid = txid
+                    fault_point("backup.checkpoint_saved")
             self.last_checkpoint_s = self.clock()
             if self.image_txid > self.uploaded_txid:
                 await self._upload(self.image_txid)
@@ -342,6 +349,10 @@ class BackupNode:
 
     async def _upload(self, txid: int) -> None:
         assert self.rpc is not None
+        status = await self.rpc.call(nn_protocol.STATUS, Empty())
+        if status.image_txid >= txid:
+            self.uploaded_txid = txid  # it has this image (or a newer one) already
+            return
         path = self.dir.image_path(txid)
         head = await asyncio.to_thread(image_head, path, txid)
         try:

@@ -18,7 +18,7 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 
-from xdfs.common.faults import fault_point
+from xdfs.common.faults import FAULTS, fault_point
 from xdfs.errors import InvalidArgument, StorageError, XdfsError
 from xdfs.namenode.image import file_md5, read_image_header, read_md5_file
 from xdfs.namenode.storage import (
@@ -35,6 +35,12 @@ from xdfs.protocol.backup import ImageHead
 
 log = logging.getLogger(__name__)
 
+FAULTS.register("image_transfer.chunk_sent", "an image chunk was read to be sent (sender)")
+FAULTS.register("image_transfer.chunk_written",
+                "an image chunk was written to fsimage.ckpt_<txid> (receiver)")
+FAULTS.register("image_transfer.before_install",
+                "a received image is complete and verified, not yet renamed to fsimage_<txid>")
+
 #: Size of each body chunk sent (the RPC layer's flow control bounds memory per stream).
 IMAGE_CHUNK_BYTES = 1024 * 1024
 
@@ -49,6 +55,7 @@ async def image_chunks(path: Path, chunk_bytes: int = IMAGE_CHUNK_BYTES) -> Asyn
     f = await asyncio.to_thread(open, path, "rb", buffering=0)
     try:
         while chunk := await asyncio.to_thread(f.read, chunk_bytes):
+            fault_point("image_transfer.chunk_sent")
             yield chunk
     finally:
         f.close()

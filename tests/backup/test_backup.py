@@ -1,0 +1,275 @@
+"""The BackupNode against a real in-process NameNode (MiniCluster): following under load,
+the replicator's sources, checkpoints, re-bootstrap after purged edits, and takeover."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import replace
+
+import pytest
+
+from xdfs.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    EditsPurged,
+    InvalidArgument,
+    TakeoverRefused,
+    Unavailable,
+)
+from xdfs.namenode.storage import parse_image_name
+from xdfs.protocol.backup import BACKUP_STATUS, FETCH_EDITS, TRANSITION_TO_ACTIVE, FetchEditsRequest
+from xdfs.rpc.messages import Empty
+from xdfs.testing.minicluster import MiniCluster
+
+from .conftest import ROOT, backup_config, canonical_dump, caught_up, connect, eventually
+
+
+async def _worker(client, root: str, seed: int, stop: asyncio.Event, acked: list[str]) -> None:
+    """Mixed mutations in a subtree of its own, one call at a time, until ``stop``."""
+    rng = random.Random(seed)
+    await client.mkdirs(root)
+    step = 0
+    while not stop.is_set():
+        step += 1
+        name = f"{root}/s{seed}n{step}"
+        kind = rng.choice(["mkdir", "file", "file", "rename", "delete", "chmod", "times"])
+        entries = [e.path for e in await client.list_dir(root)]
+        if kind == "mkdir" or not entries:
+            await client.mkdirs(f"{name}/sub")
+        elif kind == "file":
+            await client.create(name)
+            await client.complete(name, [])
+        elif kind == "rename":
+            await client.rename(rng.choice(entries), f"{name}-moved")
+        elif kind == "delete":
+            await client.delete(rng.choice(entries), recursive=True, skip_trash=True)
+        elif kind == "chmod":
+            await client.set_permission(rng.choice(entries), rng.choice([0o700, 0o755, 0o750]))
+        else:
+            await client.set_times(rng.choice(entries), mtime_ms=step * 1000, atime_ms=step)
+        acked.append(f"{kind} {name}")
+
+
+async def test_backup_equals_namenode_at_every_quiescent_point(minicluster: MiniCluster) -> None:
+    config = backup_config()
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    clients = [connect(nn.address) for _ in range(3)]
+    acked: list[str] = []
+    try:
+        for phase in range(3):
+            stop = asyncio.Event()
+            workers = [
+                asyncio.ensure_future(_worker(c, f"/w{i}", phase * 10 + i, stop, acked))
+                for i, c in enumerate(clients)
+            ]
+            await asyncio.sleep(0.8)
+            if phase == 1:
+                await clients[0].save_namespace()  # a roll and a purge under load
+            stop.set()
+            await asyncio.gather(*workers)
+            await caught_up(nn, backup)
+            assert nn.fs is not None and backup.namespace is not None
+            assert canonical_dump(backup.namespace) == canonical_dump(nn.fs.ns), f"phase {phase}"
+        assert len(acked) > 100
+        status = await clients[0].status()
+        [info] = status.backups
+        assert info.address == backup.address
+        assert info.synced_txid == status.synced_txid and info.lag_txns == 0
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def test_replicator_serves_segment_then_buffer_then_cache(
+    minicluster: MiniCluster,
+) -> None:
+    config = backup_config()
+    nn = await minicluster.start_namenode(config=config)
+    async with connect(nn.address) as client:
+        for i in range(50):
+            await client.mkdirs(f"/a/{i}")
+        await client.roll_edits()  # txids 1..51 now in a finalized segment
+        for i in range(20):
+            await client.mkdirs(f"/b/{i}")
+        assert nn.edits is not None and nn.replicator is not None
+        synced = nn.edits.synced_txid
+
+        async def fetch(after: int, count: int) -> tuple[int, int, str]:
+            answer = await client.rpc.call(FETCH_EDITS, FetchEditsRequest(after, count))
+            return answer.first_txid, answer.count, answer.source
+
+        assert await fetch(0, 10) == (1, 10, "segment")  # from disk, then cached
+        assert await fetch(10, 10) == (11, 10, "cache")
+        first, count, source = await fetch(51, 1000)  # past the finalized segment
+        assert (first, count, source) == (52, synced - 51, "buffer")
+        assert await fetch(52, 5) == (53, 5, "cache")
+        assert await fetch(synced, 10) == (synced + 1, 0, "buffer")  # caught up
+        assert nn.replicator.served["segment"] == 10
+
+
+async def test_fetch_with_a_txid_from_the_future_or_bad_limits_is_refused(
+    minicluster: MiniCluster,
+) -> None:
+    nn = await minicluster.start_namenode(config=backup_config())
+    async with connect(nn.address) as client:
+        await client.mkdirs("/x")
+        assert nn.edits is not None
+        synced = nn.edits.synced_txid
+        for request in (FetchEditsRequest(synced + 1, 10), FetchEditsRequest(10**12, 10),
+                        FetchEditsRequest(-5, 10), FetchEditsRequest(0, 0),
+                        FetchEditsRequest(0, 10, wait_s=-1.0)):
+            with pytest.raises(InvalidArgument):
+                await client.rpc.call(FETCH_EDITS, request)
+        assert nn.edits.synced_txid == synced  # nothing changed
+        answer = await client.rpc.call(FETCH_EDITS, FetchEditsRequest(0, 10))
+        assert answer.count == synced
+
+
+async def test_fetch_edits_needs_the_superuser(minicluster: MiniCluster) -> None:
+    nn = await minicluster.start_namenode(config=backup_config())
+    async with connect(nn.address) as root:
+        await root.add_user("eve", "eve-pw")
+    async with connect(nn.address, user="eve", password="eve-pw") as eve:
+        with pytest.raises(AccessDenied):
+            await eve.rpc.call(FETCH_EDITS, FetchEditsRequest(0, 10))
+
+
+async def test_caught_up_fetch_is_a_long_poll_answered_by_the_next_sync(
+    minicluster: MiniCluster,
+) -> None:
+    nn = await minicluster.start_namenode(config=backup_config())
+    async with connect(nn.address) as client, connect(nn.address) as writer:
+        assert nn.edits is not None
+        synced = nn.edits.synced_txid
+        poll = asyncio.ensure_future(
+            client.rpc.call(FETCH_EDITS, FetchEditsRequest(synced, 100, wait_s=20.0))
+        )
+        await asyncio.sleep(0.2)
+        assert not poll.done()  # waiting, not spinning and not answering empty
+        await writer.mkdirs("/wake")
+        answer = await asyncio.wait_for(poll, 10)
+        assert answer.first_txid == synced + 1 and answer.count >= 1
+
+
+async def test_checkpoint_is_uploaded_installed_and_old_images_purged(
+    minicluster: MiniCluster,
+) -> None:
+    config = backup_config(checkpoint_txns=40)
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    async with connect(nn.address) as client:
+        for round_ in range(3):
+            for i in range(50):
+                await client.mkdirs(f"/r{round_}/{i}")
+            await caught_up(nn, backup)
+            await eventually(lambda: nn.image_txid >= backup.synced_txid,
+                             what="the backup's checkpoint installed on the NameNode")
+    assert backup.checkpoints_uploaded >= 3
+    for directory in (nn.dirs[0].current, backup.dir.current):
+        names = sorted(p.name for p in directory.iterdir())
+        kinds = [parse_image_name(n) for n in names]
+        images = [k[1] for k in kinds if k and k[0] == "image"]
+        assert len(images) <= 2, names
+        assert not [n for n in names if n.startswith("fsimage.ckpt") or n.endswith(".tmp")]
+    assert nn.image_txid in nn.dirs[0].images()
+    # The NameNode restarts from the uploaded image.
+    await minicluster.stop_backupnode(backup)
+    await minicluster.stop_namenode(nn)
+    again = await minicluster.start_namenode(config=config, format_dirs=False)
+    async with connect(again.address) as client:
+        assert len(await client.list_dir("/r2")) == 50
+
+
+async def test_backup_restarts_from_its_own_state(minicluster: MiniCluster) -> None:
+    config = backup_config()
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    async with connect(nn.address) as client:
+        for i in range(30):
+            await client.mkdirs(f"/before/{i}")
+        await caught_up(nn, backup)
+        await minicluster.stop_backupnode(backup)
+        for i in range(30):
+            await client.mkdirs(f"/while-down/{i}")
+        again = await minicluster.start_backupnode(config=config)
+        assert again.bootstraps == 0  # its own image and edits, then the missing edits
+        await caught_up(nn, again)
+        assert nn.fs is not None and again.namespace is not None
+        assert canonical_dump(again.namespace) == canonical_dump(nn.fs.ns)
+
+
+async def test_backup_behind_purged_edits_bootstraps_from_the_image(
+    minicluster: MiniCluster,
+) -> None:
+    base = backup_config()
+    # One image kept, and no recent edits kept in memory: purged edits are gone for good.
+    config = replace(base, namenode=replace(base.namenode, images_retained=1,
+                                            edits_cache_bytes=0))
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    async with connect(nn.address) as client:
+        await client.mkdirs("/first")
+        await caught_up(nn, backup)
+        await minicluster.stop_backupnode(backup)
+        for round_ in range(2):
+            for i in range(20):
+                await client.mkdirs(f"/gone/{round_}/{i}")
+            await client.save_namespace()  # keeps one image: older edits are purged
+        await client.mkdirs("/after-purge")
+        assert nn.replicator is not None and nn.replicator.oldest_txid() > backup.synced_txid + 1
+        with pytest.raises(EditsPurged):
+            await client.rpc.call(FETCH_EDITS, FetchEditsRequest(backup.synced_txid, 10))
+        again = await minicluster.start_backupnode(config=config)
+        await caught_up(nn, again)
+        assert again.bootstraps == 1
+        assert nn.fs is not None and again.namespace is not None
+        assert canonical_dump(again.namespace) == canonical_dump(nn.fs.ns)
+        assert again.dir.images() == [max(nn.dirs[0].images())]  # stale local state gone
+
+
+async def test_takeover_refused_while_the_namenode_answers(minicluster: MiniCluster) -> None:
+    config = backup_config()
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    async with connect(backup.address) as admin:
+        with pytest.raises(TakeoverRefused):
+            await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+        status = await admin.rpc.call(BACKUP_STATUS, Empty())
+        assert status.state == "following" and status.namenode == [nn.address]
+        with pytest.raises(Unavailable, match="this is a BackupNode"):  # NotActive: no failover
+            await admin.rpc.call(FETCH_EDITS, FetchEditsRequest(0, 1))
+    async with connect(backup.address, password="wrong") as intruder:
+        with pytest.raises(AuthenticationFailed):
+            await intruder.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+    assert backup.state == "following"
+
+
+async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresses(
+    minicluster: MiniCluster,
+) -> None:
+    config = backup_config()
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    both = connect(nn.address, backup.address, config=config)
+    try:
+        login = await both.login(ROOT, "rootpw")
+        for i in range(40):
+            await both.mkdirs(f"/kept/{i}")
+        await caught_up(nn, backup)
+        pulled = backup.synced_txid
+        await minicluster.stop_namenode(nn)
+        with pytest.raises(Unavailable):  # the backup answers NotActive until promoted
+            await both.mkdirs("/refused")
+        async with connect(backup.address, config=config) as admin:
+            answer = await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+        assert answer.address == backup.address and answer.last_txid == pulled
+        assert backup.state == "active"
+        assert len(await both.list_dir("/kept")) == 40  # failed over to the second address
+        await both.mkdirs("/after-takeover")
+        async with connect(backup.address, config=config, user="", password="",
+                           token=login.token) as by_token:  # a token of the old NameNode
+            assert (await by_token.stat("/after-takeover")).is_dir
+    finally:
+        await both.close()
