@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -15,8 +15,6 @@ from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.server import NameNode
-
-T = TypeVar("T")
 
 ROOT = "root"
 ROOT_PW = "rootpw"
@@ -50,9 +48,8 @@ def canonical_dump(namespace: Namespace) -> list[Any]:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T | None] | T | None], timeout_s: float = 30.0,
-    what: str = "condition",
-) -> T:
+    check: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition"
+) -> Any:
     """Poll ``check`` until truthy; the timeout only bounds a hang (timings never asserted)."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
@@ -61,12 +58,13 @@ async def eventually(
         if asyncio.iscoroutine(last):
             last = await last
         if last:
-            return last  # type: ignore[no-any-return]
+            return last
         await asyncio.sleep(0.05)
     raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last!r})")
 
 
 async def caught_up(nn: NameNode, backup: BackupNode) -> None:
     assert nn.edits is not None
-    await eventually(lambda: backup.synced_txid == nn.edits.synced_txid,  # type: ignore[union-attr]
+    edits = nn.edits
+    await eventually(lambda: backup.synced_txid == edits.synced_txid,
                      what=f"backup caught up with the NameNode at {nn.address}")

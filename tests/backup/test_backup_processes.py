@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,6 +130,13 @@ async def test_backup_killed_mid_checkpoint_leaves_no_half_image_and_uploads_aft
         _no_partial_images(tmp_path / "backup" / "current")
 
 
+async def run_xdfs(*args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "xdfs", *args], env={**os.environ, **ENV},
+        capture_output=True, text=True, timeout=60,
+    )
+
+
 def _start_namenode(group: ProcessGroup, base: Path) -> ServerProcess:
     name_dir = base / "nn"
     subprocess.run(
@@ -177,6 +187,8 @@ async def test_namenode_killed_under_load_backup_promoted_keeps_every_pulled_edi
         status = await clients[0].status()
         await eventually(lambda: _caught_up(address_of(backup), status.synced_txid),
                          what="the backup catching up")
+        report = await run_xdfs("admin", "-fs", f"xdfs://{address_of(nn)}", "-report")
+        assert f"Backup node:                {address_of(backup)}" in report.stdout
         # Phase 2: load again and SIGKILL the NameNode in the middle of it.
         stop = asyncio.Event()
         workers = [asyncio.ensure_future(_mkdir_load(c, i + 10, acked, stop))
@@ -185,11 +197,8 @@ async def test_namenode_killed_under_load_backup_promoted_keeps_every_pulled_edi
         nn.kill()
         await asyncio.gather(*workers)
         pulled = (await backup_status(address_of(backup))).synced_txid
-        promote = subprocess.run(
-            [sys.executable, "-m", "xdfs", "admin", "-fs", f"xdfs://{address_of(backup)}",
-             "-transitionToActive", "--backup", address_of(backup)],
-            env={**os.environ, **ENV}, capture_output=True, text=True, timeout=60,
-        )
+        promote = await run_xdfs("admin", "-fs", f"xdfs://{address_of(backup)}",
+                                 "-transitionToActive", "--backup", address_of(backup))
         assert promote.returncode == 0, promote.stderr
         assert "is now the active NameNode" in promote.stdout
         on_disk = _mkdirs_on_disk(tmp_path / "nn", 10**12)  # the dead NameNode's own log
@@ -207,9 +216,46 @@ async def test_namenode_killed_under_load_backup_promoted_keeps_every_pulled_edi
         await survivor.mkdirs("/after-takeover")  # clients with both addresses go on
         for c in clients:
             await c.close()
-        report = subprocess.run(
-            [sys.executable, "-m", "xdfs", "admin", "-fs", f"xdfs://{address_of(backup)}",
-             "-report"], env={**os.environ, **ENV}, capture_output=True, text=True, timeout=60,
-        )
+        report = await run_xdfs("admin", "-fs", f"xdfs://{address_of(backup)}", "-report")
         assert report.returncode == 0, report.stderr
         assert backup.terminate() == 0
+
+
+def test_dev_cluster_with_backup_survives_namenode_kill(tmp_path: Path) -> None:
+    base = tmp_path / "dev"
+    with ProcessGroup(tmp_path / "procs") as group:
+        dev = group.start_xdfs(
+            "dev", "dev", "--base-dir", str(base), "--port", "0", "--datanodes", "1",
+            "--backup", ready_pattern=r"xdfs dev cluster ready: (\S+)", deadline_s=120, env=ENV,
+        )
+        listing = json.loads((base / "cluster.json").read_text())
+        by_role = {p["role"]: p for p in listing["processes"]}
+        assert sorted(by_role) == ["backupnode", "datanode", "namenode"]
+        assert listing["fs"].count(",") == 1  # NameNode first, backup second
+        env = {**os.environ, "XDFS_CONF": str(base / "client.toml")}
+
+        def xdfs(*args: str) -> subprocess.CompletedProcess[bytes]:
+            return subprocess.run([sys.executable, "-m", "xdfs", *args], env=env,
+                                  capture_output=True, timeout=120)
+
+        local = tmp_path / "hello.txt"
+        local.write_bytes(b"kept across the takeover\n" * 100)
+        assert xdfs("dfs", "-put", str(local), "/hello.txt").returncode == 0
+        backup_address = by_role["backupnode"]["address"]
+        deadline = time.monotonic() + 30
+        while b"Backup node:" not in xdfs("admin", "-report").stdout:
+            assert time.monotonic() < deadline, "admin -report never listed the backup"
+            time.sleep(0.2)
+        status = xdfs("admin", "-backupStatus", "--backup", backup_address)
+        assert status.returncode == 0 and b"following" in status.stdout
+        os.kill(by_role["namenode"]["pid"], signal.SIGKILL)
+        promote = xdfs("admin", "-transitionToActive", "--backup", backup_address)
+        assert promote.returncode == 0, promote.stderr
+        deadline = time.monotonic() + 90  # the DataNode re-registers and reports its blocks
+        while (cat := xdfs("dfs", "-cat", "/hello.txt")).stdout != local.read_bytes():
+            assert time.monotonic() < deadline, cat.stderr
+            time.sleep(0.5)
+        assert dev.alive()  # the cluster goes on with its promoted backup
+        assert dev.proc is not None
+        dev.proc.send_signal(signal.SIGTERM)
+        assert dev.proc.wait(60) == 0
