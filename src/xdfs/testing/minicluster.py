@@ -123,16 +123,23 @@ class MiniCluster:
         """A real DataNode on ``base_dir/name`` (the same dir again when a node of that name
         is started after being stopped), registering with ``namenode`` (``host:port[,...]``;
         default: the first NameNode started) as ``user``."""
-        if namenode is None:
-            assert self.namenodes, "start a NameNode first or pass its address"
-            namenode = self.namenodes[0].address
-        config = config or self.config
-        config = replace(config, client=replace(config.client, user=user, password=password,
-                                                token=""))
+        namenode, config = self._follower_setup(namenode, config, user, password)
         node = DataNode(config, self.base_dir / name, namenode.split(","))
         await node.start("127.0.0.1", 0)
         self.datanodes.append(node)
         return node
+
+    def _follower_setup(
+        self, namenode: str | None, config: XdfsConfig | None, user: str, password: str
+    ) -> tuple[str, XdfsConfig]:
+        """The NameNode address a DataNode or backup follows (default: the first NameNode
+        started) and its configuration, logged in as ``user``."""
+        if namenode is None:
+            assert self.namenodes, "start a NameNode first or pass its address"
+            namenode = self.namenodes[0].address
+        config = config or self.config
+        client = replace(config.client, user=user, password=password, token="")
+        return namenode, replace(config, client=client)
 
     async def stop_datanode(self, node: DataNode) -> None:
         await node.stop()
@@ -149,12 +156,7 @@ class MiniCluster:
     ) -> BackupNode:
         """A real BackupNode on ``base_dir/name`` following ``namenode`` (default: the first
         NameNode started), logged in as ``user``; the same dir again after a stop."""
-        if namenode is None:
-            assert self.namenodes, "start a NameNode first or pass its address"
-            namenode = self.namenodes[0].address
-        config = config or self.config
-        config = replace(config, client=replace(config.client, user=user, password=password,
-                                                token=""))
+        namenode, config = self._follower_setup(namenode, config, user, password)
         node = BackupNode(config, self.base_dir / name, namenode.split(","))
         await node.start("127.0.0.1", 0)
         self.backupnodes.append(node)

@@ -483,6 +483,12 @@ class EditLog:
         for batch in list(self._cache):
             if batch.last_txid < from_txid:
                 continue
+            whole = from_txid <= batch.first_txid
+            if whole and count + batch.count <= max_count and size + len(batch.data) <= max_bytes:
+                parts.append(bytes(batch.data))  # the common case: no record walk needed
+                count += batch.count
+                size += len(batch.data)
+                continue
             bounds = record_bounds(batch.data)
             first = max(from_txid - batch.first_txid, 0)
             limit = min(len(bounds) - 1, first + max_count - count)
