@@ -246,6 +246,11 @@ def test_dev_cluster_with_backup_survives_namenode_kill(tmp_path: Path) -> None:
         while b"Backup node:" not in xdfs("admin", "-report").stdout:
             assert time.monotonic() < deadline, "admin -report never listed the backup"
             time.sleep(0.2)
+        fetched = xdfs("admin", "-fetchImage", str(tmp_path / "image"))
+        assert fetched.returncode == 0 and b"Fetched fsimage" in fetched.stdout, fetched.stderr
+        assert list((tmp_path / "image").glob("fsimage_*.md5"))
+        dumped = xdfs("admin", "-dumpBlockMap", str(tmp_path / "blockmap"))
+        assert dumped.returncode == 0 and b"Dumped block map: 1 blocks" in dumped.stdout
         status = xdfs("admin", "-backupStatus", "--backup", backup_address)
         assert status.returncode == 0 and b"following" in status.stdout
         os.kill(by_role["namenode"]["pid"], signal.SIGKILL)

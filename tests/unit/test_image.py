@@ -43,7 +43,7 @@ from xdfs.namenode.ops import (
 )
 from xdfs.namenode.recovery import save_checkpoint
 from xdfs.namenode.storage import StorageDirectory, md5_name
-from xdfs.namenode.tools import dump_image, image_summary
+from xdfs.namenode.tools import dump_image, image_summary, iter_inode_paths
 from xdfs.protocol.blocks import BlockRecord
 
 
@@ -357,11 +357,12 @@ def test_dump_image_keeps_only_directories_in_memory(sd: StorageDirectory) -> No
     ns = populated(3, 200)
     [path] = save_checkpoint([sd], ns, 3)
     seen_maps: list[int] = []
-    gen = cast(Generator[dict[str, object], None, None], dump_image(path))
-    for row in gen:
+    gen = cast(Generator[tuple[str, str, object], None, None], iter_inode_paths(path))
+    for full, _parent, _record in gen:
         seen_maps.append(len(inspect.getgeneratorlocals(gen)["dir_paths"]))
-        assert isinstance(row["path"], str)
+        assert isinstance(full, str)
     assert max(seen_maps) == 5  # root, d0..d2, d0/sub
+    assert len(list(dump_image(path))) == ns.inode_count()  # dump_image streams through it
 
 
 def test_permission_string_sticky() -> None:

@@ -3,10 +3,12 @@
 Seed 003 plans the NameNode from "10k small files take 1 MB" (about 100 B per file), a
 growth of 50k files a day kept online for 6 months, times 3 for business growth, at most
 1 GB per NameNode; and the DataNodes from the average file size times the replication over
-the same horizon against the disk of one node (500 GB). Here every input is measured: the
-bytes per inode of this NameNode's own in-memory namespace, files and bytes per day from the
-edits (or the image), the average replication and the DataNodes' capacity from the block
-map; the planning constants (horizon, growth factor, heap and disk per node) are options.
+the same horizon against the disk of one node (500 GB); like the seed, the growth factor
+applies to the NameNode's memory, the DataNodes are sized on the measured rate. Here every
+input is measured: the bytes per inode of this NameNode's own in-memory namespace, files
+and bytes per day from the edits (or the image), the average replication and the
+DataNodes' capacity from the block map; the planning constants (horizon, growth factor,
+heap and disk per node) are options.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ class Forecast:
     projected_namenode_memory_with_growth_bytes: int
     namenodes_needed: int
     projected_raw_bytes: int
-    projected_raw_bytes_with_growth: int
     datanode_disk_bytes: int
     datanodes_needed: int
     months_until_full: float | None  # None: no capacity known, or no growth
@@ -69,7 +70,6 @@ def forecast(now: CurrentState, plan: PlanningOptions) -> Forecast:
     memory = inodes * now.bytes_per_inode
     memory_grown = memory * plan.growth_factor
     raw = now.raw_used_bytes + max(0.0, raw_per_day) * days
-    raw_grown = raw * plan.growth_factor
     disk = (now.raw_capacity_bytes // now.datanodes if now.datanodes and now.raw_capacity_bytes
             else plan.datanode_disk_bytes)
     free = now.raw_capacity_bytes - now.raw_used_bytes
@@ -86,9 +86,8 @@ def forecast(now: CurrentState, plan: PlanningOptions) -> Forecast:
         projected_namenode_memory_with_growth_bytes=round(memory_grown),
         namenodes_needed=max(1, math.ceil(memory_grown / plan.namenode_heap_bytes)),
         projected_raw_bytes=round(raw),
-        projected_raw_bytes_with_growth=round(raw_grown),
         datanode_disk_bytes=disk,
-        datanodes_needed=max(1, math.ceil(raw_grown / disk)) if disk else 0,
+        datanodes_needed=max(1, math.ceil(raw / disk)) if disk else 0,
         months_until_full=months_until_full,
     )
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from xdfs.analytics.charts import human_bytes
 
@@ -32,7 +32,7 @@ p.note { color: #555; font-size: 13px; }
 class Table:
     name: str
     columns: list[str]
-    rows: list[Sequence[object]]
+    rows: list[tuple[Any, ...]]
     total_rows: int
     byte_columns: frozenset[str] = frozenset()
 
@@ -51,10 +51,7 @@ def _cell(value: object, is_bytes: bool) -> str:
         return "<td></td>"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f'<td class="text">{html.escape(str(value))}</td>'
-    if isinstance(value, float):
-        text = f"{value:,.3f}"
-    else:
-        text = f"{value:,}"
+    text = f"{value:,.3f}" if isinstance(value, float) else f"{value:,}"
     if is_bytes:
         text += f" ({human_bytes(value)})"
     return f"<td>{html.escape(text)}</td>"

@@ -18,11 +18,14 @@ import datetime as dt
 import json
 import logging
 import math
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -97,6 +100,9 @@ def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
 
 
 def spark_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
+    # Python workers run this interpreter (the one that has xdfs installed) unless the
+    # environment says otherwise; a cluster sets PYSPARK_PYTHON for its executors.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("xdfs-analyze")
     if master:
         builder = builder.master(master)
@@ -113,11 +119,19 @@ class _Collected:
         self.tables: dict[str, Table] = {}
 
     def add(self, name: str, df: DataFrame) -> Table:
-        df = df.cache()
-        df.coalesce(1).write.mode("overwrite").parquet(str(self.dir / name))
-        total = df.count()
-        rows = [tuple(row) for row in df.limit(max(ROWS_SHOWN, 1)).collect()]
-        df.unpersist()
+        """One Spark job per table (the write); the first rows and the count are then read
+        back from the single Parquet file it wrote (coalesce(1) keeps a sort's order)."""
+        target = self.dir / name
+        df.coalesce(1).write.mode("overwrite").parquet(str(target))
+        parts = sorted(target.glob("part-*.parquet"))
+        total = 0
+        rows: list[tuple[Any, ...]] = []
+        for part in parts:
+            data = pq.ParquetFile(part)
+            total += data.metadata.num_rows
+            for batch in data.iter_batches(batch_size=ROWS_SHOWN):
+                if len(rows) < ROWS_SHOWN:
+                    rows += list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
         table = Table(name, list(df.columns), rows, total, frozenset(
             c for c in df.columns if any(w in c for w in _BYTE_WORDS) and "pct" not in c))
         self.tables[name] = table
@@ -173,9 +187,9 @@ def run(cfg: JobConfig, spark: SparkSession | None = None) -> dict[str, Any]:
     sections.append(growth_section)
     summary = _summary_json(cfg, got, as_of_ms, capacity, inputs)
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
-    facts = [
+    facts: list[tuple[str, str]] = [
         ("image", cfg.image), ("edits", cfg.edits or "(none)"),
-        ("block map", cfg.blocks or "(none)"), ("Spark master", spark.sparkContext.master),
+        ("block map", cfg.blocks or "(none)"), ("Spark master", str(spark.sparkContext.master)),
         ("ages as of", _iso(as_of_ms)),
         ("small-file threshold", f"{cfg.small_file_bytes:,} bytes"),
     ]
@@ -262,7 +276,7 @@ def _cold_section(
         figures.append(charts.bar_chart(
             f"cold_data_{basis}", f"Bytes by age of last {basis}",
             [str(r[cold.columns.index("bucket")]) for r in rows],
-            [r[cold.columns.index("bytes")] for r in rows], unit="bytes"))
+            [float(r[cold.columns.index("bytes")]) for r in rows], unit="bytes"))
     return Section(
         "cold-data", "4. Cold data",
         notes=[f"Ages as of {_iso(opts.as_of_ms)}, by last access and by last modification."],
@@ -288,7 +302,8 @@ def _replication_section(
     nodes = got.add("datanode_usage", tables["datanode_usage"])
     statuses = ["healthy", "missing", "under_replicated", "over_replicated",
                 "corrupt_replicas", "orphan_replicas"]
-    first = dict(zip(summary.columns, summary.rows[0], strict=True)) if summary.rows else {}
+    first: dict[str, Any] = (
+        dict(zip(summary.columns, summary.rows[0], strict=True)) if summary.rows else {})
     section.notes.append(
         "Expected replication is the image's; replicas are the live block map's. Orphan "
         "replicas belong to blocks the image does not hold (newer files, or blocks the "
@@ -301,7 +316,7 @@ def _replication_section(
                          [str(a) for a in _column(nodes, "address")],
                          _column(nodes, "replica_bytes"), unit="bytes"),
     ]
-    live = [dict(zip(nodes.columns, row, strict=True)) for row in nodes.rows]
+    live: list[dict[str, Any]] = [dict(zip(nodes.columns, row, strict=True)) for row in nodes.rows]
     stats = {
         "datanodes": sum(1 for n in live if n["state"] == "live"),
         "capacity_bytes": sum(n["capacity_bytes"] or 0 for n in live if n["state"] == "live"),
@@ -326,8 +341,11 @@ def _growth_section(
     totals = daily_df.agg(*[F.sum(c).alias(c) for c in (
         "files_created", "dirs_created", "net_bytes")]).collect()[0]
     summary = got.tables["namespace_summary"]
-    ns = dict(zip(summary.columns, summary.rows[0], strict=True))
-    per_day = (lambda v: (v or 0) / span_days) if span_days else (lambda v: 0.0)
+    ns: dict[str, Any] = dict(zip(summary.columns, summary.rows[0], strict=True))
+
+    def per_day(value: int | None) -> float:
+        return (value or 0) / span_days if span_days else 0.0
+
     replicated = int(ns["replicated_bytes"] or 0)
     now = forecast.CurrentState(
         inodes=int(ns["files"] + ns["dirs"]), files=int(ns["files"]),
@@ -341,10 +359,13 @@ def _growth_section(
     )
     result = forecast.forecast(now, plan)
     months = forecast.monthly(now, plan)
-    got.add("capacity_forecast", spark.createDataFrame([
-        {**asdict(now), **result.as_dict(), "bytes_per_inode_method": method,
-         **{f"plan_{k}": v for k, v in asdict(plan).items()}}
-    ]))
+    metrics = {**asdict(now), **result.as_dict(), "bytes_per_inode_method": method,
+               **{f"plan_{k}": v for k, v in asdict(plan).items()}}
+    got.add("capacity_forecast", spark.createDataFrame(
+        [(k, float(v) if isinstance(v, int | float) else None,
+          None if isinstance(v, int | float) or v is None else str(v))
+         for k, v in metrics.items()],
+        "metric string, value double, text string"))
     monthly = got.add("capacity_monthly", spark.createDataFrame(
         months, "month long, inodes long, namenode_memory_bytes long, raw_bytes long, "
         "raw_capacity_bytes long"))
@@ -357,11 +378,12 @@ def _growth_section(
             f"Growth from the {basis} over {span_days} day(s): "
             f"{now.files_per_day:,.1f} files/day, {now.bytes_per_day:,.0f} bytes/day.",
             f"NameNode memory: {per_inode:,.1f} bytes per inode, measured by {method}.",
-            f"Over {plan.horizon_months} months x growth {plan.growth_factor}: "
+            f"In {plan.horizon_months} months (NameNode memory x growth "
+            f"{plan.growth_factor}): "
             f"{result.projected_namenode_memory_with_growth_bytes:,} bytes of NameNode "
             f"memory ({result.namenodes_needed} NameNode(s) of "
             f"{plan.namenode_heap_bytes:,} bytes), "
-            f"{result.projected_raw_bytes_with_growth:,} raw bytes "
+            f"{result.projected_raw_bytes:,} raw bytes "
             f"({result.datanodes_needed} DataNode(s) of {result.datanode_disk_bytes:,} "
             f"bytes); {until}.",
         ],

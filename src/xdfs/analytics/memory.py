@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from xdfs.namenode.image import ImageReader, _INODES_DECODER
+from xdfs.namenode.image import _INODES_DECODER, ImageReader
 from xdfs.namenode.namespace import Namespace
 
 MEASURE_INODES_MAX = 200_000

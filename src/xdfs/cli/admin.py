@@ -23,6 +23,8 @@ USAGE = """Usage: xdfs admin [-fs URI] COMMAND
   -addUser NAME [-groups G1,G2] password from $XDFS_NEW_PASSWORD or a prompt
   -delUser NAME
   -passwd NAME                  password from $XDFS_NEW_PASSWORD or a prompt
+  -fetchImage DIR               download the newest fsimage (and .md5) into DIR
+  -dumpBlockMap DIR             live block map as Parquet (replicas, datanodes) in DIR
   -transitionToActive --backup HOST:PORT
                                 promote a BackupNode (refused while its NameNode answers)
   -backupStatus --backup HOST:PORT
@@ -79,6 +81,14 @@ def run(client: Any, args: list[str]) -> int:
         client.set_password(rest[0], _new_password(rest[0]))
         click.echo(f"Changed the password of {rest[0]}")
         return 0
+    if name == "-fetchImage" and len(rest) == 1:
+        from xdfs.cli.admin_export import fetch_image
+
+        return fetch_image(client, rest[0])
+    if name == "-dumpBlockMap" and len(rest) == 1:
+        from xdfs.cli.admin_export import dump_block_map
+
+        return dump_block_map(client, rest[0])
     click.echo(USAGE, err=True)
     return 2
 

@@ -26,7 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "fsck": ("xdfs.cli.fsck", "fsck", "Check the health of files and blocks."),
     "oiv": ("xdfs.cli.offline", "oiv", "Offline image viewer: export an fsimage."),
     "oev": ("xdfs.cli.offline", "oev", "Offline edits viewer: dump an edits log."),
-    "analyze": ("xdfs.cli.placeholders", "analyze", "Metadata analytics on Spark."),
+    "analyze": ("xdfs.cli.analyze", "analyze", "Metadata analytics on Spark."),
     "dev": ("xdfs.cli.dev", "dev", "Run a local cluster of real processes for trying xdfs."),
     "conf": ("xdfs.cli.conf", "conf", "Print the effective configuration."),
     "ping": ("xdfs.cli.ping", "ping", "Check that an xdfs server answers, and how fast."),

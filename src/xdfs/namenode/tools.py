@@ -95,7 +95,9 @@ class EditRow(NamedTuple):
     path: str | None
     dst: str | None  # rename target
     user: str | None  # the owner an op names (mkdir, add_file, set_owner) or the user changed
-    timestamp_ms: int | None  # the time the op carries (mtime; set_times: the new mtime)
+    # when the op happened, for the ops that carry it (their mtime): not set_times, whose
+    # times are values chosen by a user
+    timestamp_ms: int | None
     size_delta_bytes: int | None  # change of the file's length, when it can be known
     blocks_delta: int | None
     replication: int | None
@@ -128,8 +130,6 @@ def _who_when(op: Op) -> tuple[str | None, int | None]:
         return op.owner, op.mtime_ms
     if isinstance(op, CloseFileOp | DeleteOp | RenameOp):
         return None, op.mtime_ms
-    if isinstance(op, SetTimesOp):
-        return None, op.mtime_ms if op.mtime_ms >= 0 else None
     if isinstance(op, SetOwnerOp):
         return op.owner or None, None
     if isinstance(op, AddUserOp | RemoveUserOp | SetPasswordOp):

@@ -1,0 +1,96 @@
+"""``xdfs analyze``: the metadata reports on Spark (pyspark is imported only when it runs)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+
+from xdfs.cli.main import CliState
+
+
+def _as_of_ms(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither ms since the epoch nor an ISO date",
+                                 param_hint="--as-of") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _fetch(state: CliState, fs: str, out: Path) -> tuple[str, str]:
+    """The newest image and the live block map of a running cluster, into OUT/fetched."""
+    from xdfs.cli.admin_export import dump_block_map
+    from xdfs.client.client import Client
+
+    fetched = out / "fetched"
+    with Client(fs, config=state.config) as client:
+        image: Path = client.fetch_image(str(fetched))
+        click.echo(f"Fetched fsimage {image.name} to {image}")
+        dump_block_map(client, str(fetched / "blockmap"))
+    return str(image), str(fetched / "blockmap")
+
+
+@click.command()
+@click.option("--image", metavar="PATH",
+              help="An fsimage_<txid> file or an `xdfs oiv --format parquet` directory.")
+@click.option("--edits", metavar="DIR",
+              help="Edits: a segment, a name dir's current/, or an `xdfs oev` Parquet dir.")
+@click.option("--blocks", metavar="DIR", help="An `xdfs admin -dumpBlockMap` directory.")
+@click.option("--fs", metavar="URI",
+              help="Fetch the newest image and the live block map from this cluster.")
+@click.option("--out", "out_dir", required=True, metavar="DIR", help="Output directory.")
+@click.option("--master", metavar="URL",
+              help="Spark master (default: Spark's configuration, else local[*]).")
+@click.option("--small-file-bytes", type=click.IntRange(min=1), default=2 * 1024 * 1024,
+              show_default=True, help="Files below this size are small.")
+@click.option("--top", "top_n", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Directories listed as the top to compact.")
+@click.option("--as-of", metavar="WHEN", help="'Now' for ages: ms since the epoch or ISO date.")
+@click.option("--bytes-per-inode", type=click.FloatRange(min=0.0),
+              help="NameNode memory per inode (default: measured on the image).")
+@click.option("--horizon-months", type=click.IntRange(min=1), default=6, show_default=True)
+@click.option("--growth-factor", type=click.FloatRange(min=0.0), default=3.0,
+              show_default=True, help="Business growth on top of the measured rate.")
+@click.option("--namenode-heap-bytes", type=click.IntRange(min=1), default=1 << 30,
+              show_default=True, help="Memory one NameNode may use for the namespace.")
+@click.option("--datanode-disk-bytes", type=click.IntRange(min=1), default=500 * 10**9,
+              show_default=True, help="Disk per DataNode when the block map does not say.")
+@click.pass_obj
+def analyze(
+    state: CliState, image: str | None, edits: str | None, blocks: str | None,
+    fs: str | None, out_dir: str, master: str | None, small_file_bytes: int, top_n: int,
+    as_of: str | None, bytes_per_inode: float | None, horizon_months: int,
+    growth_factor: float, namenode_heap_bytes: int, datanode_disk_bytes: int,
+) -> None:
+    """Metadata analytics on Spark: namespace summary, small files, usage, cold data,
+    replication health and a capacity forecast, as Parquet tables, one HTML report and a
+    JSON summary in --out."""
+    out = Path(out_dir)
+    if fs is not None:
+        if image is not None or blocks is not None:
+            raise click.UsageError("--fs fetches the image and block map: drop --image/--blocks")
+        image, blocks = _fetch(state, fs, out)
+    if image is None:
+        raise click.UsageError("give --image PATH or --fs URI")
+    from xdfs.analytics.forecast import PlanningOptions
+    from xdfs.analytics.job import JobConfig, run
+
+    config = JobConfig(
+        image=image, out=out_dir, edits=edits, blocks=blocks, master=master,
+        small_file_bytes=small_file_bytes, top_n=top_n, as_of_ms=_as_of_ms(as_of),
+        bytes_per_inode=bytes_per_inode,
+        planning=PlanningOptions(horizon_months, growth_factor, namenode_heap_bytes,
+                                 datanode_disk_bytes),
+    )
+    summary = run(config)
+    click.echo(f"report: {out / 'report.html'}")
+    click.echo(f"summary: {out / 'summary.json'}; tables: {out / 'tables'} "
+               f"({len(summary['tables'])}) in {summary['elapsed_s']:.1f} s")

@@ -1,0 +1,143 @@
+"""The xdfs Spark data source and Parquet through fsspec, against a real cluster (NameNode +
+three DataNodes, in-process, served from a background thread while Spark's Python workers
+connect to it)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.datapath.conftest import fast_config, payload, start_cluster
+from tests.integration.conftest import ROOT, ROOT_PW
+from xdfs.analytics.datasource import lines_in_range, register
+from xdfs.client.client import Client
+from xdfs.config import XdfsConfig
+from xdfs.testing.minicluster import MiniCluster
+
+pytestmark = pytest.mark.slow
+BLOCK = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def fs_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    stop = asyncio.Event()
+    ready: asyncio.Future[str] = asyncio.run_coroutine_threadsafe(_future(), loop).result()
+
+    async def serve() -> None:
+        async with MiniCluster(tmp_path_factory.mktemp("ds"), deadline_s=600) as mc:
+            cluster = await start_cluster(mc, fast_config())
+            await cluster.client.close()
+            ready.set_result(f"xdfs://{mc.namenodes[0].address}")
+            await stop.wait()
+
+    done = asyncio.run_coroutine_threadsafe(serve(), loop)
+    uri = asyncio.run_coroutine_threadsafe(_wait(ready), loop).result(timeout=120)
+    try:
+        yield uri
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        done.result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+
+
+async def _future() -> asyncio.Future[str]:
+    return asyncio.get_running_loop().create_future()
+
+
+async def _wait(future: asyncio.Future[str]) -> str:
+    return await future
+
+
+@pytest.fixture(scope="module")
+def client(fs_uri: str) -> Iterator[Client]:
+    with Client(fs_uri, user=ROOT, password=ROOT_PW, token="", config=XdfsConfig()) as c:
+        yield c
+
+
+def _options(fs_uri: str) -> dict[str, str]:
+    return {"fs": fs_uri, "user": ROOT, "password": ROOT_PW}
+
+
+def test_text_lines_split_by_block_range(spark: Any, client: Client, fs_uri: str) -> None:
+    register(spark)
+    lines = [f"line {i} " + "x" * (i % 97) for i in range(6000)]  # lines straddle blocks
+    data = ("\n".join(lines) + "\n").encode()
+    client.write_file("/ds/text/a.txt", data, block_size=BLOCK)
+    client.write_file("/ds/text/b.txt", b"no final newline\nlast", block_size=BLOCK)
+    df = spark.read.format("xdfs").options(**_options(fs_uri), format="text").load(
+        "/ds/text")
+    assert df.rdd.getNumPartitions() == -(-len(data) // BLOCK) + 1
+    assert sorted(r.value for r in df.collect()) == sorted(
+        [*lines, "no final newline", "last"])
+
+
+def test_binary_files_round_trip_and_writer(spark: Any, client: Client, fs_uri: str) -> None:
+    register(spark)
+    files = {f"/ds/bin/f{i}": payload(1000 * i + 7, seed=i) for i in range(5)}
+    for path, content in files.items():
+        client.write_file(path, content, block_size=BLOCK)
+    df = spark.read.format("xdfs").options(**_options(fs_uri)).load(f"{fs_uri}/ds/bin")
+    got = {r.path: bytes(r.content) for r in df.collect()}
+    assert got == files
+    assert {r.path: r.length for r in df.select("path", "length").collect()} == {
+        p: len(c) for p, c in files.items()}
+    # binary writer: the same contents under another directory
+    df.write.format("xdfs").options(**_options(fs_uri), format="binary").mode(
+        "overwrite").save("/ds/bin-copy")
+    for path, content in files.items():
+        assert client.read_file("/ds/bin-copy/" + path.rsplit("/", 1)[1]) == content
+    # text writer, then read back through the reader
+    words = spark.createDataFrame([(f"w{i}",) for i in range(500)], "value string")
+    words.repartition(3).write.format("xdfs").options(**_options(fs_uri), format="text").mode(
+        "overwrite").save("/ds/words")
+    names = [e.path.rsplit("/", 1)[1] for e in client.list_dir("/ds/words")]
+    assert "_SUCCESS" in names and sum(n.startswith("part-") for n in names) == 3
+    back = spark.read.format("xdfs").options(**_options(fs_uri), format="text").load(
+        "/ds/words")
+    assert sorted(r.value for r in back.collect()) == sorted(f"w{i}" for i in range(500))
+
+
+def test_parquet_through_fsspec_with_pandas_and_pyarrow(client: Client, fs_uri: str) -> None:
+    from xdfs.client.fsspec_impl import XdfsFileSystem
+
+    storage = {"user": ROOT, "password": ROOT_PW}
+    frame = pd.DataFrame({"n": range(20000), "s": [f"v{i % 13}" for i in range(20000)]})
+    frame.to_parquet(f"{fs_uri}/pq/pandas.parquet", storage_options=storage)
+    assert pd.read_parquet(f"{fs_uri}/pq/pandas.parquet",
+                           storage_options=storage).equals(frame)
+    fs = XdfsFileSystem(fs_uri, user=ROOT, password=ROOT_PW)
+    table = pa.table({"x": list(range(1000)), "y": [i * 0.5 for i in range(1000)]})
+    pq.write_table(table, "/pq/arrow.parquet", filesystem=fs, row_group_size=100)
+    assert pq.read_table("/pq/arrow.parquet", filesystem=fs).equals(table)
+    assert pq.ParquetFile(fs.open("/pq/arrow.parquet", "rb")).num_row_groups == 10
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 7, 64])
+def test_lines_in_range_owns_each_line_once(step: int) -> None:
+    data = b"a\nbb\n\nccc\ndddd\ne"
+    lines = [line for start in range(0, len(data), step)
+             for line in lines_in_range(io.BytesIO(data), start, min(start + step, len(data)))]
+    assert lines == [b"a", b"bb", b"", b"ccc", b"dddd", b"e"]
+
+
+def test_oiv_and_oev_parquet_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from xdfs.cli.main import cli
+
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["oiv", "-i", "x", "--format", "parquet"])
+    assert bad.exit_code == 2 and "needs -o DIR" in bad.output
