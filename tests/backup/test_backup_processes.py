@@ -100,10 +100,14 @@ def _files(directory: Path) -> list[str]:
 
 def _no_partial_images(directory: Path) -> None:
     names = _files(directory)
-    assert not [n for n in names if n.startswith("fsimage.ckpt") or n.endswith(".tmp")], names
+    assert not _partial_images(directory), names
     for name in names:
         if name.startswith("fsimage_") and not name.endswith(".md5"):
             assert f"{name}.md5" in names, names
+
+
+def _partial_images(directory: Path) -> list[str]:
+    return [n for n in _files(directory) if n.startswith("fsimage.ckpt") or n.endswith(".tmp")]
 
 
 @pytest.mark.parametrize("fault", ["image_transfer.chunk_sent", "backup.checkpoint_saved"])
@@ -119,6 +123,9 @@ async def test_backup_killed_mid_checkpoint_leaves_no_half_image_and_uploads_aft
                 start_backup, group, tmp_path, nn.address, "-D", "backupnode.checkpoint_txns=50",
                 faults=f"{fault}=kill")
             await eventually(lambda: not proc.alive(), what=f"the backup dying at {fault}")
+            # The NameNode deletes the partial upload once it sees the connection drop.
+            await eventually(lambda: not _partial_images(nn.dirs[0].current),
+                             what="the NameNode dropping the interrupted upload")
             assert nn.image_txid == 0
             _no_partial_images(nn.dirs[0].current)
             _no_partial_images(tmp_path / "backup" / "current")
