@@ -213,7 +213,7 @@ class BackupNodeConfig:
     )
     namenode: str = setting("", "The NameNode it follows, host:port (--namenode).")
     fetch_batch_max: int = setting(
-        4096, "Most edits one fetch_edits asks for (measured: see docs/benchmarks.md)."
+        16384, "Most edits one fetch_edits asks for (measured: see docs/benchmarks.md)."
     )
     fetch_wait_s: float = setting(
         1.0, "Long poll of a caught-up fetch: the NameNode answers at its next sync or then."
