@@ -48,8 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import platform
 import shutil
 import signal
 import statistics
@@ -58,9 +56,9 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
+from bench_env import load_average, machine, proc_cpu_s
 from xdfs.backupnode.replay import decode_batch
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
@@ -166,14 +164,6 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 # -- processes ---------------------------------------------------------------------------
 
-
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a process (Linux), in seconds."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def format_name_dir(name_dir: Path) -> None:
@@ -618,31 +608,6 @@ async def upload_part(s: Settings, table: Table, base: Path) -> None:
 # -- report ------------------------------------------------------------------------------
 
 
-def load_average() -> str:
-    try:
-        return " / ".join(f"{load:.2f}" for load in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def machine() -> str:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    versions = []
-    for dist in ("msgspec", "uvloop"):
-        try:
-            versions.append(f"{dist} {metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{dist} not installed")
-    return (
-        f"nproc {os.cpu_count()}{' (' + model + ')' if model else ''}; "
-        f"Python {platform.python_version()}; {platform.system()} {platform.release()}; "
-        f"{', '.join(versions)}"
-    )
 
 
 async def bench(s: Settings, table: Table, base: Path) -> None:
