@@ -50,7 +50,7 @@ from xdfs.namenode.editlog.segments import segment_index
 from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.recovery import load_namespace, purge, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory, fsync_dir
+from xdfs.namenode.storage import StorageDirectory, fsync_dir, md5_name
 from xdfs.protocol import namenode as nn_protocol
 from xdfs.protocol.backup import (
     BACKUP_SERVICE,
@@ -436,7 +436,7 @@ def _drop_local_state_before(directory: StorageDirectory, txid: int) -> None:
     for old in directory.images():
         if old < txid:
             directory.image_path(old).unlink(missing_ok=True)
-            (current / f"{directory.image_path(old).name}.md5").unlink(missing_ok=True)
+            (current / md5_name(old)).unlink(missing_ok=True)
     for seg in segment_index(current):
         if seg.start <= txid:
             seg.path.unlink(missing_ok=True)

@@ -38,30 +38,43 @@ from xdfs.protocol.namenode import BackupInfo
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass
 class CachedEdits:
-    """Consecutive framed records ``first_txid..last_txid`` and where each one starts."""
+    """Consecutive framed records ``first_txid..last_txid`` and where each one starts.
+
+    ``bounds`` may be left None with ``count`` given: the record walk is then done only if
+    the batch is ever sliced (most batches copied from the live buffer are answered whole
+    and never looked at again)."""
 
     first_txid: int
     data: bytes
-    bounds: list[int]  # record i spans data[bounds[i]:bounds[i+1]]
+    bounds: list[int] | None  # record i spans data[bounds[i]:bounds[i+1]]
     source: str
+    count: int = -1
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            assert self.bounds is not None, "CachedEdits needs bounds or a count"
+            self.count = len(self.bounds) - 1
 
     @property
     def last_txid(self) -> int:
-        return self.first_txid + len(self.bounds) - 2
+        return self.first_txid + self.count - 1
 
     def holds(self, txid: int) -> bool:
         return self.first_txid <= txid <= self.last_txid
 
     def slice(self, from_txid: int, max_count: int, max_bytes: int) -> tuple[int, bytes]:
         """At least one record from ``from_txid``, then up to the limits."""
+        if self.bounds is None:
+            self.bounds = record_bounds(self.data)
+        bounds = self.bounds
         first = from_txid - self.first_txid
-        limit = min(len(self.bounds) - 1, first + max_count)
+        limit = min(len(bounds) - 1, first + max_count)
         last = first + 1
-        while last < limit and self.bounds[last + 1] - self.bounds[first] <= max_bytes:
+        while last < limit and bounds[last + 1] - bounds[first] <= max_bytes:
             last += 1
-        return last - first, self.data[self.bounds[first] : self.bounds[last]]
+        return last - first, self.data[bounds[first] : bounds[last]]
 
 
 @dataclass
@@ -115,7 +128,7 @@ class EditsReplicator:
         live = self.edits.read_cached_frames(from_txid, max_count, limit)
         if live is not None:
             count, data = live
-            self.cached = CachedEdits(from_txid, data, record_bounds(data), "buffer")
+            self.cached = CachedEdits(from_txid, data, None, "buffer", count)
             return count, data, "buffer"
         start = self.edits.current_segment_start
         if from_txid >= start:  # in the open segment, no longer in memory

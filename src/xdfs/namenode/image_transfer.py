@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.errors import InvalidArgument, StorageError, XdfsError
@@ -104,9 +105,9 @@ async def _write_stream(
                 raise InvalidArgument(
                     f"image stream is longer than the {head.size_bytes} bytes announced"
                 )
-            md5.update(chunk)
             data = bytes(chunk)  # the stream may reuse its buffer once we yield
-            await asyncio.to_thread(write_all, fd, data, ckpt)
+            # hashing and writing run together in a thread: neither holds the event loop
+            await asyncio.to_thread(_hash_and_write, md5, fd, data, ckpt)
             fault_point("image_transfer.chunk_written")
         if size != head.size_bytes:
             raise InvalidArgument(
@@ -119,6 +120,11 @@ async def _write_stream(
         await asyncio.to_thread(datasync, fd)
     finally:
         os.close(fd)
+
+
+def _hash_and_write(md5: Any, fd: int, data: bytes, path: Path) -> None:
+    md5.update(data)
+    write_all(fd, data, path)
 
 
 def _check_header(ckpt: Path, txid: int, expect_ids: tuple[int, str] | None) -> None:

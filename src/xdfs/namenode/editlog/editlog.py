@@ -480,7 +480,7 @@ class EditLog:
             return None
         parts: list[bytes] = []
         count = size = 0
-        for batch in list(self._cache):
+        for batch in self._cache:  # no await below: the deque cannot change meanwhile
             if batch.last_txid < from_txid:
                 continue
             whole = from_txid <= batch.first_txid
