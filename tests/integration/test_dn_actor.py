@@ -221,6 +221,9 @@ async def test_unreachable_namenode_is_retried_until_it_serves(
     await stub.server.start("127.0.0.1", port)
     await eventually(lambda: node.registered)
     assert stub.registrations[0].node_id == node.storage.node_id
+    # registered is set inside the first successful exchange; the failure count is reset
+    # when that exchange (register, report, heartbeat) has finished
+    await eventually(lambda: node.actor is not None and node.actor.failed_attempts == 0)
     assert node.actor.failed_attempts == 0
 
 
