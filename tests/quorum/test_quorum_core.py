@@ -19,24 +19,30 @@ def test_majority(count: int, needed: int) -> None:
     assert majority(count) == needed
 
 
+def verdict(call: QuorumCall[object]) -> tuple[bool, bool, bool]:
+    """(succeeded, hopeless, settled)"""
+    return call.succeeded, call.hopeless, call.settled
+
+
 def test_call_succeeds_at_the_quorum_and_keeps_late_answers() -> None:
-    call: QuorumCall[int] = QuorumCall.of(["a", "b", "c"], 2)
+    call: QuorumCall[object] = QuorumCall.of(["a", "b", "c"], 2)
     call.succeed("a", 1)
-    assert not call.succeeded and not call.settled
+    assert verdict(call) == (False, False, False)
     call.fail("b", OSError("disk"))
-    assert not call.hopeless and call.pending == ("c",)
+    assert verdict(call) == (False, False, False)
+    assert call.pending == ("c",)
     call.succeed("c", 3)
-    assert call.succeeded and call.settled and not call.hopeless
+    assert verdict(call) == (True, False, True)
     assert call.successes == {"a": 1, "c": 3}
     assert "b: disk" in call.describe_failures()
 
 
 def test_call_is_hopeless_once_too_many_failed() -> None:
-    call: QuorumCall[None] = QuorumCall.of(["a", "b", "c"], 2)
+    call: QuorumCall[object] = QuorumCall.of(["a", "b", "c"], 2)
     call.fail("a", OSError("x"))
-    assert not call.hopeless
+    assert verdict(call) == (False, False, False)
     call.fail("c", OSError("y"))
-    assert call.hopeless and call.settled and not call.succeeded
+    assert verdict(call) == (False, True, True)
 
 
 def test_call_refuses_double_answers_and_strangers() -> None:
