@@ -251,6 +251,8 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
 ) -> None:
     config = backup_config()
     nn = await minicluster.start_namenode(config=config)
+    # kill(DIR) finds the stopped NameNode's lock free: fenced without killing anyone
+    config = backup_config(fencing_methods=(f"kill({nn.dirs[0].root})",))
     backup = await minicluster.start_backupnode(config=config)
     both = connect(nn.address, backup.address, config=config)
     try:
@@ -264,8 +266,11 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
             await both.mkdirs("/refused")
         async with connect(backup.address, config=config) as admin:
             answer = await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
-        assert answer.address == backup.address and answer.last_txid == pulled
+        # the promotion's first op raises the epoch (a fresh namespace is at epoch 1)
+        assert answer.address == backup.address and answer.last_txid == pulled + 1
+        assert (answer.epoch, answer.fenced_by) == (2, f"kill({nn.dirs[0].root})")
         assert backup.state == "active"
+        assert backup.namespace is not None and backup.namespace.epoch == 2
         assert len(await both.list_dir("/kept")) == 40  # failed over to the second address
         await both.mkdirs("/after-takeover")
         async with connect(backup.address, config=config, user="", password="",
@@ -273,3 +278,28 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
             assert (await by_token.stat("/after-takeover")).is_dir
     finally:
         await both.close()
+
+
+@pytest.mark.parametrize("methods", [(), ("shell(false)", "shell(exit 3)")])
+async def test_takeover_refused_without_a_fencing_method_that_succeeds(
+    minicluster: MiniCluster, methods: tuple[str, ...]
+) -> None:
+    config = backup_config(fencing_methods=methods)
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(config=config)
+    async with connect(nn.address) as client:
+        await client.mkdirs("/before")
+        await caught_up(nn, backup)
+    await minicluster.stop_namenode(nn)
+    async with connect(backup.address, config=config) as admin:
+        with pytest.raises(TakeoverRefused) as refused:
+            await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+        status = await admin.rpc.call(BACKUP_STATUS, Empty())
+    message = refused.value.message
+    if methods:  # each failure named, in order
+        assert "shell(false): exit status 1" in message
+        assert message.index("shell(false)") < message.index("shell(exit 3): exit status 3")
+    else:
+        assert "no fencing method configured" in message
+    assert "\n" not in message
+    assert status.state == "following" and backup.namenode is None  # still a backup

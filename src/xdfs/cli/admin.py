@@ -178,6 +178,7 @@ def _datanode_report(report: Any) -> None:
         ("Missing blocks", report.missing_blocks),
         ("Pending replication", report.pending_replication),
         ("Pending deletion", report.pending_deletion),
+        ("Blocks from the future (kept)", report.future_blocks),
     ):
         click.echo(f"\t{label}: {value}")
     click.echo("-" * 49)
