@@ -4,15 +4,18 @@ the replicator's sources, checkpoints, re-bootstrap after purged edits, and take
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import replace
 
 import pytest
 
+from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
     AuthenticationFailed,
     EditsPurged,
+    Fenced,
     InvalidArgument,
     TakeoverRefused,
     Unavailable,
@@ -303,3 +306,42 @@ async def test_takeover_refused_without_a_fencing_method_that_succeeds(
         assert "no fencing method configured" in message
     assert "\n" not in message
     assert status.state == "following" and backup.namenode is None  # still a backup
+
+
+def _with_peers(config: XdfsConfig, *peers: str, required: bool = False) -> XdfsConfig:
+    namenode = replace(config.namenode, peers=peers, peer_check_timeout_s=1.0,
+                       peer_check_required=required)
+    return replace(config, namenode=namenode)
+
+
+async def test_namenode_refuses_to_start_behind_a_promoted_peer(
+    minicluster: MiniCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = backup_config()
+    nn = await minicluster.start_namenode(config=config)
+    backup = await minicluster.start_backupnode(
+        config=backup_config(fencing_methods=(f"kill({nn.dirs[0].root})",)))
+    async with connect(nn.address) as client:
+        await client.mkdirs("/before")
+        await caught_up(nn, backup)
+    await minicluster.stop_namenode(nn)
+    # level with its following backup (same epoch and txid): it may start
+    level = await minicluster.start_namenode(config=_with_peers(config, backup.address),
+                                             format_dirs=False)
+    await minicluster.stop_namenode(level)
+    async with connect(backup.address, config=config) as admin:
+        await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+        await admin.mkdirs("/after")
+    with pytest.raises(Fenced, match=rf"peer {backup.address} \(active\) is ahead: epoch 2"):
+        await minicluster.start_namenode(config=_with_peers(config, backup.address),
+                                         format_dirs=False)
+    # a peer that cannot be asked: started with a warning, or refused when required
+    silent = "127.0.0.1:1"
+    with pytest.raises(Fenced, match=r"did not answer.*peer_check_required"):
+        await minicluster.start_namenode(config=_with_peers(config, silent, required=True),
+                                         format_dirs=False)
+    with caplog.at_level(logging.WARNING, logger="xdfs.namenode.ha"):
+        stale = await minicluster.start_namenode(config=_with_peers(config, silent),
+                                                 format_dirs=False)
+    assert f"peer {silent} did not answer: starting without comparing" in caplog.text
+    assert stale.fs is not None and stale.fs.ns.epoch == 1

@@ -263,6 +263,17 @@ async def test_datanode_with_a_higher_epoch_never_obeys_the_old_namenode(
                                          for d in ha.datanodes), what="the second replica")
         for name in ha.datanodes:
             assert (tmp_path / name / "current" / "active_epoch").read_text() == "2\n"
+        # told of its peer, the old name dir refuses to become active at all
+        refused = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "xdfs", "-D", f'namenode.peers=["{ha.backup_address}"]',
+             "namenode", "--name-dir", str(ha.name_dir), "--rpc-address", "127.0.0.1:0"],
+            env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1
+        last = refused.stderr.strip().splitlines()[-1]
+        assert last.startswith("namenode cannot start: Fenced: refusing to become active: "
+                               f"peer {ha.backup_address} (active) is ahead: epoch 2"), last
+        assert "Traceback" not in refused.stderr
         assert backup.terminate() == 0
         ha.datanodes["dn1"].kill()  # restarted below: the epoch it saw survives
         # the old name dir comes back at the old address, epoch 1, out of safe mode at once
