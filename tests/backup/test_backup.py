@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from xdfs.backupnode.server import BackupNode
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
@@ -288,12 +289,7 @@ async def test_takeover_refused_without_a_fencing_method_that_succeeds(
     minicluster: MiniCluster, methods: tuple[str, ...]
 ) -> None:
     config = backup_config(fencing_methods=methods)
-    nn = await minicluster.start_namenode(config=config)
-    backup = await minicluster.start_backupnode(config=config)
-    async with connect(nn.address) as client:
-        await client.mkdirs("/before")
-        await caught_up(nn, backup)
-    await minicluster.stop_namenode(nn)
+    backup = await followed_then_stopped(minicluster, config, config)
     async with connect(backup.address, config=config) as admin:
         with pytest.raises(TakeoverRefused) as refused:
             await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
@@ -308,6 +304,19 @@ async def test_takeover_refused_without_a_fencing_method_that_succeeds(
     assert status.state == "following" and backup.namenode is None  # still a backup
 
 
+async def followed_then_stopped(
+    minicluster: MiniCluster, config: XdfsConfig, backup: XdfsConfig
+) -> BackupNode:
+    """A NameNode with a caught-up backup, then the NameNode stopped: the backup."""
+    nn = await minicluster.start_namenode(config=config)
+    follower = await minicluster.start_backupnode(config=backup)
+    async with connect(nn.address) as client:
+        await client.mkdirs("/before")
+        await caught_up(nn, follower)
+    await minicluster.stop_namenode(nn)
+    return follower
+
+
 def _with_peers(config: XdfsConfig, *peers: str, required: bool = False) -> XdfsConfig:
     namenode = replace(config.namenode, peers=peers, peer_check_timeout_s=1.0,
                        peer_check_required=required)
@@ -318,13 +327,9 @@ async def test_namenode_refuses_to_start_behind_a_promoted_peer(
     minicluster: MiniCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = backup_config()
-    nn = await minicluster.start_namenode(config=config)
-    backup = await minicluster.start_backupnode(
-        config=backup_config(fencing_methods=(f"kill({nn.dirs[0].root})",)))
-    async with connect(nn.address) as client:
-        await client.mkdirs("/before")
-        await caught_up(nn, backup)
-    await minicluster.stop_namenode(nn)
+    fence = f"kill({minicluster.base_dir / 'nn-dir0'})"
+    backup = await followed_then_stopped(minicluster, config,
+                                         backup_config(fencing_methods=(fence,)))
     # level with its following backup (same epoch and txid): it may start
     level = await minicluster.start_namenode(config=_with_peers(config, backup.address),
                                              format_dirs=False)

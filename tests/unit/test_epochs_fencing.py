@@ -55,7 +55,7 @@ def test_epoch_file_round_trip_and_damage(tmp_path: Path) -> None:
     store_epoch(tmp_path, 7)
     assert load_epoch(tmp_path) == 7
     (tmp_path / "active_epoch").write_text("seven\n")
-    with pytest.raises(StorageError, match="not an epoch"):
+    with pytest.raises(StorageError, match="expected an epoch"):
         load_epoch(tmp_path)
 
 

@@ -70,6 +70,23 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def read_number_file(path: Path, what: str) -> int:
+    """A file holding one decimal number (``seen_txid``, an epoch); 0 when it does not exist."""
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError:
+        return 0
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    if not text.isdigit():
+        raise StorageError(f"{path}: expected {what}, found {text[:40]!r}")
+    return int(text)
+
+
+def write_number_file(path: Path, value: int) -> None:
+    atomic_write(path, f"{value}\n".encode("ascii"))
+
+
 class LockHolder(NamedTuple):
     """What a lock file records of its holder: ``pid@host`` (as HDFS), or a bare pid."""
 

@@ -20,8 +20,7 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from xdfs.common.files import atomic_write
-from xdfs.errors import StorageError
+from xdfs.common.files import read_number_file, write_number_file
 
 EPOCH_FILE = "active_epoch"
 
@@ -54,17 +53,8 @@ class EpochWatermark:
 
 def load_epoch(current: Path) -> int:
     """The persisted watermark of a data dir's ``current/`` (0 when none was stored)."""
-    path = current / EPOCH_FILE
-    try:
-        text = path.read_text("ascii").strip()
-    except FileNotFoundError:
-        return 0
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    if not text.isdigit():
-        raise StorageError(f"{path} holds {text[:40]!r}, not an epoch")
-    return int(text)
+    return read_number_file(current / EPOCH_FILE, "an epoch")
 
 
 def store_epoch(current: Path, epoch: int) -> None:
-    atomic_write(current / EPOCH_FILE, f"{epoch}\n".encode("ascii"))
+    write_number_file(current / EPOCH_FILE, epoch)
