@@ -113,6 +113,7 @@ class BackupNode:
         self.namenode_synced_txid = 0
         self.namenode_pid = 0  # as the NameNode's last fetch answer said (for fencing)
         self.fencing: list[FenceMethod] = []
+        self._ids = ("", 0)  # cluster and namespace ids, once the name dir is open
         self.last_fetch_ms = 0
         self.image_txid = 0
         self.uploaded_txid = 0
@@ -162,6 +163,7 @@ class BackupNode:
     def _make_server(self) -> RpcServer:
         rpc = self.config.rpc
         version = self.dir.read_version()
+        self._ids = (version.cluster_id, version.namespace_id)
         server = RpcServer(
             "backupnode", rpc, cluster_id=version.cluster_id,
             authenticator=NamespaceAuthenticator(lambda: self.namespace, self._now_ms),
@@ -390,9 +392,9 @@ class BackupNode:
 
     def ha_status(self) -> HaStatus:
         namespace = self.namespace
-        version = self.dir.read_version()
+        cluster_id, namespace_id = self._ids
         return HaStatus(ROLE_BACKUP, namespace.epoch if namespace else 0, self.synced_txid,
-                        version.cluster_id, version.namespace_id, os.getpid())
+                        cluster_id, namespace_id, os.getpid())
 
     async def transition_to_active(self) -> TakeoverResponse:
         started = time.monotonic()

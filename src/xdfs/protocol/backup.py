@@ -52,7 +52,7 @@ class UploadImageResponse(msgspec.Struct):
 
 
 class BackupStatus(msgspec.Struct):
-    state: str  # "starting", "bootstrapping", "following", "promoting", "active"
+    state: str  # "starting", "bootstrapping", "following", "fencing", "promoting", "active"
     address: str
     namenode: list[str]
     synced_txid: int  # the last txid replayed and durable on the backup
