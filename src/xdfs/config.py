@@ -175,6 +175,15 @@ class NameNodeConfig:
     backup_forget_s: float = setting(
         3600.0, "admin -report lists backups that fetched within this window."
     )
+    peers: tuple[str, ...] = setting(
+        (),
+        "Other NameNodes/BackupNodes of this namespace (host:port); before serving, the "
+        "NameNode refuses to start if one of them has a higher epoch or a newer txid.",
+    )
+    peer_check_timeout_s: float = setting(5.0, "How long the NameNode waits for each peer.")
+    peer_check_required: bool = setting(
+        False, "Refuse to start when a peer cannot be asked (default: start with a warning)."
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -203,6 +212,7 @@ class NameNodeConfig:
         _require(self.edits_fetch_bytes_max >= 64 * KiB,
                  "namenode.edits_fetch_bytes_max must be >= 64 KiB")
         _require(self.edits_fetch_wait_max_s >= 0, "namenode.edits_fetch_wait_max_s must be >= 0")
+        _require(self.peer_check_timeout_s > 0, "namenode.peer_check_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -228,6 +238,14 @@ class BackupNodeConfig:
     takeover_probe_timeout_s: float = setting(
         2.0, "transitionToActive refuses if the NameNode answers a ping within this time."
     )
+    fencing_methods: tuple[str, ...] = setting(
+        (),
+        "How a takeover fences the old NameNode, tried in order until one succeeds: "
+        "shell(COMMAND) or kill(NAME_DIR); none configured or none succeeding refuses it.",
+    )
+    fencing_timeout_s: float = setting(
+        30.0, "Deadline of one fencing method (a shell command is killed after it)."
+    )
 
     def validate(self) -> None:
         _require(self.fetch_batch_max >= 1, "backupnode.fetch_batch_max must be >= 1")
@@ -235,6 +253,7 @@ class BackupNodeConfig:
         _require(self.fetch_retry_max_s > 0, "backupnode.fetch_retry_max_s must be > 0")
         _require(self.checkpoint_txns >= 1, "backupnode.checkpoint_txns must be >= 1")
         _require(self.images_retained >= 1, "backupnode.images_retained must be >= 1")
+        _require(self.fencing_timeout_s > 0, "backupnode.fencing_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -268,6 +287,11 @@ class DataNodeConfig:
     namenode_retry_max_s: float = setting(
         10.0, "Longest pause between attempts to reach an unreachable NameNode (backoff cap)."
     )
+    namenode_call_timeout_s: float = setting(
+        10.0,
+        "Deadline of each register, report and heartbeat call; a NameNode that does not "
+        "answer in time (paused) is left for the next address, as if its connection broke.",
+    )
 
     def validate(self) -> None:
         _require(
@@ -284,6 +308,7 @@ class DataNodeConfig:
         _require(self.replication_queue_max >= 0, "datanode.replication_queue_max must be >= 0")
         _require(self.report_timeout_s > 0, "datanode.report_timeout_s must be > 0")
         _require(self.namenode_retry_max_s > 0, "datanode.namenode_retry_max_s must be > 0")
+        _require(self.namenode_call_timeout_s > 0, "datanode.namenode_call_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)

@@ -4,15 +4,19 @@ the replicator's sources, checkpoints, re-bootstrap after purged edits, and take
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from dataclasses import replace
 
 import pytest
 
+from xdfs.backupnode.server import BackupNode
+from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
     AuthenticationFailed,
     EditsPurged,
+    Fenced,
     InvalidArgument,
     TakeoverRefused,
     Unavailable,
@@ -251,6 +255,8 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
 ) -> None:
     config = backup_config()
     nn = await minicluster.start_namenode(config=config)
+    # kill(DIR) finds the stopped NameNode's lock free: fenced without killing anyone
+    config = backup_config(fencing_methods=(f"kill({nn.dirs[0].root})",))
     backup = await minicluster.start_backupnode(config=config)
     both = connect(nn.address, backup.address, config=config)
     try:
@@ -264,8 +270,11 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
             await both.mkdirs("/refused")
         async with connect(backup.address, config=config) as admin:
             answer = await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
-        assert answer.address == backup.address and answer.last_txid == pulled
+        # the promotion's first op raises the epoch (a fresh namespace is at epoch 1)
+        assert answer.address == backup.address and answer.last_txid == pulled + 1
+        assert (answer.epoch, answer.fenced_by) == (2, f"kill({nn.dirs[0].root})")
         assert backup.state == "active"
+        assert backup.namespace is not None and backup.namespace.epoch == 2
         assert len(await both.list_dir("/kept")) == 40  # failed over to the second address
         await both.mkdirs("/after-takeover")
         async with connect(backup.address, config=config, user="", password="",
@@ -273,3 +282,71 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
             assert (await by_token.stat("/after-takeover")).is_dir
     finally:
         await both.close()
+
+
+@pytest.mark.parametrize("methods", [(), ("shell(false)", "shell(exit 3)")])
+async def test_takeover_refused_without_a_fencing_method_that_succeeds(
+    minicluster: MiniCluster, methods: tuple[str, ...]
+) -> None:
+    config = backup_config(fencing_methods=methods)
+    backup = await followed_then_stopped(minicluster, config, config)
+    async with connect(backup.address, config=config) as admin:
+        with pytest.raises(TakeoverRefused) as refused:
+            await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+        status = await admin.rpc.call(BACKUP_STATUS, Empty())
+    message = refused.value.message
+    if methods:  # each failure named, in order
+        assert "shell(false): exit status 1" in message
+        assert message.index("shell(false)") < message.index("shell(exit 3): exit status 3")
+    else:
+        assert "no fencing method configured" in message
+    assert "\n" not in message
+    assert status.state == "following" and backup.namenode is None  # still a backup
+
+
+async def followed_then_stopped(
+    minicluster: MiniCluster, config: XdfsConfig, backup: XdfsConfig
+) -> BackupNode:
+    """A NameNode with a caught-up backup, then the NameNode stopped: the backup."""
+    nn = await minicluster.start_namenode(config=config)
+    follower = await minicluster.start_backupnode(config=backup)
+    async with connect(nn.address) as client:
+        await client.mkdirs("/before")
+        await caught_up(nn, follower)
+    await minicluster.stop_namenode(nn)
+    return follower
+
+
+def _with_peers(config: XdfsConfig, *peers: str, required: bool = False) -> XdfsConfig:
+    namenode = replace(config.namenode, peers=peers, peer_check_timeout_s=1.0,
+                       peer_check_required=required)
+    return replace(config, namenode=namenode)
+
+
+async def test_namenode_refuses_to_start_behind_a_promoted_peer(
+    minicluster: MiniCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = backup_config()
+    fence = f"kill({minicluster.base_dir / 'nn-dir0'})"
+    backup = await followed_then_stopped(minicluster, config,
+                                         backup_config(fencing_methods=(fence,)))
+    # level with its following backup (same epoch and txid): it may start
+    level = await minicluster.start_namenode(config=_with_peers(config, backup.address),
+                                             format_dirs=False)
+    await minicluster.stop_namenode(level)
+    async with connect(backup.address, config=config) as admin:
+        await admin.rpc.call(TRANSITION_TO_ACTIVE, Empty())
+        await admin.mkdirs("/after")
+    with pytest.raises(Fenced, match=rf"peer {backup.address} \(active\) is ahead: epoch 2"):
+        await minicluster.start_namenode(config=_with_peers(config, backup.address),
+                                         format_dirs=False)
+    # a peer that cannot be asked: started with a warning, or refused when required
+    silent = "127.0.0.1:1"
+    with pytest.raises(Fenced, match=r"did not answer.*peer_check_required"):
+        await minicluster.start_namenode(config=_with_peers(config, silent, required=True),
+                                         format_dirs=False)
+    with caplog.at_level(logging.WARNING, logger="xdfs.namenode.ha"):
+        stale = await minicluster.start_namenode(config=_with_peers(config, silent),
+                                                 format_dirs=False)
+    assert f"peer {silent} did not answer: starting without comparing" in caplog.text
+    assert stale.fs is not None and stale.fs.ns.epoch == 1

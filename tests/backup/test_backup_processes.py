@@ -47,6 +47,11 @@ def start_backup(group: ProcessGroup, base: Path, namenode: str, *extra: str,
     )
 
 
+def fencing(*methods: str) -> list[str]:
+    """The -D option configuring a backup's fencing methods."""
+    return ["-D", "backupnode.fencing_methods=" + json.dumps(list(methods))]
+
+
 def address_of(proc: ServerProcess) -> str:
     assert proc.match is not None
     return proc.match.group(1)
@@ -178,7 +183,7 @@ async def test_namenode_killed_under_load_backup_promoted_keeps_every_pulled_edi
 ) -> None:
     with ProcessGroup(tmp_path / "procs") as group:
         nn = _start_namenode(group, tmp_path)
-        backup = start_backup(group, tmp_path, address_of(nn))
+        backup = start_backup(group, tmp_path, address_of(nn), *fencing(f"kill({tmp_path / 'nn'})"))
         both = [address_of(nn), address_of(backup)]
         config = XdfsConfig()
         clients = [connect(*both, config=config) for _ in range(4)]

@@ -123,6 +123,33 @@ async def test_idempotent_call_is_retried_after_timeout(
     assert str(info.value).count("no answer within") == 2
 
 
+async def test_a_timeout_sends_the_next_call_to_the_next_address(
+    minicluster: MiniCluster, server: RpcServer, handlers: TestHandlers
+) -> None:
+    """A server that does not answer in time (paused: TCP open, nothing read) is left like
+    one whose connection broke, also after a call that could not be repeated."""
+    other = await minicluster.start_server("other", [(TEST_SERVICE, TestHandlers("other"))])
+    client = minicluster.client(server.address, other.address, **FAST_RETRIES)
+    with pytest.raises(RpcTimeout):
+        await client.call(SLOW, SlowRequest(30), timeout_s=0.2)  # not repeated anywhere
+    assert handlers.calls["test_slow"] == 1
+    assert client.current_address == other.address
+    assert await client.call(WHOAMI, Empty()) == Name("other")
+
+
+async def test_idempotent_call_fails_over_at_once_after_a_timeout(
+    minicluster: MiniCluster, server: RpcServer
+) -> None:
+    other = await minicluster.start_server("other", [(TEST_SERVICE, TestHandlers("other"))])
+    client = minicluster.client(server.address, other.address, tries_per_address=3,
+                                **FAST_RETRIES)
+    with pytest.raises(Unavailable) as info:  # both too slow: one try each, not three
+        await client.call(ECHO, EchoRequest(b"x", delay_s=30), timeout_s=0.2)
+    text = str(info.value)
+    assert text.count("no answer within") == 2
+    assert server.address in text and other.address in text
+
+
 # -- retries and failover --------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import InvalidArgument
+from xdfs.namenode import fsck
 from xdfs.namenode.ops import CloseFileOp, DeleteOp, SetReplicationOp
 from xdfs.protocol.blocks import BlockRecord
 
@@ -94,6 +95,30 @@ def test_orphans_wait_for_the_end_of_safe_mode() -> None:
     h.safe_mode.leave()
     h.bm.replication_tick()
     assert h.beat(a).delete == [123]
+
+
+def test_replicas_from_the_future_are_kept_and_counted(h: Harness) -> None:
+    """Block ids or genstamps this namespace never allocated (a newer NameNode wrote them,
+    as after a takeover this one missed): never orphans, never corrupt, only counted."""
+    a, b = h.node("a"), h.node("b")
+    (block,) = h.file("/f", [10], replication=1)
+    future_id = BlockRecord(h.ns.next_block_id + 5, 1, 7)
+    future_gs = BlockRecord(block.block_id, h.ns.next_genstamp, 10)  # a known block, newer
+    h.report(a, block, future_id)
+    h.receive(b, future_gs)
+    h.bm.replication_tick()
+    assert h.beat(a).delete == [] and h.beat(b).delete == []
+    assert h.holders(block) == ["a"] and not h.bm.map.replicas(future_id.block_id)
+    assert h.bm.map.corrupt_block_count() == 0
+    assert h.bm.future_block_count() == 2
+    assert fsck.datanode_report(h.ns, h.bm).future_blocks == 2
+    # an unknown id below what was allocated is an ordinary orphan: deleted
+    h.report(a, block, future_id, BlockRecord(123, 1, 1))
+    assert h.beat(a).delete == [123]
+    # the count follows the reports: gone from a's next full report, deleted on b
+    h.report(a, block)
+    h.bm.incremental_report(b, (), [future_gs.block_id])
+    assert h.bm.future_block_count() == 0
 
 
 def test_wrong_genstamp_or_length_is_corrupt(h: Harness) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,8 @@ def test_format_creates_layout(tmp_path: Path) -> None:
             assert line in text.splitlines()
         assert sd.read_version() == info == VersionInfo(1234, "CID-1", 1_700_000_000_000)
         assert sd.is_formatted()
-        assert (sd.root / "in_use.lock").read_text().strip() == str(os.getpid())
+        holder = (sd.root / "in_use.lock").read_text().strip()
+        assert holder == f"{os.getpid()}@{socket.gethostname()}"  # as HDFS: pid@host
 
 
 def test_format_refuses_non_empty_without_force(tmp_path: Path) -> None:

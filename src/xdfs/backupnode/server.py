@@ -16,22 +16,26 @@ Checkpoints: by time or txn count, replay pauses while the image is written (in 
 then the image is uploaded in chunks (head, bodies, tail) and the NameNode installs it.
 
 Takeover (``transition_to_active``): refused while the NameNode answers a ping; otherwise
-stop following, sync and close the local edits log, and run a NameNode on the same name
-dir, namespace (already in memory) and RPC server. The BackupNode is a NameNode in waiting,
-so it depends on :mod:`xdfs.namenode`; nothing depends on it.
+the NameNode is *fenced* first (:mod:`xdfs.backupnode.fencing`: a paused NameNode must
+never come back as a second active one) and the takeover is refused when no configured
+method succeeds. Then: stop following, sync and close the local edits log, and run a
+NameNode on the same name dir, namespace (already in memory) and RPC server, which logs a
+raised active epoch before it serves anything. The BackupNode is a NameNode in waiting, so
+it depends on :mod:`xdfs.namenode`; nothing depends on it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from xdfs.backupnode.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
@@ -47,6 +51,7 @@ from xdfs.errors import (
 from xdfs.namenode.auth import NamespaceAuthenticator
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.segments import segment_index
+from xdfs.namenode.ha import HaHandlers, call_once
 from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.recovery import load_namespace, purge, save_checkpoint
@@ -63,6 +68,7 @@ from xdfs.protocol.backup import (
     TakeoverResponse,
 )
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
+from xdfs.protocol.ha import HA_SERVICE, ROLE_BACKUP, HaStatus
 from xdfs.protocol.system import PING
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
@@ -105,6 +111,9 @@ class BackupNode:
         self.namenode: Any = None  # the NameNode this backup became
         self.synced_txid = 0
         self.namenode_synced_txid = 0
+        self.namenode_pid = 0  # as the NameNode's last fetch answer said (for fencing)
+        self.fencing: list[FenceMethod] = []
+        self._ids = ("", 0)  # cluster and namespace ids, once the name dir is open
         self.last_fetch_ms = 0
         self.image_txid = 0
         self.uploaded_txid = 0
@@ -137,6 +146,7 @@ class BackupNode:
                       password=client.password, token=client.token)
         self.rpc = RpcClient(self.namenodes, rpc, hello=hello, ssl_context=client_context(rpc))
         try:
+            self.fencing = parse_methods(self.config.backupnode.fencing_methods)
             await asyncio.to_thread(self.dir.root.mkdir, parents=True, exist_ok=True)
             self.dir.lock()
             await self._open_storage()
@@ -153,12 +163,14 @@ class BackupNode:
     def _make_server(self) -> RpcServer:
         rpc = self.config.rpc
         version = self.dir.read_version()
+        self._ids = (version.cluster_id, version.namespace_id)
         server = RpcServer(
             "backupnode", rpc, cluster_id=version.cluster_id,
             authenticator=NamespaceAuthenticator(lambda: self.namespace, self._now_ms),
             ssl_context=server_context(rpc),
         )
         add_system_services(server, "backupnode")
+        server.add_service(HA_SERVICE, HaHandlers(self.ha_status))
         server.add_service(BACKUP_SERVICE, BackupHandlers(self))
         stub = NotActiveHandlers(lambda: f"this is a BackupNode following {self.namenodes[0]}")
         for service in NAMENODE_SERVICES:
@@ -297,6 +309,7 @@ class BackupNode:
         )
         self.last_fetch_ms = self._now_ms()
         self.namenode_synced_txid = answer.namenode_synced_txid
+        self.namenode_pid = answer.namenode_pid
         if not answer.count:
             return 0
         if answer.first_txid != self.synced_txid + 1:
@@ -377,36 +390,61 @@ class BackupNode:
             self.namespace.inode_count() if self.namespace else 0,
         )
 
+    def ha_status(self) -> HaStatus:
+        namespace = self.namespace
+        cluster_id, namespace_id = self._ids
+        return HaStatus(ROLE_BACKUP, namespace.epoch if namespace else 0, self.synced_txid,
+                        cluster_id, namespace_id, os.getpid())
+
     async def transition_to_active(self) -> TakeoverResponse:
         started = time.monotonic()
-        if self.state in ("promoting", "active"):
+        if self.state in ("fencing", "promoting", "active"):
             raise TakeoverRefused(f"this BackupNode is already {self.state}")
         if await self._namenode_answers():
             raise TakeoverRefused(
                 f"the NameNode at {', '.join(self.namenodes)} still answers: stop it first "
                 "(two active NameNodes would diverge)"
             )
+        previous, self.state = self.state, "fencing"
+        try:
+            fenced_by = await self._fence()
+        except BaseException:
+            self.state = previous
+            raise
         self.state = "promoting"
         await self._stop_tasks()
         async with self._replay_lock:
             await self._become_namenode()
         self.state = "active"
         took_s = time.monotonic() - started
-        log.warning("promoted: serving as the NameNode at %s from txid %d (%.2f s)",
-                    self.address, self.synced_txid, took_s)
-        return TakeoverResponse(self.address, self.synced_txid, took_s)
+        assert self.namenode is not None and self.namespace is not None
+        last_txid = self.namenode.edits.last_txid
+        log.warning("promoted: serving as the NameNode at %s at epoch %d from txid %d "
+                    "(%.2f s)", self.address, self.namespace.epoch, last_txid, took_s)
+        return TakeoverResponse(self.address, last_txid, took_s, self.namespace.epoch,
+                                fenced_by)
+
+    async def _fence(self) -> str:
+        """Fence the NameNode last followed; TakeoverRefused when no method succeeds."""
+        assert self.rpc is not None
+        target = Target(self.rpc.current_address, self.namenode_pid)
+        fenced_by = await fence(self.fencing, target,
+                                self.config.backupnode.fencing_timeout_s)
+        if self.synced_txid < self.namenode_synced_txid:
+            log.warning(
+                "the NameNode had synced txid %d, this backup holds txid %d: edits %d..%d "
+                "were never fetched and are not in the promoted namespace",
+                self.namenode_synced_txid, self.synced_txid, self.synced_txid + 1,
+                self.namenode_synced_txid,
+            )
+        return fenced_by
 
     async def _namenode_answers(self) -> bool:
         timeout_s = self.config.backupnode.takeover_probe_timeout_s
-        rpc = dataclasses.replace(self.config.rpc, tries_per_address=1,
-                                  connect_timeout_s=timeout_s, call_timeout_s=timeout_s)
-        probe = RpcClient(self.namenodes, rpc, ssl_context=client_context(rpc))
         try:
-            await probe.call(PING, Empty())
+            await call_once(self.config, self.namenodes, PING, timeout_s)
         except RpcError:
             return False
-        finally:
-            await probe.close()
         return True
 
     async def _become_namenode(self) -> None:
@@ -417,10 +455,11 @@ class BackupNode:
         await self.edits.close()  # synced and finalized: the NameNode opens the next txid
         self.edits = None
         self.dir.unlock()  # the NameNode takes the lock again
-        for service in NAMENODE_SERVICES:
+        for service in (*NAMENODE_SERVICES, HA_SERVICE):
             self.server.remove_service(service)
         namenode = NameNode(self.config, [self.dir.root], clock=self.clock)
-        await namenode.start(loaded=(self.namespace, self.synced_txid), server=self.server)
+        await namenode.start(loaded=(self.namespace, self.synced_txid), server=self.server,
+                             new_epoch=True)
         self.namenode = namenode
         self._spawn("namenode watch", self._watch_namenode(namenode))
 

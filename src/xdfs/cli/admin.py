@@ -26,7 +26,8 @@ USAGE = """Usage: xdfs admin [-fs URI] COMMAND
   -fetchImage DIR               download the newest fsimage (and .md5) into DIR
   -dumpBlockMap DIR             live block map as Parquet (replicas, datanodes) in DIR
   -transitionToActive --backup HOST:PORT
-                                promote a BackupNode (refused while its NameNode answers)
+                                fence the NameNode and promote its BackupNode (refused
+                                while the NameNode answers or when fencing fails)
   -backupStatus --backup HOST:PORT
                                 a BackupNode's replay position, lag and checkpoints"""
 
@@ -146,8 +147,9 @@ def _backup_command(state: CliState, args: list[str]) -> int:
         click.echo(f"{args[0]}: {type(exc).__name__}: {exc.message}", err=True)
         return 1
     if args[0] == "-transitionToActive":
-        click.echo(f"BackupNode at {answer.address} is now the active NameNode (namespace at "
-                   f"txid {answer.last_txid}, took {answer.took_s:.2f} s)")
+        click.echo(f"BackupNode at {answer.address} is now the active NameNode (epoch "
+                   f"{answer.epoch}, fenced by {answer.fenced_by}, namespace at txid "
+                   f"{answer.last_txid}, took {answer.took_s:.2f} s)")
         return 0
     for field in answer.__struct_fields__:
         click.echo(f"{field + ':':<28}{getattr(answer, field)}")
@@ -178,6 +180,7 @@ def _datanode_report(report: Any) -> None:
         ("Missing blocks", report.missing_blocks),
         ("Pending replication", report.pending_replication),
         ("Pending deletion", report.pending_deletion),
+        ("Blocks from the future (kept)", report.future_blocks),
     ):
         click.echo(f"\t{label}: {value}")
     click.echo("-" * 49)

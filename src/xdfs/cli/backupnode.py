@@ -31,7 +31,9 @@ def backupnode(
     An empty DIR is formatted with the NameNode's ids and filled from its newest image.
     It logs in to the NameNode as a superuser: $XDFS_USER / $XDFS_PASSWORD (or
     client.user / client.password / client.token). Promote it with
-    `xdfs admin -transitionToActive --backup HOST:PORT` once the NameNode is gone."""
+    `xdfs admin -transitionToActive --backup HOST:PORT` once the NameNode is gone: it
+    fences the NameNode first (backupnode.fencing_methods) and refuses without a method
+    that succeeds."""
     from xdfs.common.addresses import parse_address, parse_fs_uri
     from xdfs.rpc.loop import run
 

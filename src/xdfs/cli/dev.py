@@ -8,8 +8,10 @@ pid and address) and ``DIR/client.toml`` (the URI and the superuser's credential
 ``XDFS_CONF`` at it), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
 With ``--backup`` a BackupNode (``DIR/backupnode``) follows the NameNode, and the DataNodes
 and ``client.toml`` list both addresses (NameNode first), so killing the NameNode and
-running ``xdfs admin -transitionToActive --backup ADDR`` shows a takeover.
-Running it again on the same DIR restarts the same cluster with its data. SIGTERM or
+running ``xdfs admin -transitionToActive --backup ADDR`` shows a takeover (the backup
+fences the old NameNode with ``kill(DIR/<its name dir>)``). Which name dir is active is
+kept in ``DIR/dev-state.json`` (:mod:`xdfs.cli.dev_state`): running it again on the same
+DIR restarts the same cluster with its data, from the active name dir. SIGTERM or
 Ctrl-C stops every process gracefully; the cluster stops when no NameNode (nor backup) is
 left.
 """
@@ -22,11 +24,13 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from xdfs.cli.dev_state import DEV_STATE_DEFAULT, PromotionWatch, arrange
 from xdfs.cli.main import CliState
 
 if TYPE_CHECKING:
@@ -55,8 +59,9 @@ def dev(
     port = config.dev.port if port is None else port
     credentials = _credentials(base)
     env = {"XDFS_USER": credentials["user"], "XDFS_PASSWORD": credentials["password"]}
-    name_dir = base / "namenode"
-    if not name_dir.exists() or not any(name_dir.iterdir()):
+    roles = arrange(base)
+    name_dir = base / roles.active
+    if roles == DEV_STATE_DEFAULT and (not name_dir.exists() or not any(name_dir.iterdir())):
         _run_format(name_dir, env)
     conf = ["--conf", state.conf_path] if state.conf_path else []
     namenode = ServerProcess.xdfs(
@@ -66,11 +71,14 @@ def dev(
         env=env,
     )
     children: list[tuple[str, ServerProcess]] = [("namenode", namenode)]
+    watch: PromotionWatch | None = None
     try:
         address = _start(namenode, config.dev.ready_timeout_s)
         if config.dev.backup if backup is None else backup:
+            fencing = [] if config.backupnode.fencing_methods else [
+                "-D", "backupnode.fencing_methods=" + json.dumps([f"kill({name_dir})"])]
             backupnode = ServerProcess.xdfs(
-                *conf, "backupnode", "--name-dir", str(base / "backupnode"),
+                *conf, *fencing, "backupnode", "--name-dir", str(base / roles.standby),
                 "--namenode", address, "--rpc-address", "127.0.0.1:0",
                 log_path=base / "logs" / "backupnode.log",
                 ready_pattern=r"backupnode serving on (\S+)",
@@ -78,6 +86,7 @@ def dev(
             )
             children.append(("backupnode", backupnode))
             address = f"{address},{_start(backupnode, config.dev.ready_timeout_s)}"
+            watch = PromotionWatch(base, roles, backupnode.log_path)
         count = config.dev.datanodes if datanodes is None else datanodes
         for index in range(count):
             datanode = ServerProcess.xdfs(
@@ -109,7 +118,7 @@ def dev(
     )
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
     sys.stdout.flush()
-    sys.exit(_supervise(children))
+    sys.exit(_supervise(children, watch.poll if watch else None))
 
 
 def _start(process: ServerProcess, timeout_s: float) -> str:
@@ -151,7 +160,9 @@ def _run_format(name_dir: Path, env: dict[str, str]) -> None:
         raise click.ClickException(f"formatting {name_dir} failed:\n{result.stderr[-2000:]}")
 
 
-def _supervise(children: list[tuple[str, ServerProcess]]) -> int:
+def _supervise(
+    children: list[tuple[str, ServerProcess]], on_tick: Callable[[], None] | None = None
+) -> int:
     """Wait for SIGTERM/SIGINT (stop all gracefully) or the death of every NameNode and
     backup (stop the rest).
 
@@ -171,6 +182,8 @@ def _supervise(children: list[tuple[str, ServerProcess]]) -> int:
     status = 0
     reported: set[int] = set()
     while not stopping:
+        if on_tick is not None:
+            on_tick()  # e.g. notice a takeover
         for proc in procs:
             if not proc.alive() and proc.pid not in reported:
                 reported.add(proc.pid)

@@ -77,6 +77,8 @@ def render(report: Any, show_blocks: bool) -> list[str]:
         f" Default replication factor:\t{report.default_replication}",
         f" Missing blocks:\t\t{report.missing_blocks}",
         f" Corrupt blocks:\t\t{report.corrupt_blocks}",
+        *([f" Blocks from the future (kept):\t{report.future_blocks}"]
+          if report.future_blocks else []),
         "",
         f"The filesystem under path '{report.path}' is {state}",
     ]

@@ -9,8 +9,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from xdfs.common.faults import fault_point
 from xdfs.errors import StorageError
@@ -68,9 +70,62 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def read_number_file(path: Path, what: str) -> int:
+    """A file holding one decimal number (``seen_txid``, an epoch); 0 when it does not exist."""
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError:
+        return 0
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
+    if not text.isdigit():
+        raise StorageError(f"{path}: expected {what}, found {text[:40]!r}")
+    return int(text)
+
+
+def write_number_file(path: Path, value: int) -> None:
+    atomic_write(path, f"{value}\n".encode("ascii"))
+
+
+class LockHolder(NamedTuple):
+    """What a lock file records of its holder: ``pid@host`` (as HDFS), or a bare pid."""
+
+    pid: int | None
+    host: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid or '?'}" + (f" on {self.host}" if self.host else "")
+
+
+def parse_lock_holder(text: str) -> LockHolder:
+    pid, _, host = text.strip().partition("@")
+    return LockHolder(int(pid) if pid.isdigit() else None, host)
+
+
+def probe_lock(path: Path) -> LockHolder | None:
+    """Who holds the flock of the lock file ``path``: None when nobody does (the lock is
+    taken and released at once), else what the file records. StorageError when ``path``
+    cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise StorageError(f"cannot open {path}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise StorageError(f"cannot probe the lock {path}: {exc}") from exc
+        return _read_holder(fd)
+    else:
+        return None
+    finally:
+        os.close(fd)  # releases the flock if we took it
+
+
 class DirLock:
-    """``in_use.lock`` of a storage directory: ``flock(LOCK_EX|LOCK_NB)`` holding our pid, so
-    a second process on the same directory refuses to start (naming the holder)."""
+    """``in_use.lock`` of a storage directory: ``flock(LOCK_EX|LOCK_NB)`` holding
+    ``pid@host`` (as HDFS writes it), so a second process on the same directory refuses to
+    start (naming the holder), and a fencing method can find and kill the holder."""
 
     def __init__(self, root: Path, name: str = "in_use.lock") -> None:
         self.root = root
@@ -92,16 +147,16 @@ class DirLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            holder = _read_pid(fd)
+            holder = _read_holder(fd)
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StorageError(
-                    f"storage directory {self.root} is locked by pid {holder or '?'}"
+                    f"storage directory {self.root} is locked by {holder}"
                 ) from None
             raise StorageError(f"cannot lock {self.path}: {exc}") from exc
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()}@{socket.gethostname()}\n".encode(), 0)
             os.fsync(fd)
         except OSError as exc:
             os.close(fd)
@@ -114,12 +169,11 @@ class DirLock:
             self._fd = None
 
 
-def _read_pid(fd: int) -> int | None:
+def _read_holder(fd: int) -> LockHolder:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        return int(text) if text.isdigit() else None
+        return parse_lock_holder(os.pread(fd, 300, 0).decode("ascii", "replace"))
     except OSError:
-        return None
+        return LockHolder(None, "")
 
 
 def parse_key_values(text: str, source: str) -> dict[str, str]:

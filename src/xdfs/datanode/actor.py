@@ -6,7 +6,14 @@ keys, send a full block report in batches, then heartbeat every ``heartbeat_inte
 replicate, delete, new block keys, a full report now. A full report also goes out every
 ``full_report_interval_s``. ``UnknownDataNode`` on any call means the NameNode forgot us
 (it restarted, or declared us dead): register and report again. An unreachable NameNode is
-retried with backoff; repeated failures are logged once per ``_LOG_INTERVAL_S``.
+retried with backoff; repeated failures are logged once per ``_LOG_INTERVAL_S``. Each call
+has ``datanode.namenode_call_timeout_s``: a paused NameNode (connection open, no answer)
+is left for the next address like a dead one (:meth:`RpcClient.avoid` via the timeout).
+
+Epochs (:mod:`xdfs.datanode.epochs`): every register and heartbeat answer is judged before
+anything in it is obeyed. A higher epoch is persisted first; a lower one than this
+DataNode has seen means a fenced NameNode: nothing of its answer is obeyed, one line is
+logged, and the next address is tried.
 
 Incremental reports (received, deleted) are sent as they happen; those that fail stay
 queued (``PendingReports``) and go out after the next heartbeat.
@@ -24,9 +31,11 @@ import msgspec
 
 from xdfs import __version__
 from xdfs.common.tokens import BlockKey
+from xdfs.datanode.epochs import EpochWatermark, Verdict, load_epoch, store_epoch
 from xdfs.datanode.reports import LogThrottle, PendingReports, backoff_s, report_batches
 from xdfs.datanode.transfer import in_thread
 from xdfs.errors import (
+    Fenced,
     SecurityError,
     StorageError,
     UnknownDataNode,
@@ -80,6 +89,9 @@ class NameNodeActor:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._throttle = LogThrottle(_LOG_INTERVAL_S)
+        self.epochs = EpochWatermark()
+        self._timeout_s = node.config.datanode.namenode_call_timeout_s
+        self._fenced_seen: set[tuple[str, int]] = set()  # logged once each
 
     @property
     def failed_attempts(self) -> int:
@@ -93,6 +105,11 @@ class NameNodeActor:
     # -- the loop -----------------------------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            self.epochs.raise_to(await in_thread(load_epoch, self.node.storage.current))
+        except StorageError as exc:
+            self.node.on_fatal(exc)
+            return
         unknown_in_a_row = 0
         while True:
             self._wake.clear()  # a wake-up during the step cuts the next sleep short
@@ -114,6 +131,9 @@ class NameNodeActor:
                     f"{exc.message}{detail}"
                 ))
                 return
+            except Fenced as exc:  # logged by _check_epoch
+                await self._pause_after_failure(exc, quiet=True)
+                continue
             except XdfsError as exc:
                 await self._pause_after_failure(exc)
                 continue
@@ -130,15 +150,16 @@ class NameNodeActor:
         if self._report_needed or self._full_report_due():
             await self._full_report()
         response = await self._heartbeat()
+        await self._check_epoch(response.epoch)
         await self._handle(response)
         if self._report_needed:  # asked for by the heartbeat reply
             await self._full_report()
         await self._flush_pending()
         await self._flush_bad()
 
-    async def _pause_after_failure(self, exc: XdfsError) -> None:
+    async def _pause_after_failure(self, exc: XdfsError, *, quiet: bool = False) -> None:
         suppressed = self._throttle.failure(time.monotonic())
-        if suppressed is not None:
+        if suppressed is not None and not quiet:
             more = f" ({suppressed} similar failures not logged)" if suppressed else ""
             log.warning("exchange with NameNode %s failed (%s: %s)%s; retrying",
                         ",".join(self.rpc.addresses), type(exc).__name__, exc.message, more)
@@ -166,7 +187,8 @@ class NameNodeActor:
         storage = node.storage
         request = RegisterRequest(storage.node_id, node.address, storage.storage_report(),
                                   __version__)
-        response = await self.rpc.call(REGISTER_DATANODE, request)
+        response = await self.rpc.call(REGISTER_DATANODE, request, timeout_s=self._timeout_s)
+        await self._check_epoch(response.epoch)
         stored = storage.cluster_id
         if stored and response.cluster_id and response.cluster_id != stored:
             raise WrongCluster(
@@ -186,6 +208,26 @@ class NameNodeActor:
         log.info("registered with NameNode %s as %s (%s)", self.rpc.current_address,
                  storage.node_id, node.address)
 
+    async def _check_epoch(self, epoch: int) -> None:
+        """Obey this answer only if its epoch is not below the highest seen (a higher one
+        is made durable first); Fenced otherwise, and the next address is tried."""
+        address = self.rpc.current_address
+        verdict = self.epochs.judge(epoch)
+        if verdict is Verdict.STALE:
+            self.registered = False
+            self.rpc.avoid(address)
+            message = self.epochs.stale_message(address, epoch)
+            if (address, epoch) not in self._fenced_seen:
+                self._fenced_seen.add((address, epoch))
+                log.warning("%s", message)
+            raise Fenced(message)
+        if verdict is Verdict.NEWER:
+            await in_thread(store_epoch, self.node.storage.current, epoch)
+            previous = self.epochs.highest
+            self.epochs.raise_to(epoch)
+            log.info("NameNode %s is active at epoch %d (this DataNode had seen %d)",
+                     address, epoch, previous)
+
     def _install_keys(self, keys: list[BlockKey]) -> None:
         if keys:
             self.node.block_keys.clear()
@@ -203,7 +245,7 @@ class NameNodeActor:
         report_id = secrets.randbits(63)
         for index, blocks in enumerate(batches):
             request = BlockReportRequest(self._node_id, report_id, index, len(batches), blocks)
-            await self.rpc.call(BLOCK_REPORT, request)
+            await self.rpc.call(BLOCK_REPORT, request, timeout_s=self._timeout_s)
         self._report_needed = False
         self._last_full_report_s = time.monotonic()
         self.full_reports_sent += 1
@@ -217,7 +259,7 @@ class NameNodeActor:
             self._node_id, storage.storage_report(), self.node.transfers.count
         )
         self._next_heartbeat_s = time.monotonic() + self.settings.heartbeat_interval_s
-        return await self.rpc.call(HEARTBEAT, request)
+        return await self.rpc.call(HEARTBEAT, request, timeout_s=self._timeout_s)
 
     async def _handle(self, response: HeartbeatResponse) -> None:
         self._install_keys(response.block_keys)
@@ -254,7 +296,7 @@ class NameNodeActor:
             return
         request = IncrementalReportRequest(self._node_id, batch.received, batch.deleted)
         try:
-            await self.rpc.call(INCREMENTAL_REPORT, request)
+            await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=self._timeout_s)
         except BaseException:
             self._pending.restore(batch)
             raise
@@ -265,7 +307,7 @@ class NameNodeActor:
         ids = sorted(self._bad_pending)
         address = self.node.address
         request = BadReplicasRequest([BadReplica(block_id, address) for block_id in ids])
-        await self.rpc.call(REPORT_BAD_REPLICAS, request)
+        await self.rpc.call(REPORT_BAD_REPLICAS, request, timeout_s=self._timeout_s)
         self._bad_pending.difference_update(ids)
         log.info("reported %d corrupt replica(s) to the NameNode: %s", len(ids), ids)
 

@@ -6,6 +6,7 @@ token keys included). ``fetch_image`` is also what ``xdfs admin -fetchImage`` us
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -45,7 +46,9 @@ class BackupProtocolHandlers:
 
     async def fetch_edits(self, ctx: CallContext, req: FetchEditsRequest) -> FetchEditsResponse:
         self._superuser(ctx, "fetch the edits log")
-        return await self.replicator.fetch(req, ctx.peer)
+        answer = await self.replicator.fetch(req, ctx.peer)
+        answer.namenode_pid = os.getpid()  # the backup's $target_pid should it fence us
+        return answer
 
     async def fetch_image(self, ctx: CallContext, req: Empty) -> Download:
         self._superuser(ctx, "fetch the fsimage")

@@ -7,8 +7,10 @@ changes; outputs are answers and commands that wait in per-node queues for heart
 
 * a reported replica of a block no file holds is an **orphan** and is deleted; one with a
   wrong generation stamp, or a length other than the committed length of a complete block,
-  is **corrupt**. A block is *complete* unless it is the last block of a file being written
-  (its length is not known until the writer says so);
+  is **corrupt**. Except a replica **from the future** (block id or genstamp beyond what
+  this namespace allocated: a newer NameNode wrote it): it is kept, never deleted, and only
+  counted (``admin -report``, fsck). A block is *complete* unless it is the last block of
+  a file being written (its length is not known until the writer says so);
 * blocks with fewer live good replicas than their file's replication are queued for
   copying (:mod:`~xdfs.namenode.replication`), **excess** replicas are deleted from the
   fullest node, corrupt ones once enough good ones exist;
@@ -34,7 +36,12 @@ from xdfs.namenode.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
 from xdfs.namenode.datanodes import DataNode, DataNodeManager
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
-from xdfs.namenode.replication import ReplicationMonitor, block_state, replica_flags
+from xdfs.namenode.replication import (
+    ReplicationMonitor,
+    block_state,
+    from_the_future,
+    replica_flags,
+)
 from xdfs.namenode.safemode import SafeMode
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import ReplicateTask, StorageReport
@@ -107,6 +114,7 @@ class BlockManager:
             self._reported(node, record)
         if seen is None:
             return False
+        node.future &= seen
         for block_id in self.map.node_blocks(node_id) - seen:
             replica = self._lost(block_id, node_id)
             if replica is not None and replica.flags & REPORTED_BAD:
@@ -125,6 +133,7 @@ class BlockManager:
             self._reported(node, record)
         for block_id in deleted:
             self.reports.note_deleted(node_id, block_id)
+            node.future.discard(block_id)
             self._lost(block_id, node_id)
 
     def heartbeat(self, node_id: str, storage: StorageReport, transfers: int) -> Commands:
@@ -300,12 +309,19 @@ class BlockManager:
     def pending_deletion_count(self) -> int:
         return sum(len(node.deletions) for node in self.datanodes)
 
+    def future_block_count(self) -> int:
+        """Blocks from the future (see the module doc) held by live nodes."""
+        return len(set().union(*(node.future for node in self.datanodes.live_nodes())))
+
     # --- reports in -----------------------------------------------------------------------
 
     def _reported(self, node: DataNode, record: BlockRecord) -> None:
         block_id = record.block_id
         if block_id in node.deletions:
             return  # already being deleted there: not a replica to count again
+        if from_the_future(self.ns, record):
+            node.future.add(block_id)  # kept: never an orphan, never corrupt
+            return
         state = block_state(self.ns, block_id)
         if state is None and block_id not in self._leaving:
             self.replication.orphan(node, block_id)

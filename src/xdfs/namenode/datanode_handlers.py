@@ -49,6 +49,7 @@ class DataNodeHandlers:
             block_report_batch_max=config.block_report_batch_max,
             full_report_interval_s=config.full_report_interval_s,
             block_keys=self.blocks.block_keys(),
+            epoch=self.fs.ns.epoch,
         )
 
     def block_report(self, ctx: CallContext, req: d.BlockReportRequest) -> Empty:
@@ -61,6 +62,13 @@ class DataNodeHandlers:
                 "full block report of DataNode %s: %d replicas",
                 req.node_id, self.blocks.map.node_block_count(req.node_id),
             )
+            node = self.blocks.datanodes.get(req.node_id)
+            if node is not None and node.future:
+                log.warning(
+                    "DataNode %s holds %d replica(s) of blocks this NameNode never allocated "
+                    "(from a newer NameNode?): kept, not deleted (e.g. blk_%d)",
+                    req.node_id, len(node.future), min(node.future),
+                )
             self.update_safe_mode()
         return Empty()
 
@@ -72,6 +80,7 @@ class DataNodeHandlers:
             delete=commands.delete,
             block_keys=self.blocks.block_keys(),
             send_full_report=commands.send_full_report,
+            epoch=self.fs.ns.epoch,
         )
 
     def incremental_report(self, ctx: CallContext, req: d.IncrementalReportRequest) -> Empty:

@@ -46,6 +46,9 @@ class DataNode:
     replicate: deque[ReplicationWork] = field(default_factory=deque)
     deletions: dict[int, None] = field(default_factory=dict)
     full_reports: int = 0  # full reports completed since the node (re)registered
+    #: Replicas of blocks "from the future" (an id or genstamp this namespace never
+    #: allocated: a newer NameNode did): kept on the node, never deleted, only reported.
+    future: set[int] = field(default_factory=set)
     report_requested_s: float = 0.0  # registration, or when a full report was last asked
 
     @property
@@ -131,6 +134,7 @@ class DataNodeManager:
             del self._live_by_address[node.address]
         node.replicate.clear()
         node.deletions.clear()
+        node.future.clear()
         node.replication_load = 0
         node.transfers_in_progress = 0
 

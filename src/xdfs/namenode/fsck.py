@@ -92,6 +92,7 @@ def fsck(
         default_replication=config.default_replication,
         listed=listed,
         truncated=truncated,
+        future_blocks=blocks.future_block_count(),
     )
 
 
@@ -151,4 +152,5 @@ def datanode_report(ns: Namespace, blocks: BlockManager) -> DataNodeReport:
         pending_replication=len(monitor.pending.blocks()),
         pending_deletion=blocks.pending_deletion_count(),
         safe_mode=blocks.safe_mode.on,
+        future_blocks=blocks.future_block_count(),
     )

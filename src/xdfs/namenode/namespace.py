@@ -52,6 +52,7 @@ from xdfs.namenode.ops import (
     ImageHeader,
     InodeRecord,
     MkdirOp,
+    NewEpochOp,
     Op,
     ReassignLeaseOp,
     RemoveTokenKeyOp,
@@ -72,6 +73,7 @@ from xdfs.protocol.namenode import ContentSummary, FileStatus
 
 FIRST_BLOCK_ID = 1 << 30  # like HDFS, so block ids never look like small counters
 FIRST_GENSTAMP = 1000
+FIRST_EPOCH = 1  # a fresh namespace's active epoch; each promotion raises it (NewEpochOp)
 ROOT_MODE = 0o755
 
 #: Largest sorted-name cache patched in place (an O(n) list insert/delete, ~0.5 ms at this
@@ -108,6 +110,7 @@ class Namespace:
         self.next_inode_id = FIRST_INODE_ID
         self.next_block_id = FIRST_BLOCK_ID
         self.next_genstamp = FIRST_GENSTAMP
+        self.epoch = FIRST_EPOCH
         self.users: dict[str, UserRecord] = {}
         self.token_keys: dict[int, TokenKeyRecord] = {}
         self._root = DirInode(
@@ -403,6 +406,13 @@ class Namespace:
         if op.key_id not in self.token_keys:
             raise NotFound(f"no token key {op.key_id}")
         del self.token_keys[op.key_id]
+        return ()
+
+    @_handles(NewEpochOp)
+    def _new_epoch(self, op: NewEpochOp) -> tuple[int, ...]:
+        if op.epoch <= self.epoch:
+            raise InvalidArgument(f"epoch {op.epoch} is not above the current {self.epoch}")
+        self.epoch = op.epoch
         return ()
 
     # --- mutation helpers ----------------------------------------------------------------

@@ -46,6 +46,7 @@ def load_into(
     ns.next_inode_id = header.next_inode_id
     ns.next_block_id = header.next_block_id
     ns.next_genstamp = header.next_genstamp
+    ns.epoch = header.epoch
 
 
 def _load_root(ns: Namespace, record: InodeRecord | None) -> None:
@@ -147,7 +148,7 @@ def canonical_dump(ns: Namespace) -> list[tuple[object, ...]]:
     """See :meth:`Namespace.canonical_dump`."""
     dump: list[tuple[object, ...]] = [(
         "namespace", ns.superuser, ns.supergroup, ns.next_inode_id,
-        ns.next_block_id, ns.next_genstamp, ns._inode_count,
+        ns.next_block_id, ns.next_genstamp, ns._inode_count, ns.epoch,
     )]
     for path, node in ns.walk("/"):
         if isinstance(node, FileInode):

@@ -197,10 +197,24 @@ class RemoveTokenKeyOp(Op):
     key_id: int
 
 
+# --- high availability -------------------------------------------------------------------
+
+
+class NewEpochOp(Op):
+    """A promotion: the namespace's active epoch becomes ``epoch`` (always higher than
+    before). Logged first by a NameNode that takes over, before it answers anyone, so every
+    image, edits log and follower that holds later ops also holds the new epoch; DataNodes
+    obey only the highest epoch they have seen (docs/operations.md, "Fencing")."""
+
+    OPCODE = 30
+    NAME = "new_epoch"
+    epoch: int
+
+
 ALL_OPS: tuple[type[Op], ...] = (
     MkdirOp, AddFileOp, AddBlockOp, UpdateBlocksOp, CloseFileOp, DeleteOp, RenameOp,
     SetPermissionOp, SetOwnerOp, SetReplicationOp, SetTimesOp, ReassignLeaseOp,
-    AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp,
+    AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp, NewEpochOp,
 )
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
 OPS_BY_NAME: dict[str, type[Op]] = {op.NAME: op for op in ALL_OPS}
@@ -254,6 +268,9 @@ class ImageHeader(msgspec.Struct, array_like=True):
     token_key_count: int
     superuser: str
     supergroup: str
+    #: The active epoch (:class:`NewEpochOp`); images written before epochs existed had
+    #: only the first one.
+    epoch: int = 1
 
 
 class InodeRecord(msgspec.Struct, array_like=True, gc=False):

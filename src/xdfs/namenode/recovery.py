@@ -76,6 +76,7 @@ class CheckpointSource(Protocol):
     next_inode_id: int
     next_block_id: int
     next_genstamp: int
+    epoch: int
     superuser: str
     supergroup: str
 
@@ -310,6 +311,7 @@ def make_image_header(version: VersionInfo, namespace: CheckpointSource, txid: i
         token_key_count=token_key_count,
         superuser=namespace.superuser,
         supergroup=namespace.supergroup,
+        epoch=namespace.epoch,
     )
 
 

@@ -59,6 +59,14 @@ def block_state(ns: Namespace, block_id: int) -> BlockState | None:
     return BlockState(file, blocks[index], complete)
 
 
+def from_the_future(ns: Namespace, reported: BlockRecord) -> bool:
+    """A replica whose block id or genstamp this namespace never allocated: a newer
+    NameNode (one promoted while this one was away, or this one restarted from older
+    edits) created it. As HDFS, it is neither an orphan nor corrupt: deleting it could
+    destroy acknowledged data, so it is kept and reported."""
+    return reported.block_id >= ns.next_block_id or reported.genstamp >= ns.next_genstamp
+
+
 def replica_flags(state: BlockState, reported: BlockRecord) -> int:
     """Why a reported replica is corrupt (0: it is good)."""
     flags = 0

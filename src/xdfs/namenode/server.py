@@ -1,13 +1,15 @@
 """The NameNode process: storage, recovery, RPC serving and background duties.
 
 Start: lock every name dir (a second NameNode on the same dir refuses to start), load the
-newest valid image and replay the edits after it, open the edits log for writing at the
-next txid, then serve (in safe mode until enough blocks are reported, when the namespace
-has any). Background duties: checkpoints by time or txn count, lease recovery, the trash
-emptier, token-key rotation, and the block manager's: DataNode liveness, the replication
-monitor and the end of startup safe mode. Stop (SIGTERM): stop serving, sync and
-finalize the edits log, release the locks. A failing name dir is fatal: the edits log
-fails every waiter (nothing is acknowledged) and the NameNode stops serving at once.
+newest valid image and replay the edits after it, refuse to go on when a configured peer
+is ahead (:mod:`xdfs.namenode.ha`), open the edits log for writing at the next txid (a
+promoted backup logs its new epoch first), then serve (in safe mode until enough blocks
+are reported, when the namespace has any). Background duties: checkpoints by time or txn
+count, lease recovery, the trash emptier, token-key rotation, and the block manager's:
+DataNode liveness, the replication monitor and the end of startup safe mode. Stop
+(SIGTERM): stop serving, sync and finalize the edits log, release the locks. A failing
+name dir is fatal: the edits log fails every waiter (nothing is acknowledged) and the
+NameNode stops serving at once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -27,14 +30,17 @@ from xdfs.namenode.backup_handlers import BackupProtocolHandlers
 from xdfs.namenode.datanode_handlers import DataNodeHandlers
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.edits_replicator import EditsReplicator
+from xdfs.namenode.ha import HaHandlers, Position, check_peers
 from xdfs.namenode.handlers import AdminHandlers, ClientHandlers
 from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.ops import NewEpochOp
 from xdfs.namenode.recovery import check_versions, load_namespace, purge, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.storage import StorageDirectory, VersionInfo
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
+from xdfs.protocol.ha import HA_SERVICE, ROLE_ACTIVE, HaStatus
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.streams import StreamReceiver
@@ -62,6 +68,7 @@ class NameNode:
         self.auth: NameNodeAuth | None = None
         self.datanode_handlers: DataNodeHandlers | None = None
         self.replicator: EditsReplicator | None = None
+        self.version: VersionInfo | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
         self.started_at_ms = int(clock() * 1000)
@@ -84,15 +91,21 @@ class NameNode:
         *,
         loaded: tuple[Namespace, int] | None = None,
         server: RpcServer | None = None,
+        new_epoch: bool = False,
     ) -> str:
         """``loaded``: the namespace and its last txid, already read from these dirs (a
         promoted BackupNode's hot copy); ``server``: serve on this running server (its
-        address) instead of starting one."""
+        address) instead of starting one; ``new_epoch``: a promotion (the old NameNode is
+        fenced): log a higher active epoch before anything is served."""
         try:
             for d in self.dirs:
                 d.lock()
-            version = check_versions(self.dirs)
+            version = self.version = check_versions(self.dirs)
             namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
+            if not new_epoch:  # a promotion fenced the others already
+                await check_peers(self.config, self.config.namenode.peers,
+                                  Position(namespace.epoch, last_txid),
+                                  (version.cluster_id, version.namespace_id))
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
             settings = EditLogSettings.from_config(self.config.namenode)
             self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal)
@@ -101,6 +114,8 @@ class NameNode:
             self._unlock()
             raise
         self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
+        if new_epoch:
+            await self._raise_epoch()
         self.auth = NameNodeAuth(self.fs)
         nn = self.config.namenode
         self.replicator = EditsReplicator(
@@ -117,6 +132,22 @@ class NameNode:
             log.info("in safe mode: %s", self.fs.safe_mode.reason)
         return self.server.address
 
+    async def _raise_epoch(self) -> None:
+        """The first op of a promoted NameNode, durable before any call is served: every
+        image, edit and follower after it carries the new epoch, and DataNodes that saw it
+        obey nobody with an older one (the fenced NameNode)."""
+        assert self.fs is not None
+        ns = self.fs.ns
+        await self.fs.mutate("new epoch", lambda: [NewEpochOp(ns.epoch + 1)], lambda: None,
+                             allowed_in_safe_mode=True)
+        log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
+
+    def ha_status(self) -> HaStatus:
+        assert self.edits is not None and self.fs is not None and self.version is not None
+        version = self.version
+        return HaStatus(ROLE_ACTIVE, self.fs.ns.epoch, self.edits.synced_txid,
+                        version.cluster_id, version.namespace_id, os.getpid())
+
     def _make_server(
         self, cluster_id: str, namespace_id: int, server: RpcServer | None
     ) -> RpcServer:
@@ -128,6 +159,7 @@ class NameNode:
             )
             add_system_services(server, "namenode")
         server.authenticator = self.auth
+        server.add_service(HA_SERVICE, HaHandlers(self.ha_status))
         server.add_service(CLIENT_SERVICE, ClientHandlers(self.fs, self.auth))
         server.add_service(
             ADMIN_SERVICE,

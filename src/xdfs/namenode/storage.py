@@ -56,7 +56,9 @@ from xdfs.common.files import (
     datasync,
     fsync_dir,
     parse_key_values,
+    read_number_file,
     write_all,
+    write_number_file,
 )
 from xdfs.errors import StorageError
 from xdfs.namenode.ops import LAYOUT_VERSION
@@ -302,20 +304,11 @@ class StorageDirectory:
 
 
 def read_seen_txid(current: Path) -> int:
-    path = current / SEEN_TXID_FILE
-    try:
-        text = path.read_text("ascii").strip()
-    except FileNotFoundError:
-        return 0
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    if not text.isdigit():
-        raise StorageError(f"{path}: expected a txid, found {text[:40]!r}")
-    return int(text)
+    return read_number_file(current / SEEN_TXID_FILE, "a txid")
 
 
 def write_seen_txid(current: Path, txid: int) -> None:
     """Raise ``seen_txid`` to ``txid`` (never lowers it)."""
     if txid <= read_seen_txid(current):
         return
-    atomic_write(current / SEEN_TXID_FILE, f"{txid}\n".encode())
+    write_number_file(current / SEEN_TXID_FILE, txid)

@@ -36,6 +36,7 @@ class FetchEditsResponse(msgspec.Struct):
     records: bytes  # ``count`` framed edit records, back to back
     namenode_synced_txid: int  # how far the NameNode is durable (for the backup's lag)
     source: str = ""  # "cache", "segment" or "buffer": where the replicator found them
+    namenode_pid: int = 0  # the NameNode's process id (a fencing method's $target_pid)
 
 
 class ImageHead(msgspec.Struct):
@@ -51,7 +52,7 @@ class UploadImageResponse(msgspec.Struct):
 
 
 class BackupStatus(msgspec.Struct):
-    state: str  # "starting", "bootstrapping", "following", "promoting", "active"
+    state: str  # "starting", "bootstrapping", "following", "fencing", "promoting", "active"
     address: str
     namenode: list[str]
     synced_txid: int  # the last txid replayed and durable on the backup
@@ -66,8 +67,10 @@ class BackupStatus(msgspec.Struct):
 
 class TakeoverResponse(msgspec.Struct):
     address: str
-    last_txid: int  # the last txid of the namespace now served
+    last_txid: int  # the last txid of the namespace now served (its NewEpochOp)
     took_s: float
+    epoch: int = 0  # the active epoch the promotion raised
+    fenced_by: str = ""  # the fencing method that succeeded
 
 
 FETCH_EDITS = Method(
@@ -93,6 +96,7 @@ BACKUP_STATUS = Method(
 )
 TRANSITION_TO_ACTIVE = Method(
     "transition_to_active", Empty, TakeoverResponse, idempotent=False,
-    doc="Promote the backup (refused while its NameNode still answers).",
+    doc="Fence the NameNode, then promote the backup (refused while the NameNode answers "
+        "or when no fencing method succeeds).",
 )
 BACKUP_SERVICE = Service("backupnode", (BACKUP_STATUS, TRANSITION_TO_ACTIVE))

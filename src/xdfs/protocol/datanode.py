@@ -7,6 +7,8 @@ Two services:
   only through the replies: replicate and delete commands, fresh block-token keys, and
   :class:`~xdfs.errors.UnknownDataNode` when a node must register and report again.
   DataNodes authenticate as an xdfs superuser (as HDFS DataNodes run as the hdfs principal).
+  Register and heartbeat answers carry the NameNode's active epoch: a DataNode obeys no
+  NameNode whose epoch is below the highest it has seen (a NameNode fenced by a takeover).
 * ``datanode`` (served by each DataNode, called by clients and other DataNodes): block
   writes (upload streams) and reads (download streams), each authorised by a block token
   the NameNode issued for that block (``xdfs.common.tokens``).
@@ -44,6 +46,9 @@ class RegisterResponse(msgspec.Struct):
     block_report_batch_max: int  # entries per block-report call (seed 003: 100)
     full_report_interval_s: float
     block_keys: list[BlockKey]
+    #: The NameNode's active epoch: a DataNode that has seen a higher one ignores this
+    #: NameNode (never obeys it) and tries its next address. 0: a NameNode without epochs.
+    epoch: int = 0
 
 
 class BlockReportRequest(msgspec.Struct):
@@ -77,6 +82,7 @@ class HeartbeatResponse(msgspec.Struct):
     block_keys: list[BlockKey] = []
     #: True asks for a full block report now (after the NameNode restarted, for example).
     send_full_report: bool = False
+    epoch: int = 0  # the NameNode's active epoch, as in RegisterResponse
 
 
 class IncrementalReportRequest(msgspec.Struct):

@@ -244,6 +244,9 @@ class DataNodeReport(msgspec.Struct):
     pending_replication: int
     pending_deletion: int
     safe_mode: bool
+    #: Blocks whose id or genstamp this NameNode never allocated (a newer NameNode did),
+    #: held by live DataNodes: kept, never deleted (see docs/operations.md).
+    future_blocks: int = 0
 
 
 class FsckRequest(msgspec.Struct):
@@ -285,6 +288,7 @@ class FsckReport(msgspec.Struct):
     default_replication: int
     listed: list[FsckFile]  # unhealthy files (every file with FsckRequest.files)
     truncated: bool  # listed stopped at the server's limit
+    future_blocks: int = 0  # cluster-wide, as DataNodeReport.future_blocks
 
 
 class BackupInfo(msgspec.Struct):
@@ -434,4 +438,4 @@ ADMIN_SERVICE = Service(
     ),
 )
 #: Callable without credentials (the handshake may be anonymous for these only).
-ANONYMOUS_METHODS = frozenset({"login", "ping", "server_info"})
+ANONYMOUS_METHODS = frozenset({"login", "ping", "server_info", "ha_status"})

@@ -8,6 +8,10 @@
 * a try that may have run (connection lost mid-call, timeout) is repeated only for
   methods declared ``idempotent``;
 * ``NotActive`` (a standby or backup answered) moves on to the next address at once;
+* a timeout is a server that may be paused (TCP open, nothing answered): like a broken
+  connection, it moves on to the next address at once, and the next call starts there too,
+  also when the method could not be repeated (HDFS fails over on socket timeouts the same
+  way); with a single address an idempotent call is simply tried again;
 * each address gets ``tries_per_address`` tries with doubling backoff, then the next
   address; the address that last worked is tried first.
 """
@@ -312,6 +316,16 @@ class RpcClient:
     def current_address(self) -> str:
         return self.addresses[self._preferred]
 
+    def avoid(self, address: str) -> None:
+        """Start the next call at the address after ``address`` (it timed out, or its
+        answers are not to be followed); a success elsewhere then sticks as usual."""
+        if address in self.addresses and self.current_address == address:
+            self._skip(self.addresses.index(address))
+
+    def _skip(self, index: int) -> None:
+        if len(self.addresses) > 1:
+            self._preferred = (index + 1) % len(self.addresses)
+
     async def connection(self, address: str) -> ClientConnection:
         conn = self._connections.get(address)
         if conn is not None and not conn.is_closing:
@@ -401,7 +415,15 @@ class RpcClient:
                 except Overloaded as exc:
                     failures.append(f"{address}: {exc.message}")
                     continue
-                except (ConnectionLost, RpcTimeout) as exc:
+                except RpcTimeout as exc:
+                    self._skip(index)  # paused or overloaded: the next call starts elsewhere
+                    if not (method.idempotent and restartable):
+                        raise
+                    failures.append(f"{address}: {exc.message}")
+                    if count > 1:
+                        break
+                    continue
+                except ConnectionLost as exc:
                     if not (method.idempotent and restartable):
                         raise
                     failures.append(f"{address}: {exc.message}")
