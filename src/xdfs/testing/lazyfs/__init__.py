@@ -11,6 +11,6 @@ power cut, drops every write and directory change not yet made durable by fsync.
 """
 
 from xdfs.testing.lazyfs.model import Pending
-from xdfs.testing.lazyfs.mount import LazyFS, fuse_unavailable_reason
+from xdfs.testing.lazyfs.mount import CrashSite, LazyFS, fuse_unavailable_reason
 
-__all__ = ["LazyFS", "Pending", "fuse_unavailable_reason"]
+__all__ = ["CrashSite", "LazyFS", "Pending", "fuse_unavailable_reason"]

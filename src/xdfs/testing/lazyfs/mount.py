@@ -9,6 +9,7 @@ state, with fresh kernel caches, and the processes restart on it.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 import json
 import os
 import shutil
@@ -75,7 +76,7 @@ class LazyFS:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.path.mkdir(parents=True, exist_ok=True)
         daemon = ServerProcess(
-            [sys.executable, "-m", "xdfs.testing.lazyfs", str(self.backing), str(self.path),
+            [sys.executable, "-X", "faulthandler", "-m", "xdfs.testing.lazyfs", str(self.backing), str(self.path),
              "--control", self._control],
             log_path=self.log_dir / "lazyfs.log", ready_pattern="lazyfs mounted on",
         )
@@ -129,3 +130,24 @@ class LazyFS:
                 self.daemon.terminate(self.deadline_s)
             self.daemon = None
         self._detach()
+
+
+@dataclass(frozen=True)
+class CrashSite:
+    """Where a crash test keeps server storage and how a crash happens there: on a plain
+    directory a crash is SIGKILL (the page cache survives it); on a power-loss mount it
+    is a power cut (only what was synced survives). One test body runs both ways."""
+
+    root: Path
+    disk: LazyFS | None = None
+
+    @property
+    def power_loss(self) -> bool:
+        return self.disk is not None
+
+    def crash(self, *processes: ServerProcess) -> None:
+        """SIGKILL ``processes``; on a power-loss mount, cut the power first."""
+        if self.disk is not None:
+            self.disk.power_cut(*processes)
+        for proc in processes:
+            proc.kill()
