@@ -4,6 +4,7 @@ killed with SIGKILL and restarted; and ``xdfs dev`` with its cluster.json."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
@@ -130,7 +131,8 @@ async def test_acknowledged_files_survive_a_crash_of_every_process(
         await asyncio.to_thread(cluster.start_datanode, name)
     async with cluster.client() as client:
         for path, data in acked.items():
-            got = await eventually(lambda p=path: _read(client, p), timeout_s=60, what=path)
+            got = await eventually(functools.partial(_read, client, path), timeout_s=60,
+                                   what=path)
             assert digest(got[0]) == digest(data), path
 
 

@@ -99,7 +99,7 @@ async def test_power_cut_keeps_everything_acknowledged(tmp_path: Path, lazyfs: L
 @dataclass
 class _Before:
     tree: dict[str, tuple[object, ...]]
-    dump: list[object] | None
+    dump: object
     status: p.NameNodeStatus
 
 

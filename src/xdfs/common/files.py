@@ -47,7 +47,8 @@ def make_dirs(path: Path) -> None:
             directory.mkdir()
         except FileExistsError:
             if not directory.is_dir():
-                raise StorageError(f"cannot create directory {directory}: a file is there")
+                raise StorageError(
+                    f"cannot create directory {directory}: a file is there") from None
         except OSError as exc:
             raise StorageError(f"cannot create directory {directory}: {exc}") from exc
         fsync_dir(directory.parent)  # also when another thread just made it: cheap, safe

@@ -433,30 +433,14 @@ class LazyModel:
             raise fail(errno.EINVAL, f"{old} into itself")
         victim_ino = dst_parent.entries.get(dst_name)
         if flags & RENAME_EXCHANGE:
-            if victim_ino is None:
-                raise fail(errno.ENOENT, new)
-            victim = self.inodes[victim_ino]
-            if victim.is_dir and self._is_ancestor(victim.ino, src_parent.ino):
-                raise fail(errno.EINVAL, f"{new} into itself")
-            src_parent.entries[src_name], dst_parent.entries[dst_name] = victim_ino, node.ino
-            for moved, parent in ((node, dst_parent), (victim, src_parent)):
-                if moved.is_dir:
-                    moved.parent = parent.ino
-            self._touch(src_parent)
-            self._touch(dst_parent)
+            self._exchange(src_parent, src_name, dst_parent, dst_name, new)
             return
         if victim_ino == node.ino:
             return  # two names of one file: nothing to do (POSIX)
         if victim_ino is not None:
             if flags & RENAME_NOREPLACE:
                 raise fail(errno.EEXIST, new)
-            victim = self.inodes[victim_ino]
-            if node.is_dir and not victim.is_dir:
-                raise fail(errno.ENOTDIR, new)
-            if victim.is_dir and not node.is_dir:
-                raise fail(errno.EISDIR, new)
-            if victim.is_dir and victim.entries:
-                raise fail(errno.ENOTEMPTY, new)
+            self._check_replaceable(node, self.inodes[victim_ino], new)
             self._drop_name(dst_parent, dst_name)
         del src_parent.entries[src_name]
         dst_parent.entries[dst_name] = node.ino
@@ -465,6 +449,29 @@ class LazyModel:
         self._touch(src_parent)
         self._touch(dst_parent)
         self._touch(node, data=False)
+
+    @staticmethod
+    def _check_replaceable(node: Inode, victim: Inode, new: str) -> None:
+        if node.is_dir and not victim.is_dir:
+            raise fail(errno.ENOTDIR, new)
+        if victim.is_dir and not node.is_dir:
+            raise fail(errno.EISDIR, new)
+        if victim.is_dir and victim.entries:
+            raise fail(errno.ENOTEMPTY, new)
+
+    def _exchange(self, src_parent: Inode, src_name: str, dst_parent: Inode, dst_name: str,
+                  new: str) -> None:
+        """RENAME_EXCHANGE: the two names swap their inodes."""
+        victim = self.node(self._entry(dst_parent, dst_name, new))
+        if victim.is_dir and self._is_ancestor(victim.ino, src_parent.ino):
+            raise fail(errno.EINVAL, f"{new} into itself")
+        node = self.inodes[src_parent.entries[src_name]]
+        src_parent.entries[src_name], dst_parent.entries[dst_name] = victim.ino, node.ino
+        for moved, parent in ((node, dst_parent), (victim, src_parent)):
+            if moved.is_dir:
+                moved.parent = parent.ino
+        self._touch(src_parent)
+        self._touch(dst_parent)
 
     # -- attributes -------------------------------------------------------------------
 

@@ -9,13 +9,13 @@ state, with fresh kernel caches, and the processes restart on it.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -76,8 +76,8 @@ class LazyFS:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.path.mkdir(parents=True, exist_ok=True)
         daemon = ServerProcess(
-            [sys.executable, "-X", "faulthandler", "-m", "xdfs.testing.lazyfs", str(self.backing), str(self.path),
-             "--control", self._control],
+            [sys.executable, "-X", "faulthandler", "-m", "xdfs.testing.lazyfs",
+             str(self.backing), str(self.path), "--control", self._control],
             log_path=self.log_dir / "lazyfs.log", ready_pattern="lazyfs mounted on",
         )
         self.daemon = daemon
