@@ -27,7 +27,7 @@ if ! command -v java >/dev/null; then
 fi
 # The power-loss tests (xdfs.testing.lazyfs) mount FUSE file systems: libfuse3 and
 # fusermount3. They fail with a clear message where FUSE is missing.
-if ! command -v fusermount3 >/dev/null || ! ldconfig -p 2>/dev/null | grep -q libfuse3.so.3; then
+if ! command -v fusermount3 >/dev/null || ! ldconfig -p 2>/dev/null | grep libfuse3.so.3 >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
         apt-get update -qq && apt-get install -y -qq fuse3 libfuse3-3
     else
