@@ -25,6 +25,15 @@ if ! command -v java >/dev/null; then
         echo "bootstrap: no java on PATH; xdfs analyze and tests/analytics need Java 17+" >&2
     fi
 fi
+# The power-loss tests (xdfs.testing.lazyfs) mount FUSE file systems: libfuse3 and
+# fusermount3. They fail with a clear message where FUSE is missing.
+if ! command -v fusermount3 >/dev/null || ! ldconfig -p 2>/dev/null | grep libfuse3.so.3 >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq fuse3 libfuse3-3
+    else
+        echo "bootstrap: fuse3 (libfuse3, fusermount3) missing; the power-loss tests need it" >&2
+    fi
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 # analytics: pyarrow, pandas, pyspark (the analytics tests run in `make test` too)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'

@@ -474,9 +474,10 @@ def _toml_literal(value: Any) -> str:
 
 
 def write_toml(path: Path, data: Mapping[str, Any]) -> None:
-    """Write a small TOML file atomically (temp file + rename)."""
+    """Write a small TOML file atomically and durably (temp file, fsync, rename, fsync of
+    the directory): ``xdfs dev`` keeps its superuser's password in one."""
     import tomli_w
 
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(tomli_w.dumps(dict(data)))
-    tmp.replace(path)
+    from xdfs.common.files import atomic_write
+
+    atomic_write(path, tomli_w.dumps(dict(data)).encode())

@@ -25,6 +25,7 @@ from xdfs.namenode.recovery import load_namespace
 from xdfs.namenode.storage import StorageDirectory
 from xdfs.protocol.backup import BACKUP_STATUS, BackupStatus
 from xdfs.rpc.messages import Empty
+from xdfs.testing.lazyfs import CrashSite
 from xdfs.testing.minicluster import MiniCluster
 
 from .conftest import ROOT, ROOT_PW, backup_config, canonical_dump, connect, eventually
@@ -70,28 +71,58 @@ def offline_dump(name_dir: Path) -> list[object]:
 
 
 async def test_backup_killed_mid_replay_resumes_from_its_own_state(
-    minicluster: MiniCluster, tmp_path: Path
+    minicluster: MiniCluster, tmp_path: Path, crash_site: CrashSite
 ) -> None:
+    """Also on the power-loss layer (``crash_site``): the power goes when the backup dies."""
     nn = await minicluster.start_namenode(config=backup_config())
+    base = crash_site.root
     async with connect(nn.address) as client:
         for i in range(20):
             await client.mkdirs(f"/early/{i}")
         with ProcessGroup(tmp_path / "procs") as group:
             # Dies after applying a batch, before making it durable: never acknowledged.
             # (started from a thread: the in-process NameNode must keep serving meanwhile)
-            proc = await asyncio.to_thread(start_backup, group, tmp_path, nn.address,
+            proc = await asyncio.to_thread(start_backup, group, base, nn.address,
                                            faults="backup.replayed_not_synced=kill")
             await eventually(lambda: not proc.alive(), what="the backup killing itself")
+            await asyncio.to_thread(crash_site.crash, proc)
             for i in range(20):
                 await client.mkdirs(f"/late/{i}")
-            proc = await asyncio.to_thread(start_backup, group, tmp_path, nn.address)
+            proc = await asyncio.to_thread(start_backup, group, base, nn.address)
             status = await eventually(
                 lambda: _caught_up(address_of(proc), nn.edits.synced_txid),  # type: ignore[union-attr]
                 what="the restarted backup catching up")
             assert status.bootstraps == 0  # its own image (fetched at first start) and edits
             assert await asyncio.to_thread(proc.terminate) == 0
         assert nn.fs is not None
-        assert offline_dump(tmp_path / "backup") == canonical_dump(nn.fs.ns)
+        assert offline_dump(base / "backup") == canonical_dump(nn.fs.ns)
+
+
+async def test_backup_synced_txid_survives_a_crash(
+    minicluster: MiniCluster, tmp_path: Path, crash_site: CrashSite
+) -> None:
+    """What the backup acknowledged as synced (its status, what a takeover relies on) is on
+    its disk after a crash, a power cut included, and it restarts from it."""
+    nn = await minicluster.start_namenode(config=backup_config())
+    assert nn.edits is not None and nn.fs is not None
+    base = crash_site.root
+    async with connect(nn.address) as client:
+        with ProcessGroup(tmp_path / "procs") as group:
+            proc = await asyncio.to_thread(start_backup, group, base, nn.address)
+            for i in range(30):
+                await client.mkdirs(f"/acked/{i}")
+            status = await eventually(
+                lambda: _caught_up(address_of(proc), nn.edits.synced_txid),  # type: ignore[union-attr]
+                what="the backup catching up")
+            await asyncio.to_thread(crash_site.crash, proc)
+            with StorageDirectory(base / "backup") as sd:
+                _namespace, last_txid = load_namespace([sd], Namespace)
+            assert last_txid >= status.synced_txid
+            assert offline_dump(base / "backup") == canonical_dump(nn.fs.ns)
+            proc = await asyncio.to_thread(start_backup, group, base, nn.address)
+            status = await backup_status(address_of(proc))
+            assert status.bootstraps == 0 and status.synced_txid >= last_txid
+            assert await asyncio.to_thread(proc.terminate) == 0
 
 
 async def _caught_up(address: str, txid: int) -> BackupStatus | None:

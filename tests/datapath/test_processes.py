@@ -4,6 +4,8 @@ killed with SIGKILL and restarted; and ``xdfs dev`` with its cluster.json."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import json
 import os
 import signal
@@ -26,7 +28,8 @@ from tests.datapath.conftest import (
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
-from xdfs.errors import SafeModeError
+from xdfs.errors import DataError, SafeModeError, Unavailable
+from xdfs.testing.lazyfs import CrashSite
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +99,54 @@ async def procs(processes: ProcessGroup, tmp_path: Path) -> AsyncIterator[Proces
 async def _live_count(client: AsyncClient) -> int:
     report = await client.datanode_report()
     return sum(node.state == "live" for node in report.nodes)
+
+
+async def test_acknowledged_files_survive_a_crash_of_every_process(
+    processes: ProcessGroup, crash_site: CrashSite
+) -> None:
+    """The NameNode and every DataNode crash at once while writers are busy (SIGKILL, and
+    on the power-loss layer a power cut of the whole machine): every file whose close was
+    acknowledged reads back whole after the restart."""
+    cluster = ProcessCluster(processes, crash_site.root)
+    await asyncio.to_thread(cluster.start_namenode)
+    for index in range(3):
+        await asyncio.to_thread(cluster.start_datanode, f"dn{index}")
+    acked: dict[str, bytes] = {}
+
+    async def writer(client: AsyncClient, worker: int) -> None:
+        for i in itertools.count():
+            path, data = f"/w{worker}/f{i}", payload(BLOCK_BYTES * (i % 3) + 777 * i, seed=i)
+            await client.write_file(path, data, block_size=BLOCK_BYTES)
+            acked[path] = data
+
+    async with cluster.client() as client:
+        await eventually(lambda: _at_least(client, 3), what="3 live DataNodes")
+        tasks = [asyncio.ensure_future(writer(client, w)) for w in range(3)]
+        await eventually(lambda: _acked_at_least(acked, 12), timeout_s=60, what="12 files")
+        assert cluster.nn is not None
+        await asyncio.to_thread(crash_site.crash, cluster.nn, *cluster.datanodes.values())
+        await asyncio.gather(*tasks, return_exceptions=True)  # they fail: all is down
+    await asyncio.to_thread(cluster.start_namenode)
+    for name in list(cluster.datanodes):
+        await asyncio.to_thread(cluster.start_datanode, name)
+    async with cluster.client() as client:
+        for path, data in acked.items():
+            got = await eventually(functools.partial(_read, client, path), timeout_s=60,
+                                   what=path)
+            assert digest(got[0]) == digest(data), path
+
+
+async def _acked_at_least(acked: dict[str, bytes], count: int) -> bool:
+    return len(acked) >= count
+
+
+async def _read(client: AsyncClient, path: str) -> tuple[bytes] | None:
+    """The file (in a tuple: it may be empty), or None while the restarted cluster cannot
+    serve it yet (DataNodes still reporting)."""
+    try:
+        return (await client.read_file(path),)
+    except (SafeModeError, Unavailable, DataError):
+        return None
 
 
 async def test_kill_9_datanode_rereplicates_and_reads_continue(procs: ProcessCluster) -> None:

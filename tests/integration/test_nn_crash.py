@@ -1,4 +1,6 @@
-"""A real NameNode process SIGKILLed under concurrent mutating load, restarted, and checked.
+"""A real NameNode process SIGKILLed under concurrent mutating load, restarted, and checked;
+then the same with its name dir on the power-loss layer, each crash a power cut that drops
+everything not fsynced (``crash_site``, docs/testing.md).
 
 Each round: start ``xdfs namenode`` on the same name dir, let ``WORKERS`` tasks (spread over
 ``CLIENTS`` AsyncClients) mutate their own subtrees, SIGKILL the process at a seeded random
@@ -65,6 +67,7 @@ from xdfs.namenode.editlog.records import decode_payload
 from xdfs.namenode.editlog.segments import SegmentReader, segment_index
 from xdfs.namenode.image import file_md5, read_md5_file
 from xdfs.namenode.storage import parse_image_name
+from xdfs.testing.lazyfs import CrashSite
 
 pytestmark = pytest.mark.slow
 
@@ -336,10 +339,14 @@ class Stats:
 
 
 class Cluster:
-    def __init__(self, processes: ProcessGroup, base: Path) -> None:
+    """The NameNode under test: its name dir is on ``site`` (the power-loss layer, where a
+    crash is a power cut, or a plain directory, where it is SIGKILL); logs go to ``base``."""
+
+    def __init__(self, processes: ProcessGroup, base: Path, site: CrashSite) -> None:
         self.processes = processes
         self.base = base
-        self.name_dir = base / "name"
+        self.site = site
+        self.name_dir = site.root / "name"
         self.starts = 0
         self.nn: ServerProcess | None = None
         self.address = ""
@@ -387,6 +394,10 @@ class Cluster:
         return AsyncClient(
             f"xdfs://{self.address}", user=USER, password=PASSWORD, config=XdfsConfig()
         )
+
+    def crash(self) -> None:
+        assert self.nn is not None
+        self.site.crash(self.nn)
 
 
 async def verify(cluster: Cluster, workers: list[Worker], stats: Stats) -> None:
@@ -443,17 +454,17 @@ async def load_and_kill(
             await asyncio.sleep(0.01)
         assert not nn.alive(), f"round {round_no}: fault {fault} never fired"
         assert nn.proc is not None and nn.proc.returncode == -9, nn.proc
-        nn.kill()  # reap and clean the session
+        cluster.crash()  # reap and clean the session (and cut the power)
         stats.fault_kills.append(fault)
     elif round_no in SAVE_KILL_ROUNDS:
         save = asyncio.create_task(admin.save_namespace())
         await asyncio.sleep(rng.uniform(0.0, save_estimate_s))
         in_flight = not save.done()
-        nn.kill()
+        cluster.crash()
         stats.save_killed_in_flight += in_flight
     else:
         save = None
-        nn.kill()
+        cluster.crash()
     done, _ = await asyncio.wait(tasks, timeout=30)
     assert len(done) == len(tasks), "a worker did not notice the NameNode died"
     for task in tasks:
@@ -471,11 +482,22 @@ async def load_and_kill(
         await client.close()
 
 
-async def test_namenode_sigkill_under_load(processes: ProcessGroup, tmp_path: Path) -> None:
+async def test_namenode_crash_under_load(
+    processes: ProcessGroup, tmp_path: Path, crash_site: CrashSite
+) -> None:
+    """Run once with SIGKILL, once on the power-loss layer, where each crash drops every
+    write and directory change the NameNode had not synced (a missing fsync fails there)."""
+    await crash_rounds(Cluster(processes, tmp_path, crash_site))
+    if crash_site.disk is not None:
+        cuts = crash_site.disk.cuts
+        assert len(cuts) == ROUNDS
+        assert sum(cut.dirty_files + cut.names for cut in cuts) > 0, cuts
+
+
+async def crash_rounds(cluster: Cluster) -> None:
     rng = random.Random(SEED)
     started = time.monotonic()
     stats = Stats()
-    cluster = Cluster(processes, tmp_path)
     workers = [
         Worker(f"/c{c}/w{i}", random.Random(rng.random()))
         for c in range(CLIENTS)

@@ -39,6 +39,7 @@ from xdfs.backupnode.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
+from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     EditsPurged,
@@ -147,7 +148,7 @@ class BackupNode:
         self.rpc = RpcClient(self.namenodes, rpc, hello=hello, ssl_context=client_context(rpc))
         try:
             self.fencing = parse_methods(self.config.backupnode.fencing_methods)
-            await asyncio.to_thread(self.dir.root.mkdir, parents=True, exist_ok=True)
+            await asyncio.to_thread(make_dirs, self.dir.root)  # durable in its parent
             self.dir.lock()
             await self._open_storage()
             self.server = self._make_server()

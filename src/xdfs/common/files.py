@@ -35,6 +35,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_dirs(path: Path) -> None:
+    """``mkdir -p`` whose new directories are durable: each one created is followed by an
+    fsync of its parent. Without it a power cut can take a new directory away, and with it
+    everything later fsynced inside (a file's fsync does not cover its directory's name)."""
+    missing = []
+    probe = path
+    while not probe.is_dir():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            if not directory.is_dir():
+                raise StorageError(
+                    f"cannot create directory {directory}: a file is there") from None
+        except OSError as exc:
+            raise StorageError(f"cannot create directory {directory}: {exc}") from exc
+        fsync_dir(directory.parent)  # also when another thread just made it: cheap, safe
+
+
 def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path) -> None:
     view = memoryview(data)
     offset = 0
@@ -139,8 +160,8 @@ class DirLock:
     def lock(self) -> None:
         if self._fd is not None:
             return
+        make_dirs(self.root)
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open {self.path}: {exc}") from exc

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from xdfs.common.files import DirLock, atomic_write, fsync_dir
+from xdfs.common.files import DirLock, atomic_write, fsync_dir, make_dirs
 from xdfs.datanode import layout
 from xdfs.datanode.layout import DataNodeVersion
 from xdfs.datanode.replica import Replica, ReplicaWriter, unlink_quietly
@@ -59,7 +59,7 @@ class DataStorage:
         try:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
-                directory.mkdir(parents=True, exist_ok=True)
+                make_dirs(directory)
             rbw_removed = self._clear_rbw()
             leftovers = self._load_finalized()
         except OSError as exc:  # mkdir, listdir or unlink on a broken disk

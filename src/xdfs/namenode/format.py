@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from xdfs.common.files import make_dirs
 from xdfs.config import NameNodeConfig
 from xdfs.namenode import security
 from xdfs.namenode.namespace import Namespace
@@ -48,7 +49,7 @@ def format_namenode(
     dirs = [StorageDirectory(d) for d in name_dirs]
     try:
         for d in dirs:
-            Path(d.root).mkdir(parents=True, exist_ok=True)
+            make_dirs(Path(d.root))
             d.format(cluster_id, namespace_id, now_ms, force=force)
         namespace = initial_namespace(config, superuser, password, now_ms)
         save_checkpoint(dirs, namespace, 0)

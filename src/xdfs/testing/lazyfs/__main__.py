@@ -1,0 +1,3 @@
+from xdfs.testing.lazyfs.driver import main
+
+main()
