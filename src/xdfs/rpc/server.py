@@ -46,7 +46,7 @@ from xdfs.errors import (
     WrongCluster,
     XdfsError,
 )
-from xdfs.rpc.connection import RpcProtocol
+from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
@@ -293,8 +293,8 @@ class ServerConnection(RpcProtocol):
             raise ProtocolError("frames sent before the handshake was answered")
         try:
             hello = _HELLO.decode(envelope.body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ProtocolError(f"bad handshake: {exc}") from None
+        except DECODE_ERRORS as exc:
+            raise decode_error(exc, ProtocolError, "bad handshake") from None
         self._hello_task = asyncio.get_running_loop().create_task(self._handshake(hello))
 
     async def _handshake(self, hello: Hello) -> None:
@@ -336,8 +336,8 @@ class ServerConnection(RpcProtocol):
             raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
         try:
             request = route.method.request_decoder.decode(envelope.body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self.send_error(envelope.id, BadRequest(f"{envelope.method}: {exc}"))
+        except DECODE_ERRORS as exc:
+            self.send_error(envelope.id, decode_error(exc, BadRequest, envelope.method))
             return None
         return route, request
 
