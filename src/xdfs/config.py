@@ -46,6 +46,21 @@ class RpcConfig:
     handshake_timeout_s: float = setting(
         10.0, "A server closes a connection that has not sent its handshake within this time."
     )
+    unauthenticated_frame_bytes_max: int = setting(
+        16 * KiB,
+        "Largest frame a server takes from a peer not authenticated as a user (before its "
+        "handshake, and in an anonymous session, which may only log in).",
+    )
+    unauthenticated_idle_timeout_s: float = setting(
+        20.0,
+        "A server closes an anonymous session (handshake without credentials) that runs no "
+        "call and completes no frame for this long.",
+    )
+    partial_frame_timeout_s: float = setting(
+        60.0,
+        "A server closes a connection whose frame stays incomplete this long while it reads "
+        "(a peer that sends a length prefix and never the rest).",
+    )
     tries_per_address: int = setting(3, "Tries against one address before failing over.")
     retry_backoff_initial_s: float = setting(0.05, "First backoff between retries; doubles.")
     retry_backoff_max_s: float = setting(2.0, "Upper bound of the retry backoff.")
@@ -75,6 +90,13 @@ class RpcConfig:
             "rpc.stream_chunk_bytes must leave 1 KiB of room under rpc.frame_bytes_max",
         )
         _require(self.stream_window_chunks >= 1, "rpc.stream_window_chunks must be >= 1")
+        _require(
+            1 * KiB <= self.unauthenticated_frame_bytes_max <= self.frame_bytes_max,
+            "rpc.unauthenticated_frame_bytes_max must be in [1 KiB, rpc.frame_bytes_max]",
+        )
+        _require(self.unauthenticated_idle_timeout_s > 0,
+                 "rpc.unauthenticated_idle_timeout_s must be > 0")
+        _require(self.partial_frame_timeout_s > 0, "rpc.partial_frame_timeout_s must be > 0")
         _require(self.tries_per_address >= 1, "rpc.tries_per_address must be >= 1")
         _require(self.inflight_per_connection_max >= 1, "rpc.inflight_per_connection_max >= 1")
         _require(

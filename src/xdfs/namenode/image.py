@@ -353,7 +353,7 @@ class ImageReader:
         offset, payload = self.read_frame("the header")
         try:
             header = _HEADER_DECODER.decode(payload)
-        except msgspec.MsgspecError as exc:
+        except (msgspec.MsgspecError, UnicodeDecodeError) as exc:  # (invalid UTF-8 in a name)
             raise self.corrupt(offset, f"bad header: {exc}") from None
         if header.layout_version != LAYOUT_VERSION:
             raise self.corrupt(offset, f"layout version {header.layout_version}, this build "
@@ -369,7 +369,7 @@ class ImageReader:
             offset, payload = self.read_frame(what)
             try:
                 batch = decoder.decode(payload)
-            except msgspec.MsgspecError as exc:
+            except (msgspec.MsgspecError, UnicodeDecodeError) as exc:
                 raise self.corrupt(offset, f"bad {what} frame: {exc}") from None
             seen += len(batch)
             if seen > count or not batch:

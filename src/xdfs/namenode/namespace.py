@@ -57,6 +57,7 @@ from xdfs.namenode.ops import (
     RemoveTokenKeyOp,
     RemoveUserOp,
     RenameOp,
+    SetDataNodeSecretOp,
     SetOwnerOp,
     SetPasswordOp,
     SetPermissionOp,
@@ -110,6 +111,10 @@ class Namespace:
         self.next_genstamp = FIRST_GENSTAMP
         self.users: dict[str, UserRecord] = {}
         self.token_keys: dict[int, TokenKeyRecord] = {}
+        #: What the next AddUserOp / SetPasswordOp gives as the user's generation.
+        self.next_generation = 1
+        #: DataNodes authenticate with this (empty: not set yet, none accepted).
+        self.datanode_secret = b""
         self._root = DirInode(
             ROOT_ID, 0, "", ROOT_MODE, self.superuser, self.supergroup,
             root_mtime_ms, root_mtime_ms, {},
@@ -368,7 +373,7 @@ class Namespace:
             raise InvalidArgument("empty group name")
         groups = tuple(sys.intern(group) for group in op.groups)
         self.users[op.name] = UserRecord(
-            op.name, op.password_hash, op.salt, groups, op.created_ms
+            op.name, op.password_hash, op.salt, groups, op.created_ms, self._new_generation()
         )
         return ()
 
@@ -385,8 +390,22 @@ class Namespace:
         if old is None:
             raise NotFound(f"no such user: {op.name}")
         self.users[op.name] = UserRecord(
-            old.name, op.password_hash, op.salt, old.groups, old.created_ms
+            old.name, op.password_hash, op.salt, old.groups, old.created_ms,
+            self._new_generation(),
         )
+        return ()
+
+    def _new_generation(self) -> int:
+        # Replay gives every user the same generation again: deterministic, like ids.
+        value = self.next_generation
+        self.next_generation += 1
+        return value
+
+    @_handles(SetDataNodeSecretOp)
+    def _set_datanode_secret(self, op: SetDataNodeSecretOp) -> tuple[int, ...]:
+        if len(op.secret) < 16:
+            raise InvalidArgument("the DataNode secret must be at least 16 bytes")
+        self.datanode_secret = op.secret
         return ()
 
     @_handles(AddTokenKeyOp)

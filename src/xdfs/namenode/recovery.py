@@ -78,6 +78,8 @@ class CheckpointSource(Protocol):
     next_genstamp: int
     superuser: str
     supergroup: str
+    next_generation: int
+    datanode_secret: bytes
 
     def inode_count(self) -> int: ...
 
@@ -310,6 +312,8 @@ def make_image_header(version: VersionInfo, namespace: CheckpointSource, txid: i
         token_key_count=token_key_count,
         superuser=namespace.superuser,
         supergroup=namespace.supergroup,
+        next_generation=namespace.next_generation,
+        datanode_secret=namespace.datanode_secret,
     )
 
 

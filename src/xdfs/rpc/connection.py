@@ -93,11 +93,17 @@ def _immutable(data: memoryview) -> bool:
 
 
 class RpcProtocol(asyncio.BufferedProtocol):
-    def __init__(self, config: RpcConfig) -> None:
+    def __init__(
+        self, config: RpcConfig, *, frame_bytes_max: int = 0, buffer_bytes: int = 0
+    ) -> None:
+        """``frame_bytes_max`` / ``buffer_bytes``: start with these instead of the configured
+        ones (a server's connections start small until the peer authenticates)."""
         self.config = config
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
+        self._reader = FrameReader(
+            frame_bytes_max or config.frame_bytes_max, buffer_bytes or config.receive_buffer_bytes
+        )
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._closed = asyncio.get_running_loop().create_future()
