@@ -137,6 +137,29 @@ class NameNodeConfig:
     lease_check_interval_s: float = setting(5.0, "How often expired leases are looked for.")
     token_lifetime_s: float = setting(86400.0, "Lifetime of a login token.")
     token_key_rotation_s: float = setting(86400.0, "A new token-signing key this often.")
+    password_checks_max: int = setting(
+        2, "Password checks (scrypt: ~16 MiB and tens of ms of CPU each) run at once; more wait."
+    )
+    password_checks_per_peer_max: int = setting(
+        4,
+        "Password checks one client host may have running or waiting; beyond it its logins "
+        "are refused with Overloaded (so one host cannot queue work for everyone).",
+    )
+    login_failures_throttle: int = setting(
+        10,
+        "Failed logins (per user, and per client host) after which each next attempt must wait "
+        "login_throttle_delay_s, doubling with every further failure (LoginThrottled).",
+    )
+    login_throttle_delay_s: float = setting(1.0, "The first wait of a throttled login.")
+    login_failures_lockout: int = setting(
+        30, "Failed logins after which the user or host is locked out (LockedOut)."
+    )
+    login_lockout_s: float = setting(
+        300.0, "How long a lockout lasts (password logins only; tokens keep working)."
+    )
+    login_failure_window_s: float = setting(
+        900.0, "Failed logins are forgotten this long after the last one."
+    )
     trash_interval_s: float = setting(
         86400.0, "Trash checkpoints older than this are deleted; 0 disables the trash."
     )
@@ -182,6 +205,12 @@ class NameNodeConfig:
     safe_mode_check_interval_s: float = setting(
         1.0, "How often startup safe mode checks whether it may end (its extension's grain)."
     )
+    resource_free_bytes_min: int = setting(
+        100 * MiB,
+        "Free space each name dir needs: below it the NameNode enters safe mode (reads go on, "
+        "writes wait) before the disk is full, and leaves once every dir has it again.",
+    )
+    resource_check_interval_s: float = setting(5.0, "How often name dirs' free space is read.")
     fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
@@ -225,6 +254,19 @@ class NameNodeConfig:
         _require(self.edits_fetch_bytes_max >= 64 * KiB,
                  "namenode.edits_fetch_bytes_max must be >= 64 KiB")
         _require(self.edits_fetch_wait_max_s >= 0, "namenode.edits_fetch_wait_max_s must be >= 0")
+        _require(self.resource_free_bytes_min >= 0,
+                 "namenode.resource_free_bytes_min must be >= 0")
+        _require(self.resource_check_interval_s > 0,
+                 "namenode.resource_check_interval_s must be > 0")
+        _require(self.password_checks_max >= 1, "namenode.password_checks_max must be >= 1")
+        _require(self.password_checks_per_peer_max >= 1,
+                 "namenode.password_checks_per_peer_max must be >= 1")
+        _require(
+            1 <= self.login_failures_throttle <= self.login_failures_lockout,
+            "namenode.login_failures_throttle must be in [1, login_failures_lockout]",
+        )
+        _require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
+        _require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -289,6 +331,11 @@ class DataNodeConfig:
     )
     namenode_retry_max_s: float = setting(
         10.0, "Longest pause between attempts to reach an unreachable NameNode (backoff cap)."
+    )
+    secret_file: str = setting(
+        "",
+        "File holding the cluster's DataNode secret (a NameNode writes it to datanode.secret "
+        "in each name dir); the DataNode logs in with it. Empty: it logs in as client.user.",
     )
 
     def validate(self) -> None:

@@ -614,6 +614,24 @@ class Namespace:
         parts = split_path(path)
         return self._walk_sorted(self._get(parts), join(parts))
 
+    def subtree_extent(self, path: str) -> tuple[int, int]:
+        """How far below ``path`` its subtree reaches: the most components and the most
+        UTF-8 bytes (``/name`` each) any path in it adds to ``path`` (0, 0 for a file).
+        Walks the whole subtree."""
+        node = self._get(split_path(path))
+        depth_max = bytes_max = 0
+        stack: list[tuple[Inode, int, int]] = [(node, 0, 0)]
+        while stack:
+            current, depth, size = stack.pop()
+            depth_max = max(depth_max, depth)
+            bytes_max = max(bytes_max, size)
+            if isinstance(current, DirInode):
+                stack.extend(
+                    (child, depth + 1, size + 1 + len(name.encode("utf-8", "surrogatepass")))
+                    for name, child in current.children.items()
+                )
+        return depth_max, bytes_max
+
     def content_summary(self, path: str) -> ContentSummary:
         node = self._get(split_path(path))
         length = files = dirs = consumed = 0
