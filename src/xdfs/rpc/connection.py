@@ -111,6 +111,11 @@ class RpcProtocol(asyncio.BufferedProtocol):
         self.senders: dict[int, StreamSender] = {}
         self.receivers: dict[int, StreamReceiver] = {}
 
+    @property
+    def buffer_bytes_held(self) -> int:
+        """Bytes of receive buffers this connection holds now (for limits and tests)."""
+        return self._reader.allocated_bytes
+
     # -- transport callbacks ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
