@@ -281,6 +281,7 @@ class NameNodeAuth(NamespaceAuthenticator):
             return [SetPasswordOp(name, digest, salt)]
 
         await self.fs.mutate("set password", plan, lambda: None)
+        self.guard.succeeded(Key("user", name))  # a new password lifts the user's lockout
 
     def require_superuser(self, caller: str, what: str) -> None:
         if not self.fs.ns.is_superuser(caller):
