@@ -141,7 +141,7 @@ class NameNodeConfig:
         2, "Password checks (scrypt: ~16 MiB and tens of ms of CPU each) run at once; more wait."
     )
     password_checks_per_peer_max: int = setting(
-        4,
+        8,
         "Password checks one client host may have running or waiting; beyond it its logins "
         "are refused with Overloaded (so one host cannot queue work for everyone).",
     )

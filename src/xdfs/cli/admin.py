@@ -114,9 +114,9 @@ def _report(status: Any) -> None:
         ("Synced txid", status.synced_txid),
         ("Newest fsimage txid", status.image_txid),
         ("Edits segment starts at", status.segment_start_txid),
-        ("Name dirs", ", ".join(
-            f"{path} ({_free(status.name_dir_free_bytes, index)})"
-            for index, path in enumerate(status.name_dirs)
+        ("Name dirs", ", ".join(status.name_dirs)),
+        ("Name dirs free", ", ".join(
+            _free(status.name_dir_free_bytes, index) for index in range(len(status.name_dirs))
         )),
     ]
     for label, value in rows:
@@ -129,8 +129,8 @@ def _report(status: Any) -> None:
 
 def _free(free_bytes: list[int], index: int) -> str:
     if index >= len(free_bytes) or free_bytes[index] < 0:
-        return "free space unknown"
-    return f"{free_bytes[index] / (1 << 30):.2f} GiB free"
+        return "unknown"
+    return f"{free_bytes[index] / (1 << 30):.2f} GiB"
 
 
 def _backup_command(state: CliState, args: list[str]) -> int:

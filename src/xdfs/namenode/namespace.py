@@ -653,6 +653,10 @@ class Namespace:
         node = self._get(split_path(path))
         return self._uc.get(node, "") if isinstance(node, FileInode) else ""
 
+    def lease_holders(self) -> list[tuple[str, str]]:
+        """(client, owner) of every file under construction (no path is built or checked)."""
+        return [(client, node.owner) for node, client in self._uc.items()]
+
     def files_under_construction(self) -> list[tuple[str, str]]:
         """(path, client) of every file under construction, sorted by path."""
         return sorted((self.path_of(node), client) for node, client in self._uc.items())

@@ -108,9 +108,9 @@ class Namesystem:
         self.leases = LeaseManager()
         self.trash = TrashOps(self)
         now_s = clock()
-        for path, holder in namespace.files_under_construction():
+        for holder, owner in namespace.lease_holders():
             # a restart gives every writer a fresh lease, bound to the file's creator
-            self.leases.restore(holder, namespace.stat(path).owner, now_s)
+            self.leases.restore(holder, owner, now_s)
 
     # -- the one mutation path ----------------------------------------------------------
 
