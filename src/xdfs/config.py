@@ -46,6 +46,21 @@ class RpcConfig:
     handshake_timeout_s: float = setting(
         10.0, "A server closes a connection that has not sent its handshake within this time."
     )
+    unauthenticated_frame_bytes_max: int = setting(
+        16 * KiB,
+        "Largest frame a server takes from a peer not authenticated as a user (before its "
+        "handshake, and in an anonymous session, which may only log in).",
+    )
+    unauthenticated_idle_timeout_s: float = setting(
+        20.0,
+        "A server closes an anonymous session (handshake without credentials) that runs no "
+        "call and completes no frame for this long.",
+    )
+    partial_frame_timeout_s: float = setting(
+        60.0,
+        "A server closes a connection whose frame stays incomplete this long while it reads "
+        "(a peer that sends a length prefix and never the rest).",
+    )
     tries_per_address: int = setting(3, "Tries against one address before failing over.")
     retry_backoff_initial_s: float = setting(0.05, "First backoff between retries; doubles.")
     retry_backoff_max_s: float = setting(2.0, "Upper bound of the retry backoff.")
@@ -75,6 +90,13 @@ class RpcConfig:
             "rpc.stream_chunk_bytes must leave 1 KiB of room under rpc.frame_bytes_max",
         )
         _require(self.stream_window_chunks >= 1, "rpc.stream_window_chunks must be >= 1")
+        _require(
+            1 * KiB <= self.unauthenticated_frame_bytes_max <= self.frame_bytes_max,
+            "rpc.unauthenticated_frame_bytes_max must be in [1 KiB, rpc.frame_bytes_max]",
+        )
+        _require(self.unauthenticated_idle_timeout_s > 0,
+                 "rpc.unauthenticated_idle_timeout_s must be > 0")
+        _require(self.partial_frame_timeout_s > 0, "rpc.partial_frame_timeout_s must be > 0")
         _require(self.tries_per_address >= 1, "rpc.tries_per_address must be >= 1")
         _require(self.inflight_per_connection_max >= 1, "rpc.inflight_per_connection_max >= 1")
         _require(
@@ -115,6 +137,29 @@ class NameNodeConfig:
     lease_check_interval_s: float = setting(5.0, "How often expired leases are looked for.")
     token_lifetime_s: float = setting(86400.0, "Lifetime of a login token.")
     token_key_rotation_s: float = setting(86400.0, "A new token-signing key this often.")
+    password_checks_max: int = setting(
+        2, "Password checks (scrypt: ~16 MiB and tens of ms of CPU each) run at once; more wait."
+    )
+    password_checks_per_peer_max: int = setting(
+        8,
+        "Password checks one client host may have running or waiting; beyond it its logins "
+        "are refused with Overloaded (so one host cannot queue work for everyone).",
+    )
+    login_failures_throttle: int = setting(
+        10,
+        "Failed logins (per user, and per client host) after which each next attempt must wait "
+        "login_throttle_delay_s, doubling with every further failure (LoginThrottled).",
+    )
+    login_throttle_delay_s: float = setting(1.0, "The first wait of a throttled login.")
+    login_failures_lockout: int = setting(
+        30, "Failed logins after which the user or host is locked out (LockedOut)."
+    )
+    login_lockout_s: float = setting(
+        300.0, "How long a lockout lasts (password logins only; tokens keep working)."
+    )
+    login_failure_window_s: float = setting(
+        900.0, "Failed logins are forgotten this long after the last one."
+    )
     trash_interval_s: float = setting(
         86400.0, "Trash checkpoints older than this are deleted; 0 disables the trash."
     )
@@ -160,6 +205,12 @@ class NameNodeConfig:
     safe_mode_check_interval_s: float = setting(
         1.0, "How often startup safe mode checks whether it may end (its extension's grain)."
     )
+    resource_free_bytes_min: int = setting(
+        100 * MiB,
+        "Free space each name dir needs: below it the NameNode enters safe mode (reads go on, "
+        "writes wait) before the disk is full, and leaves once every dir has it again.",
+    )
+    resource_check_interval_s: float = setting(5.0, "How often name dirs' free space is read.")
     fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
@@ -213,6 +264,19 @@ class NameNodeConfig:
                  "namenode.edits_fetch_bytes_max must be >= 64 KiB")
         _require(self.edits_fetch_wait_max_s >= 0, "namenode.edits_fetch_wait_max_s must be >= 0")
         _require(self.peer_check_timeout_s > 0, "namenode.peer_check_timeout_s must be > 0")
+        _require(self.resource_free_bytes_min >= 0,
+                 "namenode.resource_free_bytes_min must be >= 0")
+        _require(self.resource_check_interval_s > 0,
+                 "namenode.resource_check_interval_s must be > 0")
+        _require(self.password_checks_max >= 1, "namenode.password_checks_max must be >= 1")
+        _require(self.password_checks_per_peer_max >= 1,
+                 "namenode.password_checks_per_peer_max must be >= 1")
+        _require(
+            1 <= self.login_failures_throttle <= self.login_failures_lockout,
+            "namenode.login_failures_throttle must be in [1, login_failures_lockout]",
+        )
+        _require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
+        _require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -291,6 +355,11 @@ class DataNodeConfig:
         10.0,
         "Deadline of each register, report and heartbeat call; a NameNode that does not "
         "answer in time (paused) is left for the next address, as if its connection broke.",
+    )
+    secret_file: str = setting(
+        "",
+        "File holding the cluster's DataNode secret (a NameNode writes it to datanode.secret "
+        "in each name dir); the DataNode logs in with it. Empty: it logs in as client.user.",
     )
 
     def validate(self) -> None:

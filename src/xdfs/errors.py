@@ -188,6 +188,20 @@ class AccessDenied(SecurityError, PermissionError):
     code = 204
 
 
+class LoginThrottled(SecurityError):
+    """Too many failed logins for this user or from this host: wait before trying again
+    (the message says how long). No password was checked."""
+
+    code = 205
+
+
+class LockedOut(LoginThrottled):
+    """So many failed logins that this user or host may not log in with a password for a
+    while (the message says how long); tokens keep working."""
+
+    code = 206
+
+
 # --- 3xx: namespace --------------------------------------------------------------------
 
 

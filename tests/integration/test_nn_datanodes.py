@@ -200,8 +200,11 @@ async def test_datanode_protocol_checks(cluster: Cluster) -> None:
     assert (reply.cluster_id, reply.namespace_id) == (status.cluster_id, status.namespace_id)
     assert reply.block_report_batch_max == batch_max
     assert reply.block_keys and reply.block_keys == (await datanodes[0].heartbeat()).block_keys
-    # any user may report a bad replica (a no-op for unknown ones)
-    await alice.rpc.call(p.REPORT_BAD_REPLICAS, d.BadReplicasRequest([d.BadReplica(1, "x:1")]))
+    # a user may report a bad replica only with a token for its block (issue 17 item 10)
+    with pytest.raises(AccessDenied):
+        await alice.rpc.call(
+            p.REPORT_BAD_REPLICAS, d.BadReplicasRequest([d.BadReplica(1, "x:1")])
+        )
 
 
 async def test_restart_waits_in_safe_mode_for_block_reports(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -14,11 +15,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.rpc.services import SLOW, TEST_SERVICE, SlowRequest, TestHandlers
+from tests.rpc.services import FAIL, SLOW, TEST_SERVICE, FailRequest, SlowRequest, TestHandlers
 from tests.rpc.wire import RawPeer, assert_serves, eventually, raw_peer
 from xdfs.errors import (
     BadRequest,
     FrameTooLarge,
+    InvalidArgument,
     NotAuthenticated,
     Overloaded,
     ProtocolError,
@@ -464,3 +466,45 @@ async def test_server_close_does_not_wait_forever_for_a_peer_that_never_reads(
     finally:
         writer.transport.abort()
         await peer.close()
+
+
+# -- invalid UTF-8 (issue 17 item 9): typed InvalidArgument, no traceback -----------------
+
+
+def _with_invalid_utf8(frame: bytearray, placeholder: bytes) -> bytes:
+    """``frame`` with the msgpack string ``placeholder`` (3 bytes) made invalid UTF-8."""
+    assert len(placeholder) == 3
+    encoded = b"\xa3" + placeholder
+    assert bytes(frame).count(encoded) == 1
+    return bytes(frame).replace(encoded, b"\xa3\xff\xfe\xfd")
+
+
+async def test_invalid_utf8_is_a_typed_invalid_argument_without_traceback(
+    fresh: RpcServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with raw_peer(fresh.address) as peer:
+        peer.send_raw(_with_invalid_utf8(
+            encode_frame(Kind.HELLO, 0, "", Hello(1, user="\x01\x02\x03")), b"\x01\x02\x03"
+        ))
+        error = await peer.expect_connection_error(InvalidArgument)
+        assert "UTF-8" in error.message
+    async with raw_peer(fresh.address) as peer:
+        await peer.hello()
+        # in a request body: that call fails, the connection stays open
+        peer.send_raw(_with_invalid_utf8(
+            encode_frame(Kind.REQUEST, 1, FAIL.name, FailRequest(0, "\x01\x02\x03")),
+            b"\x01\x02\x03",
+        ))
+        call_id, error = await peer.recv_error()
+        assert (call_id, type(error)) == (1, InvalidArgument)
+        assert "UTF-8" in error.message
+        peer.send(Kind.REQUEST, 2, PING.name, Empty())
+        reply = await peer.recv()
+        assert (reply.kind, reply.id) == (Kind.RESPONSE, 2)
+        # in the envelope itself (the method name): the frame is unusable, the connection ends
+        peer.send_raw(_with_invalid_utf8(
+            encode_frame(Kind.REQUEST, 3, "\x01\x02\x03", Empty()), b"\x01\x02\x03"
+        ))
+        await peer.expect_connection_error(InvalidArgument)
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

@@ -57,6 +57,8 @@ class FakeNamespace:
         self.next_block_id = 1 << 30
         self.next_genstamp = 1000
         self.epoch = 1
+        self.next_generation = 1
+        self.datanode_secret = b""
         self.inodes: dict[int, InodeRecord] = {1: InodeRecord(1, 0, "", True, 0o755, "hdfs",
                                                               "supergroup", 0, 0)}
         self.paths: dict[str, int] = {"/": 1}

@@ -85,7 +85,8 @@ def test_manual_enter_and_leave_ends_both_causes() -> None:
     mode = startup()
     mode.update(0, 10, 0, now_s=0.0)
     mode.enter()
-    assert on(mode) and mode.reason == MANUAL_REASON
+    assert on(mode) and mode.reason.startswith(MANUAL_REASON)
+    assert "waiting for block reports" in mode.reason  # every cause is named
     mode.leave()
     assert not on(mode) and not mode.startup
     mode.enter()
@@ -93,3 +94,31 @@ def test_manual_enter_and_leave_ends_both_causes() -> None:
         mode.check_writable("mkdirs")
     mode.leave()
     mode.check_writable("mkdirs")
+
+
+def test_low_disk_space_enters_and_leaves_by_itself() -> None:
+    """Issue 17 item 12: the resource checker's decision is a function of the readings."""
+    mode = SafeMode()
+    minimum = 100
+    assert mode.resources_checked({"/nn1": 500, "/nn2": 100}, minimum) is None
+    assert not on(mode)
+    entered = mode.resources_checked({"/nn1": 500, "/nn2": 99}, minimum)
+    assert entered is not None and entered.startswith("entering safe mode: low disk space")
+    assert on(mode) and "/nn2 has 99 bytes free" in mode.reason and "/nn1" not in mode.reason
+    with pytest.raises(SafeModeError, match="low disk space"):
+        mode.check_writable("create")
+    assert mode.resources_checked({"/nn1": 10, "/nn2": 99}, minimum) is None  # still low
+    assert "/nn1 has 10" in mode.reason
+    left = mode.resources_checked({"/nn1": 100, "/nn2": 1000}, minimum)
+    assert left is not None and left.startswith("leaving low-space safe mode")
+    assert not on(mode)
+    mode.check_writable("create")
+    # an operator may leave while it is low; the next low reading enters again
+    mode.resources_checked({"/nn1": 0}, minimum)
+    mode.leave()
+    assert not on(mode)
+    assert mode.resources_checked({"/nn1": 0}, minimum) is not None and on(mode)
+    # with another cause too, space coming back leaves only its own
+    mode.enter()
+    mode.resources_checked({"/nn1": 100}, minimum)
+    assert on(mode) and mode.reason == MANUAL_REASON

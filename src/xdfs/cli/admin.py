@@ -108,7 +108,7 @@ def _report(status: Any) -> None:
     rows = [
         ("Cluster ID", status.cluster_id),
         ("Namespace ID", status.namespace_id),
-        ("Safe mode", "ON" if status.safe_mode else "OFF"),
+        ("Safe mode", f"ON: {status.safe_mode_reason}" if status.safe_mode else "OFF"),
         ("Inodes", status.inodes),
         ("Files under construction", status.files_under_construction),
         ("Last txid", status.last_txid),
@@ -116,6 +116,9 @@ def _report(status: Any) -> None:
         ("Newest fsimage txid", status.image_txid),
         ("Edits segment starts at", status.segment_start_txid),
         ("Name dirs", ", ".join(status.name_dirs)),
+        ("Name dirs free", ", ".join(
+            _free(status.name_dir_free_bytes, index) for index in range(len(status.name_dirs))
+        )),
     ]
     for label, value in rows:
         click.echo(f"{label + ':':<28}{value}")
@@ -123,6 +126,12 @@ def _report(status: Any) -> None:
         age_s = max(0.0, time.time() - backup.last_fetch_ms / 1000)
         click.echo(f"{'Backup node:':<28}{backup.address} synced txid {backup.synced_txid}, "
                    f"lag {backup.lag_txns} txns, last fetch {age_s:.1f} s ago")
+
+
+def _free(free_bytes: list[int], index: int) -> str:
+    if index >= len(free_bytes) or free_bytes[index] < 0:
+        return "unknown"
+    return f"{free_bytes[index] / (1 << 30):.2f} GiB"
 
 
 def _backup_command(state: CliState, args: list[str]) -> int:

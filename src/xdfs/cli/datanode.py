@@ -27,8 +27,10 @@ def datanode(
 ) -> None:
     """Run a DataNode on DIR, registered with the NameNode(s).
 
-    It logs in to the NameNode as a superuser: $XDFS_USER / $XDFS_PASSWORD (or
-    client.user / client.password / client.token)."""
+    It logs in to the NameNode with the cluster's DataNode secret: point
+    datanode.secret_file (-D datanode.secret_file=F) at a copy of DIR/datanode.secret of a
+    name dir. Without it, it logs in as client.user ($XDFS_USER / $XDFS_PASSWORD), which
+    must be a superuser."""
     from xdfs.common.addresses import parse_address, parse_fs_uri
     from xdfs.rpc.loop import run
 

@@ -3,7 +3,8 @@
 ``xdfs dev --base-dir DIR --port P --datanodes N`` formats ``DIR/namenode`` when it is
 empty (the superuser is $XDFS_USER or ``xdfs``, its password $XDFS_PASSWORD or generated),
 starts a NameNode process on 127.0.0.1:P and N DataNode processes (``DIR/datanode<i>``, on
-free ports, logged in as the superuser), writes ``DIR/cluster.json`` (each process's role,
+free ports, logged in with the DataNode secret the NameNode writes to
+``DIR/namenode/datanode.secret``), writes ``DIR/cluster.json`` (each process's role,
 pid and address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
 ``XDFS_CONF`` at it), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
 With ``--backup`` a BackupNode (``DIR/backupnode``) follows the NameNode, and the DataNodes
@@ -90,11 +91,12 @@ def dev(
         count = config.dev.datanodes if datanodes is None else datanodes
         for index in range(count):
             datanode = ServerProcess.xdfs(
-                *conf, "datanode", "--data-dir", str(base / f"datanode{index}"),
+                *conf, *_datanode_login(name_dir), "datanode",
+                "--data-dir", str(base / f"datanode{index}"),
                 "--namenode", address, "--rpc-address", "127.0.0.1:0",
                 log_path=base / "logs" / f"datanode{index}.log",
                 ready_pattern=r"datanode serving on (\S+)",
-                env=env,
+                env={"XDFS_USER": "", "XDFS_PASSWORD": ""},
             )
             children.append(("datanode", datanode))
             _start(datanode, config.dev.ready_timeout_s)
@@ -129,6 +131,14 @@ def _start(process: ServerProcess, timeout_s: float) -> str:
 def _address(process: ServerProcess) -> str:
     assert process.match is not None, "a started process has matched its ready pattern"
     return process.match.group(1)
+
+
+def _datanode_login(name_dir: Path) -> list[str]:
+    """DataNodes log in with the cluster's DataNode secret, which the NameNode (started
+    first) writes to its name dir; never with the superuser's password."""
+    from xdfs.namenode.security import DATANODE_SECRET_FILE
+
+    return ["-D", f"datanode.secret_file={name_dir / DATANODE_SECRET_FILE}"]
 
 
 def _credentials(base: Path) -> dict[str, str]:

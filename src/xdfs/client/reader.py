@@ -128,7 +128,8 @@ class FileReader:
         log.warning("%s: block %d on %s failed: %s", self.path, located.block.block_id,
                     address, exc.message)
         if isinstance(exc, CorruptReplica | ChecksumError):
-            report = BadReplicasRequest([BadReplica(located.block.block_id, address)])
+            bad = BadReplica(located.block.block_id, address, located.token)
+            report = BadReplicasRequest([bad])
             try:
                 await self.nn.call(p.REPORT_BAD_REPLICAS, report)
             except XdfsError as report_error:

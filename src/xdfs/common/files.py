@@ -68,11 +68,13 @@ def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path) -> None
         view.release()
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a mix."""
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a mix
+    (``mode``: its permission bits, 0o600 for a secret)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        os.fchmod(fd, mode)  # a leftover tmp keeps the mode it was created with
     except OSError as exc:
         raise StorageError(f"cannot create {tmp}: {exc}") from exc
     try:

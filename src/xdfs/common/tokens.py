@@ -55,6 +55,9 @@ class TokenBody(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
     expires_ms: int
     #: For block tokens: "<block_id>:<r|w>"; empty for user tokens.
     scope: str = ""
+    #: For user tokens: the user's credential generation when issued (a password change
+    #: or a removal makes it stale); tokens issued before generations existed carry 0.
+    generation: int = 0
 
 
 _BODY_DECODER = msgspec.msgpack.Decoder(TokenBody)

@@ -28,8 +28,8 @@ from xdfs.datanode.replication import Replicator
 from xdfs.datanode.scanner import BlockScanner
 from xdfs.datanode.storage import DataStorage
 from xdfs.datanode.transfer import Transfers, in_thread
-from xdfs.errors import CorruptReplica, Unavailable, XdfsError
-from xdfs.protocol.datanode import DATANODE_SERVICE, DataNodeInfoResponse
+from xdfs.errors import ConfigError, CorruptReplica, Unavailable, XdfsError
+from xdfs.protocol.datanode import DATANODE_SERVICE, DATANODE_USER_PREFIX, DataNodeInfoResponse
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
@@ -95,6 +95,12 @@ class DataNode:
             self.stopped.set()
             raise
         self._started = True
+        try:
+            hello = self._namenode_hello()
+        except XdfsError as exc:
+            self.fatal = exc
+            await self.stop()
+            raise
         log.info("data dir %s: node %s, %d replica(s)", self.data_dir, self.storage.node_id,
                  summary.replicas)
         rpc = self.config.rpc
@@ -109,15 +115,6 @@ class DataNode:
         except BaseException:
             await self.stop()
             raise
-        client = self.config.client
-        hello = Hello(
-            PROTOCOL_VERSION,
-            cluster_id=self.storage.cluster_id,
-            client_name=f"datanode:{self.storage.node_id}",
-            user=client.user,
-            password=client.password,
-            token=client.token,
-        )
         self.actor = NameNodeActor(
             self, RpcClient(self.namenode_addresses, rpc, hello=hello,
                             ssl_context=client_context(rpc))
@@ -125,6 +122,27 @@ class DataNode:
         self._spawn("namenode actor", self.actor.run())
         self._spawn("block scanner", self.scanner.run())
         return self.server.address
+
+    def _namenode_hello(self) -> Hello:
+        """How this DataNode logs in to its NameNodes: as ``dn/<node id>`` with the cluster's
+        DataNode secret (``datanode.secret_file``), or else as ``client.user``."""
+        name = f"datanode:{self.storage.node_id}"
+        secret_file = self.config.datanode.secret_file
+        if secret_file:
+            try:
+                secret = Path(secret_file).read_text("ascii").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(
+                    f"datanode.secret_file: cannot read {secret_file}: {exc}"
+                ) from None
+            return Hello(PROTOCOL_VERSION, cluster_id=self.storage.cluster_id, client_name=name,
+                         user=DATANODE_USER_PREFIX + self.storage.node_id, password=secret)
+        client = self.config.client
+        log.warning("datanode.secret_file is not set: logging in to the NameNode as user %r "
+                    "(give DataNodes the cluster's datanode.secret, not a superuser's password)",
+                    client.user)
+        return Hello(PROTOCOL_VERSION, cluster_id=self.storage.cluster_id, client_name=name,
+                     user=client.user, password=client.password, token=client.token)
 
     def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work, name=name)

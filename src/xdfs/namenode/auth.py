@@ -1,20 +1,42 @@
 """Users, logins and tokens on the NameNode (the driver around ``security``).
 
 The handshake authenticates every connection: a token, or a user name and password
-(scrypt, checked off the event loop), or nobody at all, in which case only ``login``,
-``ping`` and ``server_info`` may be called. Users and token keys are namespace state, so
-changes go through the edits log like any other mutation.
+(scrypt, checked off the event loop), or a DataNode (user ``dn/<node id>``) with the
+cluster's DataNode secret, or nobody at all, in which case only ``login``, ``ping`` and
+``server_info`` may be called. Users, token keys and the DataNode secret are namespace
+state, so changes go through the edits log like any other mutation.
+
+Password checks are what a stranger can make the NameNode spend CPU on, so they are
+bounded: at most ``namenode.password_checks_max`` run at once (a thread pool of that size),
+a client host may have at most ``namenode.password_checks_per_peer_max`` running or waiting
+(more are refused at once with ``Overloaded``), and repeated failures per user and per host
+are throttled, then locked out (:mod:`xdfs.namenode.login_guard`).
+
+Tokens and sessions carry the user's credential generation (``UserRecord.generation``): a
+password change gives the user a new one and a removed user has none, so both end every
+token and session issued before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from xdfs.common import tokens
-from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotFound
+from xdfs.config import NameNodeConfig
+from xdfs.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+)
 from xdfs.namenode import security
+from xdfs.namenode.login_guard import GuardSettings, Key, LoginGuard
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.ops import (
@@ -24,23 +46,83 @@ from xdfs.namenode.ops import (
     RemoveTokenKeyOp,
     RemoveUserOp,
     SetPasswordOp,
+    UserRecord,
 )
 from xdfs.namenode.paths import check_name
+from xdfs.protocol.datanode import DATANODE_USER_PREFIX
 from xdfs.rpc.messages import Hello
 from xdfs.rpc.server import Principal
+
+log = logging.getLogger(__name__)
 
 ANONYMOUS = ""
 PASSWORD_CHARS_MIN = 1
 
 
+@dataclass(frozen=True)
+class UserPrincipal(Principal):
+    """A user, by password or token, and the credential generation it authenticated with."""
+
+    generation: int = 0
+
+
+@dataclass(frozen=True)
+class DataNodePrincipal(Principal):
+    """A DataNode (``dn/<node id>``), by the cluster's DataNode secret: it may call the
+    DataNode protocol and report bad replicas, nothing a user can."""
+
+
+def peer_host(peer: str) -> str:
+    """``"10.0.0.1:5000"`` -> ``"10.0.0.1"`` (failures and checks are counted per host)."""
+    return peer.rsplit(":", 1)[0]
+
+
+class PasswordChecks:
+    """scrypt off the event loop, with a bounded number in flight (see the module doc)."""
+
+    def __init__(self, threads: int, per_host_max: int) -> None:
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="password-check")
+        self._per_host_max = per_host_max
+        self._per_host: dict[str, int] = {}
+
+    async def verify(self, host: str, record: UserRecord | None, password: str) -> bool:
+        pending = self._per_host.get(host, 0)
+        if pending >= self._per_host_max:
+            raise Overloaded(
+                f"{pending} password checks from {host} are in progress; try again later"
+            )
+        self._per_host[host] = pending + 1
+        try:
+            # A caller cancelled while its check waits for a thread cancels the check too;
+            # a running one finishes in its thread, which stays taken until then.
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, security.verify_password, record, password
+            )
+        finally:
+            left = self._per_host[host] - 1
+            if left:
+                self._per_host[host] = left
+            else:
+                del self._per_host[host]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
 class NamespaceAuthenticator:
-    """The handshake check against a namespace's users and token keys (a NameNode's, or a
-    BackupNode's hot copy, so tokens issued by the NameNode work on its backup)."""
+    """The handshake check against a namespace's users, token keys and DataNode secret (a
+    NameNode's, or a BackupNode's hot copy, so tokens issued by the NameNode work on its
+    backup)."""
 
     def __init__(self, namespace: Callable[[], Namespace | None],
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], config: NameNodeConfig | None = None) -> None:
+        config = config or NameNodeConfig()
         self._namespace = namespace
         self._now_ms = now_ms
+        self._checks = PasswordChecks(
+            config.password_checks_max, config.password_checks_per_peer_max
+        )
+        self.guard = LoginGuard(GuardSettings.from_config(config))
 
     def _ns(self) -> Namespace:
         ns = self._namespace()
@@ -50,34 +132,80 @@ class NamespaceAuthenticator:
 
     async def authenticate(self, hello: Hello, peer: str) -> Principal:
         if hello.token:
-            ns = self._ns()
-            body = tokens.verify_token(hello.token, ns.token_keys, self._now_ms())
-            if body.kind != "user" or body.user not in ns.users:
-                raise AuthenticationFailed("invalid token")
-            return Principal(body.user)
+            return self._token_principal(hello.token)
+        if hello.user.startswith(DATANODE_USER_PREFIX):
+            if not security.check_datanode_secret(self._ns().datanode_secret, hello.password):
+                raise AuthenticationFailed(
+                    "wrong DataNode secret (datanode.secret_file must hold the "
+                    f"{security.DATANODE_SECRET_FILE} of this cluster's name dirs)"
+                )
+            return DataNodePrincipal(hello.user)
         if hello.user:
-            await self.check_password(hello.user, hello.password)
-            return Principal(hello.user)
-        return Principal(ANONYMOUS)
+            record = await self.check_password(hello.user, hello.password, peer)
+            return UserPrincipal(hello.user, generation=record.generation)
+        return Principal(ANONYMOUS, anonymous=True)
 
-    async def check_password(self, user: str, password: str) -> None:
+    def _token_principal(self, token: str) -> UserPrincipal:
+        ns = self._ns()
+        body = tokens.verify_token(token, ns.token_keys, self._now_ms())
+        record = ns.users.get(body.user)
+        if body.kind != "user" or record is None:
+            raise AuthenticationFailed("invalid token")
+        if body.generation != record.generation:
+            raise AuthenticationFailed(
+                f"the token of {body.user} was revoked (password changed since it was "
+                "issued); log in again"
+            )
+        return UserPrincipal(body.user, generation=record.generation)
+
+    async def check_password(self, user: str, password: str, peer: str) -> UserRecord:
+        """The user's record when ``password`` is right; LoginThrottled / LockedOut before
+        any check when too many failed, Overloaded when the host has too many in flight."""
         record = self._ns().users.get(user)
-        ok = await asyncio.to_thread(security.verify_password, record, password)
-        if not ok:
-            raise AuthenticationFailed("wrong user name or password")
+        host = peer_host(peer)
+        keys = [Key("host", host)] if record is None else [Key("user", user), Key("host", host)]
+        self.guard.check(keys, self._now_ms() / 1000)
+        if await self._checks.verify(host, record, password):
+            assert record is not None
+            self.guard.succeeded(Key("user", user))
+            return record
+        locked = self.guard.failed(keys, self._now_ms() / 1000)
+        self._log_failures(keys, locked, host)
+        raise AuthenticationFailed("wrong user name or password")
+
+    def _log_failures(self, keys: list[Key], locked: list[Key], host: str) -> None:
+        if locked:
+            log.warning(
+                "login: %s locked out for %g s after %d failed logins (the last from %s)",
+                " and ".join(key.name for key in locked), self.guard.settings.lockout_s,
+                self.guard.settings.lockout_after, host,
+            )
+            return
+        throttled = [key for key in keys if self.guard.throttling_starts(key)]
+        if throttled:
+            log.warning(
+                "login: throttling %s after %d failed logins (the last from %s)",
+                " and ".join(key.name for key in throttled),
+                self.guard.settings.throttle_after, host,
+            )
+
+    def close(self) -> None:
+        self._checks.close()
 
 
 class NameNodeAuth(NamespaceAuthenticator):
     def __init__(self, namesystem: Namesystem) -> None:
-        super().__init__(lambda: namesystem.ns, namesystem.now_ms)
+        super().__init__(lambda: namesystem.ns, namesystem.now_ms, namesystem.config)
         self.fs = namesystem
 
     # -- login and tokens ---------------------------------------------------------------
 
-    async def login(self, user: str, password: str, lifetime_s: float) -> tuple[str, int]:
+    async def login(
+        self, user: str, password: str, lifetime_s: float, peer: str
+    ) -> tuple[str, int]:
         if not lifetime_s >= 0:  # also NaN: a token born expired is a client bug
             raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
-        await self.check_password(user, password)
+        record = await self.check_password(user, password, peer)
         now = self.fs.now_ms()
         lifetime_ms = int(
             1000
@@ -88,7 +216,9 @@ class NameNodeAuth(NamespaceAuthenticator):
             await self.rotate_keys()
             key = tokens.newest_key(self.fs.ns.token_keys, now + lifetime_ms)
             assert key is not None, "rotation must leave a key valid for a full token lifetime"
-        body = tokens.TokenBody("user", user, key.key_id, now, now + lifetime_ms)
+        body = tokens.TokenBody(
+            "user", user, key.key_id, now, now + lifetime_ms, generation=record.generation
+        )
         return tokens.issue_token(body, key), body.expires_ms
 
     def key_rotation_ops(self) -> list[Op]:
@@ -151,6 +281,7 @@ class NameNodeAuth(NamespaceAuthenticator):
             return [SetPasswordOp(name, digest, salt)]
 
         await self.fs.mutate("set password", plan, lambda: None)
+        self.guard.succeeded(Key("user", name))  # a new password lifts the user's lockout
 
     def require_superuser(self, caller: str, what: str) -> None:
         if not self.fs.ns.is_superuser(caller):

@@ -206,6 +206,12 @@ class BlockManager:
         )
         return tokens.issue_token(body, tokens.derive_block_key(key))
 
+    def check_block_token(self, token: str, block_id: int, mode: str) -> None:
+        """As a DataNode would: AccessDenied (or AuthenticationFailed) unless ``token`` is a
+        valid block token for ``mode`` access to ``block_id``."""
+        keys = {key.key_id: tokens.derive_block_key(key) for key in self.ns.token_keys.values()}
+        tokens.check_block_token(token, keys, int(self.clock() * 1000), block_id, mode)
+
     def locations(self, block_id: int) -> list[str]:
         """Addresses of the good replicas in random order (readers spread over them); the
         corrupt ones only when nothing else exists."""

@@ -1,6 +1,7 @@
 """RPC handlers of the ``namenode.datanode`` service (xdfs.protocol.datanode).
 
-DataNodes authenticate as an xdfs superuser (as HDFS DataNodes run as the hdfs principal).
+DataNodes authenticate as ``dn/<node id>`` with the cluster's DataNode secret (a superuser
+may call this service too; no other user can).
 Every handler is a plain function: it runs inline on the event loop and calls the block
 manager's pure core, with nothing to wait for. The NameNode answers with commands only
 (replicate, delete, fresh block keys, a full report wanted); an unknown or dead node gets
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from xdfs.namenode.auth import NameNodeAuth
+from xdfs.namenode.auth import DataNodePrincipal, NameNodeAuth
 from xdfs.namenode.handlers import caller
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.protocol import datanode as d
@@ -32,7 +33,8 @@ class DataNodeHandlers:
         self.namespace_id = namespace_id
 
     def _datanode(self, ctx: CallContext) -> None:
-        self.auth.require_superuser(caller(ctx, self.fs), "act as a DataNode")
+        if not isinstance(ctx.principal, DataNodePrincipal):
+            self.auth.require_superuser(caller(ctx, self.fs), "act as a DataNode")
 
     def register_datanode(self, ctx: CallContext, req: d.RegisterRequest) -> d.RegisterResponse:
         self._datanode(ctx)

@@ -1,7 +1,8 @@
 """``xdfs namenode -format``: create the storage layout and the initial namespace.
 
 The initial namespace holds the superuser (the formatting user, in the supergroup), a
-token-signing key, ``/user`` and a world-writable sticky ``/tmp``; it is saved as
+token-signing key, the DataNode secret, ``/user`` and a world-writable sticky ``/tmp``; it
+is saved as
 ``fsimage_0`` so the first edit is txid 1.
 """
 
@@ -18,7 +19,7 @@ from xdfs.common.files import make_dirs
 from xdfs.config import NameNodeConfig
 from xdfs.namenode import security
 from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import AddTokenKeyOp, AddUserOp, MkdirOp
+from xdfs.namenode.ops import AddTokenKeyOp, AddUserOp, MkdirOp, SetDataNodeSecretOp
 from xdfs.namenode.recovery import save_checkpoint
 from xdfs.namenode.storage import StorageDirectory
 
@@ -68,6 +69,7 @@ def initial_namespace(
     ns.apply(AddUserOp(superuser, digest, salt, (config.supergroup,), now_ms))
     key_expiry_ms = now_ms + int((config.token_key_rotation_s + config.token_lifetime_s) * 1000)
     ns.apply(AddTokenKeyOp(1, os.urandom(32), key_expiry_ms))
+    ns.apply(SetDataNodeSecretOp(os.urandom(security.DATANODE_SECRET_BYTES)))
     ns.apply(MkdirOp("/user", ns.allocate_inode_id(), 0o755, superuser, config.supergroup, now_ms))
     ns.apply(MkdirOp("/tmp", ns.allocate_inode_id(), 0o1777, superuser, config.supergroup, now_ms))
     return ns

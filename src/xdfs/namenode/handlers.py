@@ -7,27 +7,38 @@ they wait for the edits log to sync.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
-from xdfs.errors import AuthenticationFailed, InvalidArgument, NotAuthenticated
+from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotAuthenticated
 from xdfs.namenode import blockmap_export
 from xdfs.namenode import fsck as health
-from xdfs.namenode.auth import ANONYMOUS, NameNodeAuth
+from xdfs.namenode.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import CallContext, Download
 
+log = logging.getLogger(__name__)
+
 
 def caller(ctx: CallContext, fs: Namesystem) -> str:
     """The authenticated user of a call (every method but login needs one)."""
-    user = ctx.principal.user
+    principal = ctx.principal
+    user = principal.user
     if user == ANONYMOUS:
         raise NotAuthenticated("log in first: this call needs a user or a token")
-    if user not in fs.ns.users:
+    if isinstance(principal, DataNodePrincipal):
+        raise AccessDenied(f"{user} is a DataNode: its credential serves no client call")
+    record = fs.ns.users.get(user)
+    if record is None:
         # removed since this connection authenticated: its sessions end with it
         raise AuthenticationFailed(f"user {user} no longer exists")
+    if isinstance(principal, UserPrincipal) and principal.generation != record.generation:
+        raise AuthenticationFailed(
+            f"the password of {user} changed since this connection authenticated; log in again"
+        )
     return user
 
 
@@ -37,7 +48,9 @@ class ClientHandlers:
         self.auth = auth
 
     async def login(self, ctx: CallContext, req: p.LoginRequest) -> p.LoginResponse:
-        token, expires_ms = await self.auth.login(req.user, req.password, req.lifetime_s)
+        token, expires_ms = await self.auth.login(
+            req.user, req.password, req.lifetime_s, ctx.peer
+        )
         return p.LoginResponse(req.user, token, expires_ms)
 
     async def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> p.FileStatus:
@@ -74,17 +87,21 @@ class ClientHandlers:
         )
 
     def report_bad_replicas(self, ctx: CallContext, req: BadReplicasRequest) -> Empty:
-        self.fs.report_bad_replicas(
-            caller(ctx, self.fs), [(bad.block_id, bad.address) for bad in req.replicas]
-        )
+        """From a DataNode, a superuser, or a client with a token for each block it names
+        (a reader reports what its checksums caught, nothing else)."""
+        if not isinstance(ctx.principal, DataNodePrincipal):
+            user = caller(ctx, self.fs)
+            if not self.fs.ns.is_superuser(user):
+                for bad in req.replicas:
+                    self.fs.blocks.check_block_token(bad.token, bad.block_id, "r")
+        self.fs.report_bad_replicas([(bad.block_id, bad.address) for bad in req.replicas])
         return Empty()
 
     async def complete(self, ctx: CallContext, req: p.CompleteRequest) -> p.FileStatus:
         return await self.fs.complete(caller(ctx, self.fs), req.client, req.path, req.blocks)
 
     def renew_lease(self, ctx: CallContext, req: p.RenewLeaseRequest) -> Empty:
-        caller(ctx, self.fs)
-        self.fs.renew_lease(req.client)
+        self.fs.renew_lease(caller(ctx, self.fs), req.client)
         return Empty()
 
     def block_locations(self, ctx: CallContext, req: p.BlockLocationsRequest) -> p.LocatedBlocks:
@@ -158,10 +175,11 @@ class AdminHandlers:
 
     def safe_mode(self, ctx: CallContext, req: p.SafeModeRequest) -> p.SafeModeStatus:
         if req.action == "enter":
-            self._superuser(ctx, "enter safe mode")
+            log.info("safe mode entered by %s", self._superuser(ctx, "enter safe mode"))
             self.fs.safe_mode.enter()
         elif req.action == "leave":
-            self._superuser(ctx, "leave safe mode")
+            user = self._superuser(ctx, "leave safe mode")
+            log.info("safe mode left by %s (was: %s)", user, self.fs.safe_mode.reason or "off")
             self.fs.safe_mode.leave()
         elif req.action != "get":
             raise InvalidArgument("safe mode action must be get, enter or leave")

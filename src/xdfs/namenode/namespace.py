@@ -58,6 +58,7 @@ from xdfs.namenode.ops import (
     RemoveTokenKeyOp,
     RemoveUserOp,
     RenameOp,
+    SetDataNodeSecretOp,
     SetOwnerOp,
     SetPasswordOp,
     SetPermissionOp,
@@ -113,6 +114,10 @@ class Namespace:
         self.epoch = FIRST_EPOCH
         self.users: dict[str, UserRecord] = {}
         self.token_keys: dict[int, TokenKeyRecord] = {}
+        #: What the next AddUserOp / SetPasswordOp gives as the user's generation.
+        self.next_generation = 1
+        #: DataNodes authenticate with this (empty: not set yet, none accepted).
+        self.datanode_secret = b""
         self._root = DirInode(
             ROOT_ID, 0, "", ROOT_MODE, self.superuser, self.supergroup,
             root_mtime_ms, root_mtime_ms, {},
@@ -371,7 +376,7 @@ class Namespace:
             raise InvalidArgument("empty group name")
         groups = tuple(sys.intern(group) for group in op.groups)
         self.users[op.name] = UserRecord(
-            op.name, op.password_hash, op.salt, groups, op.created_ms
+            op.name, op.password_hash, op.salt, groups, op.created_ms, self._new_generation()
         )
         return ()
 
@@ -388,8 +393,22 @@ class Namespace:
         if old is None:
             raise NotFound(f"no such user: {op.name}")
         self.users[op.name] = UserRecord(
-            old.name, op.password_hash, op.salt, old.groups, old.created_ms
+            old.name, op.password_hash, op.salt, old.groups, old.created_ms,
+            self._new_generation(),
         )
+        return ()
+
+    def _new_generation(self) -> int:
+        # Replay gives every user the same generation again: deterministic, like ids.
+        value = self.next_generation
+        self.next_generation += 1
+        return value
+
+    @_handles(SetDataNodeSecretOp)
+    def _set_datanode_secret(self, op: SetDataNodeSecretOp) -> tuple[int, ...]:
+        if len(op.secret) < 16:
+            raise InvalidArgument("the DataNode secret must be at least 16 bytes")
+        self.datanode_secret = op.secret
         return ()
 
     @_handles(AddTokenKeyOp)
@@ -605,6 +624,24 @@ class Namespace:
         parts = split_path(path)
         return self._walk_sorted(self._get(parts), join(parts))
 
+    def subtree_extent(self, path: str) -> tuple[int, int]:
+        """How far below ``path`` its subtree reaches: the most components and the most
+        UTF-8 bytes (``/name`` each) any path in it adds to ``path`` (0, 0 for a file).
+        Walks the whole subtree."""
+        node = self._get(split_path(path))
+        depth_max = bytes_max = 0
+        stack: list[tuple[Inode, int, int]] = [(node, 0, 0)]
+        while stack:
+            current, depth, size = stack.pop()
+            depth_max = max(depth_max, depth)
+            bytes_max = max(bytes_max, size)
+            if isinstance(current, DirInode):
+                stack.extend(
+                    (child, depth + 1, size + 1 + len(name.encode("utf-8", "surrogatepass")))
+                    for name, child in current.children.items()
+                )
+        return depth_max, bytes_max
+
     def content_summary(self, path: str) -> ContentSummary:
         node = self._get(split_path(path))
         length = files = dirs = consumed = 0
@@ -625,6 +662,10 @@ class Namespace:
     def lease_holder(self, path: str) -> str:
         node = self._get(split_path(path))
         return self._uc.get(node, "") if isinstance(node, FileInode) else ""
+
+    def lease_holders(self) -> list[tuple[str, str]]:
+        """(client, owner) of every file under construction (no path is built or checked)."""
+        return [(client, node.owner) for node, client in self._uc.items()]
 
     def files_under_construction(self) -> list[tuple[str, str]]:
         """(path, client) of every file under construction, sorted by path."""

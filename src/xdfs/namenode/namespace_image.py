@@ -47,6 +47,10 @@ def load_into(
     ns.next_block_id = header.next_block_id
     ns.next_genstamp = header.next_genstamp
     ns.epoch = header.epoch
+    ns.next_generation = max(
+        [header.next_generation, *(record.generation + 1 for record in ns.users.values())]
+    )
+    ns.datanode_secret = header.datanode_secret
 
 
 def _load_root(ns: Namespace, record: InodeRecord | None) -> None:
@@ -148,7 +152,8 @@ def canonical_dump(ns: Namespace) -> list[tuple[object, ...]]:
     """See :meth:`Namespace.canonical_dump`."""
     dump: list[tuple[object, ...]] = [(
         "namespace", ns.superuser, ns.supergroup, ns.next_inode_id,
-        ns.next_block_id, ns.next_genstamp, ns._inode_count, ns.epoch,
+        ns.next_block_id, ns.next_genstamp, ns._inode_count, ns.epoch, ns.next_generation,
+        ns.datanode_secret,
     )]
     for path, node in ns.walk("/"):
         if isinstance(node, FileInode):
@@ -165,7 +170,7 @@ def canonical_dump(ns: Namespace) -> list[tuple[object, ...]]:
     for user in ns.user_records():
         dump.append((
             "user", user.name, user.password_hash, user.salt, tuple(user.groups),
-            user.created_ms,
+            user.created_ms, user.generation,
         ))
     for key in ns.token_key_records():
         dump.append(("token_key", key.key_id, key.secret, key.expires_ms))

@@ -31,6 +31,7 @@ from xdfs.errors import (
     AlreadyExists,
     DirectoryNotEmpty,
     InvalidArgument,
+    InvalidPath,
     IsADirectory,
     LeaseError,
     NotADirectory,
@@ -107,8 +108,9 @@ class Namesystem:
         self.leases = LeaseManager()
         self.trash = TrashOps(self)
         now_s = clock()
-        for _path, holder in namespace.files_under_construction():
-            self.leases.renew(holder, now_s)  # a restart gives every writer a fresh lease
+        for holder, owner in namespace.lease_holders():
+            # a restart gives every writer a fresh lease, bound to the file's creator
+            self.leases.restore(holder, owner, now_s)
 
     # -- the one mutation path ----------------------------------------------------------
 
@@ -186,10 +188,9 @@ class Namesystem:
             self.ns.check_access(user, path, access=W)
 
     def _writable_file(self, user: str, client: str, path: str) -> FileStatus:
+        """The open file ``client`` writes, after checking ``user`` may write it through
+        that client; the lease is renewed."""
         self._check_writer(user, path)
-        return self._file_under_construction(path, client)
-
-    def _file_under_construction(self, path: str, client: str) -> FileStatus:
         status = self.ns.stat(path)
         if status.is_dir:
             raise IsADirectory(f"{path} is a directory")
@@ -197,9 +198,39 @@ class Namesystem:
         if holder != client:
             raise LeaseError(
                 f"{path} is not open for writing by {client}"
-                + (f" (lease held by {holder})" if holder else " (file is closed)")
+                + (f" ({self._holder_text(user, holder)} holds its lease)" if holder
+                   else " (file is closed)")
             )
+        self.leases.take(client, user, self.clock())
         return status
+
+    def _holder_text(self, user: str, holder: str) -> str:
+        """Who holds a lease, as ``user`` may be told: the client name only to its own user
+        and to superusers (client names are what a writer proves itself with)."""
+        if self.leases.user_of(holder) in (user, None) or self.ns.is_superuser(user):
+            return f"client {holder}"
+        return "another client"
+
+    def _check_move_limits(self, src: str, dst: str) -> None:
+        """InvalidPath when moving ``src`` to ``dst`` would make a path in its subtree deeper
+        or longer than every path must be (paths.DEPTH_MAX, paths.PATH_BYTES_MAX): such a
+        path could be neither named nor recovered afterwards. Walks the subtree only when
+        the move makes paths deeper or longer."""
+        src_parts, dst_parts = paths.split_path(src), paths.split_path(dst)
+        src_bytes, dst_bytes = len(src.encode("utf-8")), len(dst.encode("utf-8"))
+        if len(dst_parts) <= len(src_parts) and dst_bytes <= src_bytes:
+            return
+        depth, size = self.ns.subtree_extent(src)
+        if len(dst_parts) + depth > paths.DEPTH_MAX:
+            raise InvalidPath(
+                f"moving {src} to {dst} would make paths deeper than {paths.DEPTH_MAX} "
+                f"components (its subtree is {depth} deep)"
+            )
+        if dst_bytes + size > paths.PATH_BYTES_MAX:
+            raise InvalidPath(
+                f"moving {src} to {dst} would make paths longer than {paths.PATH_BYTES_MAX} "
+                f"bytes (its subtree adds up to {size})"
+            )
 
     # -- reads --------------------------------------------------------------------------
 
@@ -253,6 +284,9 @@ class Namesystem:
         path = paths.normalize(path)
 
         def plan() -> list[Op]:
+            # traverse first: whether something exists in a directory the user may not
+            # enter is not his to learn (HDFS checks traverse before existence too)
+            self.ns.check_access(user, path)
             if self.ns.exists(path):
                 if self.ns.is_dir(path) and parents:
                     return []
@@ -291,6 +325,7 @@ class Namesystem:
             )
 
         def plan() -> list[Op]:
+            self.ns.check_access(user, path)  # traverse first, as mkdirs
             if self.ns.exists(path):
                 self._check_overwrite(user, client, path, overwrite)
             parent = paths.parent_of(path)
@@ -320,24 +355,31 @@ class Namesystem:
                     overwrite,
                 )
             )
-            self.leases.renew(client, self.clock())
+            self.leases.take(client, user, self.clock())
             return ops
 
         return await self.mutate("create", plan, lambda: self.ns.stat(path))
 
     def _check_overwrite(self, user: str, client: str, path: str, overwrite: bool) -> None:
+        """Overwriting replaces the file (a new inode, owned by ``user``; the old blocks are
+        deleted once that is durable, not trashed, as HDFS and POSIX ``O_TRUNC``). As HDFS's
+        startFile: WRITE on the file itself, and on its directory (checked by the caller);
+        and as for a delete, a sticky directory protects other users' files."""
         if self.ns.is_dir(path):
             raise IsADirectory(f"{path} is a directory")
+        if overwrite:
+            self.ns.check_access(
+                user, path, access=W, parent_access=W | X, parent_owner_sticky=True
+            )
         holder = self.ns.lease_holder(path)
         if (
             holder
             and holder != client
             and not self.leases.is_expired(holder, self.clock(), self.config.lease_soft_limit_s)
         ):
-            raise LeaseError(f"{path} is being written by {holder}")
+            raise LeaseError(f"{path} is being written by {self._holder_text(user, holder)}")
         if not overwrite:
             raise AlreadyExists(f"{path} already exists")
-        self.ns.check_access(user, path, parent_access=W | X, parent_owner_sticky=True)
 
     async def add_block(
         self,
@@ -368,7 +410,6 @@ class Namesystem:
             targets = [node.address for node in chosen]
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
             ops.append(AddBlockOp(path, block))
-            self.leases.renew(client, self.clock())
             return ops
 
         def located() -> LocatedBlock:
@@ -400,7 +441,6 @@ class Namesystem:
         else:
             raise InvalidArgument(f"block {block.block_id} is not a block of {path}")
         chosen = self.blocks.choose_targets(1, [*existing, *excluded], status.block_size)
-        self.leases.renew(client, self.clock())
         return LocatedBlock(
             record, offset, [node.address for node in chosen],
             self.blocks.block_token(user, block.block_id, "w"),
@@ -418,7 +458,6 @@ class Namesystem:
                 if any(b.block_id == block_id for b in blocks):
                     raise InvalidArgument(f"block {block_id} is not the last block of {path}")
                 return []
-            self.leases.renew(client, self.clock())
             return [UpdateBlocksOp(path, blocks[:-1])]
 
         await self.mutate("abandon a block", plan, lambda: None)
@@ -473,13 +512,14 @@ class Namesystem:
             finally:
                 self.blocks.unwatch(block.block_id, wake.set)
 
-    def report_bad_replicas(self, user: str, replicas: Sequence[tuple[int, str]]) -> None:
-        """Readers report replicas that failed their checksums: (block id, address)."""
+    def report_bad_replicas(self, replicas: Sequence[tuple[int, str]]) -> None:
+        """Replicas that failed their checksums, (block id, address), from a reader or a
+        DataNode (the handler checked the caller may report them)."""
         for block_id, address in replicas:
             self.blocks.report_bad_replica(block_id, address)
 
-    def renew_lease(self, client: str) -> None:
-        self.leases.renew(client, self.clock())
+    def renew_lease(self, user: str, client: str) -> None:
+        self.leases.renew(client, user, self.clock())
 
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
         """Delete ``path`` or move it to the user's trash; returns the trash path or ""."""
@@ -506,7 +546,14 @@ class Namesystem:
                         f"cannot move {path} to the trash, as it contains the trash "
                         "(delete it with skip_trash)"
                     )
-                target = self.trash.target(user, path)
+                try:
+                    target = self.trash.target(user, path)
+                    self._check_move_limits(path, target)
+                except InvalidPath as exc:
+                    raise InvalidPath(
+                        f"cannot move {path} to the trash: {exc.message} (delete it with "
+                        "skip_trash)"
+                    ) from None
                 return [
                     *self.trash.dirs(user, paths.parent_of(target)),
                     RenameOp(path, target, self.now_ms()),
@@ -530,6 +577,7 @@ class Namesystem:
             if self.ns.exists(final):
                 raise AlreadyExists(f"{final} already exists")
             self.ns.check_access(user, final, parent_access=W | X)
+            self._check_move_limits(src, final)
             return [RenameOp(src, final, self.now_ms())]
 
         return await self.mutate("rename", plan, lambda: final)
@@ -597,17 +645,22 @@ class Namesystem:
 
     # -- leases -------------------------------------------------------------------------
 
-    def lease_recovery_ops(self) -> list[Op]:
-        """Close files whose writer went silent past the hard limit (keeping their blocks)."""
+    def expired_leases(self) -> list[tuple[str, str]]:
+        """(path, holder) of the open files whose writer went silent past the hard limit."""
         open_files = self.ns.files_under_construction()
         self.leases.drop_idle({holder for _p, holder in open_files})
+        return self.leases.expired(open_files, self.clock(), self.config.lease_hard_limit_s)
+
+    def lease_recovery_ops(self, path: str, holder: str) -> list[Op]:
+        """Close one abandoned file (keeping its blocks), if ``holder`` still holds it and
+        is still silent. One file per mutation: a file that cannot be closed (a path the
+        limits refuse, say) must not hold up the others."""
+        if self.ns.lease_holder(path) != holder or not self.leases.is_expired(
+            holder, self.clock(), self.config.lease_hard_limit_s
+        ):
+            return []
         now = self.now_ms()
-        return [
-            CloseFileOp(path, now, now, self._recovered_blocks(path))
-            for path, _holder in self.leases.expired(
-                open_files, self.clock(), self.config.lease_hard_limit_s
-            )
-        ]
+        return [CloseFileOp(path, now, now, self._recovered_blocks(path))]
 
     def _recovered_blocks(self, path: str) -> tuple[BlockRecord, ...]:
         """The blocks an abandoned file keeps: its last block (being written) takes the

@@ -211,10 +211,20 @@ class NewEpochOp(Op):
     epoch: int
 
 
+class SetDataNodeSecretOp(Op):
+    """The cluster's DataNode secret: DataNodes authenticate with it instead of a user's
+    password (kept in the namespace so a promoted BackupNode accepts them too)."""
+
+    OPCODE = 25
+    NAME = "set_datanode_secret"
+    secret: bytes
+
+
 ALL_OPS: tuple[type[Op], ...] = (
     MkdirOp, AddFileOp, AddBlockOp, UpdateBlocksOp, CloseFileOp, DeleteOp, RenameOp,
     SetPermissionOp, SetOwnerOp, SetReplicationOp, SetTimesOp, ReassignLeaseOp,
     AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp, NewEpochOp,
+    SetDataNodeSecretOp,
 )
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
 OPS_BY_NAME: dict[str, type[Op]] = {op.NAME: op for op in ALL_OPS}
@@ -271,6 +281,10 @@ class ImageHeader(msgspec.Struct, array_like=True):
     #: The active epoch (:class:`NewEpochOp`); images written before epochs existed had
     #: only the first one.
     epoch: int = 1
+    #: The credential generation the next new user or password change gets (see
+    #: UserRecord.generation); images written before it existed load as 1.
+    next_generation: int = 1
+    datanode_secret: bytes = b""
 
 
 class InodeRecord(msgspec.Struct, array_like=True, gc=False):
@@ -297,6 +311,10 @@ class UserRecord(msgspec.Struct, array_like=True):
     salt: bytes
     groups: tuple[str, ...]
     created_ms: int
+    #: Changes with every password change (and a new user of the same name): tokens and
+    #: sessions carry the generation they were issued under and die with it. Unique across
+    #: the namespace's history, so a removed and re-added user's old tokens stay dead.
+    generation: int = 0
 
 
 class TokenKeyRecord(msgspec.Struct, array_like=True):

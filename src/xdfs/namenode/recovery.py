@@ -79,6 +79,8 @@ class CheckpointSource(Protocol):
     epoch: int
     superuser: str
     supergroup: str
+    next_generation: int
+    datanode_secret: bytes
 
     def inode_count(self) -> int: ...
 
@@ -312,6 +314,8 @@ def make_image_header(version: VersionInfo, namespace: CheckpointSource, txid: i
         superuser=namespace.superuser,
         supergroup=namespace.supergroup,
         epoch=namespace.epoch,
+        next_generation=namespace.next_generation,
+        datanode_secret=namespace.datanode_secret,
     )
 
 

@@ -1,8 +1,12 @@
 """Safe mode (pure core): while on, the namespace is read-only.
 
-Two causes, either keeps it on:
+Three causes, any keeps it on:
 
-* an operator (``admin -safemode enter``; ``leave`` ends both causes);
+* an operator (``admin -safemode enter``; ``leave`` ends every cause);
+* low disk space (HDFS's NameNodeResourceChecker): a name dir with less free space than
+  ``namenode.resource_free_bytes_min``, as the NameNode reads it every
+  ``namenode.resource_check_interval_s``; it ends by itself once every dir has the space
+  again (an operator's ``leave`` ends it too, until the next reading finds the space low);
 * startup with blocks in the namespace: as HDFS, the NameNode waits until the fraction of
   blocks with at least ``min_replication`` reported good replicas reaches
   ``safe_mode_threshold`` and ``safe_mode_min_datanodes`` DataNodes are live, then stays
@@ -17,6 +21,7 @@ manager passes the counts and the time in.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from xdfs.config import NameNodeConfig
 from xdfs.errors import SafeModeError
@@ -41,6 +46,7 @@ class SafeMode:
         self.startup = False
         self.startup_reason = ""
         self.reached_s: float | None = None  # when the threshold was last reached
+        self.resources_reason = ""  # set while a name dir is low on space
 
     @classmethod
     def from_config(cls, config: NameNodeConfig) -> SafeMode:
@@ -53,11 +59,15 @@ class SafeMode:
 
     @property
     def on(self) -> bool:
-        return self.manual or self.startup
+        return self.manual or self.startup or bool(self.resources_reason)
 
     @property
     def reason(self) -> str:
-        return MANUAL_REASON if self.manual else self.startup_reason
+        reasons = [
+            MANUAL_REASON if self.manual else "", self.resources_reason,
+            self.startup_reason if self.startup else "",
+        ]
+        return "; ".join(reason for reason in reasons if reason)
 
     def enter(self) -> None:
         self.manual = True
@@ -67,6 +77,25 @@ class SafeMode:
         self.startup = False
         self.startup_reason = ""
         self.reached_s = None
+        self.resources_reason = ""
+
+    def resources_checked(self, free_bytes: Mapping[str, int], minimum: int) -> str | None:
+        """Feed the free space of every name dir (path -> bytes); returns a message when the
+        low-space cause starts or ends now."""
+        low = low_name_dirs(free_bytes, minimum)
+        was_low = bool(self.resources_reason)
+        if low:
+            self.resources_reason = (
+                "low disk space: "
+                + ", ".join(f"{path} has {free_bytes[path]} bytes free" for path in low)
+                + f", below namenode.resource_free_bytes_min ({minimum}); safe mode ends by "
+                "itself once there is space again"
+            )
+            return None if was_low else f"entering safe mode: {self.resources_reason}"
+        self.resources_reason = ""
+        if was_low:
+            return f"leaving low-space safe mode: every name dir has {minimum} bytes free"
+        return None
 
     def wait_for_blocks(self) -> bool:
         """Startup with blocks: on until enough are reported. False (stays off) when the
@@ -107,3 +136,9 @@ class SafeMode:
     def check_writable(self, operation: str) -> None:
         if self.on:
             raise SafeModeError(f"cannot {operation}: NameNode is in safe mode ({self.reason})")
+
+
+def low_name_dirs(free_bytes: Mapping[str, int], minimum: int) -> list[str]:
+    """The name dirs (sorted) with less than ``minimum`` bytes free: the resource checker's
+    whole decision, a function of the readings."""
+    return sorted(path for path, free in free_bytes.items() if free < minimum)

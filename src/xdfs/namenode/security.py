@@ -1,4 +1,5 @@
-"""Passwords (pure: the salt is passed in); tokens live in :mod:`xdfs.common.tokens`.
+"""Passwords and the DataNode secret (pure: the salt is passed in); tokens live in
+:mod:`xdfs.common.tokens`.
 
 Passwords are stored as salted scrypt hashes (``hashlib.scrypt``, N=2**14, r=8, p=1: about
 16 MiB and tens of milliseconds per check, which is the point).
@@ -28,3 +29,21 @@ def verify_password(user: UserRecord | None, password: str) -> bool:
     salt = user.salt if user is not None else b"\0" * SALT_BYTES
     expected = user.password_hash if user is not None else b"\0" * 32
     return hmac.compare_digest(hash_password(password, salt), expected) and user is not None
+
+
+# --- the DataNode secret --------------------------------------------------------------------
+
+#: Where a NameNode writes the DataNode secret (hex) in each of its name dirs (mode 0600).
+DATANODE_SECRET_FILE = "datanode.secret"
+DATANODE_SECRET_BYTES = 32
+
+
+def datanode_secret_text(secret: bytes) -> str:
+    """The secret as a DataNode presents it (its password) and as the file holds it."""
+    return secret.hex()
+
+
+def check_datanode_secret(secret: bytes, offered: str) -> bool:
+    """Constant-time; nothing matches while the namespace has no secret."""
+    expected = datanode_secret_text(secret).encode("ascii")
+    return bool(secret) and hmac.compare_digest(expected, offered.encode("utf-8"))

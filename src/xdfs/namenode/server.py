@@ -19,12 +19,15 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from xdfs.common.files import atomic_write
 from xdfs.config import XdfsConfig
 from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
+from xdfs.namenode import security
 from xdfs.namenode.auth import NameNodeAuth
 from xdfs.namenode.backup_handlers import BackupProtocolHandlers
 from xdfs.namenode.datanode_handlers import DataNodeHandlers
@@ -35,7 +38,7 @@ from xdfs.namenode.handlers import AdminHandlers, ClientHandlers
 from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.namesystem import Namesystem
-from xdfs.namenode.ops import NewEpochOp
+from xdfs.namenode.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.storage import StorageDirectory, VersionInfo
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
@@ -57,11 +60,15 @@ class NameNode:
         name_dirs: list[Path],
         *,
         clock: Callable[[], float] = time.time,
+        free_bytes: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
     ) -> None:
+        """``free_bytes``: how free space on a name dir is read (tests inject readings)."""
         assert name_dirs, "a NameNode needs at least one name dir"
         self.config = config
         self.clock = clock
+        self.free_bytes = free_bytes
         self.dirs = [StorageDirectory(d) for d in name_dirs]
+        self.dir_free_bytes: dict[str, int] = {}  # as last read by the resource checker
         self.server: RpcServer | None = None
         self.edits: EditLog | None = None
         self.fs: Namesystem | None = None
@@ -76,6 +83,7 @@ class NameNode:
         self.fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._checkpoint_lock = asyncio.Lock()
+        self._lease_failures: set[tuple[str, str]] = set()  # logged once each
 
     @property
     def address(self) -> str:
@@ -116,6 +124,7 @@ class NameNode:
         self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
         if new_epoch:
             await self._raise_epoch()
+        await self._check_resources()
         self.auth = NameNodeAuth(self.fs)
         nn = self.config.namenode
         self.replicator = EditsReplicator(
@@ -126,6 +135,7 @@ class NameNode:
         if server is None:
             await self.server.start(host, port)
         await self.auth.rotate_keys()
+        await self._publish_datanode_secret()
         self._start_duties()
         log.info("namespace loaded: %d inodes, last txid %d", namespace.inode_count(), last_txid)
         if self.fs.safe_mode.on:
@@ -147,6 +157,27 @@ class NameNode:
         version = self.version
         return HaStatus(ROLE_ACTIVE, self.fs.ns.epoch, self.edits.synced_txid,
                         version.cluster_id, version.namespace_id, os.getpid())
+
+    async def _publish_datanode_secret(self) -> None:
+        """Write the DataNode secret to ``datanode.secret`` (0600) in every name dir, for
+        the DataNodes' ``datanode.secret_file``; a namespace formatted before secrets
+        existed gets one first."""
+        assert self.fs is not None
+        fs = self.fs
+
+        def plan() -> list[Op]:
+            if fs.ns.datanode_secret:
+                return []
+            return [SetDataNodeSecretOp(os.urandom(security.DATANODE_SECRET_BYTES))]
+
+        if not fs.ns.datanode_secret:
+            await fs.mutate("set the DataNode secret", plan, lambda: None,
+                            allowed_in_safe_mode=True)
+        text = security.datanode_secret_text(fs.ns.datanode_secret).encode("ascii")
+        for d in self.dirs:
+            path = d.root / security.DATANODE_SECRET_FILE
+            if not path.exists() or path.read_bytes() != text:
+                atomic_write(path, text, mode=0o600)
 
     def _make_server(
         self, cluster_id: str, namespace_id: int, server: RpcServer | None
@@ -182,6 +213,8 @@ class NameNode:
             await self.server.close()
         if self.edits is not None and self.fatal is None:
             await self.edits.close()
+        if self.auth is not None:
+            self.auth.close()
         self._unlock()
         self.stopped.set()
 
@@ -291,6 +324,8 @@ class NameNode:
             self.started_at_ms,
             self.replicator.backup_infos(self.config.namenode.backup_forget_s)
             if self.replicator else [],
+            self.fs.safe_mode.reason,
+            [self.dir_free_bytes.get(str(d.root), -1) for d in self.dirs],
         )
 
     # -- background duties --------------------------------------------------------------
@@ -304,6 +339,7 @@ class NameNode:
             ("heartbeat monitor", nn.heartbeat_interval_s, self._check_datanodes),
             ("replication monitor", nn.replication_check_interval_s, self._replicate),
             ("safe mode monitor", nn.safe_mode_check_interval_s, self._check_safe_mode),
+            ("resource checker", nn.resource_check_interval_s, self._check_resources),
         ]
         if nn.trash_interval_s > 0:
             duties.append(("trash emptier", nn.trash_checkpoint_interval_s, self._empty_trash))
@@ -313,7 +349,9 @@ class NameNode:
         ]
 
     async def _maybe_checkpoint(self) -> None:
-        assert self.edits is not None
+        assert self.edits is not None and self.fs is not None
+        if self.fs.safe_mode.resources_reason:
+            return  # an image could take the last of the space the edits log needs
         nn = self.config.namenode
         # A backup that follows checkpoints for us (without pausing this loop); we step in
         # only when its checkpoints are twice overdue.
@@ -325,10 +363,21 @@ class NameNode:
             await self.save_namespace()
 
     async def _recover_leases(self) -> None:
+        """Recover each expired lease on its own: a file that fails is logged (once) and
+        skipped, the others are recovered."""
         assert self.fs is not None
         fs = self.fs
-        with contextlib.suppress(SafeModeError):
-            await fs.mutate("recover leases", fs.lease_recovery_ops, lambda: None)
+        for path, holder in fs.expired_leases():
+            plan = functools.partial(fs.lease_recovery_ops, path, holder)
+            try:
+                await fs.mutate("recover a lease", plan, lambda: None)
+            except SafeModeError:
+                return
+            except XdfsError as exc:
+                if (path, exc.message) not in self._lease_failures:
+                    self._lease_failures.add((path, exc.message))
+                    log.warning("lease recovery of %s (holder %s) failed: %s", path, holder,
+                                exc.message)
 
     async def _empty_trash(self) -> None:
         assert self.fs is not None
@@ -352,6 +401,25 @@ class NameNode:
     async def _replicate(self) -> None:
         assert self.fs is not None
         self.fs.blocks.replication_tick()
+
+    async def _check_resources(self) -> None:
+        """HDFS's NameNodeResourceChecker: safe mode while a name dir is low on space."""
+        assert self.fs is not None
+        readings: dict[str, int] = {}
+        for d in self.dirs:
+            try:
+                readings[str(d.root)] = self.free_bytes(d.root)
+            except OSError as exc:
+                log.error("cannot read the free space of %s: %s", d.root, exc)
+                readings[str(d.root)] = 0  # unreadable: as good as full
+        self.dir_free_bytes = readings
+        message = self.fs.safe_mode.resources_checked(
+            readings, self.config.namenode.resource_free_bytes_min
+        )
+        if message and self.fs.safe_mode.resources_reason:
+            log.warning("%s", message)
+        elif message:
+            log.info("%s", message)
 
     async def _check_safe_mode(self) -> None:
         assert self.datanode_handlers is not None

@@ -6,9 +6,12 @@ Two services:
   reports in batches, heartbeats and incremental reports. The NameNode talks to DataNodes
   only through the replies: replicate and delete commands, fresh block-token keys, and
   :class:`~xdfs.errors.UnknownDataNode` when a node must register and report again.
-  DataNodes authenticate as an xdfs superuser (as HDFS DataNodes run as the hdfs principal).
   Register and heartbeat answers carry the NameNode's active epoch: a DataNode obeys no
   NameNode whose epoch is below the highest it has seen (a NameNode fenced by a takeover).
+  A DataNode authenticates as ``dn/<node id>`` (:data:`DATANODE_USER_PREFIX`; no user name
+  can contain ``/``) with the cluster's DataNode secret as its password (the NameNode writes
+  it to ``DIR/datanode.secret`` in each name dir); that identity serves this service and
+  bad-replica reports only, never a client call. A superuser may also call this service.
 * ``datanode`` (served by each DataNode, called by clients and other DataNodes): block
   writes (upload streams) and reads (download streams), each authorised by a block token
   the NameNode issued for that block (``xdfs.common.tokens``).
@@ -22,6 +25,9 @@ from xdfs.common.tokens import BlockKey
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.service import Method, MethodKind, Service
+
+#: The user name of a DataNode is this prefix and its node id (a name no user can have).
+DATANODE_USER_PREFIX = "dn/"
 
 # --- DataNode -> NameNode ---------------------------------------------------------------
 
@@ -94,6 +100,9 @@ class IncrementalReportRequest(msgspec.Struct):
 class BadReplica(msgspec.Struct, array_like=True):
     block_id: int
     address: str  # the DataNode whose replica failed its checksum
+    #: A client's read (or write) token for the block: the proof it may report it (a
+    #: DataNode, or a superuser, needs none).
+    token: str = ""
 
 
 class BadReplicasRequest(msgspec.Struct):

@@ -313,6 +313,9 @@ class NameNodeStatus(msgspec.Struct):
     name_dirs: list[str]
     started_at_ms: int
     backups: list[BackupInfo] = []
+    safe_mode_reason: str = ""
+    #: Free bytes on each name dir (same order as name_dirs), as last read.
+    name_dir_free_bytes: list[int] = []
 
 
 def _m(

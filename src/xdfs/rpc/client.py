@@ -38,7 +38,7 @@ from xdfs.errors import (
     XdfsError,
     error_from_code,
 )
-from xdfs.rpc.connection import ERROR_DECODER, RpcProtocol
+from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
 from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
@@ -159,8 +159,8 @@ class ClientConnection(RpcProtocol):
         elif kind == Kind.WELCOME:
             try:
                 welcome = _WELCOME.decode(envelope.body)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise ProtocolError(f"bad handshake answer: {exc}") from None
+            except DECODE_ERRORS as exc:
+                raise decode_error(exc, ProtocolError, "bad handshake answer") from None
             if not self._welcome_future.done():
                 self._welcome_future.set_result(welcome)
         else:
@@ -173,9 +173,10 @@ class ClientConnection(RpcProtocol):
         future, method = entry
         try:
             body = method.response_decoder.decode(envelope.body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except DECODE_ERRORS as exc:
             body = None
-            error: XdfsError | None = ProtocolError(f"{method.name}: bad response: {exc}")
+            what = f"{method.name}: bad response"
+            error: XdfsError | None = decode_error(exc, ProtocolError, what)
         else:
             error = None
         if not future.done():
@@ -188,8 +189,8 @@ class ClientConnection(RpcProtocol):
         try:
             info = ERROR_DECODER.decode(envelope.body)
             error = error_from_code(info.code, info.message)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            error = ProtocolError(f"bad error frame: {exc}")
+        except DECODE_ERRORS as exc:
+            error = decode_error(exc, ProtocolError, "bad error frame")
         if envelope.id == 0:  # the connection itself failed; the server closes it
             self._fail_all(error)
             return

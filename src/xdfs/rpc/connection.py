@@ -18,7 +18,7 @@ from typing import Any, cast
 import msgspec
 
 from xdfs.config import RpcConfig
-from xdfs.errors import ConnectionLost, InternalError, ProtocolError, XdfsError
+from xdfs.errors import ConnectionLost, InternalError, InvalidArgument, ProtocolError, XdfsError
 from xdfs.rpc.framing import FrameReader
 from xdfs.rpc.messages import (
     LENGTH_PREFIX,
@@ -40,6 +40,19 @@ CHUNK_DECODER = msgspec.msgpack.Decoder(Chunk)
 TAIL_DECODER = msgspec.msgpack.Decoder(Tail)
 CREDIT_DECODER = msgspec.msgpack.Decoder(Credit)
 ERROR_DECODER = msgspec.msgpack.Decoder(ErrorInfo)
+
+#: What decoding a peer's bytes can raise: malformed msgpack or a wrong type, and invalid
+#: UTF-8 in a string (for which msgspec raises UnicodeDecodeError, not DecodeError).
+DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+
+
+def decode_error(exc: Exception, error_type: type[XdfsError], what: str) -> XdfsError:
+    """The typed error for a failed decode of a peer's message (the one place that maps
+    them): ``InvalidArgument`` when a string is not valid UTF-8 (the content is bad, not the
+    framing), else ``error_type``."""
+    if isinstance(exc, UnicodeDecodeError):
+        return InvalidArgument(f"{what}: a string is not valid UTF-8 ({exc.reason})")
+    return error_type(f"{what}: {exc}")
 
 
 def encode_frame(kind: int, call_id: int, method: str, body: Any) -> bytearray:
@@ -80,17 +93,28 @@ def _immutable(data: memoryview) -> bool:
 
 
 class RpcProtocol(asyncio.BufferedProtocol):
-    def __init__(self, config: RpcConfig) -> None:
+    def __init__(
+        self, config: RpcConfig, *, frame_bytes_max: int = 0, buffer_bytes: int = 0
+    ) -> None:
+        """``frame_bytes_max`` / ``buffer_bytes``: start with these instead of the configured
+        ones (a server's connections start small until the peer authenticates)."""
         self.config = config
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
+        self._reader = FrameReader(
+            frame_bytes_max or config.frame_bytes_max, buffer_bytes or config.receive_buffer_bytes
+        )
         self._can_write = asyncio.Event()
         self._can_write.set()
         self._closed = asyncio.get_running_loop().create_future()
         self._payload_is_shared = True
         self.senders: dict[int, StreamSender] = {}
         self.receivers: dict[int, StreamReceiver] = {}
+
+    @property
+    def buffer_bytes_held(self) -> int:
+        """Bytes of receive buffers this connection holds now (for limits and tests)."""
+        return self._reader.allocated_bytes
 
     # -- transport callbacks ------------------------------------------------------------
 
@@ -121,8 +145,8 @@ class RpcProtocol(asyncio.BufferedProtocol):
     def _on_payload(self, payload: memoryview) -> None:
         try:
             envelope = _ENVELOPE.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ProtocolError(f"undecodable frame: {exc}") from None
+        except DECODE_ERRORS as exc:
+            raise decode_error(exc, ProtocolError, "undecodable frame") from None
         # Payloads cut from the shared receive buffer are overwritten by the next recv;
         # oversized frames own their buffer and can be handed on without a copy.
         self._payload_is_shared = payload.obj is self._reader.shared_buffer
@@ -230,5 +254,5 @@ class RpcProtocol(asyncio.BufferedProtocol):
                 credit = CREDIT_DECODER.decode(envelope.body)
                 if sender is not None and credit.count > 0:
                     sender.on_credit(credit.count)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ProtocolError(f"bad stream frame: {exc}") from None
+        except DECODE_ERRORS as exc:
+            raise decode_error(exc, ProtocolError, "bad stream frame") from None

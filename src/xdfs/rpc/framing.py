@@ -57,6 +57,7 @@ class FrameReader:
         self._big: bytearray | None = None  # dedicated buffer of one large frame
         self._big_filled = 0
         self._recycled: list[bytearray] = []  # large-frame buffers handed out earlier
+        self._wanted_buffer_bytes = buffer_bytes  # see grow()
 
     @property
     def shared_buffer(self) -> bytearray:
@@ -68,10 +69,32 @@ class FrameReader:
         """Bytes received but not yet returned as frames (for limits and tests)."""
         return self._end - self._start + self._big_filled
 
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of buffers this reader holds now (receive buffer, large frame, recycled)."""
+        big = len(self._big) if self._big is not None else 0
+        return len(self._buf) + big + sum(len(b) for b in self._recycled)
+
+    def grow(self, buffer_bytes: int, frame_bytes_max: int) -> None:
+        """Raise the frame limit now and use a receive buffer of ``buffer_bytes`` from the
+        next :meth:`get_buffer` outside a large frame (a server starts each connection small
+        and grows it once the peer has authenticated). Received bytes are kept."""
+        self.frame_bytes_max = frame_bytes_max
+        self._wanted_buffer_bytes = max(self._wanted_buffer_bytes, buffer_bytes)
+
+    def _swap_buffer(self) -> None:
+        pending = bytes(self._view[self._start : self._end])
+        self._buf = bytearray(self._wanted_buffer_bytes)
+        self._view = memoryview(self._buf)
+        self._buf[: len(pending)] = pending
+        self._start, self._end = 0, len(pending)
+
     def get_buffer(self) -> memoryview:
         """Where the next received bytes go. Payloads returned earlier become invalid."""
         if self._big is not None:
             return memoryview(self._big)[self._big_filled :]
+        if self._wanted_buffer_bytes > len(self._buf):
+            self._swap_buffer()
         if self._start == self._end:
             self._start = self._end = 0
         elif self._start and len(self._buf) - self._end < len(self._buf) // 4:

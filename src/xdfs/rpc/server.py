@@ -12,6 +12,14 @@ connection (beyond it the server stops reading that socket, which pushes back on
 client through TCP), and a peer that stops reading our replies is disconnected after
 ``stalled_peer_timeout_s``.
 
+Peers that have not authenticated as anyone cost little and cannot crowd out those that
+have: until a handshake names a principal that is not anonymous, a connection has a small
+receive buffer and frame limit (``unauthenticated_frame_bytes_max``), an anonymous session
+is closed after ``unauthenticated_idle_timeout_s`` doing nothing, and at the connection
+limit the longest-idle such connection is closed to make room for a new one. Any
+connection whose frame stays incomplete for ``partial_frame_timeout_s`` while the server
+reads is closed (a length prefix alone must not hold a buffer forever).
+
 A call that arrives while the connection is at its limit waits (with every frame behind it,
 in order, and the socket paused) as long as a running unary call will free a slot on its
 own. If every running call is a stream, which may need more frames from this very socket
@@ -46,7 +54,7 @@ from xdfs.errors import (
     WrongCluster,
     XdfsError,
 )
-from xdfs.rpc.connection import RpcProtocol
+from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
@@ -55,9 +63,10 @@ log = logging.getLogger(__name__)
 
 _HELLO = msgspec.msgpack.Decoder(Hello)
 
-#: Frame limit before the handshake: a HELLO is small, and an unauthenticated peer must not
-#: make the server allocate rpc.frame_bytes_max per connection with a 4-byte length prefix.
-HANDSHAKE_FRAME_BYTES_MAX = 64 * 1024
+#: Receive buffer of a connection until it authenticates (its frames are small: a HELLO, a
+#: login); larger ones, up to rpc.unauthenticated_frame_bytes_max, get a buffer of their own.
+#: Thousands of idle or half-open peers then cost a few KiB each, not a full buffer.
+UNAUTHENTICATED_BUFFER_BYTES = 4096
 
 #: How long RpcServer.close() lets peers take their last replies before dropping them.
 _CLOSE_GRACE_S = 1.0
@@ -70,6 +79,9 @@ class Principal:
     user: str
     #: Free-form facts the authenticator wants handlers to see (groups, node id ...).
     attributes: tuple[tuple[str, str], ...] = ()
+    #: Authenticated as nobody (may only log in): the connection keeps the limits of an
+    #: unauthenticated one (small frames, idle timeout, evicted first at the limit).
+    anonymous: bool = False
 
 
 @dataclass
@@ -125,6 +137,7 @@ class RpcServer:
         self.started_at_s = time.time()
         self._routes: dict[str, _Route] = {}
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[ServerConnection] = set()
         self.host = ""
         self.port = 0
@@ -158,10 +171,42 @@ class RpcServer:
         )
         sockname = self._server.sockets[0].getsockname()
         self.host, self.port = sockname[0], sockname[1]
+        self._sweeper = loop.create_task(self._sweep(), name=f"{self.name} connection sweeper")
         return self.address
+
+    async def _sweep(self) -> None:
+        """Close connections past their idle or partial-frame deadlines (one pass over all
+        connections per interval, instead of a timer per frame)."""
+        config = self.config
+        interval_s = min(
+            1.0, config.unauthenticated_idle_timeout_s / 4, config.partial_frame_timeout_s / 4
+        )
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = loop.time()
+            for conn in list(self.connections):
+                conn.check_deadlines(now)
+
+    def make_room(self) -> bool:
+        """At the connection limit: close the longest-idle connection that has not
+        authenticated as anyone and runs nothing; False when there is none."""
+        idle = [conn for conn in self.connections if conn.evictable]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda conn: conn.last_active_s)
+        self.connections.discard(victim)
+        victim.abort_with(Overloaded(
+            "closed to make room for another client: idle without authenticating"
+        ))
+        return True
 
     async def close(self) -> None:
         """Stop accepting, drop every connection and cancel the calls they were running."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         conns = list(self.connections)
@@ -185,9 +230,20 @@ class RpcServer:
 
 class ServerConnection(RpcProtocol):
     def __init__(self, server: RpcServer) -> None:
-        super().__init__(server.config)
-        self._reader.frame_bytes_max = min(self.config.frame_bytes_max, HANDSHAKE_FRAME_BYTES_MAX)
+        config = server.config
+        super().__init__(
+            config,
+            frame_bytes_max=config.unauthenticated_frame_bytes_max,
+            buffer_bytes=min(UNAUTHENTICATED_BUFFER_BYTES, config.receive_buffer_bytes),
+        )
         self.server = server
+        self._loop = asyncio.get_running_loop()
+        #: Loop time of the last complete frame or finished call (idleness, eviction order).
+        self.last_active_s = self._loop.time()
+        #: Loop time the frame now arriving began, None between frames.
+        self.frame_started_s: float | None = None
+        self._frames = 0  # frames dispatched so far; tells buffer_updated one completed
+        self._frames_noted = 0
         self.principal: Principal | None = None
         self._hello_task: asyncio.Task[None] | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
@@ -201,8 +257,9 @@ class ServerConnection(RpcProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if len(self.server.connections) >= self.server.config.connections_max:
-            log.warning("refusing %s: %d connections open", self.peer, len(self.server.connections))
+        server = self.server
+        if len(server.connections) >= server.config.connections_max and not server.make_room():
+            log.warning("refusing %s: %d connections open", self.peer, len(server.connections))
             self.abort_with(Overloaded("server has too many connections"))
             return
         self.server.connections.add(self)
@@ -213,6 +270,49 @@ class ServerConnection(RpcProtocol):
     def _handshake_deadline(self) -> None:
         if self.principal is None:
             self.abort_with(NotAuthenticated("no handshake within the deadline"))
+
+    @property
+    def unauthenticated(self) -> bool:
+        """No principal yet, or an anonymous one."""
+        return self.principal is None or self.principal.anonymous
+
+    @property
+    def evictable(self) -> bool:
+        """Unauthenticated and doing nothing: no handshake being checked, no call running."""
+        if self.principal is None:
+            return self._hello_task is None
+        return self.principal.anonymous and not self._calls
+
+    def buffer_updated(self, nbytes: int) -> None:
+        super().buffer_updated(nbytes)
+        now = self._loop.time()
+        if self._frames != self._frames_noted:
+            self._frames_noted = self._frames
+            self.last_active_s = now
+            self.frame_started_s = now if self._reader.buffered_bytes else None
+        elif self.frame_started_s is None and self._reader.buffered_bytes:
+            self.frame_started_s = now
+
+    def check_deadlines(self, now: float) -> None:
+        """Called by the server's sweeper: close a connection stuck in a frame, or an
+        anonymous session left idle."""
+        config = self.config
+        started = self.frame_started_s
+        reading = not (self._parked or self._paused_for_writes)
+        if reading and started is not None and now - started > config.partial_frame_timeout_s:
+            self.abort_with(ProtocolError(
+                f"frame incomplete after {config.partial_frame_timeout_s:g} s"
+            ))
+        elif (
+            self.principal is not None
+            and self.principal.anonymous
+            and not self._calls
+            and now - self.last_active_s > config.unauthenticated_idle_timeout_s
+        ):
+            self.abort_with(NotAuthenticated(
+                f"anonymous session idle for {config.unauthenticated_idle_timeout_s:g} s "
+                "without logging in"
+            ))
 
     def on_connection_lost(self, error: XdfsError) -> None:
         self.server.connections.discard(self)
@@ -243,6 +343,9 @@ class ServerConnection(RpcProtocol):
         if self._parked or self._paused_for_writes:
             self.transport.pause_reading()
         else:
+            if self.frame_started_s is not None:
+                # the peer could not send while we did not read: its frame's time starts now
+                self.frame_started_s = self._loop.time()
             self.transport.resume_reading()
 
     def on_write_paused(self) -> None:
@@ -270,6 +373,7 @@ class ServerConnection(RpcProtocol):
     # -- dispatch -----------------------------------------------------------------------
 
     def on_envelope(self, envelope: InEnvelope) -> None:
+        self._frames += 1
         kind = envelope.kind
         if self.principal is None:
             self._before_handshake(envelope)
@@ -293,8 +397,8 @@ class ServerConnection(RpcProtocol):
             raise ProtocolError("frames sent before the handshake was answered")
         try:
             hello = _HELLO.decode(envelope.body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ProtocolError(f"bad handshake: {exc}") from None
+        except DECODE_ERRORS as exc:
+            raise decode_error(exc, ProtocolError, "bad handshake") from None
         self._hello_task = asyncio.get_running_loop().create_task(self._handshake(hello))
 
     async def _handshake(self, hello: Hello) -> None:
@@ -315,7 +419,9 @@ class ServerConnection(RpcProtocol):
             self.abort_with(AuthenticationFailed(f"authentication error: {exc}"))
             return
         self.principal = principal
-        self._reader.frame_bytes_max = self.config.frame_bytes_max
+        if not principal.anonymous:
+            self._reader.grow(self.config.receive_buffer_bytes, self.config.frame_bytes_max)
+        self.last_active_s = self._loop.time()
         welcome = Welcome(PROTOCOL_VERSION, cluster, self.server.name, principal.user)
         self.send(Kind.WELCOME, 0, "", welcome)
 
@@ -336,8 +442,8 @@ class ServerConnection(RpcProtocol):
             raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
         try:
             request = route.method.request_decoder.decode(envelope.body)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self.send_error(envelope.id, BadRequest(f"{envelope.method}: {exc}"))
+        except DECODE_ERRORS as exc:
+            self.send_error(envelope.id, decode_error(exc, BadRequest, envelope.method))
             return None
         return route, request
 
@@ -421,6 +527,7 @@ class ServerConnection(RpcProtocol):
         task.add_done_callback(lambda _t: self._finished(call_id))
 
     def _finished(self, call_id: int) -> None:
+        self.last_active_s = self._loop.time()
         self._calls.pop(call_id, None)
         self._unary_calls.discard(call_id)
         self.receivers.pop(call_id, None)

@@ -16,6 +16,7 @@ from xdfs.backupnode.server import BackupNode
 from xdfs.config import XdfsConfig
 from xdfs.datanode.server import DataNode
 from xdfs.namenode.format import format_namenode
+from xdfs.namenode.security import DATANODE_SECRET_FILE
 from xdfs.namenode.server import NameNode
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -117,13 +118,18 @@ class MiniCluster:
         namenode: str | None = None,
         *,
         config: XdfsConfig | None = None,
-        user: str = "root",
+        user: str | None = None,
         password: str = "rootpw",
     ) -> DataNode:
         """A real DataNode on ``base_dir/name`` (the same dir again when a node of that name
         is started after being stopped), registering with ``namenode`` (``host:port[,...]``;
-        default: the first NameNode started) as ``user``."""
-        namenode, config = self._follower_setup(namenode, config, user, password)
+        default: the first NameNode started). It logs in with the DataNode secret of the
+        first NameNode started (as DataNodes do), or as ``user`` when one is given (or no
+        NameNode was started here)."""
+        namenode, config = self._follower_setup(namenode, config, user or "root", password)
+        if user is None and self.namenodes and not config.datanode.secret_file:
+            secret = self.namenodes[0].dirs[0].root / DATANODE_SECRET_FILE
+            config = replace(config, datanode=replace(config.datanode, secret_file=str(secret)))
         node = DataNode(config, self.base_dir / name, namenode.split(","))
         await node.start("127.0.0.1", 0)
         self.datanodes.append(node)
