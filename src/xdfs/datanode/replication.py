@@ -14,7 +14,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.replica import Replica
 from xdfs.datanode.transfer import PieceStream
 from xdfs.errors import XdfsError
 from xdfs.protocol.datanode import WRITE_BLOCK, ReplicateTask, WriteBlockRequest
@@ -62,11 +62,13 @@ class Replicator:
             if (
                 replica is None
                 or replica.corrupt
+                or not replica.finalized
                 or replica.genstamp != task.block.genstamp
                 or replica.num_bytes < task.block.num_bytes  # shorter than the file says
             ):
                 state = "missing" if replica is None else (
-                    "corrupt" if replica.corrupt else str(replica.record))
+                    "corrupt" if replica.corrupt else
+                    "in rbw" if not replica.finalized else str(replica.record))
                 log.warning("cannot replicate %s: local replica is %s", task.block, state)
                 return
             results = await asyncio.gather(
@@ -85,9 +87,7 @@ class Replicator:
 
     async def _copy(self, replica: Replica, token: str, target: str) -> None:
         node = self.node
-        reader = ReplicaReader(
-            replica, 0, replica.num_bytes, node.config.rpc.stream_chunk_bytes
-        )
+        reader = node.open_replica(replica, 0, replica.num_bytes)
         stream = PieceStream(reader, node.on_corrupt, node.transfers)
         hello = Hello(PROTOCOL_VERSION, cluster_id=node.cluster_id,
                       client_name=f"datanode:{node.storage.node_id}")

@@ -296,7 +296,7 @@ class NameNode:
         assert self.fs is not None
         fs = self.fs
         with contextlib.suppress(SafeModeError):
-            await fs.mutate("recover leases", fs.lease_recovery_ops, lambda: None)
+            await fs.recover_leases()
 
     async def _empty_trash(self) -> None:
         assert self.fs is not None
