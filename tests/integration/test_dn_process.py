@@ -1,7 +1,8 @@
 """``xdfs datanode`` as a real process against a stub NameNode: readiness line, graceful
 stop, fatal errors, and SIGKILL in the middle of a block write (by the test, or by the
-node itself at a fault point): after a restart no partial replica is ever finalized, and
-a replica that was finalized is complete."""
+node itself at a fault point): after a restart no partial replica is ever finalized (its
+checksummed prefix stays in rbw for block recovery), and a replica that was finalized is
+complete."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.integration.dn_helpers import (
 )
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.datanode import layout
-from xdfs.errors import XdfsError
+from xdfs.errors import BlockNotFound, XdfsError
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest
 from xdfs.testing.minicluster import MiniCluster
@@ -60,8 +61,16 @@ def node_id_of(data_dir: Path) -> str:
 
 
 async def wait_for_report(stub: StubNameNode, node_id: str, after: int) -> list[BlockRecord]:
-    """The blocks of the first complete full report of ``node_id`` sent after the first
-    ``after`` report calls."""
+    """The finalized blocks of the first complete full report of ``node_id`` sent after
+    the first ``after`` report calls."""
+    return (await wait_for_full_report(stub, node_id, after))[0]
+
+
+async def wait_for_full_report(
+    stub: StubNameNode, node_id: str, after: int
+) -> tuple[list[BlockRecord], list[BlockRecord]]:
+    """(finalized, rbw) replicas of the first complete full report of ``node_id`` sent
+    after the first ``after`` report calls."""
     def complete() -> bool:
         batches = [r for r in stub.reports[after:] if r.node_id == node_id]
         return bool(batches) and len(batches) >= batches[0].batch_count
@@ -69,7 +78,8 @@ async def wait_for_report(stub: StubNameNode, node_id: str, after: int) -> list[
     await eventually(complete)
     batches = [r for r in stub.reports[after:] if r.node_id == node_id]
     first = [b for b in batches if b.report_id == batches[0].report_id]
-    return [block for batch in first for block in batch.blocks]
+    return ([block for batch in first for block in batch.blocks],
+            [block for batch in first for block in batch.rbw])
 
 
 async def wait_exit(proc: ServerProcess) -> int:
@@ -82,7 +92,7 @@ async def stub(minicluster: MiniCluster) -> StubNameNode:
     return await start_stub(minicluster)
 
 
-async def test_kill_9_mid_write_leaves_no_partial_replica(
+async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix(
     minicluster: MiniCluster, processes: ProcessGroup, stub: StubNameNode, tmp_path: Path
 ) -> None:
     data_dir = tmp_path / "dn"
@@ -105,22 +115,33 @@ async def test_kill_9_mid_write_leaves_no_partial_replica(
         WRITE_BLOCK, WriteBlockRequest(BlockRecord(2, 1, 0), stub.token(2)), partial()
     ))
     rbw = data_dir / "current" / "rbw"
-    await eventually(lambda: (rbw / "blk_2").exists() and (rbw / "blk_2").stat().st_size > 0)
+    meta = rbw / "blk_2_1.meta"
+    # at least the first MiB is written and checksummed (16 CRCs after the 16-byte header)
+    await eventually(lambda: meta.exists() and meta.stat().st_size >= 16 + 4 * 16)
     proc.kill()
     killed.set()
     with pytest.raises(XdfsError):
         await upload
     assert replica_files(data_dir)["rbw"]  # the crash left the partial replica behind
+    written = (data_dir / "current" / "rbw" / "blk_2").stat().st_size
     reports = len(stub.reports)
     proc, address = await start_process(processes, stub, data_dir)
     assert node_id_of(data_dir) == node_id
-    assert await wait_for_report(stub, node_id, reports) == [kept]
+    finalized, rbw = await wait_for_full_report(stub, node_id, reports)
+    assert finalized == [kept]
+    # the partial replica stays in rbw for a block recovery, cut to the whole checksum
+    # chunks it had written (the default chunk is 64 KiB), never finalized
+    (partial,) = rbw
+    assert partial.block_id == 2 and partial.genstamp == 1
+    assert 0 < partial.num_bytes <= written and partial.num_bytes % (64 * 1024) == 0
     assert replica_files(data_dir) == {
-        "rbw": [], "finalized": ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"]
+        "rbw": ["blk_2", "blk_2_1.meta"],
+        "finalized": ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"],
     }
-    assert "removed 2 unfinished replica file(s)" in proc.log_text()
     again = minicluster.client(address)
     assert (await read_block(again, kept, stub.token(1, "r")))[1] == whole
+    with pytest.raises(BlockNotFound):  # not readable as a block: it was never finished
+        await read_block(again, partial, stub.token(2, "r"))
     assert proc.terminate() == 0
 
 
@@ -149,12 +170,14 @@ async def test_crash_at_a_finalize_fault_point(
     reports = len(stub.reports)
     proc, address = await start_process(processes, stub, data_dir)
     record = BlockRecord(3, 5, len(data))
-    assert await wait_for_report(stub, node_id, reports) == ([record] if finalized else [])
-    assert replica_files(data_dir)["rbw"] == []
+    reported = await wait_for_full_report(stub, node_id, reports)
     if finalized:  # durable and whole
+        assert reported == ([record], [])
+        assert replica_files(data_dir)["rbw"] == []
         got = await read_block(minicluster.client(address), record, stub.token(3, "r"))
         assert got[1] == data
-    else:
+    else:  # whole and fsynced in rbw, never finalized: kept for a block recovery
+        assert reported == ([], [record])
         assert replica_files(data_dir)["finalized"] == []
     assert proc.terminate() == 0
 
