@@ -131,9 +131,9 @@ async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix
     assert finalized == [kept]
     # the partial replica stays in rbw for a block recovery, cut to the whole checksum
     # chunks it had written (the default chunk is 64 KiB), never finalized
-    (partial,) = rbw
-    assert partial.block_id == 2 and partial.genstamp == 1
-    assert 0 < partial.num_bytes <= written and partial.num_bytes % (64 * 1024) == 0
+    (cut,) = rbw
+    assert cut.block_id == 2 and cut.genstamp == 1
+    assert 0 < cut.num_bytes <= written and cut.num_bytes % (64 * 1024) == 0
     assert replica_files(data_dir) == {
         "rbw": ["blk_2", "blk_2_1.meta"],
         "finalized": ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"],
@@ -141,7 +141,7 @@ async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix
     again = minicluster.client(address)
     assert (await read_block(again, kept, stub.token(1, "r")))[1] == whole
     with pytest.raises(BlockNotFound):  # not readable as a block: it was never finished
-        await read_block(again, partial, stub.token(2, "r"))
+        await read_block(again, cut, stub.token(2, "r"))
     assert proc.terminate() == 0
 
 
