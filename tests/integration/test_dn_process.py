@@ -127,11 +127,11 @@ async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix
     reports = len(stub.reports)
     proc, address = await start_process(processes, stub, data_dir)
     assert node_id_of(data_dir) == node_id
-    finalized, rbw = await wait_for_full_report(stub, node_id, reports)
+    finalized, partial_replicas = await wait_for_full_report(stub, node_id, reports)
     assert finalized == [kept]
     # the partial replica stays in rbw for a block recovery, cut to the whole checksum
     # chunks it had written (the default chunk is 64 KiB), never finalized
-    (cut,) = rbw
+    (cut,) = partial_replicas
     assert cut.block_id == 2 and cut.genstamp == 1
     assert 0 < cut.num_bytes <= written and cut.num_bytes % (64 * 1024) == 0
     assert replica_files(data_dir) == {
