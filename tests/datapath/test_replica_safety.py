@@ -27,6 +27,7 @@ from tests.integration.conftest import ROOT, ROOT_PW, connect
 from xdfs.client.client import AsyncClient
 from xdfs.common.faults import FAULTS
 from xdfs.config import KiB, MiB, XdfsConfig
+from xdfs.datanode.replica import Replica
 from xdfs.datanode.server import DataNode
 from xdfs.errors import AlreadyExists, BlockNotFound, Unavailable
 from xdfs.namenode.blockmanager import BlockManager
@@ -75,6 +76,19 @@ async def _block_id(cluster: Cluster, path: str) -> int:
     return (await cluster.client.block_locations(path)).blocks[0].block.block_id
 
 
+async def _written(
+    cluster: Cluster, path: str, size: int, victim: int
+) -> tuple[bytes, int, DataNode, Replica]:
+    """A one-block file written: its data, block id, and one DataNode with its replica."""
+    data = payload(size, seed=size)
+    await cluster.client.write_file(path, data)
+    block_id = await _block_id(cluster, path)
+    node = cluster.mc.datanodes[victim]
+    replica = node.storage.get(block_id)
+    assert replica is not None
+    return data, block_id, node, replica
+
+
 async def _direct_read(dn: DataNode, cluster: Cluster, path: str) -> None:
     """Read the file's first block from ``dn`` itself (not a replica of the client's
     choosing)."""
@@ -94,12 +108,7 @@ async def _direct_read(dn: DataNode, cluster: Cluster, path: str) -> None:
 @pytest.mark.parametrize("lost", ["data", "meta"])
 async def test_a_read_reports_a_vanished_replica_at_once(pair: Cluster, lost: str) -> None:
     client = pair.client
-    data = payload(300 * KiB, seed=4)
-    await client.write_file("/v", data)
-    block_id = await _block_id(pair, "/v")
-    victim = pair.mc.datanodes[0]
-    replica = victim.storage.get(block_id)
-    assert replica is not None
+    data, block_id, victim, replica = await _written(pair, "/v", 300 * KiB, victim=0)
     (replica.data_path if lost == "data" else replica.meta_path).unlink()
     with pytest.raises(BlockNotFound):
         await _direct_read(victim, pair, "/v")
@@ -153,12 +162,7 @@ async def test_a_corrupt_replica_on_the_only_other_node_is_repaired_in_place(
     pair: Cluster,
 ) -> None:
     client = pair.client
-    data = payload(200 * KiB, seed=5)
-    await client.write_file("/c", data)
-    block_id = await _block_id(pair, "/c")
-    victim = pair.mc.datanodes[1]
-    bad = victim.storage.get(block_id)
-    assert bad is not None
+    data, block_id, victim, bad = await _written(pair, "/c", 200 * KiB, victim=1)
     flip_byte(bad.data_path, 1000)
     assert (await victim.scanner.scan_once()).corrupt == [block_id]
     # two live nodes, both hold the block: the corrupt copy is deleted, then a good one

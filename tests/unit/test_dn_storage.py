@@ -56,6 +56,27 @@ def store(storage: DataStorage, block_id: int, genstamp: int, data: bytes) -> Re
         storage.release(block_id)
 
 
+def keep(storage: DataStorage, block_id: int, genstamp: int, data: bytes) -> Replica | None:
+    """Write ``data`` as a write whose stream then broke does: kept in state rbw."""
+    storage.claim(block_id)
+    try:
+        writer = storage.new_writer(block_id, genstamp)
+        writer.open()
+        writer.write(data)
+        return writer.keep()
+    finally:
+        storage.release(block_id)
+
+
+def reopened(storage: DataStorage) -> DataStorage:
+    """Close ``storage`` and open its dir again, as a restarted DataNode does (closed again
+    at once: the replica map stays readable)."""
+    storage.close()
+    again = open_storage(storage.root)
+    again.close()
+    return again
+
+
 def read_all(replica: Replica, offset: int = 0, length: int | None = None) -> bytes:
     length = replica.num_bytes - offset if length is None else length
     reader = ReplicaReader(replica, offset, length, 3 * CHUNK)
@@ -276,23 +297,12 @@ def test_a_kept_write_reloads_whole(tmp_path: Path) -> None:
     root = tmp_path / "dn"
     storage = open_storage(root)
     data = os.urandom(2 * CHUNK + 333)
-    storage.claim(40)
-    writer = storage.new_writer(40, 2)
-    writer.open()
-    writer.write(data)
-    kept = writer.keep()  # the stream broke: the partial chunk gets its checksum
+    kept = keep(storage, 40, 2, data)  # the stream broke: the partial chunk gets its checksum
     assert kept is not None and kept.num_bytes == len(data) and not kept.finalized
     assert read_all(kept) == data
-    storage.claim(41)
-    empty = storage.new_writer(41, 2)
-    empty.open()
-    assert empty.keep() is None and sorted(os.listdir(storage.rbw)) == ["blk_40", "blk_40_2.meta"]
-    storage.close()
-    again = open_storage(root)
-    try:
-        assert again.get(40) == kept
-    finally:
-        again.close()
+    assert keep(storage, 41, 2, b"") is None
+    assert sorted(os.listdir(storage.rbw)) == ["blk_40", "blk_40_2.meta"]
+    assert reopened(storage).get(40) == kept
 
 
 @pytest.mark.parametrize("finalized", [True, False])
@@ -302,15 +312,9 @@ def test_recovery_cuts_a_replica_and_gives_it_the_new_genstamp(
     root = tmp_path / "dn"
     storage = open_storage(root)
     data = os.urandom(3 * CHUNK + 500)
-    if finalized:
-        replica = store(storage, 50, 4, data)
-    else:
-        storage.claim(50)
-        writer = storage.new_writer(50, 4)
-        writer.open()
-        writer.write(data)
-        replica = writer.keep()  # type: ignore[assignment]
-        storage.release(50)
+    kept = store(storage, 50, 4, data) if finalized else keep(storage, 50, 4, data)
+    assert kept is not None
+    replica = kept
     for length, genstamp in ((len(data), 5), (2 * CHUNK + 7, 6), (2 * CHUNK, 7)):
         recovered = storage.recover(replica, genstamp, length)
         storage.add(recovered)
@@ -323,12 +327,7 @@ def test_recovery_cuts_a_replica_and_gives_it_the_new_genstamp(
         replica = recovered
     assert os.listdir(storage.rbw) == []
     assert storage.used_bytes == replica.disk_bytes
-    storage.close()
-    again = open_storage(root)
-    try:
-        assert again.get(50) == replica
-    finally:
-        again.close()
+    assert reopened(storage).get(50) == replica
 
 
 def test_recovery_refuses_to_cut_inside_a_damaged_chunk(storage: DataStorage) -> None:

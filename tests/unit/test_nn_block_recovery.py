@@ -24,16 +24,24 @@ def _rbw(h: Harness, node: str, *records: BlockRecord) -> None:
     h.bm.incremental_report(node, (), (), records)
 
 
+def _held(h: Harness, *holders: str, bad: tuple[str, ...] = ("b",)) -> BlockRecord:
+    """A complete block of /f (replication 2) reported by ``holders``, then reported
+    corrupt on the ``bad`` ones."""
+    (block,) = h.file("/f", [10])
+    for name in holders:
+        h.receive(name, block)
+    for name in bad:
+        h.bm.report_bad_replica(block.block_id, f"{name}:9866")
+    return block
+
+
 # --- item 5: a corrupt replica on the only possible target ----------------------------
 
 
 def test_corrupt_replica_on_the_only_other_node_is_deleted_then_recopied() -> None:
     h = Harness()
     a, b = h.node("a"), h.node("b")
-    (block,) = h.file("/f", [10])
-    h.receive(a, block)
-    h.receive(b, block)
-    h.bm.report_bad_replica(block.block_id, "b:9866")
+    block = _held(h, a, b)
     # no node without a replica can take a copy: b's corrupt one is deleted first
     assert h.bm.replication_tick() == 0
     assert h.beat(a).replicate == []
@@ -55,10 +63,7 @@ def test_corrupt_replica_on_the_only_other_node_is_deleted_then_recopied() -> No
 def test_a_full_report_also_confirms_a_deletion() -> None:
     h = Harness()
     a, b = h.node("a"), h.node("b")
-    (block,) = h.file("/f", [10])
-    h.receive(a, block)
-    h.receive(b, block)
-    h.bm.report_bad_replica(block.block_id, "b:9866")
+    block = _held(h, a, b)
     h.bm.replication_tick()
     assert h.beat(b).delete == [block.block_id]
     h.report(b)  # a full report without the block: it is gone
@@ -68,11 +73,7 @@ def test_a_full_report_also_confirms_a_deletion() -> None:
 def test_every_replica_corrupt_keeps_them_all() -> None:
     h = Harness()
     a, b = h.node("a"), h.node("b")
-    (block,) = h.file("/f", [10])
-    h.receive(a, block)
-    h.receive(b, block)
-    for name in (a, b):
-        h.bm.report_bad_replica(block.block_id, f"{name}:9866")
+    block = _held(h, a, b, bad=(a, b))
     for _ in range(3):
         h.bm.replication_tick()
         assert h.beat(a).delete == h.beat(b).delete == []
@@ -84,10 +85,7 @@ def test_every_replica_corrupt_keeps_them_all() -> None:
 def test_no_repair_in_place_while_another_target_exists() -> None:
     h = Harness()
     a, b, c = h.node("a"), h.node("b"), h.node("c")
-    (block,) = h.file("/f", [10])
-    h.receive(a, block)
-    h.receive(b, block)
-    h.bm.report_bad_replica(block.block_id, "b:9866")
+    _held(h, a, b)
     assert h.bm.replication_tick() == 1
     assert h.beat(b).delete == []  # kept until c has its copy
     (task,) = h.beat(a).replicate
@@ -235,29 +233,30 @@ def test_block_recovery_command_goes_to_the_primary_with_every_holder() -> None:
     assert f"{attempt.primary}:9866" not in task.targets
 
 
-def test_a_superseded_recovery_command_is_not_sent() -> None:
-    h = Harness()
-    a = h.node("a")
+def _open_block_sent_to_a(h: Harness) -> tuple[BlockRecord, RecoverBlock]:
+    """/f is open with one block sent to node a (which reported nothing): its plan."""
     (block,) = h.file("/f", [0], close=False)
-    h.bm.expect(block.block_id, [a])
+    h.bm.expect(block.block_id, [h.node("a")])
     plan = h.bm.plan_lease_recovery(h.ns.get_blocks("/f"))
     assert isinstance(plan, RecoverBlock)
+    return block, plan
+
+
+def test_a_superseded_recovery_command_is_not_sent() -> None:
+    h = Harness()
+    _block, plan = _open_block_sent_to_a(h)
     old = h.bm.begin_recovery(plan, h.ns.allocate_genstamp())
     h.bm.dispatch_recovery(old)
     new = h.bm.begin_recovery(plan, h.ns.allocate_genstamp())
     assert not h.bm.dispatch_recovery(old)
     h.bm.dispatch_recovery(new)
-    assert [t.recovery_genstamp for t in h.beat(a).recover] == [new.genstamp]
+    assert [t.recovery_genstamp for t in h.beat("a").recover] == [new.genstamp]
 
 
 @pytest.mark.parametrize("dropped", [True, False])
 def test_recovery_state_is_forgotten_when_the_block_completes_or_leaves(dropped: bool) -> None:
     h = Harness()
-    a = h.node("a")
-    (block,) = h.file("/f", [0], close=False)
-    h.bm.expect(block.block_id, [a])
-    plan = h.bm.plan_lease_recovery(h.ns.get_blocks("/f"))
-    assert isinstance(plan, RecoverBlock)
+    block, plan = _open_block_sent_to_a(h)
     h.bm.begin_recovery(plan, h.ns.allocate_genstamp())
     blocks = () if dropped else (BlockRecord(block.block_id, block.genstamp, 5),)
     h.apply(CloseFileOp("/f", 2, 2, blocks))

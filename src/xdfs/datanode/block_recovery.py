@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from xdfs.common.faults import FAULTS, fault_point
+from xdfs.datanode.peers import Peers, log_failure
 from xdfs.datanode.recovery_plan import RecoveryPlan, plan_recovery
 from xdfs.datanode.replica import Replica
 from xdfs.datanode.transfer import in_thread
@@ -47,10 +47,7 @@ from xdfs.protocol.datanode import (
     UpdateReplicaRequest,
     WriteBlockResponse,
 )
-from xdfs.rpc.client import RpcClient
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.service import Method
-from xdfs.rpc.tls import client_context
 
 if TYPE_CHECKING:
     from xdfs.datanode.server import DataNode
@@ -68,10 +65,7 @@ class BlockRecovery:
         self.node = node
         self._limit = node.config.datanode.block_recovery_max
         self._jobs: dict[int, asyncio.Task[None]] = {}
-        # One try per holder: a dead holder costs one connect timeout, and the attempt
-        # goes on without it (as replication treats targets).
-        self._rpc_config = replace(node.config.rpc, tries_per_address=1)
-        self._ssl = client_context(node.config.rpc)
+        self._peers = Peers(node)  # a dead holder: the attempt goes on without it
 
     @property
     def running(self) -> int:
@@ -122,7 +116,7 @@ class BlockRecovery:
                 answers.append((address, result))
             elif not isinstance(result, BlockNotFound):  # BlockNotFound: it has none
                 everyone = False
-                _log_failure(block.block_id, address, result)
+                log_failure(f"recovery of block {block.block_id}", address, result)
         plan = plan_recovery(block.block_id, block.genstamp, answers, everyone)
         stored = [] if plan.delete_block else await self._update_all(task, plan)
         fault_point("datanode.recovery_before_commit")
@@ -145,21 +139,15 @@ class BlockRecovery:
         for address, result in zip(plan.participants, results, strict=True):
             if isinstance(result, WriteBlockResponse):
                 stored.append(address)
-            else:
-                _log_failure(block_id, address, result)
+            elif isinstance(result, BaseException):
+                log_failure(f"recovery of block {block_id}", address, result)
         if not stored:
             raise DataError(f"no replica of block {block_id} could be finalized")
         return stored
 
     async def _ask(self, address: str, method: Method[Any, Any], request: Any) -> Any:
-        node = self.node
-        hello = Hello(PROTOCOL_VERSION, cluster_id=node.cluster_id,
-                      client_name=f"datanode:{node.storage.node_id}")
-        rpc = RpcClient(address, self._rpc_config, hello=hello, ssl_context=self._ssl)
-        try:
+        async with self._peers.connect(address) as rpc:
             return await rpc.call(method, request)
-        finally:
-            await rpc.close()
 
     async def close(self) -> None:
         jobs = list(self._jobs.values())
@@ -220,10 +208,3 @@ class BlockRecovery:
         assert node.actor is not None
         await node.actor.report_received(recovered.record)
         return recovered
-
-
-def _log_failure(block_id: int, address: str, result: BaseException | object) -> None:
-    if isinstance(result, XdfsError | OSError):
-        log.warning("recovery of block %d: %s failed: %s", block_id, address, result)
-    elif isinstance(result, BaseException):
-        log.error("recovery of block %d: %s failed", block_id, address, exc_info=result)

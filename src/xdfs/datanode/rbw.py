@@ -8,8 +8,8 @@ Synchronous file I/O, run in worker threads (or at startup, before serving).
   chunk that fails (its CRC was for fewer or other bytes: the write was cut between the two
   files) is dropped. Both files are truncated to that length and fsynced, so what is kept
   is consistent and reads back verified.
-* **Recovery**: the new checksum file (named after the new genstamp) is complete and
-  fsynced before the data file is cut and the old checksum file removed. A crash in
+* **Recovery**: the new checksum file (named after the new genstamp) is written atomically
+  and durably before the data file is cut and the old checksum file removed. A crash in
   between leaves an rbw replica whose next startup finds the consistent prefix again.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import crc32c
 
-from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.common.files import atomic_write, datasync, fsync_dir
 from xdfs.datanode import checksums
 from xdfs.datanode.layout import meta_name
 from xdfs.datanode.replica import Replica, unlink_quietly
@@ -55,7 +55,7 @@ def rewrite_for_recovery(replica: Replica, genstamp: int, length: int) -> tuple[
         fsync_dir(new_meta.parent)
         return new_meta, replica.meta_bytes
     content = _truncated_meta(replica, length)
-    _write_synced(new_meta, content)
+    atomic_write(new_meta, content)
     _truncate(replica.data_path, length)
     unlink_quietly(replica.meta_path)
     fsync_dir(new_meta.parent)
@@ -127,20 +127,6 @@ def _truncate(path: Path, size: int) -> None:
             os.close(fd)
     except OSError as exc:
         raise StorageError(f"cannot cut {path} to {size} bytes: {exc}") from exc
-
-
-def _write_synced(path: Path, content: bytes) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as exc:
-        raise StorageError(f"cannot create {path}: {exc}") from exc
-    try:
-        write_all(fd, content, path)
-        datasync(fd)
-    except OSError as exc:
-        raise StorageError(f"fsync of {path} failed: {exc}") from exc
-    finally:
-        os.close(fd)
 
 
 def _replace(src: Path, dst: Path) -> None:

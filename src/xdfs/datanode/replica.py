@@ -124,13 +124,7 @@ class ReplicaWriter:
     def finalize(self, dest_dir: Path) -> Replica:
         """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
         see :func:`move_files`)."""
-        self._write_meta(self._builder.finish())
-        for fd, path in ((self._data_fd, self.data_path), (self._meta_fd, self.meta_path)):
-            try:
-                datasync(fd)
-            except OSError as exc:
-                raise StorageError(f"fsync of {path} failed: {exc}") from exc
-        self._close()
+        self._finish_and_sync()
         fault_point("datanode.before_finalize")
         data_dest, meta_dest = move_files(self.data_path, self.meta_path, dest_dir)
         self.finalized = Replica(
@@ -147,13 +141,7 @@ class ReplicaWriter:
         if self.num_bytes == 0:
             self.abort()
             return None
-        self._write_meta(self._builder.finish())
-        for fd, path in ((self._data_fd, self.data_path), (self._meta_fd, self.meta_path)):
-            try:
-                datasync(fd)
-            except OSError as exc:
-                raise StorageError(f"fsync of {path} failed: {exc}") from exc
-        self._close()
+        self._finish_and_sync()
         fsync_dir(self.rbw_dir)
         return Replica(self.block_id, self.genstamp, self.num_bytes, self.data_path,
                        self.meta_path, self.meta_bytes, finalized=False)
@@ -161,6 +149,16 @@ class ReplicaWriter:
     @property
     def is_open(self) -> bool:
         return self._data_fd >= 0
+
+    def _finish_and_sync(self) -> None:
+        """Checksum the last partial chunk, make both files durable and close them."""
+        self._write_meta(self._builder.finish())
+        for fd, path in ((self._data_fd, self.data_path), (self._meta_fd, self.meta_path)):
+            try:
+                datasync(fd)
+            except OSError as exc:
+                raise StorageError(f"fsync of {path} failed: {exc}") from exc
+        self._close()
 
     def _close(self) -> None:
         for fd in (self._data_fd, self._meta_fd):

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from xdfs.datanode.peers import Peers, log_failure
 from xdfs.datanode.replica import Replica
 from xdfs.datanode.transfer import PieceStream
-from xdfs.errors import XdfsError
 from xdfs.protocol.datanode import WRITE_BLOCK, ReplicateTask, WriteBlockRequest
-from xdfs.rpc.client import RpcClient
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
-from xdfs.rpc.tls import client_context
 
 if TYPE_CHECKING:
     from xdfs.datanode.server import DataNode
@@ -35,10 +31,7 @@ class Replicator:
         self._slots = asyncio.Semaphore(config.replication_concurrency_max)
         self._limit = config.replication_concurrency_max + config.replication_queue_max
         self._jobs: dict[int, asyncio.Task[None]] = {}
-        # One try per target: a dead target costs one connect timeout (the NameNode
-        # schedules the copy elsewhere), as clients treat DataNodes.
-        self._rpc_config = replace(node.config.rpc, tries_per_address=1)
-        self._ssl = client_context(node.config.rpc)
+        self._peers = Peers(node)
 
     @property
     def running(self) -> int:
@@ -76,12 +69,8 @@ class Replicator:
                 return_exceptions=True,
             )
         for target, result in zip(task.targets, results, strict=True):
-            if isinstance(result, XdfsError | OSError):
-                log.warning("replication of block %d to %s failed: %s", replica.block_id,
-                            target, result)
-            elif isinstance(result, BaseException):
-                log.error("replication of block %d to %s failed", replica.block_id, target,
-                          exc_info=result)
+            if isinstance(result, BaseException):
+                log_failure(f"replication of block {replica.block_id}", target, result)
             else:
                 log.info("replicated block %d to %s", replica.block_id, target)
 
@@ -89,15 +78,12 @@ class Replicator:
         node = self.node
         reader = node.open_replica(replica, 0, replica.num_bytes)
         stream = PieceStream(reader, node.on_corrupt, node.transfers)
-        hello = Hello(PROTOCOL_VERSION, cluster_id=node.cluster_id,
-                      client_name=f"datanode:{node.storage.node_id}")
-        rpc = RpcClient(target, self._rpc_config, hello=hello, ssl_context=self._ssl)
-        request = WriteBlockRequest(replica.record, token, client=hello.client_name)
+        request = WriteBlockRequest(replica.record, token, client=self._peers.client_name)
         try:
-            await rpc.upload(WRITE_BLOCK, request, stream)
+            async with self._peers.connect(target) as rpc:
+                await rpc.upload(WRITE_BLOCK, request, stream)
         finally:
             stream.close()
-            await rpc.close()
 
     async def close(self) -> None:
         jobs = list(self._jobs.values())
