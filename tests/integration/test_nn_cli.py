@@ -1,5 +1,5 @@
-"""The ``xdfs`` command line (dfs, admin, debug, oev, oiv, namenode) as child processes against a
-running NameNode (DESIGN.md section 12)."""
+"""The ``xdfs`` command line (dfs, admin, debug, oev, oiv, namenode) as child processes
+against a running NameNode (DESIGN.md section 12)."""
 
 from __future__ import annotations
 

@@ -698,19 +698,8 @@ class Namesystem:
             node = self.ns.block_file(block.block_id)
             if node is not None and not self.ns.is_open(node) and recovered in node.blocks:
                 return []  # committed already: a retried call
-            attempt = self.blocks.recoveries.current(block.block_id)
-            if (
-                node is None
-                or attempt is None
-                or attempt.genstamp != recovery_genstamp
-                or node.blocks[-1].block_id != block.block_id
-                or self.ns.lease_holder(path := self.ns.path_of(node)) != RECOVERY_HOLDER
-            ):
-                raise InvalidArgument(
-                    f"block {block.block_id}: no block recovery with genstamp "
-                    f"{recovery_genstamp} is under way (superseded, or the file is gone)"
-                )
-            blocks = list(node.blocks)
+            path = self._path_under_recovery(block.block_id, recovery_genstamp)
+            blocks = list(self.ns.get_blocks(path))
             if delete_block:
                 blocks.pop()
             else:
@@ -720,3 +709,22 @@ class Namesystem:
 
         await self.mutate("commit block synchronization", plan, lambda: None)
         self.blocks.recoveries.finish(block.block_id)
+
+    def _path_under_recovery(self, block_id: int, recovery_genstamp: int) -> str:
+        """The open file whose last block the recovery with this genstamp works on;
+        InvalidArgument when that recovery is not the one under way."""
+        node = self.ns.block_file(block_id)
+        attempt = self.blocks.recoveries.current(block_id)
+        path = self.ns.path_of(node) if node is not None else ""
+        if (
+            node is None
+            or attempt is None
+            or attempt.genstamp != recovery_genstamp
+            or node.blocks[-1].block_id != block_id
+            or self.ns.lease_holder(path) != RECOVERY_HOLDER
+        ):
+            raise InvalidArgument(
+                f"block {block_id}: no block recovery with genstamp {recovery_genstamp} "
+                "is under way (superseded, or the file is gone)"
+            )
+        return path
