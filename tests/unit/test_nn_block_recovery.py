@@ -119,16 +119,19 @@ def test_rbw_of_an_unknown_block_is_an_orphan() -> None:
     assert h.beat(a).delete == [12345]
 
 
-def test_rbw_leftovers_of_a_complete_block_go_once_it_has_its_replicas() -> None:
+def test_an_rbw_leftover_of_a_complete_block_goes_then_its_node_gets_a_copy() -> None:
     h = Harness()
-    a, b, c = h.node("a"), h.node("b"), h.node("c")
+    a, b = h.node("a"), h.node("b")
     (block,) = h.file("/f", [100])
+    _rbw(h, b, BlockRecord(block.block_id, block.genstamp, 60))  # a target that failed
+    assert h.beat(b).delete == []  # no good replica reported yet: kept
     h.receive(a, block)
-    _rbw(h, c, BlockRecord(block.block_id, block.genstamp, 60))  # a target that failed
-    assert h.beat(c).delete == []  # one good replica of two: kept for now
-    h.receive(b, block)
-    assert h.beat(c).delete == [block.block_id]
+    assert h.beat(b).delete == [block.block_id]
     assert h.bm.map.rbw_replicas(block.block_id) == ()
+    assert h.bm.replication_tick() == 0  # b is no target until it confirms the deletion
+    h.bm.incremental_report(b, (), [block.block_id])
+    assert h.bm.replication_tick() == 1
+    assert [t.targets for t in h.beat(a).replicate] == [["b:9866"]]
 
 
 def test_stale_replicas_go_once_min_replication_is_reached() -> None:

@@ -7,8 +7,9 @@ counting copies already asked), *missing* (no live good replica: nothing to copy
 neither. The same call trims: excess replicas go from the fullest nodes, corrupt ones once
 enough good ones exist (before that they are kept: a reader may still need one). Replicas
 with a generation stamp older than the block's (left behind by a block recovery) are
-*stale* and go as soon as ``min_replication`` good ones exist (HDFS); replicas in state rbw
-of a complete block go when stale too, or once the block has all its good replicas.
+*stale* and go as soon as ``min_replication`` good ones exist (HDFS), and so do replicas in
+state rbw of a complete block (a target that failed mid-write, a holder that took no part
+in a recovery).
 
 When a block lacks replicas and no node without one can take a copy, but a live node holds
 a corrupt replica of it, that replica is deleted first and the copy made to the same node
@@ -138,20 +139,19 @@ class ReplicationMonitor:
             self.invalidate(block_id, replica.node_id)
 
     def _drop_leftovers(self, block_id: int, state: BlockState) -> None:
-        """Delete what a write or a recovery left behind of a complete block: stale
-        replicas once min_replication good ones exist, and rbw replicas when stale or once
-        every good replica the file wants exists."""
-        good = self.map.good_count(block_id)
-        if good < self.config.min_replication:
+        """Once a complete block has min_replication good replicas, delete what a write or
+        a recovery left behind of it: stale replicas, and every replica in state rbw (at
+        best a prefix of a good replica; left in place, it would also keep its node from
+        taking a good copy)."""
+        if self.map.good_count(block_id) < self.config.min_replication:
             return
         committed = state.record.genstamp
         for replica in list(self.map.replicas(block_id)):
             if replica.flags & BAD_GENSTAMP and replica.genstamp < committed:
                 self.invalidate(block_id, replica.node_id)
         for replica in list(self.map.rbw_replicas(block_id)):
-            if replica.genstamp < committed or good >= state.file.replication:
-                self.map.remove_rbw(block_id, replica.node_id)
-                self._queue_deletion(block_id, replica.node_id)
+            self.map.remove_rbw(block_id, replica.node_id)
+            self._queue_deletion(block_id, replica.node_id)
 
     def orphan(self, node: DataNode, block_id: int) -> None:
         """``node`` reported a replica of a block no file holds."""
