@@ -92,6 +92,19 @@ def test_no_repair_in_place_while_another_target_exists() -> None:
     assert task.targets == [f"{c}:9866"]
 
 
+def test_no_repair_in_place_while_another_target_is_only_busy() -> None:
+    h = Harness(replication_streams_per_node=1)
+    a, b, c = h.node("a"), h.node("b"), h.node("c")
+    h.bm.datanodes.get(c).replication_load = 1  # type: ignore[union-attr]  # copying
+    block = _held(h, a, b)
+    assert h.bm.replication_tick() == 0
+    assert h.beat(b).delete == []  # c takes the copy once it has a free stream
+    h.bm.datanodes.get(c).replication_load = 0  # type: ignore[union-attr]
+    assert h.bm.replication_tick() == 1
+    assert [t.targets for t in h.beat(a).replicate] == [["c:9866"]]
+    assert h.holders(block) == ["a"]
+
+
 # --- replicas in state rbw ------------------------------------------------------------
 
 

@@ -255,20 +255,28 @@ class ReplicationMonitor:
         self.check(block_id)  # still short (too few targets)? then back in the queue
         return len(targets)
 
-    def _targets(self, count: int, excluded: set[str], state: BlockState) -> list[DataNode]:
+    def _targets(
+        self, count: int, excluded: set[str], state: BlockState, *, busy_too: bool = False
+    ) -> list[DataNode]:
+        """Nodes with room for the block below their stream limit (``busy_too``: at it,
+        too), none of ``excluded``."""
+        streams = None if busy_too else self.config.replication_streams_per_node
         with contextlib.suppress(NotEnoughReplicas):  # no room now: the block waits
             return placement.choose_targets(
                 self.datanodes.live_nodes(), count, excluded=excluded,
-                block_size_bytes=state.record.num_bytes,
-                replication_load_max=self.config.replication_streams_per_node, rng=self.rng,
+                block_size_bytes=state.record.num_bytes, replication_load_max=streams,
+                rng=self.rng,
             )
         return []
 
     def _repair_in_place(self, block_id: int, holders: set[str], state: BlockState) -> None:
-        """No other target: delete one corrupt replica on a node that could then take a
-        good copy; the copy is scheduled once the node reports the deletion."""
+        """No other node could ever take a copy (busy ones will, later): delete one corrupt
+        replica on a node that can then take a good copy; the copy is scheduled once the
+        node reports the deletion."""
         corrupt = {r.node_id for r in self.map.replicas(block_id) if r.flags}
-        chosen = self._targets(1, holders - corrupt, state) if corrupt else []
+        if not corrupt or self._targets(1, holders, state, busy_too=True):
+            return
+        chosen = self._targets(1, holders - corrupt, state)
         if chosen and chosen[0].node_id in corrupt:
             self.invalidate(block_id, chosen[0].node_id)
 
