@@ -45,9 +45,16 @@ def _config(**namenode: Any) -> XdfsConfig:
     return replace(base, namenode=replace(base.namenode, **namenode))
 
 
+async def _two_datanodes(minicluster: MiniCluster, config: XdfsConfig) -> Cluster:
+    """A NameNode and two DataNodes that can take writes (registered, block keys in)."""
+    cluster = await start_cluster(minicluster, config, datanodes=2)
+    await until(lambda: all(dn.block_keys for dn in minicluster.datanodes), "block keys")
+    return cluster
+
+
 @pytest.fixture
 async def pair(minicluster: MiniCluster) -> AsyncIterator[Cluster]:
-    made = await start_cluster(minicluster, _config(), datanodes=2)
+    made = await _two_datanodes(minicluster, _config())
     try:
         yield made
     finally:
@@ -275,7 +282,7 @@ async def test_a_primary_dying_mid_recovery_is_replaced(pair: Cluster) -> None:
 
 async def test_rbw_replicas_survive_a_namenode_restart(minicluster: MiniCluster) -> None:
     config = _config()
-    cluster = await start_cluster(minicluster, config, datanodes=2)
+    cluster = await _two_datanodes(minicluster, config)
     try:
         data = payload(MiB, seed=9)
         block_id = await _abandon_mid_block(cluster, "/n", data)
@@ -305,7 +312,7 @@ async def _out_of_safe_mode(client: AsyncClient) -> bool:
 
 async def test_create_after_the_soft_limit_starts_recovery(minicluster: MiniCluster) -> None:
     config = _config(lease_soft_limit_s=0.5)
-    cluster = await start_cluster(minicluster, config, datanodes=2)
+    cluster = await _two_datanodes(minicluster, config)
     try:
         data = payload(300 * KiB, seed=10)
         await _abandon_mid_block(cluster, "/s", data)

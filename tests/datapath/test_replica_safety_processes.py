@@ -43,6 +43,9 @@ async def _cluster(procs: ProcessCluster) -> ProcessCluster:
         await asyncio.to_thread(procs.start_datanode, name)
     async with procs.client() as client:
         await eventually(lambda: _live(client, 2), what="2 live DataNodes")
+        # both take writes (registered with their block keys in): a block on both of them
+        await client.write_file("/warm-up", b"x")
+        await eventually(lambda: replication_settled(client, "/warm-up"), what="warmed up")
     return procs
 
 
