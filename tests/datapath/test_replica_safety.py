@@ -29,12 +29,9 @@ from xdfs.common.faults import FAULTS
 from xdfs.config import KiB, MiB, XdfsConfig
 from xdfs.datanode.replica import Replica
 from xdfs.datanode.server import DataNode
-from xdfs.errors import AlreadyExists, BlockNotFound, Unavailable
+from xdfs.errors import AlreadyExists, Unavailable
 from xdfs.namenode.blockmanager import BlockManager
 from xdfs.namenode.server import NameNode
-from xdfs.protocol.datanode import READ_BLOCK, ReadBlockRequest
-from xdfs.rpc.client import RpcClient
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.testing.minicluster import MiniCluster
 
 BLOCK = 4 * MiB
@@ -96,19 +93,6 @@ async def _written(
     return data, block_id, node, replica
 
 
-async def _direct_read(dn: DataNode, cluster: Cluster, path: str) -> None:
-    """Read the file's first block from ``dn`` itself (not a replica of the client's
-    choosing)."""
-    located = (await cluster.client.block_locations(path)).blocks[0]
-    rpc = RpcClient(dn.address, cluster.config.rpc,
-                    hello=Hello(PROTOCOL_VERSION, client_name="direct"))
-    try:
-        stream = await rpc.download(READ_BLOCK, ReadBlockRequest(located.block, located.token))
-        await stream.read_all()
-    finally:
-        await rpc.close()
-
-
 # --- item 4: vanished replica files ---------------------------------------------------
 
 
@@ -117,8 +101,11 @@ async def test_a_read_reports_a_vanished_replica_at_once(pair: Cluster, lost: st
     client = pair.client
     data, block_id, victim, replica = await _written(pair, "/v", 300 * KiB, victim=0)
     (replica.data_path if lost == "data" else replica.meta_path).unlink()
-    with pytest.raises(BlockNotFound):
-        await _direct_read(victim, pair, "/v")
+    # a reader that tries the victim first moves on to the other replica
+    reader = await client.open_read("/v")
+    reader.blocks[0].locations.sort(key=lambda address: address != victim.address)
+    assert reader.blocks[0].locations[0] == victim.address
+    assert digest(await reader.read()) == digest(data)
     # reported deleted at once (the directory scanner runs every 6 hours here): the
     # NameNode copies the block back to the only node without it, the victim
     await until(lambda: _replaced(victim, block_id, replica), "copied back to the victim")
