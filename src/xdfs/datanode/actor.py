@@ -20,8 +20,8 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -309,7 +309,15 @@ class NameNodeActor:
         """Report a corrupt local replica in the background (the caller reports each
         replica once: ``DataStorage.mark_corrupt``); retried with the heartbeats."""
         self._bad_pending.add(block_id)
-        self._background(self._flush_bad(), "corrupt replica report")
+        task = asyncio.get_running_loop().create_task(self._report_bad_now())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report_bad_now(self) -> None:
+        try:
+            await self._flush_bad()
+        except XdfsError as exc:
+            log.warning("corrupt replica report not delivered (%s); retrying later", exc)
 
     def report_soon(
         self,
@@ -327,19 +335,15 @@ class NameNodeActor:
         for record in rbw:
             self._pending.add_rbw(record)
         self._pending.add_deleted(list(deleted))
-        self._background(self._flush_pending(), "incremental report")
-
-    def _background(self, work: Coroutine[Any, Any, None], what: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._quietly(work, what))
+        task = asyncio.get_running_loop().create_task(self._report_pending_now())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    @staticmethod
-    async def _quietly(work: Coroutine[Any, Any, None], what: str) -> None:
+    async def _report_pending_now(self) -> None:
         try:
-            await work
+            await self._flush_pending()
         except XdfsError as exc:
-            log.warning("%s not delivered (%s); retrying later", what, exc)
+            log.warning("incremental report not delivered (%s); retrying later", exc)
 
     async def commit_block_sync(self, request: CommitBlockSyncRequest) -> None:
         """The end of a block recovery this node coordinated (see block_recovery.py)."""
