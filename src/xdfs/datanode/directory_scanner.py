@@ -92,6 +92,8 @@ def list_dir(directory: Path) -> dict[int, Found]:
                 found.setdefault(parsed[0], Found()).metas[parsed[1]] = entry.stat().st_size
         except FileNotFoundError:
             continue  # deleted since the listing: as if never seen
+        except OSError as exc:
+            raise StorageError(f"cannot stat {entry.path}: {exc}") from exc
     return found
 
 
