@@ -32,6 +32,7 @@ from xdfs.datanode.server import DataNode
 from xdfs.errors import AlreadyExists, Unavailable
 from xdfs.namenode.blockmanager import BlockManager
 from xdfs.namenode.server import NameNode
+from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster
 
 BLOCK = 4 * MiB
@@ -233,6 +234,12 @@ async def test_recovery_closes_the_file_with_what_the_replicas_agree_on(pair: Cl
         assert replica is not None and replica.finalized
         assert replica.record == located.block
         assert replica_files(dn.data_dir, block_id) and not dn.storage.rbw_records()
+    # durable: a restarted NameNode has the file closed with the recovered block
+    await pair.mc.stop_namenode(pair.mc.namenodes[0])
+    again = await pair.mc.start_namenode(format_dirs=False, config=pair.config)
+    assert again.fs is not None and again.fs.ns.get_blocks("/r") == (located.block,)
+    assert not again.fs.ns.stat("/r").under_construction
+    assert again.fs.ns.next_genstamp > located.block.genstamp
 
 
 async def test_a_primary_dying_mid_recovery_is_replaced(pair: Cluster) -> None:
@@ -323,3 +330,16 @@ async def test_create_after_the_soft_limit_starts_recovery(minicluster: MiniClus
 
 async def _closed(client: AsyncClient, path: str) -> bool:
     return not (await client.stat(path)).under_construction
+
+
+async def test_a_last_block_that_never_got_a_byte_is_dropped(pair: Cluster) -> None:
+    client = pair.client
+    await client.create("/no-bytes")
+    request = p.AddBlockRequest("/no-bytes", client.client_name)
+    located = await client.rpc.call(p.ADD_BLOCK, request)
+    assert len(located.locations) == 2  # sent there, but the writer died before a byte
+    assert not await client.recover_lease("/no-bytes")  # its targets are asked
+    await eventually(lambda: client.recover_lease("/no-bytes"), what="closed")
+    status = await client.stat("/no-bytes")
+    assert status.length == 0 and not status.under_construction
+    assert (await client.block_locations("/no-bytes")).blocks == []
