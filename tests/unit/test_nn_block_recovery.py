@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from xdfs.errors import InvalidArgument
 from xdfs.namenode.block_recovery import (
     RECOVERY_HOLDER,
     BlockRecoveries,
@@ -278,3 +279,15 @@ def test_recovery_state_is_forgotten_when_the_block_completes_or_leaves(dropped:
     h.apply(CloseFileOp("/f", 2, 2, blocks))
     assert h.bm.recoveries.current(block.block_id) is None
     assert h.bm._expected == {}
+
+
+def test_the_recovery_genstamp_is_never_handed_out_again() -> None:
+    h = Harness()
+    (block,) = h.file("/f", [0], close=False)
+    stamp = h.ns.next_genstamp + 50  # as logged by a recovery attempt
+    h.apply(ReassignLeaseOp("/f", RECOVERY_HOLDER, stamp))
+    assert h.ns.lease_holder("/f") == RECOVERY_HOLDER
+    assert h.ns.allocate_genstamp() == stamp + 1
+    with pytest.raises(InvalidArgument):
+        h.ns.apply(ReassignLeaseOp("/f", RECOVERY_HOLDER, -1))
+    assert block.genstamp < stamp
