@@ -135,6 +135,11 @@ class NameNodeConfig:
         3600.0, "After this long without renewal the NameNode closes the file itself."
     )
     lease_check_interval_s: float = setting(5.0, "How often expired leases are looked for.")
+    block_recovery_timeout_s: float = setting(
+        120.0,
+        "A block recovery whose primary DataNode has not committed by then is started again "
+        "with a new generation stamp (another primary when one is left).",
+    )
     token_lifetime_s: float = setting(86400.0, "Lifetime of a login token.")
     token_key_rotation_s: float = setting(86400.0, "A new token-signing key this often.")
     password_checks_max: int = setting(
@@ -277,6 +282,7 @@ class NameNodeConfig:
         )
         _require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
         _require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
+        _require(self.block_recovery_timeout_s > 0, "namenode.block_recovery_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -361,6 +367,17 @@ class DataNodeConfig:
         "File holding the cluster's DataNode secret (a NameNode writes it to datanode.secret "
         "in each name dir); the DataNode logs in with it. Empty: it logs in as client.user.",
     )
+    directory_scan_interval_s: float = setting(
+        21600.0,
+        "The directory scanner compares the data dir with the replica map this often: "
+        "vanished replicas are dropped and reported, unknown ones added (HDFS: 6 h).",
+    )
+    directory_scan_batch_dirs: int = setting(
+        64, "Directories one step of the directory scanner lists (one worker-thread job)."
+    )
+    block_recovery_max: int = setting(
+        16, "Block recoveries a DataNode coordinates at once; more are dropped (retried)."
+    )
 
     def validate(self) -> None:
         _require(
@@ -378,6 +395,13 @@ class DataNodeConfig:
         _require(self.report_timeout_s > 0, "datanode.report_timeout_s must be > 0")
         _require(self.namenode_retry_max_s > 0, "datanode.namenode_retry_max_s must be > 0")
         _require(self.namenode_call_timeout_s > 0, "datanode.namenode_call_timeout_s must be > 0")
+        _require(
+            self.directory_scan_interval_s > 0, "datanode.directory_scan_interval_s must be > 0"
+        )
+        _require(
+            self.directory_scan_batch_dirs >= 1, "datanode.directory_scan_batch_dirs must be >= 1"
+        )
+        _require(self.block_recovery_max >= 1, "datanode.block_recovery_max must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -394,6 +418,9 @@ class ClientConfig:
     )
     read_rounds: int = setting(
         3, "Rounds over a block's replicas (refetching locations) before a read fails."
+    )
+    recover_lease_retry_interval_s: float = setting(
+        5.0, "`xdfs debug -recoverLease -retries N` waits this long between its calls."
     )
 
 

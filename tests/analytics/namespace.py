@@ -143,9 +143,13 @@ async def build(base: Path) -> Built:
                 if spec.path.startswith("/health/missing/"):
                     for node in fakes.nodes:
                         await node.drop(*block_ids[spec.path])
+            # every replica of c0 found corrupt: the NameNode keeps them all (with a good
+            # one left, it would replace the bad ones, in place if need be)
             located = await client.block_locations("/health/corrupt/c0")
-            await client.report_bad_replicas([BadReplica(
-                block_ids["/health/corrupt/c0"][0], located.blocks[0].locations[0])])
+            await client.report_bad_replicas([
+                BadReplica(block_ids["/health/corrupt/c0"][0], address)
+                for address in located.blocks[0].locations
+            ])
             root_group = (await client.stat("/health/under/u0")).group
             image_txid = await client.save_namespace()
             for spec in specs:

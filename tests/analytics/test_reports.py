@@ -164,14 +164,15 @@ def test_replication_health(built: Built, result: Path) -> None:
     row = table(result, "replication_summary").iloc[0]
     assert (row["blocks"], row["missing"], row["under_replicated"], row["over_replicated"],
             row["corrupt_replicas"], row["orphan_replicas"], row["orphan_blocks"]) == (
-        1625, 2, 7, 4, 1, 9, 3)
-    assert row["healthy"] == 1625 - 2 - 7 - 4
+        1625, 3, 6, 4, 3, 9, 3)
+    assert row["healthy"] == 1625 - 3 - 6 - 4
     problems = table(result, "replication_problems")
     by_status = problems.groupby("status")["path"].apply(lambda p: sorted(set(p))).to_dict()
     assert by_status == {
-        "missing": ["/health/missing/m0", "/health/missing/m1"],
+        # c0: every replica corrupt, no good one left
+        "missing": ["/health/corrupt/c0", "/health/missing/m0", "/health/missing/m1"],
         "over_replicated": [f"/health/over/o{i}" for i in range(4)],
-        "under_replicated": ["/health/corrupt/c0"] + [f"/health/under/u{i}" for i in range(6)],
+        "under_replicated": [f"/health/under/u{i}" for i in range(6)],
     }
     nodes = table(result, "datanode_usage")
     held = sum(s.size for s in built.specs + LATE_FILES if "/missing/" not in s.path)
@@ -275,7 +276,7 @@ def test_html_report_and_json_summary(result: Path) -> None:
         assert all(bars > 0 for bars in got["charts"].values()), section
     summary = json.loads((result / "summary.json").read_text())
     assert summary["namespace"]["files"] == 2117
-    assert summary["replication"]["missing"] == 2
+    assert summary["replication"]["missing"] == 3  # m0, m1 and the all-corrupt c0
     assert summary["small_files"]["small_files"] == 2007
     assert summary["capacity"]["forecast"]["namenodes_needed"] == 1
     assert summary["tables"]["small_files_by_dir"] == len(table(result, "small_files_by_dir"))

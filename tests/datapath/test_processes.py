@@ -50,6 +50,9 @@ class ProcessCluster:
     nn: ServerProcess | None = None
     nn_address: str = ""
     datanodes: dict[str, ServerProcess] = field(default_factory=dict)
+    #: ``-D section.key=value`` options of the NameNode (after FAST) and of DataNodes.
+    nn_options: list[str] = field(default_factory=list)
+    dn_options: list[str] = field(default_factory=list)
 
     def start_namenode(self) -> str:
         name_dir = self.base / "nn"
@@ -60,7 +63,8 @@ class ProcessCluster:
             )
         address = self.nn_address or "127.0.0.1:0"
         self.nn = self.group.start_xdfs(
-            "nn", *FAST, "namenode", "--name-dir", str(name_dir), "--rpc-address", address,
+            "nn", *FAST, *self.nn_options, "namenode", "--name-dir", str(name_dir),
+            "--rpc-address", address,
             ready_pattern=r"namenode serving on (\S+)", env=ENV,
         )
         assert self.nn.match is not None
@@ -69,7 +73,7 @@ class ProcessCluster:
 
     def start_datanode(self, name: str) -> ServerProcess:
         proc = self.group.start_xdfs(
-            name, "datanode", "--data-dir", str(self.base / name), "--namenode",
+            name, *self.dn_options, "datanode", "--data-dir", str(self.base / name), "--namenode",
             self.nn_address, "--rpc-address", "127.0.0.1:0",
             ready_pattern=r"datanode serving on (\S+)", env=ENV,
         )

@@ -27,6 +27,7 @@ from xdfs.protocol.datanode import (
     BadReplica,
     BadReplicasRequest,
     BlockReportRequest,
+    CommitBlockSyncRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     IncrementalReportRequest,
@@ -79,6 +80,7 @@ class StubNameNode:
     heartbeats: list[HeartbeatRequest] = field(default_factory=list)
     incremental: list[IncrementalReportRequest] = field(default_factory=list)
     bad: list[BadReplica] = field(default_factory=list)
+    commits: list[CommitBlockSyncRequest] = field(default_factory=list)
     #: node id -> responses its next heartbeats get (then empty ones).
     commands: dict[str, list[HeartbeatResponse]] = field(default_factory=dict)
     #: Errors the next calls of a method raise (method name -> errors, consumed in order).
@@ -137,6 +139,13 @@ class StubNameNode:
         self.bad.extend(request.replicas)
         return Empty()
 
+    def commit_block_synchronization(
+        self, ctx: CallContext, request: CommitBlockSyncRequest
+    ) -> Empty:
+        self._maybe_fail("commit_block_synchronization")
+        self.commits.append(request)
+        return Empty()
+
     # -- views for assertions -----------------------------------------------------------
 
     def forget(self, node_id: str) -> None:
@@ -163,6 +172,10 @@ class StubNameNode:
 
     def deleted(self, node_id: str) -> list[int]:
         return [b for r in self.incremental if r.node_id == node_id for b in r.deleted]
+
+    def rbw(self, node_id: str) -> list[BlockRecord]:
+        """Replicas reported kept in state rbw (incremental reports)."""
+        return [b for r in self.incremental if r.node_id == node_id for b in r.rbw]
 
 
 async def start_stub(

@@ -224,22 +224,44 @@ def _chunk(seq: int, data: bytes, crc: int | None = None) -> Chunk:
     return Chunk(seq, crc32c.crc32c(data) if crc is None else crc, memoryview(data))
 
 
-async def test_chunk_with_a_bad_crc_leaves_no_replica(stub: StubNameNode, dn: DataNode) -> None:
+def rbw_size(node: DataNode, block_id: int) -> int:
+    path = node.data_dir / "current" / "rbw" / f"blk_{block_id}"
+    return path.stat().st_size if path.exists() else 0
+
+
+async def _kept_in_rbw(stub: StubNameNode, dn: DataNode, block_id: int, num_bytes: int) -> None:
+    """The write of ``block_id`` broke: its bytes stay in state rbw (never finalized),
+    checksummed, readable as they are, and reported to the NameNode as rbw."""
+    await eventually(lambda: not dn.storage.is_busy(block_id))
+    kept = dn.storage.get(block_id)
+    assert kept is not None and not kept.finalized and kept.num_bytes == num_bytes
+    assert replica_files(dn.data_dir)["finalized"] == []
+    assert kept.record not in dn.storage.report_records()
+    assert dn.storage.rbw_records() == [kept.record]
+    await eventually(lambda: kept.record in stub.rbw(dn.storage.node_id))
+    assert dn.transfers.count == 0
+
+
+async def test_chunk_with_a_bad_crc_keeps_only_the_good_bytes_in_rbw(
+    stub: StubNameNode, dn: DataNode
+) -> None:
     async with raw_peer(dn.address) as peer:
         await peer.hello(client_name="raw")
         peer.send(Kind.HEAD, 1, WRITE_BLOCK.name, WriteBlockRequest(BlockRecord(50, 1, 0),
                                                                     stub.token(50)))
         peer.send(Kind.CHUNK, 1, "", _chunk(0, b"a" * 5000))
+        await peer.writer.drain()
+        await eventually(lambda: rbw_size(dn, 50) == 5000)
         peer.send(Kind.CHUNK, 1, "", _chunk(1, b"b" * 5000, crc=1234))
         peer.send(Kind.TAIL, 1, "", Tail(2, 10000))
         call_id, error = await peer.recv_error()
     assert call_id == 1 and isinstance(error, ChecksumError)
-    await eventually(lambda: dn.transfers.count == 0)
-    assert dn.storage.get(50) is None
-    assert replica_files(dn.data_dir) == {"rbw": [], "finalized": []}
+    await _kept_in_rbw(stub, dn, 50, 5000)
 
 
-async def test_upload_cut_mid_stream_leaves_no_replica(stub: StubNameNode, dn: DataNode) -> None:
+async def test_upload_cut_mid_stream_keeps_its_bytes_in_rbw(
+    client: RpcClient, stub: StubNameNode, dn: DataNode
+) -> None:
     async with raw_peer(dn.address) as peer:
         await peer.hello(client_name="raw")
         peer.send(Kind.HEAD, 1, WRITE_BLOCK.name, WriteBlockRequest(BlockRecord(51, 1, 0),
@@ -249,14 +271,17 @@ async def test_upload_cut_mid_stream_leaves_no_replica(stub: StubNameNode, dn: D
         await peer.writer.drain()
         await eventually(lambda: dn.storage.is_busy(51))
         await eventually(lambda: any(dn.data_dir.joinpath("current", "rbw").iterdir()))
-    # The connection closed without a tail: the partial replica must go.
-    await eventually(lambda: not dn.storage.is_busy(51))
-    assert dn.storage.get(51) is None
-    assert replica_files(dn.data_dir) == {"rbw": [], "finalized": []}
-    assert dn.transfers.count == 0
+        await eventually(lambda: rbw_size(dn, 51) == 300_000)
+    # The connection closed without a tail: what arrived is kept, never finalized.
+    await _kept_in_rbw(stub, dn, 51, 300_000)
+    # a new write of the block replaces the partial replica
+    assert (await put(client, stub, 51, b"whole")).num_bytes == 5
+    again = dn.storage.get(51)
+    assert again is not None and again.finalized and dn.storage.rbw_records() == []
+    assert replica_files(dn.data_dir)["rbw"] == []
 
 
-async def test_client_cancelling_its_upload_leaves_no_replica(
+async def test_client_cancelling_its_upload_keeps_what_it_sent(
     client: RpcClient, stub: StubNameNode, dn: DataNode
 ) -> None:
     async def source() -> AsyncIterator[bytes]:
@@ -268,11 +293,11 @@ async def test_client_cancelling_its_upload_leaves_no_replica(
                       source())
     )
     await eventually(lambda: dn.storage.is_busy(52))
+    await eventually(lambda: rbw_size(dn, 52) == 100_000)
     upload.cancel()
     with pytest.raises(asyncio.CancelledError):
         await upload
-    await eventually(lambda: not dn.storage.is_busy(52))
-    assert replica_files(dn.data_dir) == {"rbw": [], "finalized": []}
+    await _kept_in_rbw(stub, dn, 52, 100_000)
     # The connection still serves.
     assert (await put(client, stub, 53, b"ok")).num_bytes == 2
 
@@ -358,7 +383,7 @@ async def test_reader_survives_the_replica_being_deleted(
     assert dn.transfers.count == 0
 
 
-async def test_server_stop_aborts_writes_in_progress(
+async def test_server_stop_keeps_writes_in_progress_in_rbw(
     minicluster: MiniCluster, stub: StubNameNode
 ) -> None:
     node = await start_registered(minicluster, stub, "dn-stop")
@@ -373,10 +398,18 @@ async def test_server_stop_aborts_writes_in_progress(
                       endless())
     )
     await eventually(lambda: node.storage.is_busy(95))
+    await eventually(lambda: rbw_size(node, 95) > 0)
     await minicluster.stop_datanode(node)
     with pytest.raises((ConnectionLost, Unavailable, XdfsError)):
         await upload
-    assert replica_files(node.data_dir) == {"rbw": [], "finalized": []}
+    assert replica_files(node.data_dir)["finalized"] == []
+    # what it had written is whole (checksummed and synced): the restart keeps it in rbw
+    # and reports it as such
+    before = len(stub.reports)
+    again = await minicluster.start_datanode("dn-stop", stub.address)
+    kept = again.storage.get(95)
+    assert kept is not None and not kept.finalized and kept.num_bytes % 65536 == 0
+    await eventually(lambda: [b for r in stub.reports[before:] for b in r.rbw] == [kept.record])
 
 
 

@@ -1,8 +1,9 @@
 """``xdfs datanode`` as a real process against a stub NameNode: readiness line, graceful
 stop, fatal errors, and SIGKILL in the middle of a block write (by the test, or by the
-node itself at a fault point): after a restart no partial replica is ever finalized, and
-a replica that was finalized is complete. The crash tests run twice (``crash_site``): also
-on the power-loss layer, where the crash is a power cut that drops all not fsynced."""
+node itself at a fault point): after a restart no partial replica is ever finalized (its
+checksummed prefix stays in rbw for block recovery), and a replica that was finalized is
+complete. The crash tests run twice (``crash_site``): also on the power-loss layer, where
+the crash is a power cut that drops all not fsynced."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from tests.integration.dn_helpers import (
 )
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.datanode import layout
-from xdfs.errors import XdfsError
+from xdfs.errors import BlockNotFound, XdfsError
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest
 from xdfs.testing.lazyfs import CrashSite
@@ -62,8 +63,16 @@ def node_id_of(data_dir: Path) -> str:
 
 
 async def wait_for_report(stub: StubNameNode, node_id: str, after: int) -> list[BlockRecord]:
-    """The blocks of the first complete full report of ``node_id`` sent after the first
-    ``after`` report calls."""
+    """The finalized blocks of the first complete full report of ``node_id`` sent after
+    the first ``after`` report calls."""
+    return (await wait_for_full_report(stub, node_id, after))[0]
+
+
+async def wait_for_full_report(
+    stub: StubNameNode, node_id: str, after: int
+) -> tuple[list[BlockRecord], list[BlockRecord]]:
+    """(finalized, rbw) replicas of the first complete full report of ``node_id`` sent
+    after the first ``after`` report calls."""
     def complete() -> bool:
         batches = [r for r in stub.reports[after:] if r.node_id == node_id]
         return bool(batches) and len(batches) >= batches[0].batch_count
@@ -71,7 +80,8 @@ async def wait_for_report(stub: StubNameNode, node_id: str, after: int) -> list[
     await eventually(complete)
     batches = [r for r in stub.reports[after:] if r.node_id == node_id]
     first = [b for b in batches if b.report_id == batches[0].report_id]
-    return [block for batch in first for block in batch.blocks]
+    return ([block for batch in first for block in batch.blocks],
+            [block for batch in first for block in batch.rbw])
 
 
 async def wait_exit(proc: ServerProcess) -> int:
@@ -84,7 +94,7 @@ async def stub(minicluster: MiniCluster) -> StubNameNode:
     return await start_stub(minicluster)
 
 
-async def test_kill_9_mid_write_leaves_no_partial_replica(
+async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix(
     minicluster: MiniCluster, processes: ProcessGroup, stub: StubNameNode, crash_site: CrashSite
 ) -> None:
     data_dir = crash_site.root / "dn"
@@ -107,23 +117,37 @@ async def test_kill_9_mid_write_leaves_no_partial_replica(
         WRITE_BLOCK, WriteBlockRequest(BlockRecord(2, 1, 0), stub.token(2)), partial()
     ))
     rbw = data_dir / "current" / "rbw"
-    await eventually(lambda: (rbw / "blk_2").exists() and (rbw / "blk_2").stat().st_size > 0)
+    meta = rbw / "blk_2_1.meta"
+    # at least the first MiB is written and checksummed (16 CRCs after the 16-byte header)
+    await eventually(lambda: meta.exists() and meta.stat().st_size >= 16 + 4 * 16)
     await asyncio.to_thread(crash_site.crash, proc)
     killed.set()
     with pytest.raises(XdfsError):
         await upload
     # SIGKILL leaves the partial replica behind; a power cut may take it (never synced)
     assert crash_site.power_loss or replica_files(data_dir)["rbw"]
+    blk = data_dir / "current" / "rbw" / "blk_2"
+    written = blk.stat().st_size if blk.exists() else 0
     reports = len(stub.reports)
     proc, address = await start_process(processes, stub, data_dir)
     assert node_id_of(data_dir) == node_id
-    assert await wait_for_report(stub, node_id, reports) == [kept]
-    assert replica_files(data_dir) == {
-        "rbw": [], "finalized": ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"]
-    }
-    assert crash_site.power_loss or "removed 2 unfinished replica file(s)" in proc.log_text()
+    finalized, partial_replicas = await wait_for_full_report(stub, node_id, reports)
+    assert finalized == [kept]
+    files = replica_files(data_dir)
+    assert files["finalized"] == ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"]
     again = minicluster.client(address)
     assert (await read_block(again, kept, stub.token(1, "r")))[1] == whole
+    if crash_site.power_loss:  # nothing of the unfinished block was synced: it may be gone
+        assert all(r.block_id == 2 and r.genstamp == 1 for r in partial_replicas)
+    else:
+        # the partial replica stays in rbw for a block recovery, cut to the whole checksum
+        # chunks it had written (the default chunk is 64 KiB), never finalized
+        (cut,) = partial_replicas
+        assert cut.block_id == 2 and cut.genstamp == 1
+        assert 0 < cut.num_bytes <= written and cut.num_bytes % (64 * 1024) == 0
+        assert files["rbw"] == ["blk_2", "blk_2_1.meta"]
+        with pytest.raises(BlockNotFound):  # not readable as a block: it was never finished
+            await read_block(again, cut, stub.token(2, "r"))
     assert proc.terminate() == 0
 
 
@@ -153,12 +177,14 @@ async def test_crash_at_a_finalize_fault_point(
     reports = len(stub.reports)
     proc, address = await start_process(processes, stub, data_dir)
     record = BlockRecord(3, 5, len(data))
-    assert await wait_for_report(stub, node_id, reports) == ([record] if finalized else [])
-    assert replica_files(data_dir)["rbw"] == []
+    reported = await wait_for_full_report(stub, node_id, reports)
     if finalized:  # durable and whole
+        assert reported == ([record], [])
+        assert replica_files(data_dir)["rbw"] == []
         got = await read_block(minicluster.client(address), record, stub.token(3, "r"))
         assert got[1] == data
-    else:
+    else:  # whole and fsynced in rbw, never finalized: kept for a block recovery
+        assert reported == ([], [record])
         assert replica_files(data_dir)["finalized"] == []
     assert proc.terminate() == 0
 

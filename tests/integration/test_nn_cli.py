@@ -1,5 +1,5 @@
-"""The ``xdfs`` command line (dfs, admin, oev, oiv, namenode) as child processes against a
-running NameNode (DESIGN.md section 12)."""
+"""The ``xdfs`` command line (dfs, admin, debug, oev, oiv, namenode) as child processes
+against a running NameNode (DESIGN.md section 12)."""
 
 from __future__ import annotations
 
@@ -476,3 +476,23 @@ def _clean_env() -> dict[str, str]:
 def _no_ambient_xdfs_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("XDFS_CONF", "XDFS_FS", "XDFS_USER", "XDFS_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
+
+
+async def test_debug_recover_lease(nn: NameNode, sh: Shell) -> None:
+    async with connect(nn, ROOT, ROOT_PW) as writer:
+        await writer.create("/left-open")  # its writer goes away before any block
+        assert (await writer.stat("/left-open")).under_construction
+        done, again, missing, no_path, bad_retries, unknown = await sh.run(
+            ["debug", "-fs", sh.uri, "-recoverLease", "/left-open"],
+            ["debug", "-fs", sh.uri, "-recoverLease", "/left-open", "-retries", "2"],
+            ["debug", "-fs", sh.uri, "-recoverLease", "/nowhere"],
+            ["debug", "-fs", sh.uri, "-recoverLease"],
+            ["debug", "-fs", sh.uri, "-recoverLease", "/left-open", "-retries", "0"],
+            ["debug", "-fs", sh.uri, "-bogus", "/left-open"],
+        )
+        assert done == (0, "recoverLease SUCCEEDED on /left-open\n", "")
+        assert again[:2] == (0, "recoverLease SUCCEEDED on /left-open\n")  # closed already
+        assert not (await writer.stat("/left-open")).under_construction
+    assert missing[0] == 1 and missing[2].count("\n") == 1 and "NotFound" in missing[2]
+    for code, out, err in (no_path, bad_retries, unknown):
+        assert code == 2 and "Usage: xdfs debug" in err and not out, (code, out, err)

@@ -130,10 +130,15 @@ def test_bad_version_files_are_refused(text: str, message: str) -> None:
 def test_report_batches() -> None:
     records = [BlockRecord(i, 1, 10) for i in range(7)]
     batches = report_batches(records, 3)
-    assert [len(b) for b in batches] == [3, 3, 1]
-    assert [r for b in batches for r in b] == records
-    assert report_batches([], 3) == [[]]
-    assert report_batches(records, 100) == [records]
+    assert [len(b) for b, rbw in batches] == [3, 3, 1]
+    assert [r for b, _rbw in batches for r in b] == records
+    assert report_batches([], 3) == [([], [])]
+    assert report_batches(records, 100) == [(records, [])]
+    # replicas in state rbw follow the finalized ones, within the same size limit
+    partial = [BlockRecord(100 + i, 1, 3) for i in range(3)]
+    batches = report_batches(records, 4, partial)
+    assert [(len(b), len(rbw)) for b, rbw in batches] == [(4, 0), (3, 1), (0, 2)]
+    assert [r for _b, rbw in batches for r in rbw] == partial
 
 
 def test_pending_reports_keep_the_newest_news_of_each_block() -> None:
@@ -155,6 +160,22 @@ def test_pending_reports_keep_the_newest_news_of_each_block() -> None:
     assert 3 in pending.received
     pending.confirm_received(BlockRecord(3, 2, 9))
     assert 3 not in pending.received
+
+
+def test_pending_rbw_reports_follow_the_same_newest_news_rule() -> None:
+    pending = PendingReports()
+    kept = BlockRecord(5, 1, 1000)
+    pending.add_rbw(kept)
+    pending.add_deleted([6])
+    batch = pending.take()
+    assert batch == IncrementalBatch([], [6], [kept])
+    # the kept replica was finalized by a block recovery meanwhile: the news wins
+    pending.add_received(BlockRecord(5, 2, 900))
+    pending.restore(batch)
+    assert pending.rbw == {} and pending.received == {5: BlockRecord(5, 2, 900)}
+    assert pending.deleted == {6}
+    pending.add_rbw(BlockRecord(6, 1, 10))  # a newer write of 6 broke: no longer deleted
+    assert pending.deleted == set() and 6 in pending.rbw
 
 
 def test_backoff_doubles_to_its_cap() -> None:

@@ -16,6 +16,7 @@ from xdfs.datanode import layout
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import AlreadyExists, BlockNotFound, CorruptReplica, StorageError
+from xdfs.protocol.blocks import BlockRecord
 
 CHUNK = 4096
 NOW_MS = 1_700_000_000_000
@@ -53,6 +54,27 @@ def store(storage: DataStorage, block_id: int, genstamp: int, data: bytes) -> Re
         return replica
     finally:
         storage.release(block_id)
+
+
+def keep(storage: DataStorage, block_id: int, genstamp: int, data: bytes) -> Replica | None:
+    """Write ``data`` as a write whose stream then broke does: kept in state rbw."""
+    storage.claim(block_id)
+    try:
+        writer = storage.new_writer(block_id, genstamp)
+        writer.open()
+        writer.write(data)
+        return writer.keep()
+    finally:
+        storage.release(block_id)
+
+
+def reopened(storage: DataStorage) -> DataStorage:
+    """Close ``storage`` and open its dir again, as a restarted DataNode does (closed again
+    at once: the replica map stays readable)."""
+    storage.close()
+    again = open_storage(storage.root)
+    again.close()
+    return again
 
 
 def read_all(replica: Replica, offset: int = 0, length: int | None = None) -> bytes:
@@ -180,7 +202,9 @@ def test_busy_blocks_cannot_be_claimed_twice(storage: DataStorage) -> None:
     storage.claim(1)
 
 
-def test_restart_drops_rbw_and_half_written_files_and_loads_the_rest(tmp_path: Path) -> None:
+def test_restart_drops_empty_rbw_and_half_written_files_and_loads_the_rest(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "dn"
     storage = open_storage(root)
     keep = store(storage, 1, 3, b"kept")
@@ -190,7 +214,7 @@ def test_restart_drops_rbw_and_half_written_files_and_loads_the_rest(tmp_path: P
     storage.claim(6)
     writer = storage.new_writer(6, 1)
     writer.open()
-    writer.write(b"partial")  # never finalized: the writer "crashed"
+    writer.write(b"partial")  # never finalized, not one checksum: the writer "crashed"
     storage.close()
     storage.get(2).meta_path.unlink()  # type: ignore[union-attr]
     storage.get(3).data_path.unlink()  # type: ignore[union-attr]
@@ -212,7 +236,7 @@ def test_restart_drops_rbw_and_half_written_files_and_loads_the_rest(tmp_path: P
         again.close()
 
 
-def test_crash_before_finalize_leaves_no_replica(tmp_path: Path) -> None:
+def test_crash_before_finalize_leaves_no_finalized_replica(tmp_path: Path) -> None:
     root = tmp_path / "dn"
     storage = open_storage(root)
     FAULTS.arm("datanode.before_finalize", RuntimeError("crash"))
@@ -221,10 +245,107 @@ def test_crash_before_finalize_leaves_no_replica(tmp_path: Path) -> None:
     storage.close()
     again = open_storage(root)
     try:
-        assert again.replicas == {}
         assert list(again.finalized.rglob("blk_*")) == []
+        # the bytes stay in rbw, whole and checksummed, for a block recovery
+        kept = again.get(21)
+        assert kept is not None and not kept.finalized and kept.num_bytes == 10_000
+        assert again.report_records() == [] and again.rbw_records() == [kept.record]
+        assert read_all(kept) == b"x" * 10_000
     finally:
         again.close()
+
+
+def _crashed_writer(storage: DataStorage, block_id: int, data: bytes) -> None:
+    """A write cut by a crash: data and the checksums of whole chunks on disk, nothing
+    finished or fsynced by the writer itself."""
+    storage.claim(block_id)
+    writer = storage.new_writer(block_id, 7)
+    writer.open()
+    writer.write(data)
+    writer._close()
+
+
+def test_restart_keeps_rbw_replicas_cut_to_what_their_checksums_cover(tmp_path: Path) -> None:
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    data = os.urandom(3 * CHUNK + 100)
+    _crashed_writer(storage, 30, data)  # the partial last chunk has no checksum yet
+    _crashed_writer(storage, 31, data)
+    _crashed_writer(storage, 32, data[:CHUNK])
+    storage.close()
+    # block 31: the data of its last whole chunk changed after its checksum was written
+    flip(root / "current" / "rbw" / "blk_31", 2 * CHUNK + 5)
+    # block 32: more checksums than data (the data write was lost): the last one fails
+    with (root / "current" / "rbw" / "blk_32").open("r+b") as fh:
+        fh.truncate(CHUNK - 10)
+    again = open_storage(root)
+    try:
+        lengths = {r.block_id: r.num_bytes for r in again.replicas.values()}
+        assert lengths == {30: 3 * CHUNK, 31: 2 * CHUNK}  # 32 kept no valid byte
+        assert not any(r.finalized for r in again.replicas.values())
+        assert read_all(again.get(30)) == data[: 3 * CHUNK]  # type: ignore[arg-type]
+        assert read_all(again.get(31)) == data[: 2 * CHUNK]  # type: ignore[arg-type]
+        assert sorted(os.listdir(again.rbw)) == sorted(
+            ["blk_30", "blk_30_7.meta", "blk_31", "blk_31_7.meta"]
+        )
+        assert again.used_bytes == sum(r.disk_bytes for r in again.replicas.values())
+    finally:
+        again.close()
+
+
+def test_a_kept_write_reloads_whole(tmp_path: Path) -> None:
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    data = os.urandom(2 * CHUNK + 333)
+    kept = keep(storage, 40, 2, data)  # the stream broke: the partial chunk gets its checksum
+    assert kept is not None and kept.num_bytes == len(data) and not kept.finalized
+    assert read_all(kept) == data
+    assert keep(storage, 41, 2, b"") is None
+    assert sorted(os.listdir(storage.rbw)) == ["blk_40", "blk_40_2.meta"]
+    assert reopened(storage).get(40) == kept
+
+
+@pytest.mark.parametrize("finalized", [True, False])
+def test_recovery_cuts_a_replica_and_gives_it_the_new_genstamp(
+    tmp_path: Path, finalized: bool
+) -> None:
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    data = os.urandom(3 * CHUNK + 500)
+    kept = store(storage, 50, 4, data) if finalized else keep(storage, 50, 4, data)
+    assert kept is not None
+    replica = kept
+    for length, genstamp in ((len(data), 5), (2 * CHUNK + 7, 6), (2 * CHUNK, 7)):
+        recovered = storage.recover(replica, genstamp, length)
+        storage.add(recovered)
+        assert recovered.finalized and recovered.record == BlockRecord(50, genstamp, length)
+        assert recovered.data_path.parent == Path(layout.finalized_dir(storage.finalized, 50))
+        assert sorted(p.name for p in recovered.data_path.parent.iterdir()) == [
+            "blk_50", f"blk_50_{genstamp}.meta"
+        ]
+        assert read_all(recovered) == data[:length]
+        replica = recovered
+    assert os.listdir(storage.rbw) == []
+    assert storage.used_bytes == replica.disk_bytes
+    assert reopened(storage).get(50) == replica
+
+
+def test_recovery_refuses_to_cut_inside_a_damaged_chunk(storage: DataStorage) -> None:
+    data = os.urandom(2 * CHUNK)
+    replica = store(storage, 60, 1, data)
+    flip(replica.data_path, CHUNK + 10)
+    with pytest.raises(CorruptReplica):
+        storage.recover(replica, 2, CHUNK + 100)
+    assert replica.meta_path.exists()  # nothing changed
+    assert replica.data_path.stat().st_size == 2 * CHUNK
+
+
+def flip(path: Path, offset: int) -> None:
+    with path.open("r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
 
 
 def test_capacity_reports_disk_totals_reserve_and_tracked_use(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_listing_with_blocks_and_locations(h: Harness) -> None:
     h.ns.apply(MkdirOp("/dir", 600, 0o755, "root", "g", 0))
     (block,) = h.file("/dir/f", [10])
     h.receive("a", block)
-    h.receive("b", BlockRecord(block.block_id, block.genstamp - 1, 10))
+    h.receive("b", BlockRecord(block.block_id, block.genstamp, 11))  # wrong length
     report = run(h, "/dir", files=True, locations=True)
     assert report.healthy
     (listed,) = report.listed

@@ -207,6 +207,12 @@ class AsyncClient:
     async def complete(self, path: str, blocks: list[BlockRecord]) -> p.FileStatus:
         return await self.rpc.call(p.COMPLETE, p.CompleteRequest(path, self.client_name, blocks))
 
+    async def recover_lease(self, path: str) -> bool:
+        """Start lease recovery of an open file, whoever writes it (HDFS's recoverLease);
+        True when the file is closed now (False: recovery is under way, ask again)."""
+        response = await self.rpc.call(p.RECOVER_LEASE, p.RecoverLeaseRequest(path))
+        return response.closed
+
     async def touchz(self, path: str) -> p.FileStatus:
         """Create an empty file (an existing empty file is left as it is, as hdfs -touchz)."""
         try:

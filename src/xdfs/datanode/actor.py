@@ -1,9 +1,10 @@
 """The DataNode's side of the conversation with its NameNode (seed 003, DESIGN section 5).
 
 One loop: register (storing the cluster id in VERSION the first time), install the block
-keys, send a full block report in batches, then heartbeat every ``heartbeat_interval_s``
-(the NameNode's setting, from the register reply) and carry out what each reply says:
-replicate, delete, new block keys, a full report now. A full report also goes out every
+keys, send a full block report in batches (finalized and rbw replicas), then heartbeat
+every ``heartbeat_interval_s`` (the NameNode's setting, from the register reply) and carry
+out what each reply says: replicate, delete, recover a block, new block keys, a full
+report now. A full report also goes out every
 ``full_report_interval_s``. ``UnknownDataNode`` on any call means the NameNode forgot us
 (it restarted, or declared us dead): register and report again. An unreachable NameNode is
 retried with backoff; repeated failures are logged once per ``_LOG_INTERVAL_S``. Each call
@@ -15,8 +16,9 @@ anything in it is obeyed. A higher epoch is persisted first; a lower one than th
 DataNode has seen means a fenced NameNode: nothing of its answer is obeyed, one line is
 logged, and the next address is tried.
 
-Incremental reports (received, deleted) are sent as they happen; those that fail stay
-queued (``PendingReports``) and go out after the next heartbeat.
+Incremental reports (received, kept in rbw, deleted or found missing) are sent as they
+happen; those that fail stay queued (``PendingReports``) and go out after the next
+heartbeat.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -46,12 +49,14 @@ from xdfs.errors import (
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import (
     BLOCK_REPORT,
+    COMMIT_BLOCK_SYNC,
     HEARTBEAT,
     INCREMENTAL_REPORT,
     REGISTER_DATANODE,
     BadReplica,
     BadReplicasRequest,
     BlockReportRequest,
+    CommitBlockSyncRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     IncrementalReportRequest,
@@ -240,17 +245,20 @@ class NameNodeActor:
 
     async def _full_report(self) -> None:
         assert self.settings is not None
-        records = self.node.storage.report_records()
-        batches = report_batches(records, self.settings.block_report_batch_max)
+        storage = self.node.storage
+        records, rbw = storage.report_records(), storage.rbw_records()
+        batches = report_batches(records, self.settings.block_report_batch_max, rbw)
         report_id = secrets.randbits(63)
-        for index, blocks in enumerate(batches):
-            request = BlockReportRequest(self._node_id, report_id, index, len(batches), blocks)
+        for index, (blocks, partial) in enumerate(batches):
+            request = BlockReportRequest(
+                self._node_id, report_id, index, len(batches), blocks, partial
+            )
             await self.rpc.call(BLOCK_REPORT, request, timeout_s=self._timeout_s)
         self._report_needed = False
         self._last_full_report_s = time.monotonic()
         self.full_reports_sent += 1
-        log.info("full block report sent: %d replica(s) in %d batch(es)",
-                 len(records), len(batches))
+        log.info("full block report sent: %d replica(s) and %d in rbw in %d batch(es)",
+                 len(records), len(rbw), len(batches))
 
     async def _heartbeat(self) -> HeartbeatResponse:
         assert self.settings is not None
@@ -265,6 +273,8 @@ class NameNodeActor:
         self._install_keys(response.block_keys)
         for task in response.replicate:
             self.node.replicator.submit(task)
+        for recovery in response.recover:
+            self.node.block_recovery.submit(recovery)
         if response.delete:
             await self._delete(response.delete)
         if response.send_full_report:
@@ -294,7 +304,9 @@ class NameNodeActor:
         batch = self._pending.take()
         if batch is None:
             return
-        request = IncrementalReportRequest(self._node_id, batch.received, batch.deleted)
+        request = IncrementalReportRequest(
+            self._node_id, batch.received, batch.deleted, batch.rbw
+        )
         try:
             await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=self._timeout_s)
         except BaseException:
@@ -348,6 +360,36 @@ class NameNodeActor:
             await self._flush_bad()
         except XdfsError as exc:
             log.warning("corrupt replica report not delivered (%s); retrying later", exc)
+
+    def report_soon(
+        self,
+        *,
+        received: Iterable[BlockRecord] = (),
+        rbw: Iterable[BlockRecord] = (),
+        deleted: Iterable[int] = (),
+    ) -> None:
+        """Tell the NameNode now, in the background (retried with the heartbeats), about
+        replicas found on disk (``received``), writes kept in state rbw (a lease recovery
+        needs to know where they are) and replicas whose files vanished (``deleted``: it
+        copies the block again at once)."""
+        for record in received:
+            self._pending.add_received(record)
+        for record in rbw:
+            self._pending.add_rbw(record)
+        self._pending.add_deleted(list(deleted))
+        task = asyncio.get_running_loop().create_task(self._report_pending_now())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report_pending_now(self) -> None:
+        try:
+            await self._flush_pending()
+        except XdfsError as exc:
+            log.warning("incremental report not delivered (%s); retrying later", exc)
+
+    async def commit_block_sync(self, request: CommitBlockSyncRequest) -> None:
+        """The end of a block recovery this node coordinated (see block_recovery.py)."""
+        await self.rpc.call(COMMIT_BLOCK_SYNC, request)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -1,23 +1,30 @@
-"""Handlers of the ``datanode`` service: block writes (upload), reads (download), info.
+"""Handlers of the ``datanode`` service: block writes (upload), reads (download), info,
+and the two steps of a block recovery (``block_recovery.py``).
 
 Every block access needs a block token the NameNode issued for that block (a write token
 also reads). A write is acknowledged only after the replica is finalized (fsynced, in
 ``finalized/``) and, within ``report_timeout_s``, reported to the NameNode, whose
-``complete`` waits for those reports (seed 003).
+``complete`` waits for those reports (seed 003). A write whose stream breaks leaves its
+bytes in state rbw, reported as such. A read that finds the replica's files gone reports
+the replica deleted at once (the reader moves on to the next replica).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from xdfs.datanode.replica import ReplicaReader
-from xdfs.datanode.transfer import PieceStream, receive_replica
-from xdfs.errors import BlockNotFound, CorruptReplica, InvalidArgument
+from xdfs.datanode.replica import Replica
+from xdfs.datanode.transfer import PieceStream, in_thread, receive_replica
+from xdfs.errors import BlockNotFound, InvalidArgument, Unavailable
 from xdfs.protocol.datanode import (
     DataNodeInfoResponse,
+    InitReplicaRecoveryRequest,
     ReadBlockHead,
     ReadBlockRequest,
+    ReplicaRecoveryInfo,
+    UpdateReplicaRequest,
     WriteBlockRequest,
     WriteBlockResponse,
 )
@@ -43,7 +50,10 @@ class DataNodeHandlers:
         node.check_token(request.token, block.block_id, "w")
         existing = node.storage.get(block.block_id)
         if existing is not None and not existing.corrupt:
-            if existing.genstamp == block.genstamp and not node.storage.is_busy(block.block_id):
+            if existing.recovery_genstamp:
+                raise Unavailable(f"block {block.block_id} is being recovered")
+            if (existing.finalized and existing.genstamp == block.genstamp
+                    and not node.storage.is_busy(block.block_id)):
                 # A repeated copy (replication retried, or a writer's retry): same bytes.
                 async for _data in chunks:
                     pass
@@ -54,24 +64,39 @@ class DataNodeHandlers:
                     f"stored replica's {existing.genstamp}"
                 )
         node.storage.claim(block.block_id)
+        this_call = asyncio.current_task()
+        assert this_call is not None
+        node.writers[block.block_id] = this_call
         try:
+            await self._drop_rbw(block.block_id)
             with node.transfers.track():
                 replica = await receive_replica(
-                    node.storage, block.block_id, block.genstamp, chunks
+                    node.storage, block.block_id, block.genstamp, chunks, node.on_kept
                 )
         finally:
+            node.writers.pop(block.block_id, None)
             node.storage.release(block.block_id)
         log.debug("stored %s from %s (%s)", replica.record, request.client or "?", ctx.peer)
         assert node.actor is not None
         await node.actor.report_received(replica.record)
         return WriteBlockResponse(replica.record, node.address)
 
+    async def _drop_rbw(self, block_id: int) -> None:
+        """A new write of a block this node holds in state rbw (claimed by the caller):
+        the partial replica goes first (its data file has the writer's name)."""
+        storage = self.node.storage
+        replica = storage.get(block_id)
+        if replica is not None and not replica.finalized:
+            storage.take(block_id)
+            await in_thread(storage.delete_files, [replica])
+
     def read_block(self, ctx: CallContext, request: ReadBlockRequest) -> Download:
         node = self.node
         block = request.block
         node.check_token(request.token, block.block_id, "r")
         replica = node.storage.get(block.block_id)
-        if replica is None or replica.corrupt or replica.genstamp != block.genstamp:
+        if (replica is None or replica.corrupt or not replica.finalized
+                or replica.genstamp != block.genstamp):
             raise BlockNotFound(f"no replica of block {block.block_id} genstamp "
                                 f"{block.genstamp} here")
         offset = request.offset
@@ -81,13 +106,26 @@ class DataNodeHandlers:
                 f"block {block.block_id} has {replica.num_bytes} bytes: cannot read "
                 f"{request.length} from offset {offset}"
             )
-        try:
-            reader = ReplicaReader(replica, offset, length, node.config.rpc.stream_chunk_bytes)
-        except CorruptReplica as exc:
-            node.on_corrupt(replica, exc)
-            raise
+        reader = node.open_replica(replica, offset, length)
         stream = PieceStream(reader, node.on_corrupt, node.transfers)
         return Download(ReadBlockHead(replica.record, offset, length), stream)
+
+    async def init_replica_recovery(
+        self, ctx: CallContext, request: InitReplicaRecoveryRequest
+    ) -> ReplicaRecoveryInfo:
+        self.node.check_token(request.token, request.block.block_id, "w")
+        return await self.node.block_recovery.init_replica(
+            request.block, request.recovery_genstamp
+        )
+
+    async def update_replica_under_recovery(
+        self, ctx: CallContext, request: UpdateReplicaRequest
+    ) -> WriteBlockResponse:
+        self.node.check_token(request.token, request.block_id, "w")
+        replica: Replica = await self.node.block_recovery.update_replica(
+            request.block_id, request.recovery_genstamp, request.length
+        )
+        return WriteBlockResponse(replica.record, self.node.address)
 
     def datanode_info(self, ctx: CallContext, request: Empty) -> DataNodeInfoResponse:
         return self.node.info()

@@ -2,7 +2,10 @@
 
 Synchronous file I/O, run in worker threads by the async callers (``transfer.py``). A
 writer never moves anything into ``finalized/`` before the whole block is on disk and
-fsynced, so a crash at any point leaves either no replica or a complete one.
+fsynced, so a crash at any point leaves either no finalized replica or a complete one. A
+write whose stream breaks is *kept* in ``rbw/`` (as HDFS keeps its rbw replicas): the
+checksum file is completed up to the last byte written and both files are fsynced, so a
+block recovery can later finalize what every holder agrees on (``rbw.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class Replica:
     meta_bytes: int
     #: Failed a checksum: excluded from reads and reports until the NameNode deletes it.
     corrupt: bool = False
+    #: False for a replica in state rbw (in ``rbw/``: a write broke, or is being recovered).
+    finalized: bool = True
+    #: The newest block recovery that claimed this replica (0: none; HDFS's RUR state).
+    recovery_genstamp: int = 0
 
     @property
     def record(self) -> BlockRecord:
@@ -62,6 +69,22 @@ def unlink_quietly(*paths: Path) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def move_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, Path]:
+    """Move a replica's fsynced files into ``dest_dir`` (which exists, durably); returns
+    their new paths. The checksum file moves first: a data file in ``finalized/`` is the
+    commit point, and a checksum file without one is a leftover that startup removes."""
+    data_dest = dest_dir / data_path.name
+    meta_dest = dest_dir / meta_path.name
+    try:
+        os.replace(meta_path, meta_dest)
+        os.replace(data_path, data_dest)
+    except OSError as exc:
+        raise StorageError(f"cannot move {data_path.name} to {dest_dir}: {exc}") from exc
+    fsync_dir(dest_dir)
+    fsync_dir(data_path.parent)
+    return data_dest, meta_dest
 
 
 class ReplicaWriter:
@@ -99,10 +122,36 @@ class ReplicaWriter:
         self._write_meta(self._builder.update(data))
 
     def finalize(self, dest_dir: Path) -> Replica:
-        """Make the replica durable and move it into ``dest_dir`` (which exists, durably).
+        """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
+        see :func:`move_files`)."""
+        self._finish_and_sync()
+        fault_point("datanode.before_finalize")
+        data_dest, meta_dest = move_files(self.data_path, self.meta_path, dest_dir)
+        self.finalized = Replica(
+            self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
+        )
+        fault_point("datanode.after_finalize")
+        return self.finalized
 
-        The checksum file moves first: a data file in ``finalized/`` is the commit point,
-        and a checksum file without one is a leftover that startup removes."""
+    def keep(self) -> Replica | None:
+        """The stream broke: complete the checksum file up to the last byte written, fsync
+        both files and return them as a replica in state rbw (None, and no files, when
+        nothing was written). Only for a writer still open (not past ``finalize``)."""
+        assert self._data_fd >= 0, "only an open writer is kept"
+        if self.num_bytes == 0:
+            self.abort()
+            return None
+        self._finish_and_sync()
+        fsync_dir(self.rbw_dir)
+        return Replica(self.block_id, self.genstamp, self.num_bytes, self.data_path,
+                       self.meta_path, self.meta_bytes, finalized=False)
+
+    @property
+    def is_open(self) -> bool:
+        return self._data_fd >= 0
+
+    def _finish_and_sync(self) -> None:
+        """Checksum the last partial chunk, make both files durable and close them."""
         self._write_meta(self._builder.finish())
         for fd, path in ((self._data_fd, self.data_path), (self._meta_fd, self.meta_path)):
             try:
@@ -110,21 +159,6 @@ class ReplicaWriter:
             except OSError as exc:
                 raise StorageError(f"fsync of {path} failed: {exc}") from exc
         self._close()
-        fault_point("datanode.before_finalize")
-        data_dest = dest_dir / self.data_path.name
-        meta_dest = dest_dir / self.meta_path.name
-        try:
-            os.replace(self.meta_path, meta_dest)
-            os.replace(self.data_path, data_dest)
-        except OSError as exc:
-            raise StorageError(f"cannot move block {self.block_id} to {dest_dir}: {exc}") from exc
-        fsync_dir(dest_dir)
-        fsync_dir(self.rbw_dir)
-        self.finalized = Replica(
-            self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
-        )
-        fault_point("datanode.after_finalize")
-        return self.finalized
 
     def _close(self) -> None:
         for fd in (self._data_fd, self._meta_fd):

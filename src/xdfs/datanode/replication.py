@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.peers import Peers, log_failure
+from xdfs.datanode.replica import Replica
 from xdfs.datanode.transfer import PieceStream
-from xdfs.errors import XdfsError
 from xdfs.protocol.datanode import WRITE_BLOCK, ReplicateTask, WriteBlockRequest
-from xdfs.rpc.client import RpcClient
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
-from xdfs.rpc.tls import client_context
 
 if TYPE_CHECKING:
     from xdfs.datanode.server import DataNode
@@ -35,10 +31,7 @@ class Replicator:
         self._slots = asyncio.Semaphore(config.replication_concurrency_max)
         self._limit = config.replication_concurrency_max + config.replication_queue_max
         self._jobs: dict[int, asyncio.Task[None]] = {}
-        # One try per target: a dead target costs one connect timeout (the NameNode
-        # schedules the copy elsewhere), as clients treat DataNodes.
-        self._rpc_config = replace(node.config.rpc, tries_per_address=1)
-        self._ssl = client_context(node.config.rpc)
+        self._peers = Peers(node)
 
     @property
     def running(self) -> int:
@@ -62,11 +55,13 @@ class Replicator:
             if (
                 replica is None
                 or replica.corrupt
+                or not replica.finalized
                 or replica.genstamp != task.block.genstamp
                 or replica.num_bytes < task.block.num_bytes  # shorter than the file says
             ):
                 state = "missing" if replica is None else (
-                    "corrupt" if replica.corrupt else str(replica.record))
+                    "corrupt" if replica.corrupt else
+                    "in rbw" if not replica.finalized else str(replica.record))
                 log.warning("cannot replicate %s: local replica is %s", task.block, state)
                 return
             results = await asyncio.gather(
@@ -74,30 +69,21 @@ class Replicator:
                 return_exceptions=True,
             )
         for target, result in zip(task.targets, results, strict=True):
-            if isinstance(result, XdfsError | OSError):
-                log.warning("replication of block %d to %s failed: %s", replica.block_id,
-                            target, result)
-            elif isinstance(result, BaseException):
-                log.error("replication of block %d to %s failed", replica.block_id, target,
-                          exc_info=result)
+            if isinstance(result, BaseException):
+                log_failure(f"replication of block {replica.block_id}", target, result)
             else:
                 log.info("replicated block %d to %s", replica.block_id, target)
 
     async def _copy(self, replica: Replica, token: str, target: str) -> None:
         node = self.node
-        reader = ReplicaReader(
-            replica, 0, replica.num_bytes, node.config.rpc.stream_chunk_bytes
-        )
+        reader = node.open_replica(replica, 0, replica.num_bytes)
         stream = PieceStream(reader, node.on_corrupt, node.transfers)
-        hello = Hello(PROTOCOL_VERSION, cluster_id=node.cluster_id,
-                      client_name=f"datanode:{node.storage.node_id}")
-        rpc = RpcClient(target, self._rpc_config, hello=hello, ssl_context=self._ssl)
-        request = WriteBlockRequest(replica.record, token, client=hello.client_name)
+        request = WriteBlockRequest(replica.record, token, client=self._peers.client_name)
         try:
-            await rpc.upload(WRITE_BLOCK, request, stream)
+            async with self._peers.connect(target) as rpc:
+                await rpc.upload(WRITE_BLOCK, request, stream)
         finally:
             stream.close()
-            await rpc.close()
 
     async def close(self) -> None:
         jobs = list(self._jobs.values())

@@ -12,10 +12,11 @@ from xdfs.protocol.blocks import BlockRecord
 class IncrementalBatch:
     received: list[BlockRecord] = field(default_factory=list)
     deleted: list[int] = field(default_factory=list)
+    rbw: list[BlockRecord] = field(default_factory=list)  # kept in state rbw
 
 
 class PendingReports:
-    """Received/deleted replicas not yet confirmed by the NameNode.
+    """Received (finalized), rbw and deleted replicas not yet confirmed by the NameNode.
 
     The newest news of a block wins (received after deleted, or the reverse), so a retried
     report never resurrects a replica deleted since. Bounded by the number of block ids this
@@ -23,36 +24,55 @@ class PendingReports:
 
     def __init__(self) -> None:
         self.received: dict[int, BlockRecord] = {}
+        self.rbw: dict[int, BlockRecord] = {}
         self.deleted: set[int] = set()
 
     def __bool__(self) -> bool:
-        return bool(self.received or self.deleted)
+        return bool(self.received or self.rbw or self.deleted)
+
+    def _known(self, block_id: int) -> bool:
+        return block_id in self.received or block_id in self.rbw or block_id in self.deleted
+
+    def _forget(self, block_id: int) -> None:
+        self.received.pop(block_id, None)
+        self.rbw.pop(block_id, None)
+        self.deleted.discard(block_id)
 
     def add_received(self, record: BlockRecord) -> None:
-        self.deleted.discard(record.block_id)
+        self._forget(record.block_id)
         self.received[record.block_id] = record
+
+    def add_rbw(self, record: BlockRecord) -> None:
+        self._forget(record.block_id)
+        self.rbw[record.block_id] = record
 
     def add_deleted(self, block_ids: list[int]) -> None:
         for block_id in block_ids:
-            self.received.pop(block_id, None)
+            self._forget(block_id)
             self.deleted.add(block_id)
 
     def take(self) -> IncrementalBatch | None:
         """Everything pending, removed from the queue (give it back with ``restore``)."""
         if not self:
             return None
-        batch = IncrementalBatch(list(self.received.values()), sorted(self.deleted))
+        batch = IncrementalBatch(
+            list(self.received.values()), sorted(self.deleted), list(self.rbw.values())
+        )
         self.received.clear()
+        self.rbw.clear()
         self.deleted.clear()
         return batch
 
     def restore(self, batch: IncrementalBatch) -> None:
         """Requeue a batch that failed, except what newer news superseded meanwhile."""
         for record in batch.received:
-            if record.block_id not in self.received and record.block_id not in self.deleted:
+            if not self._known(record.block_id):
                 self.received[record.block_id] = record
+        for record in batch.rbw:
+            if not self._known(record.block_id):
+                self.rbw[record.block_id] = record
         for block_id in batch.deleted:
-            if block_id not in self.received:
+            if not self._known(block_id):
                 self.deleted.add(block_id)
 
     def confirm_received(self, record: BlockRecord) -> None:
@@ -61,11 +81,19 @@ class PendingReports:
             del self.received[record.block_id]
 
 
-def report_batches(records: list[BlockRecord], batch_max: int) -> list[list[BlockRecord]]:
-    """A full report split into calls of at most ``batch_max`` entries; an empty report is
-    still one (empty) batch, so the NameNode learns the node holds nothing."""
+def report_batches(
+    records: list[BlockRecord], batch_max: int, rbw: list[BlockRecord] | None = None
+) -> list[tuple[list[BlockRecord], list[BlockRecord]]]:
+    """A full report (finalized replicas, then those in state rbw) split into calls of at
+    most ``batch_max`` entries, each ``(finalized, rbw)``; an empty report is still one
+    (empty) batch, so the NameNode learns the node holds nothing."""
     assert batch_max >= 1, "block_report_batch_max must be >= 1"
-    return [records[i : i + batch_max] for i in range(0, len(records), batch_max)] or [[]]
+    tagged = [(record, False) for record in records] + [(record, True) for record in rbw or []]
+    batches = [tagged[i : i + batch_max] for i in range(0, len(tagged), batch_max)] or [[]]
+    return [
+        ([r for r, is_rbw in batch if not is_rbw], [r for r, is_rbw in batch if is_rbw])
+        for batch in batches
+    ]
 
 
 def backoff_s(failures: int, initial_s: float, max_s: float) -> float:

@@ -4,7 +4,8 @@ so corruption is found even in blocks nobody reads (bit rot, a bad disk sector).
 A pass reads every healthy replica (in block-id order) at most ``scan_bytes_per_s``; a
 new pass starts ``scan_period_s`` after the previous one started (at once if a pass takes
 longer: the period then cannot be met and a warning says so). A corrupt replica goes to
-``on_corrupt`` (the DataNode excludes it from reads and reports it once). Scan progress is
+``on_corrupt`` (the DataNode excludes it from reads and reports it once), one whose files
+are gone to ``on_missing``. Replicas in state rbw are left to block recovery. Scan progress is
 not persisted: after a restart the scanner begins again with the first block.
 """
 
@@ -38,12 +39,14 @@ class BlockScanner:
         config: DataNodeConfig,
         piece_bytes: int,
         on_corrupt: Callable[[Replica, CorruptReplica], None],
+        on_missing: Callable[[Replica], None],
     ) -> None:
         self.storage = storage
         self.period_s = config.scan_period_s
         self.rate_bytes_per_s = config.scan_bytes_per_s
         self.piece_bytes = min(piece_bytes, config.scan_bytes_per_s)
         self.on_corrupt = on_corrupt
+        self.on_missing = on_missing
         self.passes = 0
 
     async def run(self) -> None:
@@ -64,11 +67,13 @@ class BlockScanner:
         started_s = loop.time()
         result = ScanResult()
         for _block_id, replica in sorted(self.storage.replicas.items()):
-            if replica.corrupt or self.storage.get(replica.block_id) is not replica:
-                continue  # already known bad, or deleted/replaced since the pass began
+            if (replica.corrupt or not replica.finalized
+                    or self.storage.get(replica.block_id) is not replica):
+                continue  # known bad, in rbw, or deleted/replaced since the pass began
             try:
                 reader = ReplicaReader(replica, 0, replica.num_bytes, self.piece_bytes)
             except BlockNotFound:
+                self.on_missing(replica)  # its files vanished: reported at once
                 continue
             except CorruptReplica as exc:
                 self._corrupt(replica, exc, result)

@@ -1,12 +1,13 @@
 """The DataNode process: storage, the ``datanode`` RPC service, the NameNode actor, the
-replicator and the block scanner.
+replicator, block recovery, the block scanner and the directory scanner.
 
 Start: lock the data dir (a second DataNode on it refuses to start), read or create
-VERSION, drop unfinished replicas, load the finalized ones, serve, then register with the
-NameNode in the background (block writes are refused until its block keys arrive). Stop
-(SIGTERM): stop the background tasks, close the server (writes in progress are aborted and
-their partial replicas deleted), release the lock. Fatal errors (wrong cluster, rejected
-credentials) set ``fatal`` and ``stopped``; whoever runs the node then calls ``stop()``.
+VERSION, load the rbw replicas (cut to what their checksums cover) and the finalized ones,
+serve, then register with the NameNode in the background (block writes are refused until
+its block keys arrive). Stop (SIGTERM): stop the background tasks, close the server
+(writes in progress stop; what they wrote is kept in rbw), release the lock. Fatal errors
+(wrong cluster, rejected credentials) set ``fatal`` and ``stopped``; whoever runs the node
+then calls ``stop()``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ from typing import Any
 from xdfs.common.tokens import BlockKey, check_block_token
 from xdfs.config import XdfsConfig
 from xdfs.datanode.actor import NameNodeActor
+from xdfs.datanode.block_recovery import BlockRecovery
+from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers
-from xdfs.datanode.replica import Replica
+from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.replication import Replicator
 from xdfs.datanode.scanner import BlockScanner
 from xdfs.datanode.storage import DataStorage
 from xdfs.datanode.transfer import Transfers, in_thread
-from xdfs.errors import ConfigError, CorruptReplica, Unavailable, XdfsError
+from xdfs.errors import (
+    BlockNotFound,
+    ConfigError,
+    CorruptReplica,
+    StorageError,
+    Unavailable,
+    XdfsError,
+)
 from xdfs.protocol.datanode import DATANODE_SERVICE, DATANODE_USER_PREFIX, DataNodeInfoResponse
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -61,12 +71,19 @@ class DataNode:
         self.server: RpcServer | None = None
         self.actor: NameNodeActor | None = None
         self.replicator = Replicator(self)
+        self.block_recovery = BlockRecovery(self)
         self.scanner = BlockScanner(
-            self.storage, dn, config.rpc.stream_chunk_bytes, self.on_corrupt
+            self.storage, dn, config.rpc.stream_chunk_bytes, self.on_corrupt, self.on_missing
         )
+        self.directory_scanner = DirectoryScanner(
+            self.storage, dn, self.discard_missing, self.on_found
+        )
+        #: Block id -> the call writing it now (a block recovery stops it).
+        self.writers: dict[int, asyncio.Task[Any]] = {}
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._chores: set[asyncio.Task[Any]] = set()
         self._started = False
 
     @property
@@ -101,8 +118,8 @@ class DataNode:
             self.fatal = exc
             await self.stop()
             raise
-        log.info("data dir %s: node %s, %d replica(s)", self.data_dir, self.storage.node_id,
-                 summary.replicas)
+        log.info("data dir %s: node %s, %d replica(s) (%d in rbw)", self.data_dir,
+                 self.storage.node_id, summary.replicas, summary.rbw_kept)
         rpc = self.config.rpc
         try:
             self.server = RpcServer(
@@ -121,6 +138,7 @@ class DataNode:
         )
         self._spawn("namenode actor", self.actor.run())
         self._spawn("block scanner", self.scanner.run())
+        self._spawn("directory scanner", self.directory_scanner.run())
         return self.server.address
 
     def _namenode_hello(self) -> Hello:
@@ -163,7 +181,11 @@ class DataNode:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        for chore in self._chores:
+            chore.cancel()
+        await asyncio.gather(*self._chores, return_exceptions=True)
         await self.replicator.close()
+        await self.block_recovery.close()
         if self.actor is not None:
             await self.actor.close()
         if self.server is not None:
@@ -194,6 +216,72 @@ class DataNode:
         if not self.block_keys:
             raise Unavailable("this DataNode has no block keys yet (not registered)")
         check_block_token(token, self.block_keys, self.now_ms(), block_id, mode)
+
+    def open_replica(self, replica: Replica, offset: int, length: int) -> ReplicaReader:
+        """A verified reader of a local replica; a replica found corrupt or without its
+        files is dealt with (reported) before the error goes to the caller."""
+        try:
+            return ReplicaReader(replica, offset, length, self.config.rpc.stream_chunk_bytes)
+        except CorruptReplica as exc:
+            self.on_corrupt(replica, exc)
+            raise
+        except BlockNotFound:
+            self.on_missing(replica)
+            raise
+
+    def on_missing(self, replica: Replica) -> None:
+        """A read, a copy or a scan found the replica's files gone: report it at once."""
+        self._chore(self.discard_missing([replica]))
+
+    async def discard_missing(self, replicas: list[Replica]) -> None:
+        """Drop replicas whose files vanished (unless the map changed meanwhile): out of
+        the map, what is left of their files deleted, and reported deleted to the NameNode
+        at once, so it copies the blocks again (to this node too: nothing is left here)."""
+        storage = self.storage
+        gone = [
+            r for r in replicas
+            if storage.get(r.block_id) is r and not storage.is_busy(r.block_id)
+        ]
+        if not gone:
+            return
+        for replica in gone:
+            storage.claim(replica.block_id)
+            storage.take(replica.block_id)
+        try:
+            await in_thread(storage.delete_files, gone)
+        except StorageError as exc:
+            log.error("cannot delete what is left of vanished replicas: %s", exc.message)
+        finally:
+            for replica in gone:
+                storage.release(replica.block_id)
+        ids = [replica.block_id for replica in gone]
+        log.warning("replica file(s) of block(s) %s vanished from disk: dropped and "
+                    "reported to the NameNode", ids)
+        if self.actor is not None:
+            self.actor.report_soon(deleted=ids)
+
+    def on_found(self, replicas: list[Replica]) -> None:
+        """The directory scanner added replicas the map did not know: report them."""
+        if self.actor is not None:
+            self.actor.report_soon(received=[replica.record for replica in replicas])
+
+    def on_kept(self, replica: Replica) -> None:
+        """A write broke and its bytes were kept in state rbw: report them."""
+        if self.actor is not None:
+            self.actor.report_soon(rbw=[replica.record])
+
+    async def stop_writer(self, block_id: int) -> None:
+        """Stop a write of ``block_id`` in progress (a block recovery takes over; what was
+        written is kept in rbw) and wait until it has stopped."""
+        task = self.writers.get(block_id)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.wait([task])
+
+    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(self._chores.discard)
 
     def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None:
         """A checksum failed: exclude the replica from reads and report it (once)."""

@@ -2,8 +2,10 @@
 
 Synchronous. The replica map and the set of busy block ids are changed only on the event
 loop; file work (open, scan, finalize, delete) runs in worker threads. A block id is
-*busy* while a write or a delete of it is in progress, so the two never race on its files.
-See ``layout.py`` for the directory tree and ``replica.py`` for the files of one replica.
+*busy* while a write, a delete or a recovery of it is in progress, so they never race on
+its files. The map holds finalized replicas and replicas in state rbw (kept after a broken
+write, and loaded again at startup for block recovery). See ``layout.py`` for the directory
+tree, ``replica.py`` for the files of one replica and ``rbw.py`` for rbw replicas.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from xdfs.common.files import DirLock, atomic_write, fsync_dir, make_dirs
 from xdfs.datanode import layout
 from xdfs.datanode.layout import DataNodeVersion
-from xdfs.datanode.replica import Replica, ReplicaWriter, unlink_quietly
+from xdfs.datanode.rbw import load_rbw, rewrite_for_recovery
+from xdfs.datanode.replica import Replica, ReplicaWriter, move_files, unlink_quietly
 from xdfs.errors import AlreadyExists, StorageError
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import StorageReport
@@ -29,7 +32,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StartupSummary:
-    replicas: int
+    replicas: int  # finalized and rbw
+    rbw_kept: int
     rbw_removed: list[str]
     leftovers_removed: list[str]
 
@@ -54,13 +58,14 @@ class DataStorage:
     # -- lifecycle ----------------------------------------------------------------------
 
     def open(self, now_ms: int) -> StartupSummary:
-        """Lock the dir, read (or create) VERSION, clear rbw/ and load finalized/."""
+        """Lock the dir, read (or create) VERSION, load rbw/ and finalized/."""
         self._lock.lock()
         try:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
                 make_dirs(directory)
-            rbw_removed = self._clear_rbw()
+            rbw_removed = self._load_rbw()
+            rbw_kept = len(self.replicas)
             leftovers = self._load_finalized()
         except OSError as exc:  # mkdir, listdir or unlink on a broken disk
             self._lock.unlock()
@@ -68,7 +73,7 @@ class DataStorage:
         except BaseException:
             self._lock.unlock()
             raise
-        return StartupSummary(len(self.replicas), rbw_removed, leftovers)
+        return StartupSummary(len(self.replicas), rbw_kept, rbw_removed, leftovers)
 
     def close(self) -> None:
         self._lock.unlock()
@@ -105,20 +110,49 @@ class DataStorage:
         atomic_write(self.current / layout.VERSION_FILE, layout.format_version(version).encode())
         self.version = version
 
-    def _clear_rbw(self) -> list[str]:
-        """This version has no append or write recovery: partial replicas are dropped."""
-        removed = sorted(os.listdir(self.rbw))
-        for name in removed:
-            path = self.rbw / name
+    def _load_rbw(self) -> list[str]:
+        """Replicas in state rbw, each cut to what its checksums cover (``rbw.py``), for
+        block recovery; returns the names of the files that held nothing worth keeping."""
+        data: dict[int, Path] = {}
+        metas: dict[int, list[tuple[int, Path]]] = {}
+        junk: list[Path] = []
+        for entry in os.scandir(self.rbw):
+            path = Path(entry.path)
+            block_id = layout.parse_data_name(entry.name)
+            parsed = layout.parse_meta_name(entry.name)
+            if block_id is not None and entry.is_file():
+                data[block_id] = path
+            elif parsed is not None and entry.is_file():
+                metas.setdefault(parsed[0], []).append((parsed[1], path))
+            else:
+                junk.append(path)
+        for block_id, entries in metas.items():
+            entries.sort()
+            *stale, (genstamp, meta) = entries  # the newest genstamp goes with the data
+            junk.extend(path for _gs, path in stale)
+            data_path = data.pop(block_id, None)
+            replica = None if data_path is None else load_rbw(block_id, genstamp, data_path, meta)
+            if replica is None:
+                junk.extend(path for path in (data_path, meta) if path is not None)
+                continue
+            self.replicas[block_id] = replica
+            self.used_bytes += replica.disk_bytes
+        junk.extend(data.values())  # data files without any checksum file
+        return self._remove_junk(junk)
+
+    def _remove_junk(self, paths: list[Path]) -> list[str]:
+        existing = [path for path in paths if path.exists()]
+        for path in existing:
             if path.is_dir():
                 shutil.rmtree(path)
             else:
                 path.unlink()
-        if removed:
+        names = sorted(path.name for path in existing)
+        if names:
             fsync_dir(self.rbw)
-            log.warning("removed %d unfinished replica file(s) from %s: %s",
-                        len(removed), self.rbw, ", ".join(removed))
-        return removed
+            log.warning("removed %d unusable file(s) from %s: %s",
+                        len(names), self.rbw, ", ".join(names))
+        return names
 
     def _load_finalized(self) -> list[str]:
         leftovers: list[str] = []
@@ -180,7 +214,13 @@ class DataStorage:
 
     def report_records(self) -> list[BlockRecord]:
         """Finalized, healthy replicas in block-id order (for full block reports)."""
-        return [r.record for _, r in sorted(self.replicas.items()) if not r.corrupt]
+        return [
+            r.record for _, r in sorted(self.replicas.items()) if r.finalized and not r.corrupt
+        ]
+
+    def rbw_records(self) -> list[BlockRecord]:
+        """Replicas in state rbw, in block-id order (for full block reports)."""
+        return [r.record for _, r in sorted(self.replicas.items()) if not r.finalized]
 
     def claim(self, block_id: int) -> None:
         """Mark ``block_id`` busy (a write or delete is starting); AlreadyExists if it is."""
@@ -205,9 +245,23 @@ class DataStorage:
         checksums; the crash window in between loses only the stale replica."""
         if replaced is not None:
             self._unlink(replaced)
-        dest = Path(layout.finalized_dir(self.finalized, writer.block_id))
+        return writer.finalize(self._finalized_dir(writer.block_id))
+
+    def _finalized_dir(self, block_id: int) -> Path:
+        dest = Path(layout.finalized_dir(self.finalized, block_id))
         self._ensure_dir(dest)
-        return writer.finalize(dest)
+        return dest
+
+    def recover(self, replica: Replica, genstamp: int, length: int) -> Replica:
+        """Block recovery (worker thread; the block is claimed): cut the replica to
+        ``length``, give it ``genstamp`` and finalize it (an rbw replica moves to
+        ``finalized/`` as a finished write does)."""
+        meta_path, meta_bytes = rewrite_for_recovery(replica, genstamp, length)
+        data_path = replica.data_path
+        if not replica.finalized:
+            dest = self._finalized_dir(replica.block_id)
+            data_path, meta_path = move_files(data_path, meta_path, dest)
+        return Replica(replica.block_id, genstamp, length, data_path, meta_path, meta_bytes)
 
     def _ensure_dir(self, dest: Path) -> None:
         # Checked under the lock too: a directory another writer just made is durable

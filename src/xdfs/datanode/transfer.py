@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterable, Callable, Iterator
 from typing import ParamSpec, TypeVar
 
-from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import DataStorage
-from xdfs.errors import CorruptReplica
+from xdfs.errors import CorruptReplica, StorageError
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -50,30 +53,59 @@ class Transfers:
 
 
 async def receive_replica(
-    storage: DataStorage, block_id: int, genstamp: int, chunks: AsyncIterable[bytes | memoryview]
+    storage: DataStorage,
+    block_id: int,
+    genstamp: int,
+    chunks: AsyncIterable[bytes | memoryview],
+    on_kept: Callable[[Replica], None],
 ) -> Replica:
     """Write the stream to rbw/ and finalize it once the stream ended normally.
 
-    The caller has claimed ``block_id``. Any failure before the end (bad chunk CRC, cut
-    connection, cancellation, disk error) deletes the rbw files: a partial replica is
-    never finalized. A finalize that completed is kept even if the caller was cancelled
-    meanwhile (the replica is whole)."""
+    The caller has claimed ``block_id``. A partial replica is never finalized. When the
+    stream breaks (bad chunk CRC, cut connection, cancellation: the writer went away, or a
+    block recovery stopped the write), what was written is kept in state rbw, checksummed
+    and fsynced, put in the map and handed to ``on_kept`` (a block recovery may finalize
+    it); a disk error deletes the rbw files instead. A finalize that completed is kept even
+    if the caller was cancelled meanwhile (the replica is whole)."""
     writer = storage.new_writer(block_id, genstamp)
+    disk_failed = False
     try:
         await in_thread(writer.open)
         async for data in chunks:
             await in_thread(writer.write, data)
         replaced = storage.get(block_id)
         await in_thread(storage.commit, writer, replaced)
+    except StorageError:
+        disk_failed = True
+        raise
     finally:
         # writer.finalized is also set when the caller was cancelled during a finalize
         # that completed (in_thread waited for it).
         if writer.finalized is not None:
             storage.add(writer.finalized)
         else:
-            writer.abort()
+            await _keep_or_abort(storage, writer, disk_failed, on_kept)
     assert writer.finalized is not None
     return writer.finalized
+
+
+async def _keep_or_abort(
+    storage: DataStorage, writer: ReplicaWriter, disk_failed: bool,
+    on_kept: Callable[[Replica], None],
+) -> None:
+    kept = None
+    if writer.is_open and not disk_failed:
+        try:
+            kept = await in_thread(writer.keep)
+        except StorageError as exc:
+            log.error("cannot keep the partial replica of block %d: %s", writer.block_id, exc)
+    if kept is None:
+        writer.abort()
+        return
+    storage.add(kept)
+    log.info("write of block %d broke after %d bytes: kept in rbw for block recovery",
+             kept.block_id, kept.num_bytes)
+    on_kept(kept)
 
 
 class PieceStream:

@@ -17,7 +17,10 @@ changes; outputs are answers and commands that wait in per-node queues for heart
 * while in safe mode nothing is deleted or copied for those reasons (the namespace may not
   have heard from every DataNode yet): the decisions are postponed until it ends;
 * replicas of blocks that leave the namespace are deleted only once the change is durable
-  (``ops_durable``), so a crash cannot leave a file whose replicas were already deleted.
+  (``ops_durable``), so a crash cannot leave a file whose replicas were already deleted;
+* replicas in state rbw (a write broke) are only recorded, for block recovery
+  (:mod:`~xdfs.namenode.block_recovery`), which closes abandoned files with the length
+  their replicas agree on; once the block is complete they are deleted (replication.py).
 
 Pure: time and randomness are injected, nothing here does I/O or logs (drivers do).
 """
@@ -32,8 +35,16 @@ from xdfs.common import tokens
 from xdfs.config import NameNodeConfig
 from xdfs.errors import InternalError, InvalidArgument
 from xdfs.namenode import placement
+from xdfs.namenode.block_recovery import (
+    Attempt,
+    BlockRecoveries,
+    CloseNow,
+    RecoverBlock,
+    plan_lease_recovery,
+    recovery_holders,
+)
 from xdfs.namenode.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
-from xdfs.namenode.datanodes import DataNode, DataNodeManager
+from xdfs.namenode.datanodes import DataNode, DataNodeManager, RecoveryWork
 from xdfs.namenode.namespace import Namespace
 from xdfs.namenode.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
 from xdfs.namenode.replication import (
@@ -44,7 +55,7 @@ from xdfs.namenode.replication import (
 )
 from xdfs.namenode.safemode import SafeMode
 from xdfs.protocol.blocks import BlockRecord
-from xdfs.protocol.datanode import ReplicateTask, StorageReport
+from xdfs.protocol.datanode import RecoverBlockTask, ReplicateTask, StorageReport
 
 #: A block report batch may be this many times the configured batch size before it is
 #: refused (DataNodes of another configuration are tolerated, runaway ones are not).
@@ -57,6 +68,7 @@ class Commands(NamedTuple):
     replicate: list[ReplicateTask]
     delete: list[int]
     send_full_report: bool
+    recover: list[RecoverBlockTask] = []
 
 
 class BlockManager:
@@ -86,6 +98,11 @@ class BlockManager:
         self._liveness_checked_s: float | None = None
         # Dead node id -> its replicas found corrupt, to delete when it registers again.
         self._bad_on_dead: dict[str, set[int]] = {}
+        #: Block recoveries under way (lease recovery of files whose writer went away).
+        self.recoveries = BlockRecoveries(config.block_recovery_timeout_s)
+        # The last block of each open file -> the nodes it was sent to (HDFS's expected
+        # locations): a recovery asks them even before they report the replica.
+        self._expected: dict[int, set[str]] = {}
 
     # --- DataNode protocol ---------------------------------------------------------------
 
@@ -100,18 +117,22 @@ class BlockManager:
 
     def block_report(
         self, node_id: str, report_id: int, batch_index: int, batch_count: int,
-        blocks: Sequence[BlockRecord],
+        blocks: Sequence[BlockRecord], rbw: Sequence[BlockRecord] = (),
     ) -> bool:
-        """Process one batch; True when it completed a full report."""
+        """Process one batch (finalized replicas and replicas in state rbw); True when it
+        completed a full report."""
         node = self.datanodes.get_live(node_id)
         batch_max = REPORT_BATCH_SLACK * self.config.block_report_batch_max
-        if len(blocks) > batch_max:
-            raise InvalidArgument(f"block report batch of {len(blocks)} entries (max {batch_max})")
-        seen = self.reports.add_batch(
-            node_id, report_id, batch_index, batch_count, (b.block_id for b in blocks)
-        )
+        if len(blocks) + len(rbw) > batch_max:
+            raise InvalidArgument(
+                f"block report batch of {len(blocks) + len(rbw)} entries (max {batch_max})"
+            )
+        ids = [b.block_id for b in blocks] + [b.block_id for b in rbw]
+        seen = self.reports.add_batch(node_id, report_id, batch_index, batch_count, ids)
         for record in blocks:
             self._reported(node, record)
+        for record in rbw:
+            self._reported_rbw(node, record)
         if seen is None:
             return False
         node.future &= seen
@@ -121,19 +142,28 @@ class BlockManager:
                 # DataNodes leave replicas they found corrupt out of their reports, but
                 # keep the files until told: tell them
                 node.deletions[block_id] = None
+        for block_id in self.map.node_rbw_blocks(node_id) - seen:
+            self.map.remove_rbw(block_id, node_id)
+        node.deleting.clear()  # what it still holds, it just said
         node.full_reports += 1
         return True
 
     def incremental_report(
-        self, node_id: str, received: Iterable[BlockRecord], deleted: Iterable[int]
+        self, node_id: str, received: Iterable[BlockRecord], deleted: Iterable[int],
+        rbw: Iterable[BlockRecord] = (),
     ) -> None:
         node = self.datanodes.get_live(node_id)
         for record in received:
             self.reports.note_received(node_id, record.block_id)
             self._reported(node, record)
+        for record in rbw:
+            self.reports.note_received(node_id, record.block_id)
+            self._reported_rbw(node, record)
         for block_id in deleted:
             self.reports.note_deleted(node_id, block_id)
             node.future.discard(block_id)
+            node.deleting.discard(block_id)
+            self.map.remove_rbw(block_id, node_id)
             self._lost(block_id, node_id)
 
     def heartbeat(self, node_id: str, storage: StorageReport, transfers: int) -> Commands:
@@ -144,7 +174,9 @@ class BlockManager:
             task = self._replicate_task(item.block_id, item.targets)
             if task is not None:
                 replicate.append(task)
-        return Commands(replicate, deletions, self._full_report_overdue(node))
+        recover = [task for task in map(self._recover_task, node.recover) if task is not None]
+        node.recover.clear()
+        return Commands(replicate, deletions, self._full_report_overdue(node), recover)
 
     def _full_report_overdue(self, node: DataNode) -> bool:
         """A node registered a while ago has not sent (or finished) a full report since:
@@ -230,15 +262,67 @@ class BlockManager:
             and not r.flags & REPORTED_BAD
         )
 
-    def recovered_length(self, block: BlockRecord) -> int | None:
-        """Length for the last block of a file closed by lease recovery: the shortest
-        reported replica (every replica holds at least that much); None when none exists."""
-        lengths = [
-            r.num_bytes
-            for r in self.map.replicas(block.block_id)
-            if r.genstamp == block.genstamp and not r.flags & REPORTED_BAD
-        ]
-        return min(lengths) if lengths else None
+    # --- lease and block recovery (decisions in block_recovery.py) -----------------------
+
+    def expect(self, block_id: int, node_ids: Iterable[str]) -> None:
+        """The last block of an open file was sent to these nodes (add_block, or a
+        replacement target): a recovery asks them even if they never report it."""
+        self._expected.setdefault(block_id, set()).update(node_ids)
+
+    def plan_lease_recovery(self, blocks: Sequence[BlockRecord]) -> CloseNow | RecoverBlock:
+        """How to close an open file with these blocks (see block_recovery.py)."""
+        if not blocks:
+            return CloseNow(())
+        return plan_lease_recovery(blocks, *self._live_replicas(blocks[-1].block_id))
+
+    def _live_replicas(
+        self, block_id: int
+    ) -> tuple[list[Replica], list[Replica], list[str]]:
+        """The block's finalized and rbw replicas on live nodes, and its live expected
+        holders (for recovery decisions)."""
+        live = {node.node_id for node in self.datanodes.live_nodes()}
+        return (
+            [r for r in self.map.replicas(block_id) if r.node_id in live],
+            [r for r in self.map.rbw_replicas(block_id) if r.node_id in live],
+            sorted(live & self._expected.get(block_id, set())),
+        )
+
+    def begin_recovery(self, plan: RecoverBlock, genstamp: int) -> Attempt:
+        """A new attempt at recovering ``plan.block`` with ``genstamp`` (logged by the
+        caller, who then calls :meth:`dispatch_recovery` once the log is durable)."""
+        heartbeats = {
+            node_id: node.last_heartbeat_s
+            for node_id in plan.holders
+            if (node := self.datanodes.get(node_id)) is not None
+        }
+        primary = self.recoveries.choose_primary(plan.block.block_id, plan.holders, heartbeats)
+        return self.recoveries.begin(plan.block.block_id, genstamp, primary, self.clock())
+
+    def dispatch_recovery(self, attempt: Attempt) -> bool:
+        """Queue the attempt's command for its primary's next heartbeat (False: the attempt
+        was superseded, or its primary is gone: the next lease check starts another)."""
+        node = self.datanodes.get(attempt.primary)
+        if self.recoveries.current(attempt.block_id) is not attempt or node is None:
+            return False
+        if not node.live:
+            self.recoveries.node_dead(node.node_id)
+            return False
+        node.recover.append(RecoveryWork(attempt.block_id, attempt.genstamp))
+        return True
+
+    def recovery_due(self, block_id: int) -> bool:
+        """True unless an attempt at recovering ``block_id`` may still commit."""
+        return self.recoveries.active(block_id, self.clock()) is None
+
+    def _recover_task(self, work: RecoveryWork) -> RecoverBlockTask | None:
+        attempt = self.recoveries.current(work.block_id)
+        state = block_state(self.ns, work.block_id)
+        if attempt is None or attempt.genstamp != work.recovery_genstamp or state is None:
+            return None  # superseded or finished since it was queued
+        holders = recovery_holders(state.record, *self._live_replicas(work.block_id))
+        token = self.block_token(self.ns.superuser, work.block_id, "w")
+        targets = [self.address(node_id) for node_id in holders]
+        return RecoverBlockTask(state.record, attempt.genstamp, targets, token)
 
     def report_bad_replica(self, block_id: int, address: str) -> bool:
         """A reader found a checksum error; ignored unless that node holds the replica."""
@@ -288,8 +372,14 @@ class BlockManager:
         look again at ``affected`` ones (committed lengths, replication changed)."""
         for block_id in dropped:
             self._leaving.discard(block_id)
+            self._expected.pop(block_id, None)
+            self.recoveries.finish(block_id)
             self.replication.forget_block(block_id)
         for block_id in affected:
+            state = block_state(self.ns, block_id)
+            if state is not None and state.complete:  # written: no recovery wants it now
+                self._expected.pop(block_id, None)
+                self.recoveries.finish(block_id)
             self._reevaluate(block_id)
 
     # --- replication monitor -------------------------------------------------------------
@@ -339,6 +429,19 @@ class BlockManager:
             callback()
         self.replication.check(block_id)
 
+    def _reported_rbw(self, node: DataNode, record: BlockRecord) -> None:
+        """A replica in state rbw: kept for block recovery, deleted as an orphan or (by the
+        replication monitor) once its block is complete."""
+        block_id = record.block_id
+        if block_id in node.deletions:
+            return
+        if block_state(self.ns, block_id) is None and block_id not in self._leaving:
+            self.replication.orphan(node, block_id)
+            return
+        self._lost(block_id, node.node_id)  # it held a finalized replica: no longer
+        self.map.put_rbw(block_id, node.node_id, record.num_bytes, record.genstamp)
+        self.replication.check(block_id)
+
     def _lost(self, block_id: int, node_id: str) -> Replica | None:
         replica = self.map.remove(block_id, node_id)
         if replica is not None:
@@ -368,6 +471,7 @@ class BlockManager:
         if bad:
             self._bad_on_dead.setdefault(node.node_id, set()).update(bad)
         self.datanodes.mark_dead(node)
+        self.recoveries.node_dead(node.node_id)
         self.reports.forget(node.node_id)
         self.replication.node_dead(node, self.map.drop_node(node.node_id))
 

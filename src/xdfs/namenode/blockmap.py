@@ -7,6 +7,11 @@ map keeps two counts up to date on every change, so safe mode and reports never 
 how many blocks have at least ``min_replication`` good replicas, and which blocks have a
 corrupt replica.
 
+Replicas in state *rbw* (being written, or kept by a DataNode after the writer's stream
+broke) are kept apart: they are never good copies of a block, only what a block recovery
+works with, or leftovers to delete once the block is complete. A node holds one replica of
+a block, in one of the two states.
+
 :class:`FullReports` assembles a node's full block report from its batches: the replicas
 a node no longer has can only be known once every batch of one report has arrived.
 """
@@ -50,6 +55,9 @@ class BlockMap:
         self.safe_blocks = 0
         #: Block -> number of its corrupt replicas (only blocks that have one).
         self._corrupt: dict[int, int] = {}
+        # Replicas in state rbw (flags always 0), indexed the same way.
+        self._rbw: dict[int, list[Replica]] = {}
+        self._rbw_by_node: dict[str, set[int]] = {}
 
     # --- queries -------------------------------------------------------------------------
 
@@ -67,8 +75,16 @@ class BlockMap:
         return sum(1 for r in self._replicas.get(block_id, ()) if not r.flags)
 
     def node_blocks(self, node_id: str) -> set[int]:
-        """A copy of the block ids ``node_id`` holds."""
+        """A copy of the block ids ``node_id`` holds (finalized)."""
         return set(self._by_node.get(node_id, ()))
+
+    def rbw_replicas(self, block_id: int) -> Sequence[Replica]:
+        """The block's replicas in state rbw (read-only)."""
+        return self._rbw.get(block_id, ())
+
+    def node_rbw_blocks(self, node_id: str) -> set[int]:
+        """A copy of the block ids ``node_id`` holds in state rbw."""
+        return set(self._rbw_by_node.get(node_id, ()))
 
     def node_block_count(self, node_id: str) -> int:
         return len(self._by_node.get(node_id, ()))
@@ -97,6 +113,7 @@ class BlockMap:
             replicas.append(Replica(node_id, num_bytes, genstamp, flags))
             self._by_node.setdefault(node_id, set()).add(block_id)
         self._changed(block_id, before)
+        self.remove_rbw(block_id, node_id)  # one replica per node: it is finalized now
 
     def set_flags(self, block_id: int, node_id: str, flags: int) -> bool:
         """Change one replica's flags; False when the node holds no replica of the block."""
@@ -109,33 +126,40 @@ class BlockMap:
         return True
 
     def remove(self, block_id: int, node_id: str) -> Replica | None:
-        replicas = self._replicas.get(block_id)
-        if not replicas:
-            return None
+        """Forget ``node_id``'s finalized replica of the block (None: it had none)."""
         before = self._summary(block_id)
-        for index, replica in enumerate(replicas):
-            if replica.node_id == node_id:
-                del replicas[index]
-                break
-        else:
-            return None
-        self._forget_on_node(node_id, block_id)
-        if not replicas:
-            del self._replicas[block_id]
-        self._changed(block_id, before)
+        replica = _take(self._replicas, self._by_node, block_id, node_id)
+        if replica is not None:
+            self._changed(block_id, before)
         return replica
 
+    def put_rbw(self, block_id: int, node_id: str, num_bytes: int, genstamp: int) -> None:
+        """Record ``node_id``'s replica in state rbw (the caller removed any finalized one)."""
+        _take(self._rbw, self._rbw_by_node, block_id, node_id)
+        self._rbw.setdefault(block_id, []).append(Replica(node_id, num_bytes, genstamp, 0))
+        self._rbw_by_node.setdefault(node_id, set()).add(block_id)
+
+    def remove_rbw(self, block_id: int, node_id: str) -> Replica | None:
+        return _take(self._rbw, self._rbw_by_node, block_id, node_id)
+
     def drop_block(self, block_id: int) -> list[Replica]:
-        """Forget the block (it left the namespace); returns the replicas it had."""
+        """Forget the block (it left the namespace); returns the replicas it had, rbw ones
+        included."""
         before = self._summary(block_id)
         replicas = self._replicas.pop(block_id, [])
         for replica in replicas:
-            self._forget_on_node(replica.node_id, block_id)
+            _forget_on_node(self._by_node, replica.node_id, block_id)
         self._changed(block_id, before)
-        return replicas
+        rbw = self._rbw.pop(block_id, [])
+        for replica in rbw:
+            _forget_on_node(self._rbw_by_node, replica.node_id, block_id)
+        return replicas + rbw
 
     def drop_node(self, node_id: str) -> list[int]:
-        """Forget every replica of ``node_id``; returns the blocks that lost one."""
+        """Forget every replica of ``node_id``; returns the blocks that lost a finalized
+        one."""
+        for block_id in list(self._rbw_by_node.get(node_id, ())):
+            self.remove_rbw(block_id, node_id)
         block_ids = list(self._by_node.get(node_id, ()))
         for block_id in block_ids:
             self.remove(block_id, node_id)
@@ -143,13 +167,6 @@ class BlockMap:
         return block_ids
 
     # --- bookkeeping ---------------------------------------------------------------------
-
-    def _forget_on_node(self, node_id: str, block_id: int) -> None:
-        held = self._by_node.get(node_id)
-        if held is not None:
-            held.discard(block_id)
-            if not held:
-                del self._by_node[node_id]
 
     def _summary(self, block_id: int) -> tuple[bool, int]:
         replicas = self._replicas.get(block_id, ())
@@ -165,6 +182,34 @@ class BlockMap:
         else:
             self._corrupt.pop(block_id, None)
         assert self.safe_blocks >= 0
+
+
+def _take(
+    replicas_of: dict[int, list[Replica]], by_node: dict[str, set[int]], block_id: int,
+    node_id: str,
+) -> Replica | None:
+    """Remove ``node_id``'s replica of ``block_id`` from one of the map's two indexes."""
+    replicas = replicas_of.get(block_id)
+    if not replicas:
+        return None
+    for index, replica in enumerate(replicas):
+        if replica.node_id == node_id:
+            del replicas[index]
+            break
+    else:
+        return None
+    _forget_on_node(by_node, node_id, block_id)
+    if not replicas:
+        del replicas_of[block_id]
+    return replica
+
+
+def _forget_on_node(by_node: dict[str, set[int]], node_id: str, block_id: int) -> None:
+    held = by_node.get(node_id)
+    if held is not None:
+        held.discard(block_id)
+        if not held:
+            del by_node[node_id]
 
 
 @dataclass

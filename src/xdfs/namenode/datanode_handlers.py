@@ -2,8 +2,9 @@
 
 DataNodes authenticate as ``dn/<node id>`` with the cluster's DataNode secret (a superuser
 may call this service too; no other user can).
-Every handler is a plain function: it runs inline on the event loop and calls the block
-manager's pure core, with nothing to wait for. The NameNode answers with commands only
+Every handler but ``commit_block_synchronization`` (which logs the file's close and waits
+for it to be durable) is a plain function: it runs inline on the event loop and calls the
+block manager's pure core, with nothing to wait for. The NameNode answers with commands only
 (replicate, delete, fresh block keys, a full report wanted); an unknown or dead node gets
 UnknownDataNode and registers and reports again.
 """
@@ -57,7 +58,7 @@ class DataNodeHandlers:
     def block_report(self, ctx: CallContext, req: d.BlockReportRequest) -> Empty:
         self._datanode(ctx)
         done = self.blocks.block_report(
-            req.node_id, req.report_id, req.batch_index, req.batch_count, req.blocks
+            req.node_id, req.report_id, req.batch_index, req.batch_count, req.blocks, req.rbw
         )
         if done:
             log.info(
@@ -83,13 +84,28 @@ class DataNodeHandlers:
             block_keys=self.blocks.block_keys(),
             send_full_report=commands.send_full_report,
             epoch=self.fs.ns.epoch,
+            recover=commands.recover,
         )
 
     def incremental_report(self, ctx: CallContext, req: d.IncrementalReportRequest) -> Empty:
         self._datanode(ctx)
-        self.blocks.incremental_report(req.node_id, req.received, req.deleted)
+        self.blocks.incremental_report(req.node_id, req.received, req.deleted, req.rbw)
         if self.fs.safe_mode.startup:
             self.update_safe_mode()
+        return Empty()
+
+    async def commit_block_synchronization(
+        self, ctx: CallContext, req: d.CommitBlockSyncRequest
+    ) -> Empty:
+        self._datanode(ctx)
+        await self.fs.commit_block_synchronization(
+            req.block, req.recovery_genstamp, req.length, req.delete_block
+        )
+        log.info(
+            "block recovery of block %d committed: genstamp %d, length %d%s (replicas on %s)",
+            req.block.block_id, req.recovery_genstamp, req.length,
+            ", block dropped" if req.delete_block else "", ", ".join(req.nodes) or "none",
+        )
         return Empty()
 
     def update_safe_mode(self) -> None:

@@ -30,6 +30,14 @@ class ReplicationWork(NamedTuple):
     targets: tuple[str, ...]
 
 
+class RecoveryWork(NamedTuple):
+    """A block recovery the node must coordinate as its primary (see block_recovery.py);
+    turned into a RecoverBlockTask when the heartbeat reply is built."""
+
+    block_id: int
+    recovery_genstamp: int
+
+
 @dataclass(eq=False)
 class DataNode:
     node_id: str
@@ -45,6 +53,10 @@ class DataNode:
     #: Commands for the next heartbeats (deletions are an ordered set of block ids).
     replicate: deque[ReplicationWork] = field(default_factory=deque)
     deletions: dict[int, None] = field(default_factory=dict)
+    #: Deletions sent and not yet confirmed by a report: the node is no target for those
+    #: blocks until it says the old replica is gone (delete-then-recopy relies on it).
+    deleting: set[int] = field(default_factory=set)
+    recover: list[RecoveryWork] = field(default_factory=list)
     full_reports: int = 0  # full reports completed since the node (re)registered
     #: Replicas of blocks "from the future" (an id or genstamp this namespace never
     #: allocated: a newer NameNode did): kept on the node, never deleted, only reported.
@@ -89,6 +101,7 @@ class DataNodeManager:
             node.address, node.storage = address, storage
             node.registered_s = node.last_heartbeat_s = now_s
             node.live = True
+            node.deleting.clear()  # the full report that follows is the truth
             node.full_reports = 0
             node.report_requested_s = now_s
         self._live_by_address[address] = node
@@ -135,6 +148,8 @@ class DataNodeManager:
         node.replicate.clear()
         node.deletions.clear()
         node.future.clear()
+        node.deleting.clear()
+        node.recover.clear()
         node.replication_load = 0
         node.transfers_in_progress = 0
 
@@ -166,6 +181,7 @@ class DataNodeManager:
             deletions.append(block_id)
         for block_id in deletions:
             del node.deletions[block_id]
+        node.deleting.update(deletions)
         return work, deletions
 
 

@@ -104,6 +104,11 @@ class ClientHandlers:
         self.fs.renew_lease(caller(ctx, self.fs), req.client)
         return Empty()
 
+    async def recover_lease(
+        self, ctx: CallContext, req: p.RecoverLeaseRequest
+    ) -> p.RecoverLeaseResponse:
+        return p.RecoverLeaseResponse(await self.fs.recover_lease(caller(ctx, self.fs), req.path))
+
     def block_locations(self, ctx: CallContext, req: p.BlockLocationsRequest) -> p.LocatedBlocks:
         return self.fs.block_locations(caller(ctx, self.fs), req.path, req.offset, req.length)
 

@@ -3,7 +3,8 @@
 The namespace records each file under construction with its holder; this table only
 tracks when each holder last showed signs of life (create, add_block, renew_lease ...).
 A holder silent past the soft limit may be overtaken by another writer; past the hard
-limit the NameNode recovers its files itself (closes them with the blocks they have).
+limit the NameNode recovers its files itself (closes them with what their DataNodes agree
+on: ``block_recovery.py``).
 Keyed by holder, not path, so renames of open files need no bookkeeping here.
 
 A holder (a client name) belongs to the user who first created a file with it: no other

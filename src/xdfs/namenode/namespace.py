@@ -365,7 +365,10 @@ class Namespace:
         node = self._file_under_construction(op.path)
         if not op.client:
             raise InvalidArgument("a lease needs a client name")
+        if op.recovery_genstamp < 0:
+            raise InvalidArgument(f"negative recovery genstamp {op.recovery_genstamp}")
         self._uc[node] = op.client
+        self.next_genstamp = max(self.next_genstamp, op.recovery_genstamp + 1)
         return ()
 
     @_handles(AddUserOp)

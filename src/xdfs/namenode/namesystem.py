@@ -39,6 +39,7 @@ from xdfs.errors import (
     NotFound,
 )
 from xdfs.namenode import paths, trash
+from xdfs.namenode.block_recovery import RECOVERY_HOLDER, Attempt, CloseNow
 from xdfs.namenode.blockmanager import BlockManager
 from xdfs.namenode.leases import LeaseManager
 from xdfs.namenode.namespace import Namespace
@@ -49,6 +50,7 @@ from xdfs.namenode.ops import (
     DeleteOp,
     MkdirOp,
     Op,
+    ReassignLeaseOp,
     RenameOp,
     SetOwnerOp,
     SetPermissionOp,
@@ -195,7 +197,7 @@ class Namesystem:
         if status.is_dir:
             raise IsADirectory(f"{path} is a directory")
         holder = self.ns.lease_holder(path)
-        if holder != client:
+        if holder != client or client == RECOVERY_HOLDER:
             raise LeaseError(
                 f"{path} is not open for writing by {client}"
                 + (f" ({self._holder_text(user, holder)} holds its lease)" if holder
@@ -324,6 +326,10 @@ class Namesystem:
                 f"block size {block_size} below {self.config.block_size_min_bytes}"
             )
 
+        if client == RECOVERY_HOLDER:
+            raise InvalidArgument(f"client name {client} is reserved for lease recovery")
+        await self._recover_if_abandoned(user, client, path, overwrite)
+
         def plan() -> list[Op]:
             self.ns.check_access(user, path)  # traverse first, as mkdirs
             if self.ns.exists(path):
@@ -372,6 +378,8 @@ class Namesystem:
                 user, path, access=W, parent_access=W | X, parent_owner_sticky=True
             )
         holder = self.ns.lease_holder(path)
+        if holder == RECOVERY_HOLDER:
+            raise LeaseError(f"{path}: lease recovery is in progress; try again later")
         if (
             holder
             and holder != client
@@ -409,6 +417,7 @@ class Namesystem:
             chosen = self.blocks.choose_targets(status.replication, excluded, status.block_size)
             targets = [node.address for node in chosen]
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
+            self.blocks.expect(block.block_id, (node.node_id for node in chosen))
             ops.append(AddBlockOp(path, block))
             return ops
 
@@ -441,6 +450,8 @@ class Namesystem:
         else:
             raise InvalidArgument(f"block {block.block_id} is not a block of {path}")
         chosen = self.blocks.choose_targets(1, [*existing, *excluded], status.block_size)
+        if block.block_id == self.ns.get_blocks(path)[-1].block_id:
+            self.blocks.expect(block.block_id, (node.node_id for node in chosen))
         return LocatedBlock(
             record, offset, [node.address for node in chosen],
             self.blocks.block_token(user, block.block_id, "w"),
@@ -645,31 +656,129 @@ class Namesystem:
 
     # -- leases -------------------------------------------------------------------------
 
-    def expired_leases(self) -> list[tuple[str, str]]:
-        """(path, holder) of the open files whose writer went silent past the hard limit."""
+    def due_lease_recoveries(self) -> list[str]:
+        """The open files whose lease is due for recovery: their writer went silent past the
+        hard limit, or their block recovery's attempt is due again (its primary died or did
+        not commit in time, or the NameNode restarted meanwhile)."""
         open_files = self.ns.files_under_construction()
         self.leases.drop_idle({holder for _p, holder in open_files})
-        return self.leases.expired(open_files, self.clock(), self.config.lease_hard_limit_s)
+        now_s = self.clock()
+        return [path for path, holder in open_files if self._lease_due(path, holder, now_s)]
 
-    def lease_recovery_ops(self, path: str, holder: str) -> list[Op]:
-        """Close one abandoned file (keeping its blocks), if ``holder`` still holds it and
-        is still silent. One file per mutation: a file that cannot be closed (a path the
-        limits refuse, say) must not hold up the others."""
-        if self.ns.lease_holder(path) != holder or not self.leases.is_expired(
-            holder, self.clock(), self.config.lease_hard_limit_s
-        ):
-            return []
-        now = self.now_ms()
-        return [CloseFileOp(path, now, now, self._recovered_blocks(path))]
+    def _lease_due(self, path: str, holder: str, now_s: float) -> bool:
+        if holder == RECOVERY_HOLDER:
+            return self._recovery_due(path)
+        return self.leases.is_expired(holder, now_s, self.config.lease_hard_limit_s)
 
-    def _recovered_blocks(self, path: str) -> tuple[BlockRecord, ...]:
-        """The blocks an abandoned file keeps: its last block (being written) takes the
-        length every reported replica has, and is dropped when none was reported."""
-        blocks = list(self.ns.get_blocks(path))
-        if blocks:
-            length = self.blocks.recovered_length(blocks[-1])
-            if length is None:
+    async def recover_abandoned(self, path: str) -> None:
+        """Recover one file for the lease monitor, if it is still due. One file at a time: a
+        file that cannot be closed (a path the limits refuse, say) must not hold up the
+        others."""
+        holder = self.ns.lease_holder(path) if self.ns.exists(path) else ""
+        if holder and self._lease_due(path, holder, self.clock()):
+            await self._recover([path])
+
+    def _recovery_due(self, path: str) -> bool:
+        blocks = self.ns.get_blocks(path)
+        return not blocks or self.blocks.recovery_due(blocks[-1].block_id)
+
+    async def recover_lease(self, user: str, path: str) -> bool:
+        """HDFS's recoverLease: start recovering an open file's lease now, whoever holds
+        it; True when the file is closed (already, or by this call)."""
+        path = paths.normalize(path)
+        self._check_writer(user, path)
+        if self.ns.stat(path).is_dir:
+            raise IsADirectory(f"{path} is a directory")
+        if not self.ns.lease_holder(path):
+            return True
+        if self.ns.lease_holder(path) == RECOVERY_HOLDER and not self._recovery_due(path):
+            return False  # an attempt is under way
+        return path in await self._recover([path])
+
+    async def _recover_if_abandoned(
+        self, user: str, client: str, path: str, overwrite: bool
+    ) -> None:
+        """``create`` without overwrite of a file whose writer is past the soft limit
+        starts its lease recovery (HDFS), then fails: the file exists."""
+        holder = self.ns.lease_holder(path) if self.ns.exists(path) else ""
+        if overwrite or not holder or holder in (client, RECOVERY_HOLDER):
+            return
+        if not self.leases.is_expired(holder, self.clock(), self.config.lease_soft_limit_s):
+            return
+        self.ns.check_access(user, path, ancestor_access=W | X)
+        closed = await self._recover([path])
+        raise AlreadyExists(
+            f"{path} already exists" + ("" if closed else
+            f" (its writer {holder} went silent: lease recovery started, try again later)")
+        )
+
+    async def _recover(self, candidates: list[str]) -> set[str]:
+        """Recover the leases of these open files (see block_recovery.py); returns the
+        paths closed at once. Block recoveries start once their stamps are durable."""
+        closed: set[str] = set()
+        attempts: list[Attempt] = []
+
+        def plan() -> list[Op]:
+            ops: list[Op] = []
+            now = self.now_ms()
+            for path in candidates:
+                if not self.ns.exists(path) or not self.ns.lease_holder(path):
+                    continue  # deleted or closed meanwhile
+                decision = self.blocks.plan_lease_recovery(self.ns.get_blocks(path))
+                if isinstance(decision, CloseNow):
+                    ops.append(CloseFileOp(path, now, now, decision.blocks))
+                    closed.add(path)
+                    continue
+                genstamp = self.ns.allocate_genstamp()
+                attempts.append(self.blocks.begin_recovery(decision, genstamp))
+                ops.append(ReassignLeaseOp(path, RECOVERY_HOLDER, genstamp))
+            return ops
+
+        await self.mutate("recover leases", plan, lambda: None)
+        for attempt in attempts:
+            self.blocks.dispatch_recovery(attempt)
+        return closed
+
+    async def commit_block_synchronization(
+        self, block: BlockRecord, recovery_genstamp: int, length: int, delete_block: bool
+    ) -> None:
+        """The primary of a block recovery agreed ``length`` with the holders and finalized
+        their replicas with ``recovery_genstamp``: close the file (durably) with it."""
+        if length < 0:
+            raise InvalidArgument(f"negative length {length}")
+        recovered = BlockRecord(block.block_id, recovery_genstamp, length)
+
+        def plan() -> list[Op]:
+            node = self.ns.block_file(block.block_id)
+            if node is not None and not self.ns.is_open(node) and recovered in node.blocks:
+                return []  # committed already: a retried call
+            path = self._path_under_recovery(block.block_id, recovery_genstamp)
+            blocks = list(self.ns.get_blocks(path))
+            if delete_block:
                 blocks.pop()
             else:
-                blocks[-1] = BlockRecord(blocks[-1].block_id, blocks[-1].genstamp, length)
-        return tuple(blocks)
+                blocks[-1] = recovered
+            now = self.now_ms()
+            return [CloseFileOp(path, now, now, tuple(blocks))]
+
+        await self.mutate("commit block synchronization", plan, lambda: None)
+        self.blocks.recoveries.finish(block.block_id)
+
+    def _path_under_recovery(self, block_id: int, recovery_genstamp: int) -> str:
+        """The open file whose last block the recovery with this genstamp works on;
+        InvalidArgument when that recovery is not the one under way."""
+        node = self.ns.block_file(block_id)
+        attempt = self.blocks.recoveries.current(block_id)
+        path = self.ns.path_of(node) if node is not None else ""
+        if (
+            node is None
+            or attempt is None
+            or attempt.genstamp != recovery_genstamp
+            or node.blocks[-1].block_id != block_id
+            or self.ns.lease_holder(path) != RECOVERY_HOLDER
+        ):
+            raise InvalidArgument(
+                f"block {block_id}: no block recovery with genstamp {recovery_genstamp} "
+                "is under way (superseded, or the file is gone)"
+            )
+        return path

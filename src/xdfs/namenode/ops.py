@@ -143,12 +143,16 @@ class SetTimesOp(Op):
 
 
 class ReassignLeaseOp(Op):
-    """Lease recovery: the file under construction now belongs to ``client``."""
+    """Lease recovery: the file under construction now belongs to ``client``. A block
+    recovery logs the generation stamp it gives the last block (HDFS's set_genstamp): the
+    namespace never hands that stamp out again, even if the NameNode restarts before the
+    recovery commits."""
 
     OPCODE = 12
     NAME = "reassign_lease"
     path: str
     client: str
+    recovery_genstamp: int = 0  # 0: no block recovery
 
 
 # --- security ----------------------------------------------------------------------------

@@ -5,7 +5,16 @@ replica added, lost or found corrupt, its node dead, its file's replication chan
 file completed) and files the block: *needed* (fewer live good replicas than expected,
 counting copies already asked), *missing* (no live good replica: nothing to copy from), or
 neither. The same call trims: excess replicas go from the fullest nodes, corrupt ones once
-enough good ones exist (before that they are kept: a reader may still need one).
+enough good ones exist (before that they are kept: a reader may still need one). Replicas
+with a generation stamp older than the block's (left behind by a block recovery) are
+*stale* and go as soon as ``min_replication`` good ones exist (HDFS), and so do replicas in
+state rbw of a complete block (a target that failed mid-write, a holder that took no part
+in a recovery).
+
+When a block lacks replicas and no node without one can take a copy, but a live node holds
+a corrupt replica of it, that replica is deleted first and the copy made to the same node
+once its deletion is reported (MooseFS's repair in place). A good replica is never deleted
+for this, and a block whose replicas are all corrupt keeps them all.
 
 :meth:`ReplicationMonitor.tick` (a duty every ``replication_check_interval_s``) expires
 copies whose target never reported, then asks sources to copy queued blocks: a live node
@@ -113,6 +122,8 @@ class ReplicationMonitor:
         if state is None or not state.complete:
             self._unqueue(block_id)
             return
+        if not self.safe_mode.on:
+            self._drop_leftovers(block_id, state)
         replicas = self.map.replicas(block_id)
         good = [r for r in replicas if not r.flags]
         live, expected = len(good), state.file.replication
@@ -135,6 +146,21 @@ class ReplicationMonitor:
         for replica in fullest_first[: live - expected]:
             self.invalidate(block_id, replica.node_id)
 
+    def _drop_leftovers(self, block_id: int, state: BlockState) -> None:
+        """Once a complete block has min_replication good replicas, delete what a write or
+        a recovery left behind of it: stale replicas, and every replica in state rbw (at
+        best a prefix of a good replica; left in place, it would also keep its node from
+        taking a good copy)."""
+        if self.map.good_count(block_id) < self.config.min_replication:
+            return
+        committed = state.record.genstamp
+        for replica in list(self.map.replicas(block_id)):
+            if replica.flags & BAD_GENSTAMP and replica.genstamp < committed:
+                self.invalidate(block_id, replica.node_id)
+        for replica in list(self.map.rbw_replicas(block_id)):
+            self.map.remove_rbw(block_id, replica.node_id)
+            self._queue_deletion(block_id, replica.node_id)
+
     def orphan(self, node: DataNode, block_id: int) -> None:
         """``node`` reported a replica of a block no file holds."""
         if self.safe_mode.on:
@@ -150,6 +176,9 @@ class ReplicationMonitor:
     def invalidate(self, block_id: int, node_id: str) -> None:
         """Remove a replica from the map now and queue its deletion on the node."""
         self.map.remove(block_id, node_id)
+        self._queue_deletion(block_id, node_id)
+
+    def _queue_deletion(self, block_id: int, node_id: str) -> None:
         node = self.datanodes.get(node_id)
         if node is not None and node.live:
             node.deletions[block_id] = None
@@ -160,9 +189,7 @@ class ReplicationMonitor:
         for task in self.pending.drop_block(block_id):
             self._release(task)
         for replica in self.map.drop_block(block_id):
-            node = self.datanodes.get(replica.node_id)
-            if node is not None and node.live:
-                node.deletions[block_id] = None
+            self._queue_deletion(block_id, replica.node_id)
 
     def node_dead(self, node: DataNode, lost_blocks: list[int]) -> None:
         """``node`` died and its replicas of ``lost_blocks`` were dropped from the map."""
@@ -212,17 +239,18 @@ class ReplicationMonitor:
             return 0
         source = min(sources, key=lambda node: (node.replication_load, self.rng.random()))
         holders = {r.node_id for r in replicas} | set(self.pending.targets(block_id))
+        holders.update(r.node_id for r in self.map.rbw_replicas(block_id))
         # a node still to delete its old replica of this block must not receive it again
-        holders.update(n.node_id for n in self.datanodes.live_nodes() if block_id in n.deletions)
-        targets: list[DataNode] = []
-        with contextlib.suppress(NotEnoughReplicas):  # no room now: the block waits
-            targets = placement.choose_targets(
-                self.datanodes.live_nodes(),
-                min(need, streams - source.replication_load),  # each target is a stream
-                excluded=holders, block_size_bytes=state.record.num_bytes,
-                replication_load_max=streams, rng=self.rng,
-            )
+        # before it says the old one is gone
+        holders.update(
+            n.node_id
+            for n in self.datanodes.live_nodes()
+            if block_id in n.deletions or block_id in n.deleting
+        )
+        count = min(need, streams - source.replication_load)  # each target is a stream
+        targets = self._targets(count, holders, state)
         if not targets:
+            self._repair_in_place(block_id, holders, state)
             self.needed.add(block_id, len(good))
             return 0
         target_ids = tuple(node.node_id for node in targets)
@@ -234,6 +262,31 @@ class ReplicationMonitor:
             target.replication_load += 1
         self.check(block_id)  # still short (too few targets)? then back in the queue
         return len(targets)
+
+    def _targets(
+        self, count: int, excluded: set[str], state: BlockState, *, busy_too: bool = False
+    ) -> list[DataNode]:
+        """Nodes with room for the block below their stream limit (``busy_too``: at it,
+        too), none of ``excluded``."""
+        streams = None if busy_too else self.config.replication_streams_per_node
+        with contextlib.suppress(NotEnoughReplicas):  # no room now: the block waits
+            return placement.choose_targets(
+                self.datanodes.live_nodes(), count, excluded=excluded,
+                block_size_bytes=state.record.num_bytes, replication_load_max=streams,
+                rng=self.rng,
+            )
+        return []
+
+    def _repair_in_place(self, block_id: int, holders: set[str], state: BlockState) -> None:
+        """No other node could ever take a copy (busy ones will, later): delete one corrupt
+        replica on a node that can then take a good copy; the copy is scheduled once the
+        node reports the deletion."""
+        corrupt = {r.node_id for r in self.map.replicas(block_id) if r.flags}
+        if not corrupt or self._targets(1, holders, state, busy_too=True):
+            return
+        chosen = self._targets(1, holders - corrupt, state)
+        if chosen and chosen[0].node_id in corrupt:
+            self.invalidate(block_id, chosen[0].node_id)
 
     def _run_postponed(self, limit: int) -> None:
         for block_id in list(itertools.islice(self._postponed, limit)):

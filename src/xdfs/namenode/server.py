@@ -367,17 +367,15 @@ class NameNode:
         skipped, the others are recovered."""
         assert self.fs is not None
         fs = self.fs
-        for path, holder in fs.expired_leases():
-            plan = functools.partial(fs.lease_recovery_ops, path, holder)
+        for path in fs.due_lease_recoveries():
             try:
-                await fs.mutate("recover a lease", plan, lambda: None)
+                await fs.recover_abandoned(path)
             except SafeModeError:
                 return
             except XdfsError as exc:
                 if (path, exc.message) not in self._lease_failures:
                     self._lease_failures.add((path, exc.message))
-                    log.warning("lease recovery of %s (holder %s) failed: %s", path, holder,
-                                exc.message)
+                    log.warning("lease recovery of %s failed: %s", path, exc.message)
 
     async def _empty_trash(self) -> None:
         assert self.fs is not None

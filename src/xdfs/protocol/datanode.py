@@ -3,8 +3,9 @@
 Two services:
 
 * ``namenode.datanode`` (served by the NameNode, called by DataNodes): register, full block
-  reports in batches, heartbeats and incremental reports. The NameNode talks to DataNodes
-  only through the replies: replicate and delete commands, fresh block-token keys, and
+  reports in batches, heartbeats, incremental reports and the end of a block recovery
+  (``commit_block_synchronization``). The NameNode talks to DataNodes only through the
+  replies: replicate, delete and recover commands, fresh block-token keys, and
   :class:`~xdfs.errors.UnknownDataNode` when a node must register and report again.
   Register and heartbeat answers carry the NameNode's active epoch: a DataNode obeys no
   NameNode whose epoch is below the highest it has seen (a NameNode fenced by a takeover).
@@ -13,8 +14,14 @@ Two services:
   it to ``DIR/datanode.secret`` in each name dir); that identity serves this service and
   bad-replica reports only, never a client call. A superuser may also call this service.
 * ``datanode`` (served by each DataNode, called by clients and other DataNodes): block
-  writes (upload streams) and reads (download streams), each authorised by a block token
-  the NameNode issued for that block (``xdfs.common.tokens``).
+  writes (upload streams) and reads (download streams), and the two steps of a block
+  recovery a primary DataNode asks of each replica's holder (HDFS's InterDatanodeProtocol),
+  each authorised by a block token the NameNode issued for that block
+  (``xdfs.common.tokens``).
+
+Replica states: *finalized* (complete, in ``finalized/``) and *rbw* (being written, or kept
+in ``rbw/`` after the writer's stream broke, waiting for a block recovery). Reports carry
+the two in separate lists.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ class BlockReportRequest(msgspec.Struct):
     batch_index: int  # 0-based
     batch_count: int
     blocks: list[BlockRecord]  # finalized replicas, with their stored lengths
+    #: Replicas in state rbw (being written, or kept after a broken write), with the
+    #: length their checksums cover.
+    rbw: list[BlockRecord] = []
 
 
 class HeartbeatRequest(msgspec.Struct):
@@ -81,6 +91,17 @@ class ReplicateTask(msgspec.Struct, array_like=True):
     token: str
 
 
+class RecoverBlockTask(msgspec.Struct, array_like=True):
+    """Be the primary of a block recovery (HDFS): ask every holder in ``targets`` for its
+    replica, agree on a length, have the replicas truncated to it and finalized with
+    ``recovery_genstamp``, then ``commit_block_synchronization``."""
+
+    block: BlockRecord  # id and the namespace's genstamp (num_bytes unused)
+    recovery_genstamp: int  # the new generation stamp of the recovered block
+    targets: list[str]  # addresses of the DataNodes that may hold a replica (self included)
+    token: str  # block token (write scope) for the calls to the targets
+
+
 class HeartbeatResponse(msgspec.Struct):
     replicate: list[ReplicateTask] = []
     delete: list[int] = []  # block ids whose local replicas must go
@@ -89,12 +110,25 @@ class HeartbeatResponse(msgspec.Struct):
     #: True asks for a full block report now (after the NameNode restarted, for example).
     send_full_report: bool = False
     epoch: int = 0  # the NameNode's active epoch, as in RegisterResponse
+    recover: list[RecoverBlockTask] = []
 
 
 class IncrementalReportRequest(msgspec.Struct):
     node_id: str
     received: list[BlockRecord] = []  # replicas just finalized
-    deleted: list[int] = []  # block ids just removed
+    deleted: list[int] = []  # block ids just removed (or found missing on disk)
+    rbw: list[BlockRecord] = []  # replicas kept in state rbw after a broken write
+
+
+class CommitBlockSyncRequest(msgspec.Struct):
+    """The end of a block recovery (HDFS's commitBlockSynchronization), from its primary."""
+
+    block: BlockRecord  # id and the genstamp before the recovery
+    recovery_genstamp: int
+    length: int  # the length the replicas were truncated to
+    #: True when no holder had a byte of the block: the file closes without it.
+    delete_block: bool = False
+    nodes: list[str] = []  # addresses of the DataNodes whose replicas were finalized
 
 
 class BadReplica(msgspec.Struct, array_like=True):
@@ -123,10 +157,15 @@ HEARTBEAT = Method(
 )
 INCREMENTAL_REPORT = Method(
     "incremental_report", IncrementalReportRequest, Empty, idempotent=True,
-    doc="Replicas received or deleted since the last report.",
+    doc="Replicas received, kept in rbw or deleted since the last report.",
+)
+COMMIT_BLOCK_SYNC = Method(
+    "commit_block_synchronization", CommitBlockSyncRequest, Empty, idempotent=True,
+    doc="A block recovery's primary: the length agreed; close the file.",
 )
 DATANODE_PROTOCOL = Service(
-    "namenode.datanode", (REGISTER_DATANODE, BLOCK_REPORT, HEARTBEAT, INCREMENTAL_REPORT)
+    "namenode.datanode",
+    (REGISTER_DATANODE, BLOCK_REPORT, HEARTBEAT, INCREMENTAL_REPORT, COMMIT_BLOCK_SYNC),
 )
 
 # --- clients and DataNodes -> DataNode --------------------------------------------------
@@ -158,6 +197,30 @@ class ReadBlockHead(msgspec.Struct):
     length: int  # bytes that follow in the stream
 
 
+class InitReplicaRecoveryRequest(msgspec.Struct):
+    """Step 1 of a block recovery, asked of each holder: stop any write of the replica and
+    claim it for ``recovery_genstamp`` (a newer recovery wins over an older one)."""
+
+    block: BlockRecord  # id and the namespace's genstamp
+    recovery_genstamp: int
+    token: str  # block token with write scope
+
+
+class ReplicaRecoveryInfo(msgspec.Struct):
+    block: BlockRecord  # the replica as stored: its genstamp and valid length
+    finalized: bool  # False: state rbw
+
+
+class UpdateReplicaRequest(msgspec.Struct):
+    """Step 2: truncate the claimed replica to ``length`` and finalize it with the
+    recovery's genstamp (then the holder reports it as received)."""
+
+    block_id: int
+    recovery_genstamp: int
+    length: int
+    token: str  # block token with write scope
+
+
 class DataNodeInfoResponse(msgspec.Struct):
     node_id: str
     cluster_id: str
@@ -179,4 +242,16 @@ DATANODE_INFO = Method(
     "datanode_info", Empty, DataNodeInfoResponse, idempotent=True,
     doc="Identity and storage of this DataNode.",
 )
-DATANODE_SERVICE = Service("datanode", (WRITE_BLOCK, READ_BLOCK, DATANODE_INFO))
+INIT_REPLICA_RECOVERY = Method(
+    "init_replica_recovery", InitReplicaRecoveryRequest, ReplicaRecoveryInfo, idempotent=True,
+    doc="Block recovery, step 1: stop writes, claim the replica, say its state and length.",
+)
+UPDATE_REPLICA_UNDER_RECOVERY = Method(
+    "update_replica_under_recovery", UpdateReplicaRequest, WriteBlockResponse,
+    idempotent=False,
+    doc="Block recovery, step 2: truncate the replica, finalize it with the new genstamp.",
+)
+DATANODE_SERVICE = Service(
+    "datanode",
+    (WRITE_BLOCK, READ_BLOCK, DATANODE_INFO, INIT_REPLICA_RECOVERY, UPDATE_REPLICA_UNDER_RECOVERY),
+)

@@ -186,6 +186,14 @@ class RenewLeaseRequest(msgspec.Struct):
     client: str
 
 
+class RecoverLeaseRequest(msgspec.Struct):
+    path: str
+
+
+class RecoverLeaseResponse(msgspec.Struct):
+    closed: bool  # False: recovery started (or under way); ask again later
+
+
 class RestoreRequest(msgspec.Struct):
     trash_path: str
 
@@ -330,6 +338,10 @@ CREATE = _m("create", CreateRequest, FileStatus, False, "Create a file; take its
 ADD_BLOCK = _m("add_block", AddBlockRequest, LocatedBlock, False, "Allocate the next block.")
 COMPLETE = _m("complete", CompleteRequest, FileStatus, False, "Close a file being written.")
 RENEW_LEASE = _m("renew_lease", RenewLeaseRequest, Empty, True, "Keep a writer's leases.")
+RECOVER_LEASE = _m(
+    "recover_lease", RecoverLeaseRequest, RecoverLeaseResponse, True,
+    "Start lease recovery of an open file; whether it is closed now (debug -recoverLease).",
+)
 BLOCK_LOCATIONS = _m(
     "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."
 )
@@ -408,6 +420,7 @@ CLIENT_SERVICE = Service(
         ADD_BLOCK,
         COMPLETE,
         RENEW_LEASE,
+        RECOVER_LEASE,
         BLOCK_LOCATIONS,
         STAT,
         LIST,
