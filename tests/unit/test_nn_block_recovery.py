@@ -155,7 +155,7 @@ def test_stale_replicas_go_once_min_replication_is_reached() -> None:
     h.receive(a, BlockRecord(block.block_id, block.genstamp, 100))
     _rbw(h, b, BlockRecord(block.block_id, block.genstamp, 70))
     # a block recovery finalized c's replica with a newer genstamp and closed the file
-    recovered = BlockRecord(block.block_id, block.genstamp + 5, 100)
+    recovered = BlockRecord(block.block_id, h.ns.allocate_genstamp(), 100)
     h.receive(c, recovered)
     h.apply(CloseFileOp("/f", 2, 2, (recovered,)))
     assert h.holders(recovered) == ["c"]
