@@ -36,6 +36,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from xdfs.common.addresses import SCHEME, split_uri
+
 BINARY_SCHEMA = "path string, length long, modification_time timestamp, content binary"
 TEXT_SCHEMA = "value string"
 READ_CHUNK_BYTES = 1 << 20
@@ -64,10 +66,12 @@ def _path(options: dict[str, str]) -> str:
     path = options.get("path")
     if not path:
         raise ValueError("xdfs data source: give a path (load(path) / save(path))")
-    if path.startswith("xdfs://"):
-        rest = path[len("xdfs://"):]
-        options.setdefault("fs", "xdfs://" + rest.split("/", 1)[0])
-        path = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    uri = split_uri(path)
+    if uri is None:
+        return path
+    authority, path = uri
+    if authority:
+        options.setdefault("fs", SCHEME + authority)
     return path
 
 

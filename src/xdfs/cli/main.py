@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,10 @@ def cli(
 def main() -> None:
     from xdfs.errors import XdfsError
 
+    if "XDFS_DIE_WITH_PARENT" in os.environ:  # a child of `xdfs dev`: see common/process.py
+        from xdfs.common.process import arm_parent_death_signal
+
+        arm_parent_death_signal()
     try:
         cli(prog_name="xdfs")
     except XdfsError as exc:

@@ -20,7 +20,7 @@ from xdfs.config import ClientConfig
 from xdfs.errors import BlockNotFound, ChecksumError, CorruptReplica, InvalidArgument, XdfsError
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import READ_BLOCK, BadReplica, BadReplicasRequest, ReadBlockRequest
-from xdfs.rpc.client import RpcClient
+from xdfs.rpc.client import RpcClient, summarize
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class FileReader:
                 return
         raise BlockNotFound(
             f"{self.path}: could not read block {self.blocks[index].block.block_id} from any "
-            f"replica ({'; '.join(failures[-6:]) or 'no live replica'})"
+            f"replica ({summarize(failures) or 'no live replica'})"
         )
 
     async def _read_replica(
