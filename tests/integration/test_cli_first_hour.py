@@ -5,15 +5,18 @@ are usage errors (item 14), relative paths resolve against ``/user/<user>`` and 
 
 from __future__ import annotations
 
+import asyncio
+import re
 from pathlib import Path
 
 import pytest
 
 from xdfs.errors import InvalidArgument
 from xdfs.namenode.server import NameNode
+from xdfs.testing.minicluster import MiniCluster
 
-from .conftest import ROOT, ROOT_PW, connect, walk
-from .test_nn_cli import Result, Shell
+from .conftest import ROOT, ROOT_PW, connect, run_xdfs, walk
+from .test_nn_cli import ROOT_ENV, Result, Shell
 
 
 @pytest.fixture
@@ -117,3 +120,47 @@ async def test_relative_paths_and_uris(nn: NameNode, sh: Shell, tmp_path: Path) 
         assert await root.home() == "/user/root"
         with pytest.raises(InvalidArgument, match="another cluster"):
             await root.stat("xdfs://127.0.0.1:1/t")
+
+
+async def test_conf_help_ping_and_backup_status_read_well(
+    nn: NameNode, sh: Shell, minicluster: MiniCluster
+) -> None:
+    """Item 21: secrets masked by `xdfs conf`, roles not built yet hidden from --help,
+    `ping` and `admin -backupStatus` as readable lines (no reprs)."""
+    backup = await minicluster.start_backupnode(namenode=nn.address)
+    secret = {"XDFS_PASSWORD": "hunter2-secret"}
+    conf, shown, help_, zkfc, ping, unreachable, (status,) = await asyncio.gather(
+        run_xdfs("conf", env=secret),
+        run_xdfs("conf", "--show-secrets", env=secret),
+        run_xdfs("--help"),
+        run_xdfs("zkfc"),
+        run_xdfs("ping", "-n", "2", nn.address, env=ROOT_ENV),
+        run_xdfs("ping", "127.0.0.1:1"),
+        sh.run(sh.a("-backupStatus", "--backup", backup.address)),
+    )
+    assert conf[0] == 0 and "hunter2-secret" not in conf[1]
+    assert 'password = "********"' in conf[1] and "--show-secrets" in conf[1]
+    assert 'password = "hunter2-secret"' in shown[1]
+    assert help_[0] == 0 and "  dfs " in help_[1]
+    for hidden in ("journalnode", "zkfc", "logservice"):
+        assert hidden not in help_[1]
+    assert zkfc[0] == 2 and "not available" in zkfc[2]
+
+    assert ping[0] == 0, ping
+    first, *replies, summary = ping[1].splitlines()
+    assert re.fullmatch(
+        rf"{nn.address}: xdfs namenode, version \S+ \(protocol \d+\), cluster CID-nn, "
+        r"up \d+[dhms].*, \d+ connections?", first), first
+    assert len(replies) == 2 and all(r.startswith(f"reply from {nn.address}: time=")
+                                     for r in replies)
+    assert summary.startswith("2 replies, round trip min/avg/max = ")
+    _one_line_error(unreachable, 1, "ping: 127.0.0.1:1: ")
+
+    assert status[0] == 0, status
+    rows = dict(line.split(":", 1) for line in status[1].splitlines())
+    rows = {key: value.strip() for key, value in rows.items()}
+    assert rows["NameNode"] == nn.address  # a list joined, not its repr
+    assert rows["State"] in ("following", "bootstrapping", "starting")
+    assert re.fullmatch(r"\d+ \(NameNode at \d+, lag \d+ txns\)", rows["Replayed txid"])
+    assert rows["Last fetch"] == "never" or rows["Last fetch"].endswith(" ago")
+    assert "[" not in status[1] and "_ms" not in status[1]
