@@ -129,15 +129,15 @@ async def test_conf_help_ping_and_backup_status_read_well(
     `ping` and `admin -backupStatus` as readable lines (no reprs)."""
     backup = await minicluster.start_backupnode(namenode=nn.address)
     secret = {"XDFS_PASSWORD": "hunter2-secret"}
-    conf, shown, help_, zkfc, ping, unreachable, (status,) = await asyncio.gather(
+    conf, shown, help_, zkfc, ping, unreachable = await asyncio.gather(
         run_xdfs("conf", env=secret),
         run_xdfs("conf", "--show-secrets", env=secret),
         run_xdfs("--help"),
         run_xdfs("zkfc"),
         run_xdfs("ping", "-n", "2", nn.address, env=ROOT_ENV),
         run_xdfs("ping", "127.0.0.1:1"),
-        sh.run(sh.a("-backupStatus", "--backup", backup.address)),
     )
+    (status,) = await sh.run(sh.a("-backupStatus", "--backup", backup.address))
     assert conf[0] == 0 and "hunter2-secret" not in conf[1]
     assert 'password = "********"' in conf[1] and "--show-secrets" in conf[1]
     assert 'password = "hunter2-secret"' in shown[1]
@@ -157,8 +157,8 @@ async def test_conf_help_ping_and_backup_status_read_well(
     _one_line_error(unreachable, 1, "ping: 127.0.0.1:1: ")
 
     assert status[0] == 0, status
-    rows = dict(line.split(":", 1) for line in status[1].splitlines())
-    rows = {key: value.strip() for key, value in rows.items()}
+    rows = {key: value.strip() for key, value in
+            (line.split(":", 1) for line in status[1].splitlines())}
     assert rows["NameNode"] == nn.address  # a list joined, not its repr
     assert rows["State"] in ("following", "bootstrapping", "starting")
     assert re.fullmatch(r"\d+ \(NameNode at \d+, lag \d+ txns\)", rows["Replayed txid"])
