@@ -205,8 +205,15 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
         super().__init__(fs, path, mode, block_size, **kwargs)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
+        # Through the cursor: fsspec's read-ahead asks for consecutive ranges, which then
+        # continue one DataNode stream (the reader Client.open uses too).
         assert self._reader is not None
-        return self._reader.pread(start, max(0, end - start))
+        return self._reader.read_at(start, max(0, end - start))
+
+    def close(self) -> None:
+        if self._reader is not None and not self.closed:
+            self._reader.close()
+        super().close()
 
     def _initiate_upload(self) -> None:
         self._writer = self.fs.client.open_writer(self.path, overwrite=True)

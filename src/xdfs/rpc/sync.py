@@ -44,6 +44,13 @@ class LoopThread:
             finished.wait()
             raise
 
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Start ``coro`` on the loop without waiting for it (dropped if the loop is closed)."""
+        try:
+            asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+
     def close(self) -> None:
         if self.loop.is_closed():
             return
