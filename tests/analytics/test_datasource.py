@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +144,38 @@ def test_oiv_and_oev_parquet_cli(tmp_path: Path) -> None:
     runner = CliRunner()
     bad = runner.invoke(cli, ["oiv", "-i", "x", "--format", "parquet"])
     assert bad.exit_code == 2 and "needs -o DIR" in bad.output
+
+
+_DRIVER = """
+from pyspark.sql import SparkSession
+from xdfs.analytics.datasource import register
+spark = SparkSession.builder.master("local[1]").getOrCreate()
+register(spark)
+print("ROWS", spark.read.format("xdfs").load("/pyexec").count())
+spark.stop()
+"""
+
+
+def test_local_spark_workers_need_no_pyspark_python(
+    client: Client, fs_uri: str, tmp_path: Path
+) -> None:
+    """Issue 17 item 20: with PYSPARK_PYTHON unset, local Spark starts its Python workers
+    with `python3` from PATH, which cannot import xdfs; register() makes them run this
+    interpreter. Here PATH's python3 is the base interpreter of the virtualenv."""
+    client.write_file("/pyexec/a.txt", b"hello\n")
+    shim = tmp_path / "bin" / "python3"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys._base_executable}" "$@"\n')
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
+           and not k.startswith("XDFS_")}
+    env.update(PATH=f"{shim.parent}:{env['PATH']}", XDFS_FS=fs_uri, XDFS_USER=ROOT,
+               XDFS_PASSWORD=ROOT_PW)
+    # the premise: the interpreter PySpark would pick cannot import xdfs
+    premise = subprocess.run(["python3", "-c", "import xdfs"], env=env, capture_output=True)
+    assert premise.returncode != 0
+    done = subprocess.run([sys.executable, "-c", _DRIVER], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ROWS 1" in done.stdout

@@ -18,8 +18,6 @@ import datetime as dt
 import json
 import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from xdfs.analytics import charts, export, forecast, reports
+from xdfs.analytics.datasource import use_this_python
 from xdfs.analytics.html_report import ROWS_SHOWN, Section, Table, render
 from xdfs.analytics.memory import MEASURE_INODES_MAX, measure_bytes_per_inode
 from xdfs.errors import InvalidArgument
@@ -100,15 +99,16 @@ def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
 
 
 def spark_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
-    # Python workers run this interpreter (the one that has xdfs installed) unless the
-    # environment says otherwise; a cluster sets PYSPARK_PYTHON for its executors.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("xdfs-analyze")
     if master:
         builder = builder.master(master)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    # Local Python workers run this interpreter (the one that has xdfs installed) unless
+    # the user chose one; a cluster sets PYSPARK_PYTHON for its executors.
+    use_this_python(session.sparkContext)
+    return session
 
 
 class _Collected:
