@@ -165,7 +165,8 @@ def test_local_spark_workers_need_no_pyspark_python(
     client.write_file("/pyexec/a.txt", b"hello\n")
     shim = tmp_path / "bin" / "python3"
     shim.parent.mkdir()
-    shim.write_text(f'#!/bin/sh\nexec "{sys._base_executable}" "$@"\n')
+    base = getattr(sys, "_base_executable", sys.executable)  # outside the virtualenv
+    shim.write_text(f'#!/bin/sh\nexec "{base}" "$@"\n')
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
