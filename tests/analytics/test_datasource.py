@@ -4,12 +4,10 @@ connect to it)."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,49 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.datapath.conftest import fast_config, payload, start_cluster
+from tests.datapath.conftest import payload
 from tests.integration.conftest import ROOT, ROOT_PW
 from xdfs.analytics.datasource import lines_in_range, register
 from xdfs.client.client import Client
 from xdfs.config import XdfsConfig
-from xdfs.testing.minicluster import MiniCluster
 
 pytestmark = pytest.mark.slow
 BLOCK = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def fs_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    stop = asyncio.Event()
-    ready: asyncio.Future[str] = asyncio.run_coroutine_threadsafe(_future(), loop).result()
-
-    async def serve() -> None:
-        async with MiniCluster(tmp_path_factory.mktemp("ds"), deadline_s=600) as mc:
-            cluster = await start_cluster(mc, fast_config())
-            await cluster.client.close()
-            ready.set_result(f"xdfs://{mc.namenodes[0].address}")
-            await stop.wait()
-
-    done = asyncio.run_coroutine_threadsafe(serve(), loop)
-    uri = asyncio.run_coroutine_threadsafe(_wait(ready), loop).result(timeout=120)
-    try:
-        yield uri
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        done.result(timeout=60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-
-
-async def _future() -> asyncio.Future[str]:
-    return asyncio.get_running_loop().create_future()
-
-
-async def _wait(future: asyncio.Future[str]) -> str:
-    return await future
 
 
 @pytest.fixture(scope="module")

@@ -52,17 +52,13 @@ def command(
 
 
 def parse_args(spec: Command, raw: list[str]) -> Args:
-    """Flags may come anywhere before ``--``; any other word starting with ``-`` is an
-    unknown option (a usage error, never taken for a path). After ``--`` every word is a
-    value (a path that starts with ``-``)."""
+    """Flags may come anywhere; any other word starting with ``-`` is an unknown option (a
+    usage error, never taken for a path: a path starting with ``-`` is written ``./-x``)."""
     flags: set[str] = set()
     values: list[str] = []
-    options_end = False
     for item in raw:
-        if options_end or not item.startswith("-") or item == "-":
+        if not item.startswith("-") or item == "-":
             values.append(item)
-        elif item == "--":
-            options_end = True
         elif item in spec.flags:
             flags.add(item)
         else:
