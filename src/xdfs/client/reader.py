@@ -27,7 +27,7 @@ from xdfs.config import ClientConfig
 from xdfs.errors import BlockNotFound, ChecksumError, CorruptReplica, InvalidArgument, XdfsError
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import READ_BLOCK, BadReplica, BadReplicasRequest, ReadBlockRequest
-from xdfs.rpc.client import RpcClient, summarize
+from xdfs.rpc.client import RpcClient
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class FileReader:
                 return
         raise BlockNotFound(
             f"{self.path}: could not read block {self.blocks[index].block.block_id} from any "
-            f"replica ({summarize(failures) or 'no live replica'})"
+            f"replica ({'; '.join(failures[-6:]) or 'no live replica'})"
         )
 
     async def _read_replica(

@@ -52,15 +52,6 @@ def backoff_s(try_number: int, initial_s: float, max_s: float) -> float:
     return float(min(max_s, initial_s * (2 ** min(try_number - 1, 1000))))
 
 
-def summarize(failures: list[str], most: int = 6) -> str:
-    """The last ``most`` distinct failures, each once, with how often it happened."""
-    counts: dict[str, int] = {}
-    for failure in failures:
-        counts[failure] = counts.get(failure, 0) + 1
-    shown = list(counts.items())[-most:]
-    return "; ".join(text if n == 1 else f"{text} ({n} times)" for text, n in shown)
-
-
 class DownloadStream:
     """The head of a download, and an async iterator over its verified chunks."""
 
@@ -417,4 +408,4 @@ class RpcClient:
                     continue
                 self._preferred = index
                 return result
-        raise Unavailable(f"{method.name}: no server answered ({summarize(failures)})")
+        raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")
