@@ -26,6 +26,10 @@ storage in ``--dir`` (default: a temporary directory on the checkout's disk); th
     the three DataNodes, then one DataNode is SIGKILLed; the time until the NameNode declares
     it dead (3 heartbeats of 1 s here) and until fsck is HEALTHY again with 2 live replicas
     per block.
+(f) **file objects**: a ``--object-mib`` MiB file (replication 1, cold) read through the
+    blocking file objects: ``Client.open(path, "rb").read()``, the same in 1 MiB and 64 KiB
+    reads, and fsspec's ``open(path, "rb").read()`` (``--file-objects-only``: this part
+    alone).
 
 Each rate is the median of ``--runs`` runs. Nothing here is asserted by the test suite.
 """
@@ -46,6 +50,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
@@ -81,6 +86,8 @@ class Settings:
     rerep_blocks: int
     runs: int
     base: Path
+    object_mib: int = 64
+    file_objects_only: bool = False
 
 
 @dataclass
@@ -278,6 +285,55 @@ async def rereplication(s: Settings, cluster: Cluster, client: AsyncClient) -> t
         await asyncio.sleep(0.1)
 
 
+def read_whole(fh: Any, size: int) -> int:
+    """Bytes read from a file object in ``size`` reads (-1: one read())."""
+    if size < 0:
+        return len(fh.read())
+    total = 0
+    while chunk := fh.read(size):
+        total += len(chunk)
+    return total
+
+
+async def file_objects_part(s: Settings, table: Table, cluster: Cluster,
+                            client: AsyncClient) -> None:
+    """(f): the blocking file objects over the same cold file, each in its own run."""
+    import fsspec
+
+    path = "/objects/f"
+    writer = await client.open_write(path, replication=1)
+    chunk = os.urandom(MiB)
+    for _ in range(s.object_mib):
+        await writer.write(chunk)
+    await writer.close()
+    uri = f"xdfs://{cluster.address}"
+    cases = [("Client.open().read()", "client", -1),
+             ("Client.open() in 1 MiB reads", "client", MiB),
+             ("Client.open() in 64 KiB reads", "client", 64 * 1024),
+             ("fsspec open().read()", "fsspec", -1)]
+    rows: dict[str, list[float]] = {}
+
+    def read(kind: str, size: int) -> float:
+        fs = fsspec.filesystem("xdfs", fs=uri, user=USER, password=PASSWORD, token="",
+                               skip_instance_cache=True)
+        opener = fs.client.open if kind == "client" else fs.open
+        for replica in cluster.replica_files():
+            drop_cache(replica)
+        started = time.perf_counter()
+        with opener(path, "rb") as fh:
+            assert read_whole(fh, size) == s.object_mib * MiB
+        elapsed = time.perf_counter() - started
+        fs.client.close()
+        return s.object_mib / elapsed
+
+    for _run in range(s.runs):
+        for name, kind, size in cases:
+            rows.setdefault(name, []).append(await asyncio.to_thread(read, kind, size))
+    for name, _kind, _size in cases:
+        table.add("file objects", f"{name}, {s.object_mib} MiB (cold)", rows[name], "MB/s")
+    await client.delete(path, skip_trash=True)
+
+
 async def sequential_part(s: Settings, table: Table, cluster: Cluster, client: AsyncClient,
                           chunk: bytes) -> None:
     """Raw disk and xdfs interleaved run by run (the disk's speed drifts on a shared
@@ -314,6 +370,9 @@ async def bench(s: Settings, table: Table) -> None:
     try:
         async with cluster.client() as client:
             await wait_live(client, 3)
+            await file_objects_part(s, table, cluster, client)
+            if s.file_objects_only:
+                return
             await sequential_part(s, table, cluster, client, chunk)
             for tasks in (1, s.concurrency):
                 runs = [await small_files(s, client, tasks, run) for run in range(s.runs)]
@@ -343,6 +402,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
     parser.add_argument("--rerep-blocks", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--dir", default=None, help="where the cluster's storage goes")
+    parser.add_argument("--object-mib", type=int, default=None)
+    parser.add_argument("--file-objects-only", action="store_true")
     args = parser.parse_args(argv)
     quick = args.quick
     base = Path(tempfile.mkdtemp(prefix="xdfs-bench-", dir=args.dir or Path.cwd()))
@@ -355,6 +416,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
         rerep_blocks=args.rerep_blocks or (50 if quick else 200),
         runs=args.runs or (1 if quick else 3),
         base=base,
+        object_mib=args.object_mib or (32 if quick else 64),
+        file_objects_only=args.file_objects_only,
     ), quick
 
 

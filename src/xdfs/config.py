@@ -431,6 +431,12 @@ class DevConfig:
     ready_timeout_s: float = setting(60.0, "How long `xdfs dev` waits for each process.")
     datanodes: int = setting(3, "DataNodes `xdfs dev` starts (--datanodes).")
     backup: bool = setting(False, "Also start a BackupNode (--backup).")
+    writable_timeout_s: float = setting(
+        120.0, "How long `xdfs dev` waits for its cluster to accept writes before giving up."
+    )
+    safe_mode_extension_s: float = setting(
+        3.0, "namenode.safe_mode_extension_s of the dev NameNode (its DataNodes are local)."
+    )
 
 
 @dataclass(frozen=True)

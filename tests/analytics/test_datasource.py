@@ -4,9 +4,10 @@ connect to it)."""
 
 from __future__ import annotations
 
-import asyncio
 import io
-import threading
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,49 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.datapath.conftest import fast_config, payload, start_cluster
+from tests.datapath.conftest import payload
 from tests.integration.conftest import ROOT, ROOT_PW
 from xdfs.analytics.datasource import lines_in_range, register
 from xdfs.client.client import Client
 from xdfs.config import XdfsConfig
-from xdfs.testing.minicluster import MiniCluster
 
 pytestmark = pytest.mark.slow
 BLOCK = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def fs_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    stop = asyncio.Event()
-    ready: asyncio.Future[str] = asyncio.run_coroutine_threadsafe(_future(), loop).result()
-
-    async def serve() -> None:
-        async with MiniCluster(tmp_path_factory.mktemp("ds"), deadline_s=600) as mc:
-            cluster = await start_cluster(mc, fast_config())
-            await cluster.client.close()
-            ready.set_result(f"xdfs://{mc.namenodes[0].address}")
-            await stop.wait()
-
-    done = asyncio.run_coroutine_threadsafe(serve(), loop)
-    uri = asyncio.run_coroutine_threadsafe(_wait(ready), loop).result(timeout=120)
-    try:
-        yield uri
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        done.result(timeout=60)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-
-
-async def _future() -> asyncio.Future[str]:
-    return asyncio.get_running_loop().create_future()
-
-
-async def _wait(future: asyncio.Future[str]) -> str:
-    return await future
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +107,39 @@ def test_oiv_and_oev_parquet_cli(tmp_path: Path) -> None:
     runner = CliRunner()
     bad = runner.invoke(cli, ["oiv", "-i", "x", "--format", "parquet"])
     assert bad.exit_code == 2 and "needs -o DIR" in bad.output
+
+
+_DRIVER = """
+from pyspark.sql import SparkSession
+from xdfs.analytics.datasource import register
+spark = SparkSession.builder.master("local[1]").getOrCreate()
+register(spark)
+print("ROWS", spark.read.format("xdfs").load("/pyexec").count())
+spark.stop()
+"""
+
+
+def test_local_spark_workers_need_no_pyspark_python(
+    client: Client, fs_uri: str, tmp_path: Path
+) -> None:
+    """Issue 17 item 20: with PYSPARK_PYTHON unset, local Spark starts its Python workers
+    with `python3` from PATH, which cannot import xdfs; register() makes them run this
+    interpreter. Here PATH's python3 is the base interpreter of the virtualenv."""
+    client.write_file("/pyexec/a.txt", b"hello\n")
+    shim = tmp_path / "bin" / "python3"
+    shim.parent.mkdir()
+    base = getattr(sys, "_base_executable", sys.executable)  # outside the virtualenv
+    shim.write_text(f'#!/bin/sh\nexec "{base}" "$@"\n')
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")
+           and not k.startswith("XDFS_")}
+    env.update(PATH=f"{shim.parent}:{env['PATH']}", XDFS_FS=fs_uri, XDFS_USER=ROOT,
+               XDFS_PASSWORD=ROOT_PW)
+    # the premise: the interpreter PySpark would pick cannot import xdfs
+    premise = subprocess.run(["python3", "-c", "import xdfs"], env=env, capture_output=True)
+    assert premise.returncode != 0
+    done = subprocess.run([sys.executable, "-c", _DRIVER], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ROWS 1" in done.stdout

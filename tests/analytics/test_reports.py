@@ -248,13 +248,14 @@ class _Html(HTMLParser):
             self._section = None
 
 
-def test_html_report_and_json_summary(result: Path) -> None:
+def test_html_report_and_json_summary(built: Built, result: Path) -> None:
     page = (result / "report.html").read_text()
     assert "<script" not in page and "http://" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
     parser = _Html()
     parser.feed(page)
     expected = {
+        "headlines": (set(), set()),
         "summary": ({"namespace_summary", "size_histogram"},
                     {"size_histogram_files", "size_histogram_bytes"}),
         "small-files": ({"small_files_summary", "small_files_top_dirs", "small_files_by_dir"},
@@ -274,7 +275,14 @@ def test_html_report_and_json_summary(result: Path) -> None:
         assert set(got["charts"]) == chart_names, section
         assert all(rows > 1 for rows in got["tables"].values()), section  # header + data
         assert all(bars > 0 for bars in got["charts"].values()), section
+    assert next(iter(parser.sections)) == "headlines"  # the page leads with them
     summary = json.loads((result / "summary.json").read_text())
+    txid = int(built.image.name.split("_")[1])
+    assert summary["namespace_txid"] == txid and f"txid {txid} (the image)" in page
+    first, last = summary["edits_txids"]
+    assert first == 1 and last > txid  # the edits go on after the image
+    assert summary["headlines"][0].startswith("2 of ") and "missing" in summary["headlines"][0]
+    assert all(f"<li>{line}</li>" in page for line in summary["headlines"])
     assert summary["namespace"]["files"] == 2117
     assert summary["replication"]["missing"] == 3  # m0, m1 and the all-corrupt c0
     assert summary["small_files"]["small_files"] == 2007

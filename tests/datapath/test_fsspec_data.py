@@ -83,3 +83,53 @@ def _client_open_checks(address: str) -> None:
         with c.open("/py/lines.txt", "rb") as fh:
             fh.seek(7 * 7)
             assert fh.readline() == b"line 7\n"
+
+
+async def test_sequential_reads_stream_each_block_once(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17 item 19: Client.open(...).read() asked a DataNode for every 8 KiB. Reading a
+    file through the cursor (Client.open, the fsspec file) now costs one request per block,
+    whatever the size of each read; a seek back starts a new stream."""
+    address = cluster.mc.namenodes[0].address
+    await asyncio.to_thread(_sequential_checks, address, monkeypatch)
+
+
+def _count_block_reads(client: Client, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the read_block requests ``client`` sends to DataNodes."""
+    counts = {"read_block": 0}
+    pool = client.datanodes
+    get = pool.get
+
+    class Counted:
+        def __init__(self, rpc: Any) -> None:
+            self.rpc = rpc
+
+        async def download(self, method: Any, request: Any, **options: Any) -> Any:
+            counts[method.name] = counts.get(method.name, 0) + 1
+            return await self.rpc.download(method, request, **options)
+
+    monkeypatch.setattr(pool, "get", lambda address: Counted(get(address)))
+    return counts
+
+
+def _sequential_checks(address: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = payload(3 * BLOCK_BYTES + 1000, seed=4)  # 4 blocks
+    fs = _fs(address)
+    with Client(f"xdfs://{address}", user=ROOT, password=ROOT_PW, config=XdfsConfig()) as c:
+        c.write_file("/seq/f", data, block_size=BLOCK_BYTES)
+        counts = _count_block_reads(c, monkeypatch)
+        with c.open("/seq/f") as fh:
+            assert fh.read() == data
+        assert counts["read_block"] == 4
+        with c.open("/seq/f") as fh:
+            assert b"".join(iter(lambda: fh.read(1000), b"")) == data
+            assert counts["read_block"] == 8
+            fh.seek(3 * BLOCK_BYTES + 10)  # back into the last block: one new stream
+            assert fh.read(100) == data[3 * BLOCK_BYTES + 10 : 3 * BLOCK_BYTES + 110]
+        assert counts["read_block"] == 9
+
+    counts = _count_block_reads(fs.client, monkeypatch)
+    with fs.open("/seq/f", "rb", block_size=20_000) as fh:  # read-ahead of 20 kB ranges
+        assert b"".join(iter(lambda: fh.read(7_000), b"")) == data
+    assert counts["read_block"] == 4

@@ -117,7 +117,7 @@ async def test_dfs_ls_mkdir_touchz_stat(nn: NameNode, sh: Shell) -> None:
         sh.d("-ls", "-d", "/cli/a"),
         sh.d("-ls", "-R", "/cli"),
         sh.d("-ls", "-h", "/cli/a/data"),
-        sh.d("-ls"),
+        sh.d("-ls", "/"),
         sh.d("-stat", "%n %u %g %a %r %b %F", "/cli/a/f"),
         sh.d("-stat", "%n|%F|%o", "/cli/a/data", "/cli/a/b"),
         sh.d("-stat", "/cli/a/data"),
@@ -135,7 +135,7 @@ async def test_dfs_ls_mkdir_touchz_stat(nn: NameNode, sh: Shell) -> None:
         "/cli/a", "/cli/a/b", "/cli/a/data", "/cli/a/f", "/cli/c",
     ]
     assert "1.2 K" in ls_h
-    assert ls_root.splitlines()[0] == "Found 3 items"  # the default path is /
+    assert ls_root.splitlines()[0] == "Found 3 items"
     assert {r["path"] for r in _ls_rows(ls_root)} == {"/cli", "/tmp", "/user"}
     assert "drwxrwxrwt" in ls_root  # /tmp is sticky
 

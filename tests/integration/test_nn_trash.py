@@ -255,3 +255,45 @@ async def test_trash_edge_cases(cluster: Cluster) -> None:
         await root.restore("/user/root/.Trash/Current/p/q/r")
     assert not await root.exists("/p")
     assert await walk(root) == before
+
+
+async def test_restore_of_suffixed_trash_names_goes_back_to_the_original(
+    cluster: Cluster,
+) -> None:
+    """Issue 17 item 13: the second trashed copy of a path (``Current/p<ms>``) restores to
+    ``p``; names that end in digits, on their own or on the way, come back unchanged."""
+    root, alice = cluster.root, cluster["alice"]
+    first = await alice.touchz("/tmp/p")
+    trash1 = (await alice.delete("/tmp/p")).trash_path
+    second = await alice.touchz("/tmp/p")
+    trash2 = (await alice.delete("/tmp/p")).trash_path
+    assert re.fullmatch(r"/user/alice/\.Trash/Current/tmp/p\d{13}", trash2), trash2
+    assert await alice.restore(trash2) == "/tmp/p"
+    assert (await alice.stat("/tmp/p")).inode_id == second.inode_id
+    with pytest.raises(AlreadyExists):
+        await alice.restore(trash1)
+    await alice.delete("/tmp/p", skip_trash=True)
+    assert await alice.restore(trash1) == "/tmp/p"
+    assert (await alice.stat("/tmp/p")).inode_id == first.inode_id
+
+    # a name that already ends in 13 digits is suffixed in the trash, so it survives restore
+    stamped = "/tmp/events-1700000000000"
+    await alice.touchz(stamped)
+    trash3 = (await alice.delete(stamped)).trash_path
+    assert trash3 != "/user/alice/.Trash/Current" + stamped
+    assert await alice.restore(trash3) == stamped
+    # ... and so does a directory of such a name on the way to the entry
+    await alice.mkdirs("/tmp/day-1700000000000_/part")
+    await alice.touchz("/tmp/day-1700000000000_/part/x")
+    trash4 = (await alice.delete("/tmp/day-1700000000000_/part/x")).trash_path
+    assert await alice.restore(trash4) == "/tmp/day-1700000000000_/part/x"
+
+    # a file on the way (trashed /tmp/a, then /tmp/a/b): the suffixed component restores too
+    await alice.touchz("/tmp/a")
+    await alice.delete("/tmp/a")
+    await alice.mkdirs("/tmp/a/b")
+    trash5 = (await alice.delete("/tmp/a/b")).trash_path
+    assert re.fullmatch(r"/user/alice/\.Trash/Current/tmp/a\d{13}/b", trash5), trash5
+    await alice.delete("/tmp/a", recursive=True, skip_trash=True)
+    assert await alice.restore(trash5) == "/tmp/a/b"
+    assert (await root.stat("/tmp/a/b")).is_dir

@@ -22,6 +22,8 @@ then ``_SUCCESS`` on commit; an aborted job deletes what its tasks wrote.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,14 +38,33 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from xdfs.common.addresses import SCHEME, split_uri
+
 BINARY_SCHEMA = "path string, length long, modification_time timestamp, content binary"
 TEXT_SCHEMA = "value string"
 READ_CHUNK_BYTES = 1 << 20
 
 
 def register(spark: Any) -> None:
-    """Make ``format("xdfs")`` known to ``spark`` (a SparkSession)."""
+    """Make ``format("xdfs")`` known to ``spark`` (a SparkSession). With a local master,
+    the data source's Python workers run this interpreter (see :func:`use_this_python`)."""
+    use_this_python(spark.sparkContext)
     spark.dataSource.register(XdfsDataSource)
+
+
+def use_this_python(context: Any) -> None:
+    """Run the Python workers of a *local* Spark with this interpreter, the one that can
+    import xdfs, unless the user chose one (``PYSPARK_PYTHON``, ``spark.pyspark.python``).
+
+    PySpark's default is ``python3`` from PATH, usually another interpreter (not the
+    virtualenv's): the workers then fail with ``No module named 'xdfs'``. A cluster's
+    executors are other machines: there the user sets PYSPARK_PYTHON, nothing is guessed.
+    Functions registered after this call (the data source, UDFs) use it."""
+    chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
+    if chosen or not str(context.master).startswith("local"):
+        return
+    context.pythonExec = sys.executable
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # sessions created later in this process
 
 
 def _client(options: dict[str, str]) -> Any:
@@ -64,10 +85,12 @@ def _path(options: dict[str, str]) -> str:
     path = options.get("path")
     if not path:
         raise ValueError("xdfs data source: give a path (load(path) / save(path))")
-    if path.startswith("xdfs://"):
-        rest = path[len("xdfs://"):]
-        options.setdefault("fs", "xdfs://" + rest.split("/", 1)[0])
-        path = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+    uri = split_uri(path)
+    if uri is None:
+        return path
+    authority, path = uri
+    if authority:
+        options.setdefault("fs", SCHEME + authority)
     return path
 
 

@@ -5,6 +5,9 @@
 Every writer streams: rows are buffered up to ``batch_rows`` and written as one row group,
 so memory is one batch per table plus what the row source keeps (for an image, the paths of
 the directories, see :func:`xdfs.namenode.tools.iter_inode_paths`).
+
+``inodes.parquet`` records the txid of its image in its schema metadata
+(``xdfs.image_txid``): the namespace a report describes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pyarrow.parquet as pq
 
 from xdfs.common.modes import permission_string
 from xdfs.namenode import tools
-from xdfs.namenode.image import Verify
+from xdfs.namenode.image import ImageReader, Verify
 from xdfs.protocol.namenode import BlockMapRow, DataNodeInfo
 
 #: Rows per Parquet row group (and per batch held in memory while exporting).
@@ -32,6 +35,8 @@ REPLICAS_FILE = "replicas.parquet"
 DATANODES_FILE = "datanodes.parquet"
 
 _TS = pa.timestamp("ms", tz="UTC")
+#: Schema metadata key of inodes.parquet: the txid of the image it was exported from.
+IMAGE_TXID_KEY = b"xdfs.image_txid"
 
 #: The inodes table: HDFS's Delimited columns (Path, Replication, ModificationTime,
 #: AccessTime, PreferredBlockSize, BlocksCount, FileSize, Permission, UserName, GroupName)
@@ -168,7 +173,8 @@ def export_image(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     inodes_path, blocks_path = out / INODES_FILE, out / BLOCKS_FILE
-    with BatchWriter(inodes_path, INODES_SCHEMA, batch_rows) as inodes, \
+    schema = INODES_SCHEMA.with_metadata({IMAGE_TXID_KEY: str(image_txid(image)).encode()})
+    with BatchWriter(inodes_path, schema, batch_rows) as inodes, \
             BatchWriter(blocks_path, BLOCKS_SCHEMA, batch_rows) as blocks:
         for full, parent, rec in tools.iter_inode_paths(image, verify=verify):
             size = 0
@@ -185,6 +191,30 @@ def export_image(
             ))
     return ExportCounts({INODES_FILE: inodes.rows, BLOCKS_FILE: blocks.rows},
                         [inodes_path, blocks_path])
+
+
+def image_txid(image: str | os.PathLike[str]) -> int:
+    """The txid of an fsimage (from its header: the first frame only)."""
+    with ImageReader(image, verify="none") as reader:
+        return reader.read_header().txid
+
+
+def exported_image_txid(inodes: str | os.PathLike[str]) -> int | None:
+    """The image txid an ``inodes.parquet`` records (None: exported before it did)."""
+    metadata = pq.read_schema(inodes).metadata or {}
+    value = metadata.get(IMAGE_TXID_KEY)
+    return int(value) if value is not None else None
+
+
+def edits_txid_range(edits: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """First and last txid of an ``edits.parquet`` (None when it holds no edit)."""
+    txids = pq.read_table(edits, columns=["txid"]).column("txid")
+    if len(txids) == 0:
+        return None
+    import pyarrow.compute as pc
+
+    bounds = pc.min_max(txids)
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
 def export_edits(

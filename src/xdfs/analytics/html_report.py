@@ -1,6 +1,8 @@
 """The single self-contained HTML report of ``xdfs analyze`` (inline CSS and SVG charts).
 
-Structure, stable for tools and tests: one ``<section id=...>`` per report, each with an
+Structure, stable for tools and tests: the headline findings first
+(``<section id="headlines">`` with one ``<li>`` per finding), then one ``<section id=...>``
+per report, each with an
 ``<h2>``, its tables as ``<table class="report-table" data-table=NAME>`` (the Parquet table
 of the same name, at most ``ROWS_SHOWN`` rows; the rest is in the Parquet table) and its
 charts as ``<figure class="chart" data-chart=NAME>``.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +28,7 @@ th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f0f3f7; } td.text { text-align: left; }
 figure { margin: 1em 0; } figcaption { font-size: 12px; color: #555; }
 p.note { color: #555; font-size: 13px; }
+ul.headlines { font-size: 1.1em; background: #f7f7f0; padding: 0.8em 2em; }
 """
 
 
@@ -78,7 +82,7 @@ def _table(table: Table) -> str:
 
 
 def render(title: str, generated: dt.datetime, facts: list[tuple[str, str]],
-           sections: list[Section]) -> str:
+           sections: list[Section], headlines: Sequence[str] = ()) -> str:
     toc = "".join(
         f'<li><a href="#{html.escape(s.id)}">{html.escape(s.title)}</a></li>' for s in sections
     )
@@ -93,8 +97,12 @@ def render(title: str, generated: dt.datetime, facts: list[tuple[str, str]],
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="note">Generated {html.escape(generated.isoformat(timespec="seconds"))}'
         "</p>",
-        f'<table class="facts">{fact_rows}</table><ol>{toc}</ol>',
     ]
+    if headlines:
+        items = "".join(f"<li>{html.escape(text)}</li>" for text in headlines)
+        parts.append(f'<section id="headlines"><h2>Headline findings</h2>'
+                     f'<ul class="headlines">{items}</ul></section>')
+    parts.append(f'<table class="facts">{fact_rows}</table><ol>{toc}</ol>')
     for section in sections:
         parts.append(f'<section id="{html.escape(section.id)}">')
         parts.append(f"<h2>{html.escape(section.title)}</h2>")

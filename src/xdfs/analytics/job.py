@@ -4,8 +4,10 @@ Output directory::
 
     OUT/export/              the Parquet exports made from raw inputs (image, edits)
     OUT/tables/<name>/       one Parquet table per report table (Spark output)
-    OUT/report.html          every report as a section with tables and SVG charts
-    OUT/summary.json         the key numbers of every report
+    OUT/report.html          headline findings, then every report as a section with tables
+                             and SVG charts
+    OUT/summary.json         the key numbers of every report, the headlines, and the txid of
+                             the namespace described (``namespace_txid``)
 
 The master is never chosen here unless asked: ``--master`` sets it, otherwise Spark's own
 configuration decides (``spark-submit --master``, ``spark-defaults.conf``), and PySpark
@@ -18,8 +20,6 @@ import datetime as dt
 import json
 import logging
 import math
-import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from xdfs.analytics import charts, export, forecast, reports
+from xdfs.analytics.datasource import use_this_python
+from xdfs.analytics.headlines import headlines
 from xdfs.analytics.html_report import ROWS_SHOWN, Section, Table, render
 from xdfs.analytics.memory import MEASURE_INODES_MAX, measure_bytes_per_inode
 from xdfs.errors import InvalidArgument
@@ -63,6 +65,8 @@ class _Inputs:
     replicas: Path | None
     datanodes: Path | None
     image_file: Path | None
+    image_txid: int | None  # the namespace the reports describe (None: not recorded)
+    edits_txids: tuple[int, int] | None  # first and last txid of the edits given
 
 
 def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
@@ -78,6 +82,7 @@ def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
             raise InvalidArgument(f"{image_dir} has no {name}: give an fsimage or an "
                                   "`xdfs oiv --format parquet` directory")
     edits: Path | None = None
+    edits_txids: tuple[int, int] | None = None
     if cfg.edits is not None:
         source = Path(cfg.edits)
         if (source / export.EDITS_FILE).exists():
@@ -86,6 +91,7 @@ def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
             edits_dir = out / "export" / "edits"
             export.export_edits(source, edits_dir)
             edits = edits_dir / export.EDITS_FILE
+        edits_txids = export.edits_txid_range(edits)
     replicas = datanodes = None
     if cfg.blocks is not None:
         blocks = Path(cfg.blocks)
@@ -95,20 +101,22 @@ def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
                                   "`xdfs admin -dumpBlockMap` directory")
         datanodes = blocks / export.DATANODES_FILE
         datanodes = datanodes if datanodes.exists() else None
-    return _Inputs(image_dir / export.INODES_FILE, image_dir / export.BLOCKS_FILE, edits,
-                   replicas, datanodes, image_file)
+    inodes = image_dir / export.INODES_FILE
+    return _Inputs(inodes, image_dir / export.BLOCKS_FILE, edits, replicas, datanodes,
+                   image_file, export.exported_image_txid(inodes), edits_txids)
 
 
 def spark_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
-    # Python workers run this interpreter (the one that has xdfs installed) unless the
-    # environment says otherwise; a cluster sets PYSPARK_PYTHON for its executors.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("xdfs-analyze")
     if master:
         builder = builder.master(master)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    # Local Python workers run this interpreter (the one that has xdfs installed) unless
+    # the user chose one; a cluster sets PYSPARK_PYTHON for its executors.
+    use_this_python(session.sparkContext)
+    return session
 
 
 class _Collected:
@@ -188,12 +196,14 @@ def run(cfg: JobConfig, spark: SparkSession | None = None) -> dict[str, Any]:
     summary = _summary_json(cfg, got, as_of_ms, capacity, inputs)
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     facts: list[tuple[str, str]] = [
+        ("namespace as of", describe_txids(summary)),
         ("image", cfg.image), ("edits", cfg.edits or "(none)"),
         ("block map", cfg.blocks or "(none)"), ("Spark master", str(spark.sparkContext.master)),
         ("ages as of", _iso(as_of_ms)),
         ("small-file threshold", f"{cfg.small_file_bytes:,} bytes"),
     ]
-    page = render("xdfs metadata report", dt.datetime.now(dt.UTC), facts, sections)
+    page = render("xdfs metadata report", dt.datetime.now(dt.UTC), facts, sections,
+                  summary["headlines"])
     (out / "report.html").write_text(page, encoding="utf-8")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     inodes.unpersist()
@@ -412,9 +422,11 @@ def _summary_json(
         rows = got.records(name) if name in got.tables else []
         return rows[0] if rows else None
 
-    return {
+    summary: dict[str, Any] = {
         "generated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "as_of": _iso(as_of_ms),
+        "namespace_txid": inputs.image_txid,
+        "edits_txids": list(inputs.edits_txids) if inputs.edits_txids else None,
         "inputs": {"image": cfg.image, "edits": cfg.edits, "blocks": cfg.blocks},
         "namespace": one("namespace_summary"),
         "size_histogram": got.records("size_histogram"),
@@ -427,3 +439,15 @@ def _summary_json(
         "capacity": capacity,
         "tables": {name: t.total_rows for name, t in got.tables.items()},
     }
+    summary["headlines"] = headlines(summary)
+    return summary
+
+
+def describe_txids(summary: dict[str, Any]) -> str:
+    """Which namespace the report describes: the image's txid (and the edits' range)."""
+    txid = summary.get("namespace_txid")
+    text = f"txid {txid} (the image)" if txid is not None else "the image (txid not recorded)"
+    edits = summary.get("edits_txids")
+    if edits:
+        text += f"; growth from edits txid {edits[0]} to {edits[1]}"
+    return text

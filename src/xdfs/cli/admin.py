@@ -160,9 +160,32 @@ def _backup_command(state: CliState, args: list[str]) -> int:
                    f"{answer.epoch}, fenced by {answer.fenced_by}, namespace at txid "
                    f"{answer.last_txid}, took {answer.took_s:.2f} s)")
         return 0
-    for field in answer.__struct_fields__:
-        click.echo(f"{field + ':':<28}{getattr(answer, field)}")
+    for label, value in backup_status_rows(answer, time.time()):
+        click.echo(f"{label + ':':<28}{value}")
     return 0
+
+
+def backup_status_rows(status: Any, now_s: float) -> list[tuple[str, str]]:
+    """A BackupNode's status as label/value lines (times as ages, lists joined)."""
+    from xdfs.cli.format import human_duration
+
+    def ago(ms: int) -> str:
+        return f"{human_duration(now_s - ms / 1000)} ago" if ms else "never"
+
+    lag = max(0, status.namenode_synced_txid - status.synced_txid)
+    return [
+        ("State", status.state),
+        ("Address", status.address),
+        ("NameNode", ", ".join(status.namenode)),
+        ("Replayed txid", f"{status.synced_txid} (NameNode at {status.namenode_synced_txid}, "
+                          f"lag {lag} txns)"),
+        ("Last fetch", ago(status.last_fetch_ms)),
+        ("Newest image txid", str(status.image_txid)),
+        ("Last checkpoint", ago(status.last_checkpoint_ms)),
+        ("Checkpoints uploaded", str(status.checkpoints_uploaded)),
+        ("Bootstraps", str(status.bootstraps)),
+        ("Inodes", str(status.inodes)),
+    ]
 
 
 def _size(n: int) -> str:

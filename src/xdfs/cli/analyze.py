@@ -25,13 +25,28 @@ def _as_of_ms(text: str | None) -> int | None:
     return int(when.timestamp() * 1000)
 
 
-def _fetch(state: CliState, fs: str, out: Path) -> tuple[str, str]:
-    """The newest image and the live block map of a running cluster, into OUT/fetched."""
+def _fetch(state: CliState, fs: str, out: Path, checkpoint: bool) -> tuple[str, str]:
+    """An image of the current namespace and the live block map of a running cluster, into
+    OUT/fetched. The NameNode's newest image may be far behind its edits (a cluster that
+    never checkpointed has only the empty image of its format): then it first writes one
+    (``saveNamespace``), so the report describes the namespace of now and the block map
+    matches it; ``checkpoint=False`` takes the newest image as it is and says what is
+    missing."""
     from xdfs.cli.admin_export import dump_block_map
     from xdfs.client.client import Client
 
     fetched = out / "fetched"
     with Client(fs, config=state.config) as client:
+        status = client.status()
+        behind = status.last_txid - status.image_txid
+        if behind > 0 and checkpoint:
+            txid = client.save_namespace()
+            click.echo(f"Checkpoint written at txid {txid} (the newest image was {behind} "
+                       f"transactions behind), so the report describes the current namespace")
+        elif behind > 0:
+            click.echo(f"Warning: the newest image (txid {status.image_txid}) is {behind} "
+                       "transactions behind the namespace: what they did is not in the report "
+                       "and their blocks count as orphans (drop --no-checkpoint)", err=True)
         image: Path = client.fetch_image(str(fetched))
         click.echo(f"Fetched fsimage {image.name} to {image}")
         dump_block_map(client, str(fetched / "blockmap"))
@@ -45,7 +60,10 @@ def _fetch(state: CliState, fs: str, out: Path) -> tuple[str, str]:
               help="Edits: a segment, a name dir's current/, or an `xdfs oev` Parquet dir.")
 @click.option("--blocks", metavar="DIR", help="An `xdfs admin -dumpBlockMap` directory.")
 @click.option("--fs", metavar="URI",
-              help="Fetch the newest image and the live block map from this cluster.")
+              help="Fetch an image of the current namespace (checkpointing first when the "
+                   "newest image is behind) and the live block map from this cluster.")
+@click.option("--no-checkpoint", is_flag=True,
+              help="With --fs: analyze the newest image as it is, even if it is behind.")
 @click.option("--out", "out_dir", required=True, metavar="DIR", help="Output directory.")
 @click.option("--master", metavar="URL",
               help="Spark master (default: Spark's configuration, else local[*]).")
@@ -66,7 +84,8 @@ def _fetch(state: CliState, fs: str, out: Path) -> tuple[str, str]:
 @click.pass_obj
 def analyze(
     state: CliState, image: str | None, edits: str | None, blocks: str | None,
-    fs: str | None, out_dir: str, master: str | None, small_file_bytes: int, top_n: int,
+    fs: str | None, no_checkpoint: bool, out_dir: str, master: str | None,
+    small_file_bytes: int, top_n: int,
     as_of: str | None, bytes_per_inode: float | None, horizon_months: int,
     growth_factor: float, namenode_heap_bytes: int, datanode_disk_bytes: int,
 ) -> None:
@@ -77,11 +96,11 @@ def analyze(
     if fs is not None:
         if image is not None or blocks is not None:
             raise click.UsageError("--fs fetches the image and block map: drop --image/--blocks")
-        image, blocks = _fetch(state, fs, out)
+        image, blocks = _fetch(state, fs, out, checkpoint=not no_checkpoint)
     if image is None:
         raise click.UsageError("give --image PATH or --fs URI")
     from xdfs.analytics.forecast import PlanningOptions
-    from xdfs.analytics.job import JobConfig, run
+    from xdfs.analytics.job import JobConfig, describe_txids, run
 
     config = JobConfig(
         image=image, out=out_dir, edits=edits, blocks=blocks, master=master,
@@ -91,6 +110,9 @@ def analyze(
                                  datanode_disk_bytes),
     )
     summary = run(config)
+    click.echo(f"namespace as of {describe_txids(summary)}")
+    for line in summary["headlines"]:
+        click.echo(f"  - {line}")
     click.echo(f"report: {out / 'report.html'}")
     click.echo(f"summary: {out / 'summary.json'}; tables: {out / 'tables'} "
                f"({len(summary['tables'])}) in {summary['elapsed_s']:.1f} s")

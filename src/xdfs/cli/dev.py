@@ -6,7 +6,8 @@ starts a NameNode process on 127.0.0.1:P and N DataNode processes (``DIR/datanod
 free ports, logged in with the DataNode secret the NameNode writes to
 ``DIR/namenode/datanode.secret``), writes ``DIR/cluster.json`` (each process's role,
 pid and address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
-``XDFS_CONF`` at it), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
+``XDFS_CONF`` at it), waits until the cluster accepts writes (out of safe mode, every
+DataNode live), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
 With ``--backup`` a BackupNode (``DIR/backupnode``) follows the NameNode, and the DataNodes
 and ``client.toml`` list both addresses (NameNode first), so killing the NameNode and
 running ``xdfs admin -transitionToActive --backup ADDR`` shows a takeover (the backup
@@ -14,7 +15,9 @@ fences the old NameNode with ``kill(DIR/<its name dir>)``). Which name dir is ac
 kept in ``DIR/dev-state.json`` (:mod:`xdfs.cli.dev_state`): running it again on the same
 DIR restarts the same cluster with its data, from the active name dir. SIGTERM or
 Ctrl-C stops every process gracefully; the cluster stops when no NameNode (nor backup) is
-left.
+left; if ``xdfs dev`` itself is killed (even by SIGKILL), its children get SIGTERM. A process
+that does not start (a directory locked by another ``xdfs dev``, a busy port) is reported in
+one line with its log.
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ import click
 
 from xdfs.cli.dev_state import DEV_STATE_DEFAULT, PromotionWatch, arrange
 from xdfs.cli.main import CliState
+from xdfs.common.files import atomic_write
 
 if TYPE_CHECKING:
     from xdfs.common.process import ServerProcess
 
 DEFAULT_SUPERUSER = "xdfs"
+#: How often the wait for a writable cluster asks, and says what it is waiting for.
+WAIT_POLL_S = 0.2
+WAIT_REPORT_S = 5.0
 
 
 @click.command()
@@ -65,11 +72,13 @@ def dev(
     if roles == DEV_STATE_DEFAULT and (not name_dir.exists() or not any(name_dir.iterdir())):
         _run_format(name_dir, env)
     conf = ["--conf", state.conf_path] if state.conf_path else []
+    extension = f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"
     namenode = ServerProcess.xdfs(
-        *conf, "namenode", "--name-dir", str(name_dir), "--rpc-address", f"127.0.0.1:{port}",
+        *conf, "-D", extension, "namenode", "--name-dir", str(name_dir),
+        "--rpc-address", f"127.0.0.1:{port}",
         log_path=base / "logs" / "namenode.log",
         ready_pattern=r"namenode serving on (\S+)",
-        env=env,
+        env=env, die_with_parent=True,
     )
     children: list[tuple[str, ServerProcess]] = [("namenode", namenode)]
     watch: PromotionWatch | None = None
@@ -83,7 +92,7 @@ def dev(
                 "--namenode", address, "--rpc-address", "127.0.0.1:0",
                 log_path=base / "logs" / "backupnode.log",
                 ready_pattern=r"backupnode serving on (\S+)",
-                env=env,
+                env=env, die_with_parent=True,
             )
             children.append(("backupnode", backupnode))
             address = f"{address},{_start(backupnode, config.dev.ready_timeout_s)}"
@@ -96,10 +105,11 @@ def dev(
                 "--namenode", address, "--rpc-address", "127.0.0.1:0",
                 log_path=base / "logs" / f"datanode{index}.log",
                 ready_pattern=r"datanode serving on (\S+)",
-                env={"XDFS_USER": "", "XDFS_PASSWORD": ""},
+                env={"XDFS_USER": "", "XDFS_PASSWORD": ""}, die_with_parent=True,
             )
             children.append(("datanode", datanode))
             _start(datanode, config.dev.ready_timeout_s)
+        _wait_writable(state, f"xdfs://{address}", credentials, count)
     except BaseException:
         for _role, child in children:
             if child.alive():
@@ -110,9 +120,8 @@ def dev(
         {"role": role, "pid": child.pid, "address": _address(child), "log": str(child.log_path)}
         for role, child in children
     ]
-    (base / "cluster.json").write_text(
-        json.dumps({"fs": uri, "base_dir": str(base), "processes": processes}, indent=2) + "\n"
-    )
+    cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
+    atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
     write_toml(base / "client.toml", {"client": {"fs": uri, **credentials}})
     os.chmod(base / "client.toml", 0o600)
     click.echo(
@@ -124,8 +133,46 @@ def dev(
 
 
 def _start(process: ServerProcess, timeout_s: float) -> str:
-    process.start(timeout_s)
+    from xdfs.common.process import ProcessError
+
+    try:
+        process.start(timeout_s)
+    except ProcessError as exc:  # one line: why it stopped (its last log line) and where
+        raise click.ClickException(
+            f"{process.log_path.stem} did not start: {exc.last_line or 'no output'} "
+            f"(log: {process.log_path})"
+        ) from None
     return _address(process)
+
+
+def _wait_writable(state: CliState, uri: str, credentials: dict[str, str], datanodes: int
+                   ) -> None:
+    """Until the NameNode is out of safe mode and every DataNode is live (a write then
+    succeeds), saying what it waits for every few seconds; bounded by
+    dev.writable_timeout_s."""
+    from xdfs.client.client import Client
+
+    timeout_s = state.config.dev.writable_timeout_s
+    start = time.monotonic()
+    said = start
+    with Client(uri, config=state.config, token="", **credentials) as client:
+        while True:
+            safe_mode = client.safe_mode("get")
+            live = sum(node.state == "live" for node in client.datanode_report().nodes)
+            if not safe_mode.on and live >= datanodes:
+                return
+            waiting = (f"safe mode is on ({safe_mode.reason})" if safe_mode.on else
+                       f"{live} of {datanodes} DataNodes registered")
+            now = time.monotonic()
+            if now - start > timeout_s:
+                raise click.ClickException(
+                    f"the cluster does not accept writes after {timeout_s:.0f} s: {waiting} "
+                    "(logs in the base dir's logs/; dev.writable_timeout_s sets the wait)")
+            if now - said >= WAIT_REPORT_S:
+                click.echo(f"xdfs dev: waiting for the cluster to accept writes: {waiting}",
+                           err=True)
+                said = now
+            time.sleep(WAIT_POLL_S)
 
 
 def _address(process: ServerProcess) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from xdfs.cli.main import CliState
-from xdfs.cli.shell import raw_command, split_generic_options
+from xdfs.cli.shell import cluster_for, raw_command, split_generic_options
 
 Handler = Callable[[Any, "Args"], int]
 
@@ -52,16 +52,28 @@ def command(
 
 
 def parse_args(spec: Command, raw: list[str]) -> Args:
+    """Flags may come anywhere; any other word starting with ``-`` is an unknown option (a
+    usage error, never taken for a path: a path starting with ``-`` is written ``./-x``)."""
     flags: set[str] = set()
     values: list[str] = []
     for item in raw:
-        if item in spec.flags and not values:
+        if not item.startswith("-") or item == "-":
+            values.append(item)
+        elif item in spec.flags:
             flags.add(item)
         else:
-            values.append(item)
+            raise UsageError(f"unknown option {item}")
     if not spec.min_args <= len(values) <= spec.max_args:
-        raise UsageError(spec.usage)
+        raise UsageError(f"expects {_arity(spec)}")
     return Args(flags, values)
+
+
+def _arity(spec: Command) -> str:
+    if spec.max_args == spec.min_args:
+        return f"{spec.min_args} argument(s)"
+    if spec.max_args >= 1 << 30:
+        return f"at least {spec.min_args} argument(s)"
+    return f"{spec.min_args} to {spec.max_args} arguments"
 
 
 @raw_command
@@ -76,10 +88,11 @@ def dfs(state: CliState, argv: tuple[str, ...]) -> None:
     try:
         parsed = parse_args(spec, rest)
     except UsageError as exc:
-        click.echo(f"Usage: xdfs dfs {name} {exc}", err=True)
+        click.echo(f"{name}: {exc}. Usage: xdfs dfs {name} {spec.usage}", err=True)
         sys.exit(2)
     from xdfs.client.client import Client
 
+    fs = cluster_for(fs, rest, state.config.client.fs)
     with Client(fs, config=state.config) as client:
         sys.exit(spec.handler(client, parsed))
 
@@ -90,30 +103,48 @@ def _print_help() -> None:
         click.echo(f"  {name} {spec.usage}")
 
 
+class PathFailure(Exception):
+    """A failure to report against another path than the argument being processed (``-put``
+    names the destination when the upload fails, as ``hdfs dfs`` does)."""
+
+    def __init__(self, path: str, error: Exception) -> None:
+        super().__init__(path, error)
+        self.path = path
+        self.error = error
+
+
 def each_path(client: Any, verb: str, items: list[str], action: Callable[[str], None]) -> int:
-    """Run ``action`` on every path, report failures hdfs-style, return the exit status."""
+    """Run ``action`` on every path, report failures hdfs-style, return the exit status.
+    Local file errors (``OSError``) are reported the same way as xdfs ones: one line."""
     from xdfs.errors import XdfsError
 
     status = 0
     for path in items:
         try:
             action(path)
-        except XdfsError as exc:
+        except PathFailure as exc:
+            click.echo(f"{verb}: `{exc.path}': {_describe(exc.error)}", err=True)
+            status = 1
+        except (XdfsError, OSError) as exc:
             click.echo(f"{verb}: `{path}': {_describe(exc)}", err=True)
             status = 1
     return status
 
 
 def _describe(exc: Exception) -> str:
-    from xdfs.errors import AlreadyExists, DirectoryNotEmpty, NotFound, XdfsError
+    from xdfs.errors import DirectoryNotEmpty, XdfsError
 
-    if isinstance(exc, NotFound):
+    if isinstance(exc, FileNotFoundError):
         return "No such file or directory"
-    if isinstance(exc, AlreadyExists):
+    if isinstance(exc, FileExistsError):
         return "File exists"
     if isinstance(exc, DirectoryNotEmpty):
         return "Directory is not empty"
-    return exc.message if isinstance(exc, XdfsError) else str(exc)
+    if isinstance(exc, XdfsError):
+        return exc.message
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 # -- commands ----------------------------------------------------------------------------

@@ -3,42 +3,65 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import click
+import msgspec
 
 from xdfs.cli.dfs import Args, command, each_path
 from xdfs.cli.format import human_size, ls_lines
 from xdfs.common.modes import permission_string
 
 
-@command("-ls", "[-d] [-h] [-R] <path> ...", "-d -h -R", min_args=0)
+@command("-ls", "[-d] [-h] [-R] [<path> ...]", "-d -h -R", min_args=0)
 def ls(client: Any, args: Args) -> int:
+    """As ``hdfs dfs -ls``: no path lists the home directory; the entries of a relative
+    path are shown relative to the home directory."""
     human = "-h" in args.flags
 
     def show(path: str) -> None:
+        shown = _shown_as(client, path)
         status = client.stat(path)
         if not status.is_dir or "-d" in args.flags:
-            _echo_lines(ls_lines([status], human))
+            _echo_lines(ls_lines([shown(status)], human))
             return
         if "-R" in args.flags:
-            _ls_recursive(client, path, human)
+            _ls_recursive(client, status.path, human, shown)
             return
-        entries = client.list_dir(path)
+        entries = client.list_dir(status.path)
         click.echo(f"Found {len(entries)} items")
-        _echo_lines(ls_lines(entries, human))
+        _echo_lines(ls_lines([shown(e) for e in entries], human))
 
-    return each_path(client, "ls", args.values or ["/"], show)
+    return each_path(client, "ls", args.values or ["."], show)
 
 
-def _ls_recursive(client: Any, path: str, human: bool) -> None:
+def _shown_as(client: Any, path: str) -> Callable[[Any], Any]:
+    """Statuses with the path to print: relative to the home directory when the argument
+    was relative (as hdfs prints them), else as they are."""
+    if path.startswith("/") or "://" in path:
+        return lambda status: status
+    home = client.home()
+
+    def relative(status: Any) -> Any:
+        text = status.path
+        if text == home:
+            text = "."
+        elif text.startswith(home + "/"):
+            text = text[len(home) + 1 :]
+        return msgspec.structs.replace(status, path=text)
+
+    return relative
+
+
+def _ls_recursive(client: Any, path: str, human: bool, shown: Callable[[Any], Any]) -> None:
     """Depth first, each directory's entries right below it (as ``hdfs dfs -ls -R``);
     columns are sized per directory listing."""
     entries = client.list_dir(path)
-    for entry, line in zip(entries, ls_lines(entries, human), strict=True):
+    for entry, line in zip(entries, ls_lines([shown(e) for e in entries], human), strict=True):
         click.echo(line)
         if entry.is_dir:
-            _ls_recursive(client, entry.path, human)
+            _ls_recursive(client, entry.path, human, shown)
 
 
 def _echo_lines(lines: list[str]) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import time
 from typing import Any
 
 import click
 
-from xdfs.cli.dfs import Args, command, each_path
+from xdfs.cli.dfs import Args, PathFailure, command, each_path
 
 TAIL_BYTES = 1024
 TAIL_FOLLOW_INTERVAL_S = 1.0
@@ -16,9 +18,22 @@ SETREP_WAIT_INTERVAL_S = 1.0
 
 
 def _put(client: Any, args: Args) -> int:
+    """As ``hdfs dfs -put``: a missing local source is reported against itself, anything
+    else against the destination; the destination's parent must exist."""
+    from xdfs.errors import XdfsError
+
     *sources, dst = args.values
     overwrite = "-f" in args.flags
-    return each_path(client, "put", sources, lambda src: client.put(src, dst, overwrite=overwrite))
+
+    def upload(src: str) -> None:
+        if not os.path.lexists(src):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src)
+        try:
+            client.put(src, dst, overwrite=overwrite, create_parents=False)
+        except XdfsError as exc:
+            raise PathFailure(dst, exc) from exc
+
+    return each_path(client, "put", sources, upload)
 
 
 def _get(client: Any, args: Args) -> int:

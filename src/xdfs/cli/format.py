@@ -19,6 +19,17 @@ def human_size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def human_duration(seconds: float) -> str:
+    """``93784`` -> ``1d 2h`` (the two largest units that are not zero)."""
+    rest = max(0, int(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        value, rest = divmod(rest, size)
+        if value:
+            parts.append(f"{value}{unit}")
+    return " ".join(parts[:2]) or "0s"
+
+
 def local_time(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
 

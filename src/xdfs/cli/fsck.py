@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from xdfs.cli.main import CliState
-from xdfs.cli.shell import raw_command, split_generic_options
+from xdfs.cli.shell import cluster_for, raw_command, split_generic_options
 
 USAGE = "Usage: xdfs fsck [-fs URI] <path> [-files [-blocks [-locations]]]"
 FLAGS = ("-files", "-blocks", "-locations")
@@ -28,6 +28,7 @@ def fsck(state: CliState, argv: tuple[str, ...]) -> None:
         sys.exit(2)
     from xdfs.client.client import Client
 
+    fs = cluster_for(fs, paths, state.config.client.fs)
     with Client(fs, config=state.config) as client:
         report = client.fsck(
             paths[0], files="-files" in args, blocks="-blocks" in args,

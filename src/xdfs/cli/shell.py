@@ -33,6 +33,27 @@ def split_generic_options(argv: tuple[str, ...], print_help: Callable[[], None]
     return fs, args
 
 
+def cluster_for(fs: str | None, args: list[str], configured: str) -> str | None:
+    """The file system a command works on. As ``hdfs dfs``, a path given as a full URI
+    (``xdfs://HOST:PORT/p``) names its cluster: that cluster is the target (the -fs or
+    configured URI when it shares an address, for its full failover list). Every URI of
+    one command must name the same cluster: a usage error (exit 2) otherwise."""
+    from xdfs.common.addresses import SCHEME, same_cluster, split_uri
+
+    named = {uri[0] for uri in map(split_uri, args) if uri is not None and uri[0]}
+    if not named:
+        return fs
+    if len(named) > 1:
+        click.echo(f"the paths name {len(named)} clusters ({', '.join(sorted(named))}): "
+                   "one command works on one cluster", err=True)
+        sys.exit(2)
+    authority = named.pop()
+    default = fs or configured
+    if default and same_cluster(default, authority):
+        return default
+    return SCHEME + authority
+
+
 def raw_command(function: Callable[..., None]) -> click.Command:
     """A click command taking all its arguments raw as ``argv``, with the CLI state."""
     decorated = click.pass_obj(function)

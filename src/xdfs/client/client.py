@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -20,9 +21,9 @@ from xdfs.client.datanodes import DataNodePool
 from xdfs.client.reader import FileReader
 from xdfs.client.sync_files import SyncReader, SyncWriter, buffered_reader, buffered_writer
 from xdfs.client.writer import FileWriter
-from xdfs.common.addresses import parse_fs_uri
+from xdfs.common.addresses import format_fs_uri, parse_fs_uri, same_cluster, split_uri
 from xdfs.config import XdfsConfig, load_config
-from xdfs.errors import AlreadyExists, ConfigError, NotFound
+from xdfs.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound
 from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplica, BadReplicasRequest
@@ -62,6 +63,7 @@ class AsyncClient:
         ssl_context = client_context(self.config.rpc)
         self.rpc = RpcClient(self.addresses, self.config.rpc, hello=hello, ssl_context=ssl_context)
         self.datanodes = DataNodePool(self.config.rpc, self.client_name, ssl_context)
+        self._home: str | None = None
 
     async def close(self) -> None:
         await self.datanodes.close()
@@ -73,6 +75,38 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # -- paths ----------------------------------------------------------------------------
+
+    async def home(self) -> str:
+        """``/user/<the authenticated user>``, where relative paths resolve (HDFS's working
+        directory). The user is the one the NameNode authenticated (a token names it)."""
+        if self._home is None:
+            await self.rpc.call(p.STAT, p.PathRequest("/"))  # connects, with failover
+            conn = await self.rpc.connection(self.rpc.current_address)
+            user = conn.welcome.user if conn.welcome is not None else ""
+            if not user:
+                raise InvalidArgument("a relative path needs a user: this client is anonymous")
+            self._home = f"/user/{user}"
+        return self._home
+
+    async def absolute(self, path: str) -> str:
+        """The absolute path ``path`` names on this client's cluster, as HDFS resolves it:
+        an ``xdfs://HOST:PORT/p`` URI of this cluster is ``/p`` (one of another cluster is
+        refused: InvalidArgument), a relative path resolves against :meth:`home`."""
+        uri = split_uri(path)
+        if uri is not None:
+            authority, local = uri
+            if authority and not same_cluster(authority, ",".join(self.addresses)):
+                raise InvalidArgument(
+                    f"{path} names another cluster than this client's "
+                    f"({format_fs_uri(self.addresses)})"
+                )
+            return local
+        if path.startswith("/"):
+            return path
+        resolved = posixpath.normpath(f"{await self.home()}/{path}")
+        return resolved + "/" if path.endswith("/") and resolved != "/" else resolved
+
     # -- metadata -----------------------------------------------------------------------
 
     async def login(self, user: str, password: str, lifetime_s: float = 0.0) -> p.LoginResponse:
@@ -81,9 +115,11 @@ class AsyncClient:
     async def mkdirs(
         self, path: str, mode: int = DEFAULT_MODE, parents: bool = True
     ) -> p.FileStatus:
+        path = await self.absolute(path)
         return await self.rpc.call(p.MKDIRS, p.MkdirsRequest(path, mode, parents))
 
     async def stat(self, path: str) -> p.FileStatus:
+        path = await self.absolute(path)
         return await self.rpc.call(p.STAT, p.PathRequest(path))
 
     async def exists(self, path: str) -> bool:
@@ -95,6 +131,7 @@ class AsyncClient:
 
     async def iter_dir(self, path: str, page_size: int = 1000) -> AsyncIterator[p.FileStatus]:
         """Every entry of a directory, fetched page by page (a file yields itself)."""
+        path = await self.absolute(path)
         start = ""
         while True:
             listing = await self.rpc.call(p.LIST, p.ListRequest(path, start, page_size))
@@ -110,32 +147,42 @@ class AsyncClient:
     async def delete(
         self, path: str, recursive: bool = False, skip_trash: bool = False
     ) -> p.DeleteResponse:
+        path = await self.absolute(path)
         return await self.rpc.call(p.DELETE, p.DeleteRequest(path, recursive, skip_trash))
 
     async def rename(self, src: str, dst: str) -> str:
+        src = await self.absolute(src)
+        dst = await self.absolute(dst)
         return (await self.rpc.call(p.RENAME, p.RenameRequest(src, dst))).dst
 
     async def set_permission(self, path: str, mode: int) -> None:
+        path = await self.absolute(path)
         await self.rpc.call(p.SET_PERMISSION, p.SetPermissionRequest(path, mode))
 
     async def set_owner(self, path: str, owner: str = "", group: str = "") -> None:
+        path = await self.absolute(path)
         await self.rpc.call(p.SET_OWNER, p.SetOwnerRequest(path, owner, group))
 
     async def set_replication(self, path: str, replication: int) -> None:
+        path = await self.absolute(path)
         await self.rpc.call(p.SET_REPLICATION, p.SetReplicationRequest(path, replication))
 
     async def set_times(self, path: str, mtime_ms: int = -1, atime_ms: int = -1) -> None:
+        path = await self.absolute(path)
         await self.rpc.call(p.SET_TIMES, p.SetTimesRequest(path, mtime_ms, atime_ms))
 
     async def content_summary(self, path: str) -> p.ContentSummary:
+        path = await self.absolute(path)
         return await self.rpc.call(p.CONTENT_SUMMARY, p.PathRequest(path))
 
     async def block_locations(
         self, path: str, offset: int = 0, length: int = -1
     ) -> p.LocatedBlocks:
+        path = await self.absolute(path)
         return await self.rpc.call(p.BLOCK_LOCATIONS, p.BlockLocationsRequest(path, offset, length))
 
     async def restore(self, trash_path: str) -> str:
+        trash_path = await self.absolute(trash_path)
         return (await self.rpc.call(p.RESTORE, p.RestoreRequest(trash_path))).path
 
     async def expunge(self, immediate: bool = False) -> None:
@@ -145,6 +192,7 @@ class AsyncClient:
 
     async def open_read(self, path: str) -> FileReader:
         """A reader over ``path`` (block locations are fetched once, refreshed on failure)."""
+        path = await self.absolute(path)
         located = await self.block_locations(path)
         return FileReader(self.rpc, self.datanodes, self.config.client, path, located)
 
@@ -168,13 +216,17 @@ class AsyncClient:
     async def put(self, local: str, dst: str, *, overwrite: bool = False, **options: Any
                   ) -> list[str]:
         """Upload a local file or tree (through ``._COPYING_`` files renamed when done)."""
+        dst = await self.absolute(dst)
         return await transfer.put(self, local, dst, overwrite=overwrite, **options)
 
     async def get(self, src: str, local: str) -> list[str]:
         """Download a file or tree to the local file system."""
+        src = await self.absolute(src)
         return await transfer.get(self, src, local)
 
     async def copy(self, src: str, dst: str, *, overwrite: bool = False) -> str:
+        src = await self.absolute(src)
+        dst = await self.absolute(dst)
         return await transfer.copy(self, src, dst, overwrite=overwrite)
 
     async def copy_to(
@@ -182,6 +234,7 @@ class AsyncClient:
         size: int = -1,
     ) -> int:
         """Stream a byte range of ``src`` into ``sink`` (``cat``, ``tail``)."""
+        src = await self.absolute(src)
         return await transfer.copy_to(self, src, sink, offset, size)
 
     async def report_bad_replicas(self, replicas: list[BadReplica]) -> None:
@@ -199,12 +252,14 @@ class AsyncClient:
         mode: int = DEFAULT_MODE,
         create_parents: bool = True,
     ) -> p.FileStatus:
+        path = await self.absolute(path)
         request = p.CreateRequest(
             path, self.client_name, mode, replication, block_size, overwrite, create_parents
         )
         return await self.rpc.call(p.CREATE, request)
 
     async def complete(self, path: str, blocks: list[BlockRecord]) -> p.FileStatus:
+        path = await self.absolute(path)
         return await self.rpc.call(p.COMPLETE, p.CompleteRequest(path, self.client_name, blocks))
 
     async def recover_lease(self, path: str) -> bool:
@@ -215,6 +270,7 @@ class AsyncClient:
 
     async def touchz(self, path: str) -> p.FileStatus:
         """Create an empty file (an existing empty file is left as it is, as hdfs -touchz)."""
+        path = await self.absolute(path)
         try:
             status = await self.stat(path)
         except NotFound:
@@ -253,6 +309,7 @@ class AsyncClient:
     async def fsck(
         self, path: str, files: bool = False, blocks: bool = False, locations: bool = False
     ) -> p.FsckReport:
+        path = await self.absolute(path)
         return await self.rpc.call(p.FSCK, p.FsckRequest(path, files, blocks, locations))
 
     async def fetch_image(self, directory: str | os.PathLike[str]) -> Path:

@@ -18,7 +18,7 @@ from fsspec.spec import AbstractBufferedFile
 
 from xdfs.client.client import Client
 from xdfs.client.sync_files import SyncReader, SyncWriter
-from xdfs.common.addresses import SCHEME
+from xdfs.common.addresses import SCHEME, split_uri
 from xdfs.errors import NotFound
 from xdfs.protocol.namenode import FileStatus
 
@@ -43,21 +43,17 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         text = str(path)
-        if text.startswith(SCHEME):
-            rest = text[len(SCHEME) :]
-            text = "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+        uri = split_uri(text)
+        if uri is not None:
+            text = uri[1]
         text = text.rstrip("/") or "/"
         return text if text.startswith("/") else "/" + text
 
     @staticmethod
     def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
         """``xdfs://host:port/...`` names the file system (fsspec.open, pandas ...)."""
-        text = str(path)
-        if text.startswith(SCHEME):
-            authority = text[len(SCHEME) :].split("/", 1)[0]
-            if authority:
-                return {"fs": SCHEME + authority}
-        return {}
+        uri = split_uri(str(path))
+        return {"fs": SCHEME + uri[0]} if uri is not None and uri[0] else {}
 
     @staticmethod
     def _entry(status: FileStatus) -> dict[str, Any]:
@@ -209,8 +205,15 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
         super().__init__(fs, path, mode, block_size, **kwargs)
 
     def _fetch_range(self, start: int, end: int) -> bytes:
+        # Through the cursor: fsspec's read-ahead asks for consecutive ranges, which then
+        # continue one DataNode stream (the reader Client.open uses too).
         assert self._reader is not None
-        return self._reader.pread(start, max(0, end - start))
+        return self._reader.read_at(start, max(0, end - start))
+
+    def close(self) -> None:
+        if self._reader is not None and not self.closed:
+            self._reader.close()
+        super().close()
 
     def _initiate_upload(self) -> None:
         self._writer = self.fs.client.open_writer(self.path, overwrite=True)

@@ -6,14 +6,21 @@ CRC32C, so bytes that reach the caller are the bytes that were written. When a r
 corrupt (reported to the NameNode at once), dead or slow, the read resumes at the same
 offset on the next replica; after a round over all of them, the locations are fetched again
 (the NameNode may have re-replicated the block), up to ``client.read_rounds`` rounds.
+
+Reads from the cursor (:meth:`FileReader.read`, behind ``Client.open(path, "rb")`` and the
+fsspec file) keep one DataNode stream per block open between calls, as HDFS's
+DFSInputStream keeps its block reader: sequential reads of any size cost one request per
+block, not one per call. A read elsewhere (a seek) abandons the stream and opens a new one.
+Positional reads (:meth:`FileReader.pread`) stay independent of the cursor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from xdfs.client.datanodes import DataNodePool
 from xdfs.config import ClientConfig
@@ -43,6 +50,11 @@ class FileReader:
         self.length = located.file_length
         self.blocks = list(located.blocks)
         self.position = 0
+        # The sequential stream: where it is in the file, and a piece it already delivered
+        # that the last read did not take.
+        self._stream: AsyncGenerator[bytes | memoryview, None] | None = None
+        self._stream_at = 0
+        self._leftover = memoryview(b"")
 
     # -- file-like cursor -------------------------------------------------------------------
 
@@ -58,9 +70,48 @@ class FileReader:
 
     async def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes from the cursor (all that is left when ``size < 0``)."""
-        data = await self.pread(self.position, size)
-        self.position += len(data)
-        return data
+        wanted = self.length - self.position if size < 0 else size
+        parts: list[bytes | memoryview] = []
+        while wanted > 0:
+            piece = await self._next_piece(wanted)
+            if not piece:
+                break
+            parts.append(piece)
+            wanted -= len(piece)
+            self.position += len(piece)
+        return b"".join(parts)
+
+    async def read_at(self, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` through the cursor: consecutive ranges (a buffered
+        file's read-ahead) continue one stream."""
+        self.seek(offset)
+        return await self.read(size)
+
+    async def _next_piece(self, most: int) -> memoryview:
+        """At most ``most`` bytes at the cursor, from the sequential stream."""
+        if self._stream_at != self.position:
+            await self.close()
+        if not self._leftover:
+            if self.position >= self.length:
+                return memoryview(b"")
+            if self._stream is None:
+                self._stream = self.iter_range(self.position)
+                self._stream_at = self.position
+            try:
+                self._leftover = memoryview(await anext(self._stream))
+            except StopAsyncIteration:
+                self._stream = None
+                return memoryview(b"")
+        piece, self._leftover = self._leftover[:most], self._leftover[most:]
+        self._stream_at += len(piece)
+        return piece
+
+    async def close(self) -> None:
+        """Abandon the sequential stream (the DataNode stops sending); reading again opens
+        a new one."""
+        stream, self._stream, self._leftover = self._stream, None, memoryview(b"")
+        if stream is not None:
+            await stream.aclose()
 
     # -- positional reads -------------------------------------------------------------------
 
@@ -69,7 +120,7 @@ class FileReader:
 
     async def iter_range(
         self, offset: int = 0, size: int = -1
-    ) -> AsyncIterator[bytes | memoryview]:
+    ) -> AsyncGenerator[bytes | memoryview, None]:
         """The bytes of ``[offset, offset + size)`` (clipped to the file), as they arrive
         (each piece is the caller's to keep: nothing reuses its memory)."""
         if offset < 0:
@@ -81,12 +132,15 @@ class FileReader:
             if stop <= offset or start >= end or start == stop:
                 continue
             first = max(offset, start) - start
-            async for data in self._read_block(index, first, min(end, stop) - start - first):
-                yield data
+            # aclosing: a reader that stops early (close, seek) ends the DataNode stream now
+            blocks = self._read_block(index, first, min(end, stop) - start - first)
+            async with contextlib.aclosing(blocks):
+                async for data in blocks:
+                    yield data
 
     async def _read_block(
         self, index: int, offset: int, length: int
-    ) -> AsyncIterator[bytes | memoryview]:
+    ) -> AsyncGenerator[bytes | memoryview, None]:
         failures: list[str] = []
         for round_number in range(self.config.read_rounds):
             if round_number:
@@ -94,11 +148,13 @@ class FileReader:
                 await self._refresh(index)
             located = self.blocks[index]
             for address in located.locations:
+                replica = self._read_replica(address, located, offset, length)
                 try:
-                    async for data in self._read_replica(address, located, offset, length):
-                        offset += len(data)
-                        length -= len(data)
-                        yield data
+                    async with contextlib.aclosing(replica):
+                        async for data in replica:
+                            offset += len(data)
+                            length -= len(data)
+                            yield data
                 except XdfsError as exc:
                     failures.append(f"{address}: {exc.message}")
                     await self._on_replica_failure(address, located, exc)
@@ -111,7 +167,7 @@ class FileReader:
 
     async def _read_replica(
         self, address: str, located: p.LocatedBlock, offset: int, length: int
-    ) -> AsyncIterator[bytes | memoryview]:
+    ) -> AsyncGenerator[bytes | memoryview, None]:
         request = ReadBlockRequest(located.block, located.token, offset, length)
         stream = await self.pool.get(address).download(READ_BLOCK, request)
         async with stream:

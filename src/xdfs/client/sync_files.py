@@ -38,6 +38,14 @@ class SyncReader:
         """From the reader's cursor (which :meth:`FileReader.seek` moves)."""
         return self._loop.run(self.reader.read(size))
 
+    def read_at(self, offset: int, size: int) -> bytes:
+        return self._loop.run(self.reader.read_at(offset, size))
+
+    def close(self) -> None:
+        """Abandon the sequential stream without waiting: this also runs from the garbage
+        collector, possibly at exit when the loop thread no longer runs."""
+        self._loop.submit(self.reader.close())
+
 
 class SyncWriter:
     def __init__(self, loop: LoopThread, writer: FileWriter) -> None:
@@ -72,6 +80,17 @@ class RawReader(io.RawIOBase):
         data = self._reader.read(len(view))
         view[: len(data)] = data
         return len(data)
+
+    def readall(self) -> bytes:
+        # One call for the rest of the file: RawIOBase's default reads 8 KiB per call.
+        return self._reader.read(-1)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._reader.close()
+            finally:
+                super().close()
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         return self._reader.reader.seek(offset, whence)

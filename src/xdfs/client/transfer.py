@@ -34,10 +34,13 @@ LOCAL_READ_BYTES = 4 * 1024 * 1024
 
 
 async def resolve_destination(client: AsyncClient, source_name: str, dst: str) -> str:
-    """``dst`` itself, or ``dst/<source_name>`` when ``dst`` is an existing directory."""
+    """``dst`` itself, or ``dst/<source_name>`` when ``dst`` is an existing directory.
+    A ``dst`` ending in ``/`` names a directory: NotFound when there is none."""
     try:
         status = await client.stat(dst)
     except NotFound:
+        if dst.endswith("/") and dst.strip("/"):
+            raise NotFound(f"{dst}: no such directory") from None
         return dst
     return join_child(dst, source_name) if status.is_dir else dst
 
@@ -69,26 +72,35 @@ async def write_stream(
 
 
 async def local_chunks(path: Path) -> AsyncIterator[bytes]:
-    with path.open("rb") as source:
+    # Opened, read and closed in worker threads: the event loop keeps serving the uploads
+    # meanwhile. When the upload is cancelled (Ctrl-C) while a read is still running, the
+    # file is closed by a worker once that read returns, so the cleanup (abort, delete the
+    # temporary file) never waits for a slow source (a pipe, a network mount).
+    source = await asyncio.to_thread(path.open, "rb")
+    try:
         while True:
-            # Large reads in a thread: the event loop keeps serving the uploads meanwhile.
             chunk = await asyncio.to_thread(source.read, LOCAL_READ_BYTES)
             if not chunk:
                 return
             yield chunk
+    finally:
+        asyncio.get_running_loop().run_in_executor(None, source.close)
 
 
 async def put(
     client: AsyncClient, local: str | os.PathLike[str], dst: str, *, overwrite: bool = False,
-    **options: Any,
+    create_parents: bool = True, **options: Any,
 ) -> list[str]:
-    """Copy a local file or directory tree into xdfs; returns the files written."""
+    """Copy a local file or directory tree into xdfs; returns the files written.
+    ``create_parents=False`` (``hdfs dfs -put``): NotFound, and nothing written, when the
+    destination's parent directory does not exist."""
     source = Path(local)
     target = await resolve_destination(client, source.name, dst)
     if not await asyncio.to_thread(source.is_dir):
-        await write_stream(client, target, local_chunks(source), overwrite=overwrite, **options)
+        await write_stream(client, target, local_chunks(source), overwrite=overwrite,
+                           create_parents=create_parents, **options)
         return [target]
-    await client.mkdirs(target)
+    await client.mkdirs(target, parents=create_parents)
     written: list[str] = []
     for child in await asyncio.to_thread(lambda: sorted(source.iterdir())):
         written += await put(client, child, join_child(target, child.name),

@@ -52,3 +52,18 @@ def parse_fs_uri(uri: str) -> list[str]:
 
 def format_fs_uri(addresses: list[str]) -> str:
     return SCHEME + ",".join(addresses)
+
+
+def split_uri(text: str) -> tuple[str, str] | None:
+    """``xdfs://AUTHORITY/a/b`` -> ``("AUTHORITY", "/a/b")`` (an empty authority, as in
+    ``xdfs:///a``, means the default file system; no path means ``/``); None when ``text``
+    is not an ``xdfs://`` URI."""
+    if not text.startswith(SCHEME):
+        return None
+    authority, _slash, path = text[len(SCHEME) :].partition("/")
+    return authority, "/" + path
+
+
+def same_cluster(first: str, second: str) -> bool:
+    """Whether two file system URIs (or authorities) share a NameNode address."""
+    return bool(set(parse_fs_uri(first)) & set(parse_fs_uri(second)))

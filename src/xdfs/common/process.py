@@ -3,12 +3,17 @@
 Output goes to a log file (never a pipe that could fill and block the child); readiness is
 a regular expression matched against that log within a mandatory deadline. Every child
 runs in its own session, so killing it takes its own children too, and
-:class:`ProcessGroup` kills whatever a test left running, by pid.
+:class:`ProcessGroup` kills whatever a test left running, by pid. A child started with
+``die_with_parent`` (``xdfs dev``'s) gets SIGTERM from the kernel when the process that
+started it dies, even by SIGKILL (Linux ``prctl(PR_SET_PDEATHSIG)``, which the child's
+``xdfs`` command arms first thing, see :func:`arm_parent_death_signal`; elsewhere it is
+left running).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -18,9 +23,25 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+#: prctl option: the signal the kernel sends a child when its parent thread exits.
+_PR_SET_PDEATHSIG = 1
+#: Set (to the parent's pid) in the environment of a child started with die_with_parent.
+DIE_WITH_PARENT_ENV = "XDFS_DIE_WITH_PARENT"
+
 
 class ProcessError(AssertionError):
-    """A child did not become ready, or exited when it should not have."""
+    """A child did not become ready, or exited when it should not have. ``output`` is
+    what it logged since it was started."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
+
+    @property
+    def last_line(self) -> str:
+        """The child's last line of output (usually why it stopped), or ''."""
+        lines = [line for line in self.output.splitlines() if line.strip()]
+        return lines[-1].strip() if lines else ""
 
 
 class ServerProcess:
@@ -32,8 +53,10 @@ class ServerProcess:
         ready_pattern: str,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.args = list(args)
+        self.die_with_parent = die_with_parent
         self.log_path = log_path
         self.ready_pattern = re.compile(ready_pattern)
         self.env = {**os.environ, **(env or {})}
@@ -58,10 +81,15 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self.env, cwd=self.cwd, start_new_session=True,
+                env=self._child_env(), cwd=self.cwd, start_new_session=True,
             )
         self.match = self.wait_for(self.ready_pattern, deadline_s, offset)
         return self.match
+
+    def _child_env(self) -> dict[str, str]:
+        if not self.die_with_parent:
+            return self.env
+        return {**self.env, DIE_WITH_PARENT_ENV: str(os.getpid())}
 
     def wait_for(
         self, pattern: re.Pattern[str], deadline_s: float, offset: int = 0
@@ -74,11 +102,14 @@ class ServerProcess:
                 return found
             if self.proc is not None and self.proc.poll() is not None:
                 raise ProcessError(
-                    f"{self.args} exited with {self.proc.returncode} before ready:\n{text[-3000:]}"
+                    f"{self.args} exited with {self.proc.returncode} before ready:\n{text[-3000:]}",
+                    text,
                 )
             if time.monotonic() > end:
                 self.kill()
-                raise ProcessError(f"{self.args} not ready within {deadline_s} s:\n{text[-3000:]}")
+                raise ProcessError(
+                    f"{self.args} not ready within {deadline_s} s:\n{text[-3000:]}", text
+                )
             time.sleep(0.02)
 
     def log_text(self) -> str:
@@ -110,6 +141,19 @@ class ServerProcess:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
+
+
+def arm_parent_death_signal() -> None:
+    """In a child started with ``die_with_parent``: ask the kernel for SIGTERM when the
+    parent dies, and exit at once if it already has. Done by the child itself after exec
+    (a ``preexec_fn`` is unsafe in a parent that has threads); a no-op otherwise."""
+    parent = os.environ.pop(DIE_WITH_PARENT_ENV, "")  # not inherited by its own children
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != int(parent):
+        sys.exit(f"parent process {parent} has exited; not starting")
 
 
 class ProcessGroup:

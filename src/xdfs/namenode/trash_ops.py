@@ -26,25 +26,28 @@ class TrashOps:
         self.config = fs.config
 
     def target(self, user: str, path: str) -> str:
-        """A free trash path for ``path``. Where an earlier deletion left a *file* on the way
-        (``/tmp/a`` trashed, then ``/tmp/a/b``), that component takes a fresh name, as in
-        HDFS's TrashPolicyDefault, instead of failing the deletion."""
-        target = trash.trash_target(user, path)
-        parts = paths.split_path(target)
-        first = len(paths.split_path(trash.current_dir(user)))
-        for depth in range(first, len(parts)):
-            prefix = paths.join(parts[:depth])
-            if not self.ns.exists(prefix):
-                break
-            if not self.ns.is_dir(prefix):
-                target = self._free_name(prefix) + target[len(prefix) :]
-                break
-        return self._free_name(target)
+        """A free trash path for ``path`` (naming rules in :mod:`trash`). Where an earlier
+        deletion left a *file* on the way (``/tmp/a`` trashed, then ``/tmp/a/b``), that
+        component takes a fresh name, as in HDFS's TrashPolicyDefault, instead of failing
+        the deletion."""
+        names = paths.split_path(path)
+        where = trash.current_dir(user)
+        for depth, name in enumerate(names):
+            if depth == len(names) - 1:
+                return self._free_name(where, name)
+            plain = f"{where}/{name}"
+            if trash.needs_suffix(name):
+                plain += trash.DIR_SUFFIX
+            if self.ns.exists(plain) and not self.ns.is_dir(plain):
+                plain = self._free_name(where, name)
+            where = plain
+        return where
 
-    def _free_name(self, target: str) -> str:
-        if not self.ns.exists(target):
+    def _free_name(self, directory: str, name: str) -> str:
+        target = f"{directory}/{name}"
+        if not trash.needs_suffix(name) and not self.ns.exists(target):
             return target
-        candidate = f"{target}{self.fs.now_ms()}"
+        candidate = f"{directory}/{trash.suffixed(name, self.fs.now_ms())}"
         while self.ns.exists(candidate):
             candidate += "_"
         return candidate

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -17,13 +18,38 @@ class LoopThread:
 
     def __init__(self, name: str = "xdfs-loop", use_uvloop: bool = True) -> None:
         self.loop = loop_factory(use_uvloop)()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
+    def _serve(self) -> None:
+        # Signals go to the main thread only: one delivered to this thread (or to the
+        # threads it starts, which inherit the mask) would not wake a main thread blocked
+        # in run(), so Ctrl-C would wait for the call to end.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        self.loop.run_forever()
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result (exceptions propagate)."""
+        """Run ``coro`` on the loop and wait for its result (exceptions propagate).
+
+        Ctrl-C (KeyboardInterrupt) while waiting cancels ``coro`` and waits for it to finish
+        its cleanup (an upload deletes its temporary file) before propagating; a second
+        Ctrl-C stops waiting."""
         assert threading.current_thread() is not self._thread, "LoopThread.run from its own loop"
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        finished = threading.Event()
+        future = asyncio.run_coroutine_threadsafe(_signalling(coro, finished), self.loop)
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            future.cancel()
+            finished.wait()
+            raise
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Start ``coro`` on the loop without waiting for it (dropped if the loop is closed)."""
+        try:
+            asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
 
     def close(self) -> None:
         if self.loop.is_closed():
@@ -37,3 +63,10 @@ class LoopThread:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _signalling(coro: Coroutine[Any, Any, T], finished: threading.Event) -> T:
+    try:
+        return await coro
+    finally:
+        finished.set()
