@@ -281,7 +281,7 @@ def test_html_report_and_json_summary(built: Built, result: Path) -> None:
     assert summary["namespace_txid"] == txid and f"txid {txid} (the image)" in page
     first, last = summary["edits_txids"]
     assert first == 1 and last > txid  # the edits go on after the image
-    assert summary["headlines"][0].startswith("2 of ") and "missing" in summary["headlines"][0]
+    assert summary["headlines"][0].startswith("3 of ") and "missing" in summary["headlines"][0]
     assert all(f"<li>{line}</li>" in page for line in summary["headlines"])
     assert summary["namespace"]["files"] == 2117
     assert summary["replication"]["missing"] == 3  # m0, m1 and the all-corrupt c0
