@@ -21,7 +21,7 @@ from xdfs.errors import (
     TakeoverRefused,
     Unavailable,
 )
-from xdfs.namenode.storage import parse_image_name
+from xdfs.namenode.image.storage import parse_image_name
 from xdfs.protocol.backup import BACKUP_STATUS, FETCH_EDITS, TRANSITION_TO_ACTIVE, FetchEditsRequest
 from xdfs.rpc.messages import Empty
 from xdfs.testing.minicluster import MiniCluster

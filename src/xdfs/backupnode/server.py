@@ -39,7 +39,7 @@ from xdfs.backupnode.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
-from xdfs.common.files import make_dirs
+from xdfs.common.files import fsync_dir, make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.editlog.segments import segment_index
 from xdfs.errors import (
@@ -50,13 +50,13 @@ from xdfs.errors import (
     TakeoverRefused,
     XdfsError,
 )
-from xdfs.namenode.auth import NamespaceAuthenticator
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.ha import HaHandlers, call_once
-from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.recovery import load_namespace, purge, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory, fsync_dir, md5_name
+from xdfs.namenode.image.recovery import load_namespace, purge, save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory, md5_name
+from xdfs.namenode.image.transfer import image_chunks, image_head, receive_image
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.security.auth import NamespaceAuthenticator
 from xdfs.protocol import namenode as nn_protocol
 from xdfs.protocol.backup import (
     BACKUP_SERVICE,

@@ -403,7 +403,7 @@ class BlockMapRow(msgspec.Struct, array_like=True, gc=False):
     replica_state: str  # "good" | "corrupt" | "missing"
     replica_bytes: int
     replica_genstamp: int
-    corrupt_flags: int  # xdfs.namenode.blockmap BAD_GENSTAMP | BAD_LENGTH | REPORTED_BAD
+    corrupt_flags: int  # xdfs.namenode.blocks.blockmap BAD_GENSTAMP | BAD_LENGTH | REPORTED_BAD
 
 
 BLOCK_MAP = Method(

@@ -20,18 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from xdfs.common.faults import FAULTS, fault_point
+from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
 from xdfs.errors import InvalidArgument, StorageError, XdfsError
-from xdfs.namenode.image import file_md5, read_image_header, read_md5_file
-from xdfs.namenode.storage import (
-    atomic_write,
-    ckpt_name,
-    datasync,
-    format_md5_file,
-    fsync_dir,
-    image_name,
-    md5_name,
-    write_all,
-)
+from xdfs.namenode.image.fsimage import file_md5, read_image_header, read_md5_file
+from xdfs.namenode.image.storage import ckpt_name, format_md5_file, image_name, md5_name
 from xdfs.protocol.backup import ImageHead
 
 log = logging.getLogger(__name__)

@@ -5,18 +5,18 @@ File format (big-endian)::
     b"XDFSIMG1"
     frame*   where frame = u32 length | msgpack (length bytes)
 
-Frames, in order: one :class:`~xdfs.namenode.ops.ImageHeader`; then the inodes as msgpack
-arrays of up to :data:`INODES_PER_FRAME` :class:`~xdfs.namenode.ops.InodeRecord` s (parents
-before children, root first), ``header.inode_count`` in all; then the users as arrays of
-:class:`~xdfs.namenode.ops.UserRecord` (``header.user_count``); then the token keys as
-arrays of :class:`~xdfs.namenode.ops.TokenKeyRecord` (``header.token_key_count``); then the
-end of the file. An empty section has no frame.
+Frames, in order: one :class:`~xdfs.namenode.namespace.ops.ImageHeader`; then the inodes as
+msgpack arrays of up to :data:`INODES_PER_FRAME` :class:`~xdfs.namenode.namespace.ops.InodeRecord`
+s (parents before children, root first), ``header.inode_count`` in all; then the users as
+arrays of :class:`~xdfs.namenode.namespace.ops.UserRecord` (``header.user_count``); then the
+token keys as arrays of :class:`~xdfs.namenode.namespace.ops.TokenKeyRecord`
+(``header.token_key_count``); then the end of the file. An empty section has no frame.
 
 Alongside: ``fsimage_<txid>.md5`` = ``"<md5 hex>  fsimage_<txid>\\n"``. Saving writes
 ``fsimage.ckpt_<txid>`` in every dir at once (one encode, one hash), fsyncs it, writes the md5
 file atomically, then renames the checkpoint to ``fsimage_<txid>`` and fsyncs the dir: an
 ``fsimage_*`` that exists is complete, and a crash leaves at worst a ``.ckpt`` or an orphan
-``.md5`` that :func:`xdfs.namenode.recovery.purge` removes.
+``.md5`` that :func:`xdfs.namenode.image.recovery.purge` removes.
 
 Reading is streaming with bounded memory (one frame at a time), verifying the md5 while it
 reads (``verify="streaming"``: a thread hashes the file beside the decoding, a mismatch is
@@ -40,29 +40,27 @@ from typing import BinaryIO, Literal, Protocol, TypeVar
 
 import msgspec
 
+from xdfs.common.faults import fault_point
+from xdfs.common.files import atomic_write, fsync_dir, write_all
 from xdfs.errors import StorageError
-from xdfs.namenode.ops import (
+from xdfs.namenode.image.storage import (
+    StorageDirectory,
+    ckpt_name,
+    format_md5_file,
+    image_name,
+    md5_name,
+    parse_md5_file,
+    write_seen_txid,
+)
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     ImageHeader,
     InodeRecord,
     TokenKeyRecord,
     UserRecord,
 )
-from xdfs.namenode.storage import (
-    StorageDirectory,
-    atomic_write,
-    ckpt_name,
-    fault_point,
-    format_md5_file,
-    fsync_dir,
-    image_name,
-    md5_name,
-    parse_md5_file,
-    write_all,
-    write_seen_txid,
-)
 
-log = logging.getLogger("xdfs.namenode.image")
+log = logging.getLogger("xdfs.namenode.image.fsimage")
 
 IMAGE_MAGIC = b"XDFSIMG1"
 FRAME_HEAD = struct.Struct(">I")

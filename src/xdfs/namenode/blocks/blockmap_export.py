@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import msgspec
 
 from xdfs.errors import StreamError
-from xdfs.namenode.blockmanager import BlockManager
-from xdfs.namenode.fsck import datanode_report
-from xdfs.namenode.inodes import FileInode
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.replication import block_state
+from xdfs.namenode.blocks.fsck import datanode_report
+from xdfs.namenode.blocks.manager import BlockManager
+from xdfs.namenode.blocks.replication import block_state
+from xdfs.namenode.namespace.inodes import FileInode
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.namenode import BlockMapHead, BlockMapRow
 
 #: Rows per msgpack frame of the stream.

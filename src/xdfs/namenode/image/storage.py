@@ -28,7 +28,7 @@ Every write that must survive a crash goes through :func:`atomic_write` or fsync
 and then its directory. Failures are :class:`~xdfs.errors.StorageError` naming the file.
 
 The fault hooks (:mod:`xdfs.common.faults`) and durable-file helpers
-(:mod:`xdfs.common.files`) are shared with the other roles and re-exported here.
+(:mod:`xdfs.common.files`) are shared with the other roles.
 """
 
 from __future__ import annotations
@@ -41,59 +41,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from xdfs.common.faults import (
-    FAULT_POINTS,
-    FAULTS,
-    FAULTS_ENV,
-    FaultAction,
-    FaultRegistry,
-    arm_faults_from_env,
-    fault_point,
-)
 from xdfs.common.files import (
     DirLock,
     atomic_write,
-    datasync,
     fsync_dir,
     parse_key_values,
     read_number_file,
-    write_all,
     write_number_file,
 )
 from xdfs.editlog.segments import TXID_DIGITS
 from xdfs.errors import StorageError
-from xdfs.namenode.ops import LAYOUT_VERSION
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 
-#: Re-exported: the NameNode's modules and tests reach the shared helpers through here.
-__all__ = [
-    "CURRENT_DIR",
-    "FAULTS",
-    "FAULTS_ENV",
-    "FAULT_POINTS",
-    "DirLock",
-    "FaultAction",
-    "FaultRegistry",
-    "StorageDirectory",
-    "VersionInfo",
-    "arm_faults_from_env",
-    "atomic_write",
-    "ckpt_name",
-    "datasync",
-    "fault_point",
-    "format_md5_file",
-    "format_version",
-    "fsync_dir",
-    "image_name",
-    "md5_name",
-    "parse_image_name",
-    "parse_md5_file",
-    "parse_version",
-    "read_seen_txid",
-    "write_all",
-    "write_seen_txid",
-]
-
-log = logging.getLogger("xdfs.namenode.storage")
+log = logging.getLogger("xdfs.namenode.image.storage")
 
 CURRENT_DIR = "current"
 LOCK_FILE = "in_use.lock"
