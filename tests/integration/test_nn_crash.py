@@ -60,13 +60,12 @@ from pathlib import Path
 import pytest
 
 from xdfs.client.client import AsyncClient
+from xdfs.common.images import file_md5, parse_image_name, read_md5_file
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.editlog.segments import SegmentReader, segment_index
 from xdfs.errors import RpcTimeout, Unavailable
 from xdfs.namenode.editlog.codec import decode_payload
-from xdfs.namenode.image.fsimage import file_md5, read_md5_file
-from xdfs.namenode.image.storage import parse_image_name
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 from xdfs.testing.lazyfs import CrashSite
 

@@ -16,6 +16,7 @@ from typing import cast
 
 import pytest
 
+from xdfs.common.images import md5_name
 from xdfs.common.modes import permission_string
 from xdfs.errors import AlreadyExists, InvalidArgument, NotFound, StorageError
 from xdfs.namenode.image import fsimage as image_mod
@@ -29,7 +30,7 @@ from xdfs.namenode.image.fsimage import (
     write_image_files,
 )
 from xdfs.namenode.image.recovery import save_checkpoint
-from xdfs.namenode.image.storage import StorageDirectory, md5_name
+from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     AddFileOp,

@@ -16,6 +16,7 @@ import pytest
 
 from tests.unit.test_image import FakeNamespace
 from xdfs.common.faults import FAULTS
+from xdfs.common.images import md5_name
 from xdfs.editlog.framing import SEGMENT_HEADER_BYTES
 from xdfs.editlog.segments import SegmentInfo, segment_index, segment_name
 from xdfs.errors import StorageError
@@ -27,7 +28,7 @@ from xdfs.namenode.image.recovery import (
     purge,
     save_checkpoint,
 )
-from xdfs.namenode.image.storage import StorageDirectory, md5_name
+from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, DeleteOp, MkdirOp, Op, SetPermissionOp
 
 

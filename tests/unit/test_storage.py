@@ -13,17 +13,15 @@ import pytest
 
 from xdfs.common.faults import FAULTS, arm_faults_from_env, fault_point
 from xdfs.common.files import atomic_write
-from xdfs.errors import StorageError
-from xdfs.namenode.image import storage
-from xdfs.namenode.image.storage import (
-    StorageDirectory,
-    VersionInfo,
+from xdfs.common.images import (
+    ckpt_name,
     format_md5_file,
-    format_version,
+    md5_name,
     parse_image_name,
     parse_md5_file,
-    parse_version,
 )
+from xdfs.errors import StorageError
+from xdfs.namenode.image.storage import StorageDirectory, VersionInfo, format_version, parse_version
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 
 
@@ -184,9 +182,9 @@ def test_images_lists_complete_ones_newest_first(tmp_path: Path) -> None:
         sd.format("C", 1, 1)
         for txid in (3, 9, 5):
             sd.image_path(txid).write_bytes(b"")
-            (sd.current / storage.md5_name(txid)).write_text("")
+            (sd.current / md5_name(txid)).write_text("")
         sd.image_path(11).write_bytes(b"")  # no md5: incomplete
-        (sd.current / storage.ckpt_name(12)).write_bytes(b"")
+        (sd.current / ckpt_name(12)).write_bytes(b"")
         assert sd.images() == [9, 5, 3]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from xdfs.namenode.image.fsimage import _INODES_DECODER, ImageReader
+from xdfs.namenode.image.fsimage import ImageReader
 from xdfs.namenode.namespace.tree import Namespace
 
 MEASURE_INODES_MAX = 200_000
@@ -39,8 +39,7 @@ def measure_bytes_per_inode(
         count = min(header.inode_count, max_inodes)
         partial = msgspec.structs.replace(header, inode_count=count, user_count=0,
                                           token_key_count=0)
-        records = itertools.islice(itertools.chain.from_iterable(
-            reader.read_batches(_INODES_DECODER, header.inode_count, "inodes")), count)
+        records = itertools.islice(reader.inodes(header), count)
         gc.collect()
         tracemalloc.start()
         try:

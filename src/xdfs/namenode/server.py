@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from xdfs.common.files import atomic_write
+from xdfs.common.images import image_chunks, receive_image
 from xdfs.config import XdfsConfig
 from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
@@ -33,9 +34,9 @@ from xdfs.namenode.ha import HaHandlers, Position, check_peers
 from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
 from xdfs.namenode.handlers.datanode import DataNodeHandlers
+from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
-from xdfs.namenode.image.transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem
@@ -292,9 +293,10 @@ class NameNode:
         version = self.dirs[0].read_version()
         ids = (version.namespace_id, version.cluster_id)
         async with self._checkpoint_lock:
-            first = await receive_image(head, chunks, self.dirs[0].current, expect_ids=ids)
+            check = header_check(head, ids)
+            first = await receive_image(head, chunks, self.dirs[0].current, check=check)
             for d in self.dirs[1:]:  # verified again on the way: a local copy can fail too
-                await receive_image(head, image_chunks(first), d.current, expect_ids=ids)
+                await receive_image(head, image_chunks(first), d.current, check=check)
             self.image_txid = max(self.image_txid, head.txid)
             self.last_checkpoint_s = self.clock()
             purged = self._purge()

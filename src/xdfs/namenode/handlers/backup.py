@@ -10,9 +10,9 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from xdfs.common.images import image_chunks
 from xdfs.namenode.editlog.replicator import EditsReplicator
 from xdfs.namenode.handlers.client import caller
-from xdfs.namenode.image.transfer import image_chunks
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.protocol.backup import (

@@ -35,6 +35,7 @@ from typing import Protocol, TypeVar
 
 from xdfs.common.faults import fault_point
 from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.common.images import parse_image_name
 from xdfs.editlog.segments import (
     SegmentInfo,
     scan_segment,
@@ -44,12 +45,7 @@ from xdfs.editlog.segments import (
 from xdfs.errors import StorageError, XdfsError
 from xdfs.namenode.editlog.editlog import read_dir_edits
 from xdfs.namenode.image.fsimage import load_image, save_image
-from xdfs.namenode.image.storage import (
-    StorageDirectory,
-    VersionInfo,
-    parse_image_name,
-    read_seen_txid,
-)
+from xdfs.namenode.image.storage import StorageDirectory, VersionInfo, read_seen_txid
 from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     ImageHeader,
