@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.integration.conftest import ROOT, ROOT_PW, add_stored_block, connect
-from tests.integration.fake_datanodes import FakeDataNodes, fake_datanodes_of
+from tests.integration.fake_datanodes import FakeDataNodes
 from xdfs.client.client import AsyncClient
 from xdfs.common.images import image_name
 from xdfs.protocol.blocks import BlockRecord
@@ -180,7 +180,3 @@ def _dump(address: str, out: Path, dump: object) -> None:
                 config=XdfsConfig()) as client:
         assert callable(dump)
         assert dump(client, str(out)) == 0
-
-
-def fake_of(client: AsyncClient) -> FakeDataNodes:
-    return fake_datanodes_of(client)
