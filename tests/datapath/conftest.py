@@ -3,11 +3,9 @@ deterministic test data, replica files on disk, and waiting for the NameNode to 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import random
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +16,7 @@ from tests.integration.conftest import ROOT, ROOT_PW, connect
 from xdfs.client.client import AsyncClient
 from xdfs.config import KiB, XdfsConfig
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 T = TypeVar("T")
 
@@ -60,21 +59,6 @@ def flip_byte(path: Path, offset: int = 0) -> None:
         byte = fh.read(1)
         fh.seek(offset)
         fh.write(bytes([byte[0] ^ 0xFF]))
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T | None]], timeout_s: float = 30.0, what: str = "condition"
-) -> T:
-    """Poll ``check`` until it returns something truthy (never asserts timings: the timeout
-    only bounds a hang)."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last!r})")
 
 
 async def replication_settled(client: AsyncClient, path: str = "/") -> bool:
