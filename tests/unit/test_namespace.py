@@ -451,12 +451,12 @@ def test_missing_ancestors(ns: Namespace) -> None:
         ns.missing_ancestors("/a/f")
 
 
-def test_resolve_rename_target(ns: Namespace) -> None:
-    assert ns.resolve_rename_target("/a/f", "/tmp") == "/tmp/f"
-    assert ns.resolve_rename_target("/a/f", "/tmp/") == "/tmp/f"
-    assert ns.resolve_rename_target("/a/f", "/tmp/new") == "/tmp/new"
-    assert ns.resolve_rename_target("/a/b", "/a/f") == "/a/f"  # existing file: onto it
-    assert ns.resolve_rename_target("/a/f", "/") == "/f"
+def test_rename_target(ns: Namespace) -> None:
+    assert ns.rename_target("/a/f", "/tmp").path == "/tmp/f"
+    assert ns.rename_target("/a/f", "/tmp/").path == "/tmp/f"
+    assert ns.rename_target("/a/f", "/tmp/new").path == "/tmp/new"
+    assert ns.rename_target("/a/b", "/a/f").path == "/a/f"  # existing file: onto it
+    assert ns.rename_target("/a/f", "/").path == "/f"
 
 
 def test_inode_count_and_subtree_paths(ns: Namespace) -> None:

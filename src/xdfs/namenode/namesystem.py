@@ -23,7 +23,8 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
@@ -42,6 +43,7 @@ from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
 from xdfs.namenode.blocks.safemode import SafeMode
 from xdfs.namenode.namespace import paths, trash
+from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.leases import LeaseManager
 from xdfs.namenode.namespace.ops import (
     AddBlockOp,
@@ -58,8 +60,8 @@ from xdfs.namenode.namespace.ops import (
     SetTimesOp,
     UpdateBlocksOp,
 )
+from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
-from xdfs.namenode.trash_ops import TrashOps
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
@@ -70,6 +72,7 @@ from xdfs.protocol.namenode import (
 )
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 R, W, X = 4, 2, 1
 
@@ -85,6 +88,32 @@ class EditSink(Protocol):
     async def wait_for_room(self) -> None: ...
 
     async def sync(self, txid: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[T]):
+    """What one mutation does, decided synchronously right before it is applied: the ops to
+    apply and log; the paths they act on as the decision resolved them (handed to apply, so
+    nothing is walked again); and the answer, read once the ops are applied (a status of
+    the new state, or a value of the decision)."""
+
+    ops: Sequence[Op]
+    answer: Callable[[], T]
+    at: tuple[INodesInPath, ...] = ()
+
+    @staticmethod
+    def of(ops: Sequence[Op], value: U, at: tuple[INodesInPath, ...] = ()) -> Plan[U]:
+        """A plan whose answer is known when it is made."""
+        return Plan(ops, lambda: value, at)
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What a lease recovery decided: the files closed at once, and the block recoveries
+    to start once their stamps are durable."""
+
+    closed: set[str]
+    attempts: list[Attempt]
 
 
 class Namesystem:
@@ -108,7 +137,6 @@ class Namesystem:
         if namespace.block_count() and self.safe_mode.wait_for_blocks():
             self.blocks.update_safe_mode()  # sets the reason: no block reported yet
         self.leases = LeaseManager()
-        self.trash = TrashOps(self)
         now_s = clock()
         for holder, owner in namespace.lease_holders():
             # a restart gives every writer a fresh lease, bound to the file's creator
@@ -122,8 +150,7 @@ class Namesystem:
     async def mutate(
         self,
         operation: str,
-        plan: Callable[[], list[Op]],
-        result: Callable[[], T],
+        plan: Callable[[], Plan[T]],
         *,
         allowed_in_safe_mode: bool = False,
     ) -> T:
@@ -132,19 +159,19 @@ class Namesystem:
         await self.edits.wait_for_room()
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
-        ops = plan()
+        planned = plan()
         txid = self.edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
-        for op in ops:
+        for op in planned.ops:
             # apply returns the block ids that left the namespace: not orphans, and not
             # deleted either, until the sync below says the change is durable
-            gone = self.ns.apply(op)
+            gone = self.ns.apply(op, planned.at)
             txid = self.edits.append(op)
             self.blocks.leaving(gone)
             dropped.extend(gone)
-            affected.extend(self.blocks.affected_blocks(op))
-        answer = result()
+            affected.extend(self.blocks.affected_blocks(op, planned.at))
+        answer = planned.answer()
         await self.edits.sync(txid)  # durability before acknowledgement
         self.blocks.ops_durable(dropped, affected)
         return answer
@@ -159,52 +186,56 @@ class Namesystem:
         base = 0o777 if is_dir else 0o666
         return base & ~self.config.umask
 
-    def _mkdir_ops(self, path: str, owner: str, mode: int, final_mode: int) -> list[Op]:
-        """MkdirOps for every missing directory of ``path`` (``mode`` for the ones above,
-        ``final_mode`` for ``path`` itself); new directories take the group of the deepest
-        existing ancestor (BSD rule, as HDFS)."""
-        missing = self.ns.missing_ancestors(path)
+    def _mkdir_ops(
+        self, iip: INodesInPath, depth: int, owner: str, mode: int, final_mode: int
+    ) -> list[Op]:
+        """MkdirOps for every missing directory of the first ``depth`` components of
+        ``iip`` (``mode`` for the ones above, ``final_mode`` for the last); new directories
+        take the group of the deepest existing ancestor (BSD rule, as HDFS)."""
+        missing = iip.missing(depth)
         if not missing:
             return []
-        group = self.ns.stat(paths.parent_of(missing[0])).group
+        group = iip.inodes[-1].group  # the parent of the first one made
         now = self.now_ms()
+        last = missing[-1]
         return [
-            MkdirOp(
-                d, self.ns.allocate_inode_id(), final_mode if d == path else mode, owner, group, now
-            )
+            MkdirOp(d, self.ns.allocate_inode_id(), final_mode if d == last else mode,
+                    owner, group, now)
             for d in missing
         ]
 
-    def _check_parent_is_dir(self, parent: str) -> None:
-        """NotADirectory when ``parent`` exists as a file (``missing_ancestors`` would call
+    @staticmethod
+    def _check_parent_not_a_file(iip: INodesInPath) -> None:
+        """NotADirectory when the parent of ``iip`` exists as a file (``missing`` would call
         the file itself AlreadyExists, which is wrong for a path beneath it)."""
-        if self.ns.exists(parent) and not self.ns.is_dir(parent):
-            raise NotADirectory(f"parent is not a directory: {parent}")
+        depth = len(iip.parts)
+        if len(iip.inodes) >= depth and not isinstance(iip.inodes[depth - 1], DirInode):
+            raise NotADirectory(f"parent is not a directory: {iip.prefix(depth - 1)}")
 
-    def _check_writer(self, user: str, path: str) -> None:
+    def _check_writer(self, user: str, iip: INodesInPath) -> None:
         """The writer of an open file may traverse to it and owns it or may write it: a file
         created read-only (as POSIX ``open(O_CREAT, 0444)``) can still be written and
         completed by its creator; the lease (checked next) says which client writes."""
-        self.ns.check_access(user, path)
-        if self.ns.stat(path).owner != user:
-            self.ns.check_access(user, path, access=W)
+        self.ns.check_access(user, iip)
+        if iip.get().owner != user:
+            self.ns.check_access(user, iip, access=W)
 
-    def _writable_file(self, user: str, client: str, path: str) -> FileStatus:
+    def _writable_file(self, user: str, client: str, iip: INodesInPath) -> FileInode:
         """The open file ``client`` writes, after checking ``user`` may write it through
         that client; the lease is renewed."""
-        self._check_writer(user, path)
-        status = self.ns.stat(path)
-        if status.is_dir:
-            raise IsADirectory(f"{path} is a directory")
-        holder = self.ns.lease_holder(path)
+        self._check_writer(user, iip)
+        node = iip.get()
+        if not isinstance(node, FileInode):
+            raise IsADirectory(f"{iip.path} is a directory")
+        holder = self.ns.lease_holder(iip)
         if holder != client or client == RECOVERY_HOLDER:
             raise LeaseError(
-                f"{path} is not open for writing by {client}"
+                f"{iip.path} is not open for writing by {client}"
                 + (f" ({self._holder_text(user, holder)} holds its lease)" if holder
                    else " (file is closed)")
             )
         self.leases.take(client, user, self.clock())
-        return status
+        return node
 
     def _holder_text(self, user: str, holder: str) -> str:
         """Who holds a lease, as ``user`` may be told: the client name only to its own user
@@ -213,62 +244,65 @@ class Namesystem:
             return f"client {holder}"
         return "another client"
 
-    def _check_move_limits(self, src: str, dst: str) -> None:
+    def _check_move_limits(self, src: INodesInPath, dst: INodesInPath) -> None:
         """InvalidPath when moving ``src`` to ``dst`` would make a path in its subtree deeper
         or longer than every path must be (paths.DEPTH_MAX, paths.PATH_BYTES_MAX): such a
         path could be neither named nor recovered afterwards. Walks the subtree only when
         the move makes paths deeper or longer."""
-        src_parts, dst_parts = paths.split_path(src), paths.split_path(dst)
-        src_bytes, dst_bytes = len(src.encode("utf-8")), len(dst.encode("utf-8"))
-        if len(dst_parts) <= len(src_parts) and dst_bytes <= src_bytes:
+        src_bytes, dst_bytes = len(src.path.encode("utf-8")), len(dst.path.encode("utf-8"))
+        if len(dst.parts) <= len(src.parts) and dst_bytes <= src_bytes:
             return
         depth, size = self.ns.subtree_extent(src)
-        if len(dst_parts) + depth > paths.DEPTH_MAX:
+        if len(dst.parts) + depth > paths.DEPTH_MAX:
             raise InvalidPath(
-                f"moving {src} to {dst} would make paths deeper than {paths.DEPTH_MAX} "
-                f"components (its subtree is {depth} deep)"
+                f"moving {src.path} to {dst.path} would make paths deeper than "
+                f"{paths.DEPTH_MAX} components (its subtree is {depth} deep)"
             )
         if dst_bytes + size > paths.PATH_BYTES_MAX:
             raise InvalidPath(
-                f"moving {src} to {dst} would make paths longer than {paths.PATH_BYTES_MAX} "
-                f"bytes (its subtree adds up to {size})"
+                f"moving {src.path} to {dst.path} would make paths longer than "
+                f"{paths.PATH_BYTES_MAX} bytes (its subtree adds up to {size})"
             )
 
     # -- reads --------------------------------------------------------------------------
 
     def stat(self, user: str, path: str) -> FileStatus:
-        self.ns.check_access(user, path)
-        return self.ns.stat(path)
+        iip = self.ns.resolve(path)
+        self.ns.check_access(user, iip)
+        return self.ns.stat(iip)
 
     def list_dir(
         self, user: str, path: str, start_after: str, limit: int
     ) -> tuple[list[FileStatus], int]:
-        if self.ns.is_dir(path):
-            self.ns.check_access(user, path, access=R | X)
+        iip = self.ns.resolve(path)
+        if isinstance(iip.get(), DirInode):
+            self.ns.check_access(user, iip, access=R | X)
         else:
-            self.ns.check_access(user, path)
+            self.ns.check_access(user, iip)
         limit = max(1, min(limit, self.config.list_limit_max))
-        return self.ns.list_dir(path, start_after, limit)
+        return self.ns.list_dir(iip, start_after, limit)
 
     def content_summary(self, user: str, path: str) -> ContentSummary:
+        iip = self.ns.resolve(path)
         # as HDFS: r-x on every directory of the subtree, or its counts leak private dirs
-        access = R | X if self.ns.is_dir(path) else 0
-        self.ns.check_access(user, path, access=access, sub_access=access)
-        return self.ns.content_summary(path)
+        access = R | X if isinstance(iip.get(), DirInode) else 0
+        self.ns.check_access(user, iip, access=access, sub_access=access)
+        return self.ns.content_summary(iip)
 
     def block_locations(self, user: str, path: str, offset: int, length: int) -> LocatedBlocks:
         """The blocks overlapping the range, each with its good replicas in random order
         and a read token."""
-        self.ns.check_access(user, path, access=R)
-        status = self.ns.stat(path)
+        iip = self.ns.resolve(path)
+        self.ns.check_access(user, iip, access=R)
+        status = self.ns.stat(iip)
         if status.is_dir:
-            raise IsADirectory(f"{path} is a directory")
+            raise IsADirectory(f"{iip.path} is a directory")
         if offset < 0:
             raise InvalidArgument("offset must be >= 0")
         end = status.length if length < 0 else min(status.length, offset + length)
         located: list[LocatedBlock] = []
         position = 0
-        for block in self.ns.get_blocks(path):
+        for block in self.ns.get_blocks(iip):
             if (position + block.num_bytes > offset and position < end) or (
                 block.num_bytes == 0 and offset <= position <= end
             ):
@@ -281,26 +315,30 @@ class Namesystem:
         return LocatedBlocks(status.length, located, status.under_construction)
 
     # -- namespace mutations ------------------------------------------------------------
+    # Each resolves its path(s) first (a bad path is refused before anything waits), then
+    # plans on them: ``fresh`` walks again only if the tree changed while it waited.
 
     async def mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
 
-        def plan() -> list[Op]:
+        def plan() -> Plan[FileStatus]:
+            iip = self.ns.fresh(resolved)
             # traverse first: whether something exists in a directory the user may not
             # enter is not his to learn (HDFS checks traverse before existence too)
-            self.ns.check_access(user, path)
-            if self.ns.exists(path):
-                if self.ns.is_dir(path) and parents:
-                    return []
-                raise AlreadyExists(f"{path} already exists")
-            self.ns.check_access(user, path, ancestor_access=W | X)
+            self.ns.check_access(user, iip)
+            if iip.exists:
+                if isinstance(iip.last, DirInode) and parents:
+                    return Plan((), lambda: self.ns.stat(iip), (iip,))
+                raise AlreadyExists(f"{iip.path} already exists")
+            self.ns.check_access(user, iip, ancestor_access=W | X)
             final_mode = self._default_mode(True, mode)
-            ops = self._mkdir_ops(path, user, self._default_mode(True, DEFAULT_MODE), final_mode)
+            ops = self._mkdir_ops(iip, len(iip.parts), user,
+                                  self._default_mode(True, DEFAULT_MODE), final_mode)
             if len(ops) > 1 and not parents:
-                raise NotFound(f"parent of {path} does not exist")
-            return ops
+                raise NotFound(f"parent of {iip.path} does not exist")
+            return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
-        return await self.mutate("mkdirs", plan, lambda: self.ns.stat(path))
+        return await self.mutate("mkdirs", plan)
 
     async def create(
         self,
@@ -314,7 +352,7 @@ class Namesystem:
         overwrite: bool,
         create_parents: bool,
     ) -> FileStatus:
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
         replication = replication or self.config.default_replication
         block_size = block_size or self.config.default_block_size_bytes
         if not 1 <= replication <= self.config.replication_max:
@@ -328,28 +366,25 @@ class Namesystem:
 
         if client == RECOVERY_HOLDER:
             raise InvalidArgument(f"client name {client} is reserved for lease recovery")
-        await self._recover_if_abandoned(user, client, path, overwrite)
+        await self._recover_if_abandoned(user, client, resolved, overwrite)
 
-        def plan() -> list[Op]:
-            self.ns.check_access(user, path)  # traverse first, as mkdirs
-            if self.ns.exists(path):
-                self._check_overwrite(user, client, path, overwrite)
-            parent = paths.parent_of(path)
-            if not create_parents and not self.ns.exists(parent):
-                raise NotFound(f"parent directory {parent} does not exist")
-            self._check_parent_is_dir(parent)
-            self.ns.check_access(user, path, ancestor_access=W | X)
-            ops = self._mkdir_ops(
-                parent,
-                user,
-                self._default_mode(True, DEFAULT_MODE),
-                self._default_mode(True, DEFAULT_MODE),
-            )
+        def plan() -> Plan[FileStatus]:
+            iip = self.ns.fresh(resolved)
+            self.ns.check_access(user, iip)  # traverse first, as mkdirs
+            if iip.exists:
+                self._check_overwrite(user, client, iip, overwrite)
+            depth = len(iip.parts)
+            if not create_parents and len(iip.inodes) < depth:
+                raise NotFound(f"parent directory {iip.prefix(depth - 1)} does not exist")
+            self._check_parent_not_a_file(iip)
+            self.ns.check_access(user, iip, ancestor_access=W | X)
+            dir_mode = self._default_mode(True, DEFAULT_MODE)
+            ops = self._mkdir_ops(iip, depth - 1, user, dir_mode, dir_mode)
             first = ops[0] if ops else None
-            group = first.group if isinstance(first, MkdirOp) else self.ns.stat(parent).group
+            group = first.group if isinstance(first, MkdirOp) else iip.inodes[depth - 1].group
             ops.append(
                 AddFileOp(
-                    path,
+                    iip.path,
                     self.ns.allocate_inode_id(),
                     self._default_mode(False, mode),
                     user,
@@ -362,32 +397,34 @@ class Namesystem:
                 )
             )
             self.leases.take(client, user, self.clock())
-            return ops
+            return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
-        return await self.mutate("create", plan, lambda: self.ns.stat(path))
+        return await self.mutate("create", plan)
 
-    def _check_overwrite(self, user: str, client: str, path: str, overwrite: bool) -> None:
+    def _check_overwrite(
+        self, user: str, client: str, iip: INodesInPath, overwrite: bool
+    ) -> None:
         """Overwriting replaces the file (a new inode, owned by ``user``; the old blocks are
         deleted once that is durable, not trashed, as HDFS and POSIX ``O_TRUNC``). As HDFS's
         startFile: WRITE on the file itself, and on its directory (checked by the caller);
         and as for a delete, a sticky directory protects other users' files."""
-        if self.ns.is_dir(path):
-            raise IsADirectory(f"{path} is a directory")
+        if isinstance(iip.last, DirInode):
+            raise IsADirectory(f"{iip.path} is a directory")
         if overwrite:
             self.ns.check_access(
-                user, path, access=W, parent_access=W | X, parent_owner_sticky=True
+                user, iip, access=W, parent_access=W | X, parent_owner_sticky=True
             )
-        holder = self.ns.lease_holder(path)
+        holder = self.ns.lease_holder(iip)
         if holder == RECOVERY_HOLDER:
-            raise LeaseError(f"{path}: lease recovery is in progress; try again later")
+            raise LeaseError(f"{iip.path}: lease recovery is in progress; try again later")
         if (
             holder
             and holder != client
             and not self.leases.is_expired(holder, self.clock(), self.config.lease_soft_limit_s)
         ):
-            raise LeaseError(f"{path} is being written by {self._holder_text(user, holder)}")
+            raise LeaseError(f"{iip.path} is being written by {self._holder_text(user, holder)}")
         if not overwrite:
-            raise AlreadyExists(f"{path} already exists")
+            raise AlreadyExists(f"{iip.path} already exists")
 
     async def add_block(
         self,
@@ -399,35 +436,29 @@ class Namesystem:
     ) -> LocatedBlock:
         """Allocate the next block and its targets (``excluded``: addresses the writer
         failed with). No live target: NotEnoughReplicas before anything is logged."""
-        path = paths.normalize(path)
-        offset = 0
-        targets: list[str] = []
+        resolved = self.ns.resolve(path)
 
-        def plan() -> list[Op]:
-            nonlocal offset, targets
-            status = self._writable_file(user, client, path)
-            blocks = list(self.ns.get_blocks(path))
+        def plan() -> Plan[LocatedBlock]:
+            iip = self.ns.fresh(resolved)
+            node = self._writable_file(user, client, iip)
+            blocks = list(node.blocks)
             ops: list[Op] = []
             if previous is not None:
                 if not blocks or blocks[-1].block_id != previous.block_id:
-                    raise InvalidArgument(f"{previous.block_id} is not the last block of {path}")
+                    raise InvalidArgument(
+                        f"{previous.block_id} is not the last block of {iip.path}")
                 blocks[-1] = previous
-                ops.append(UpdateBlocksOp(path, tuple(blocks)))
+                ops.append(UpdateBlocksOp(iip.path, tuple(blocks)))
             offset = sum(b.num_bytes for b in blocks)
-            chosen = self.blocks.choose_targets(status.replication, excluded, status.block_size)
-            targets = [node.address for node in chosen]
+            chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
-            self.blocks.expect(block.block_id, (node.node_id for node in chosen))
-            ops.append(AddBlockOp(path, block))
-            return ops
+            self.blocks.expect(block.block_id, (n.node_id for n in chosen))
+            ops.append(AddBlockOp(iip.path, block))
+            located = LocatedBlock(block, offset, [n.address for n in chosen],
+                                   self.blocks.block_token(user, block.block_id, "w"))
+            return Plan.of(ops, located, (iip,))
 
-        def located() -> LocatedBlock:
-            block = self.ns.get_blocks(path)[-1]
-            return LocatedBlock(
-                block, offset, targets, self.blocks.block_token(user, block.block_id, "w")
-            )
-
-        return await self.mutate("add a block", plan, located)
+        return await self.mutate("add a block", plan)
 
     def additional_datanode(
         self,
@@ -440,69 +471,75 @@ class Namesystem:
     ) -> LocatedBlock:
         """One more target for a block being written, replacing a failed one: the answer's
         locations hold only the new target (the writer sends the block to it)."""
-        path = paths.normalize(path)
-        status = self._writable_file(user, client, path)
+        iip = self.ns.resolve(path)
+        node = self._writable_file(user, client, iip)
         offset = 0
-        for record in self.ns.get_blocks(path):
+        for record in node.blocks:
             if record.block_id == block.block_id:
                 break
             offset += record.num_bytes
         else:
-            raise InvalidArgument(f"block {block.block_id} is not a block of {path}")
-        chosen = self.blocks.choose_targets(1, [*existing, *excluded], status.block_size)
-        if block.block_id == self.ns.get_blocks(path)[-1].block_id:
-            self.blocks.expect(block.block_id, (node.node_id for node in chosen))
+            raise InvalidArgument(f"block {block.block_id} is not a block of {iip.path}")
+        chosen = self.blocks.choose_targets(1, [*existing, *excluded], node.block_size)
+        if block.block_id == node.blocks[-1].block_id:
+            self.blocks.expect(block.block_id, (n.node_id for n in chosen))
         return LocatedBlock(
-            record, offset, [node.address for node in chosen],
+            record, offset, [n.address for n in chosen],
             self.blocks.block_token(user, block.block_id, "w"),
         )
 
     async def abandon_block(self, user: str, client: str, path: str, block_id: int) -> None:
         """Drop the file's last block (every target failed). Idempotent: a block the file
         no longer has is already abandoned; its replicas are deleted once this is durable."""
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
 
-        def plan() -> list[Op]:
-            self._writable_file(user, client, path)
-            blocks = self.ns.get_blocks(path)
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            blocks = self._writable_file(user, client, iip).blocks
             if not blocks or blocks[-1].block_id != block_id:
                 if any(b.block_id == block_id for b in blocks):
-                    raise InvalidArgument(f"block {block_id} is not the last block of {path}")
-                return []
-            return [UpdateBlocksOp(path, blocks[:-1])]
+                    raise InvalidArgument(
+                        f"block {block_id} is not the last block of {iip.path}")
+                return Plan.of((), None)
+            return Plan.of([UpdateBlocksOp(iip.path, blocks[:-1])], None, (iip,))
 
-        await self.mutate("abandon a block", plan, lambda: None)
+        await self.mutate("abandon a block", plan)
 
     async def complete(
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> FileStatus:
         """Close the file once every block has min_replication replicas of the length the
         writer says (seed 003: an upload is confirmed only when DataNodes have reported)."""
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
 
-        def check() -> None:
-            self._writable_file(user, client, path)
-            known = [b.block_id for b in self.ns.get_blocks(path)]
-            if [b.block_id for b in blocks] != known:
-                raise InvalidArgument(f"complete {path}: block list differs from the NameNode's")
+        def check(iip: INodesInPath) -> FileInode:
+            node = self._writable_file(user, client, iip)
+            if [b.block_id for b in blocks] != [b.block_id for b in node.blocks]:
+                raise InvalidArgument(
+                    f"complete {iip.path}: block list differs from the NameNode's")
             if any(b.num_bytes < 0 for b in blocks):
                 raise InvalidArgument("block lengths must be >= 0")
+            return node
 
-        check()
+        node = check(resolved)
         # Waited for before mutate, holding nothing: plan() checks everything again.
-        await self._wait_for_replicas(path, blocks)
+        await self._wait_for_replicas(resolved.path, node.replication, blocks)
 
-        def plan() -> list[Op]:
-            check()
+        def plan() -> Plan[FileStatus]:
+            iip = self.ns.fresh(resolved)
+            check(iip)
             now = self.now_ms()
-            return [CloseFileOp(path, now, now, tuple(blocks))]
+            return Plan([CloseFileOp(iip.path, now, now, tuple(blocks))],
+                        lambda: self.ns.stat(iip), (iip,))
 
-        return await self.mutate("complete", plan, lambda: self.ns.stat(path))
+        return await self.mutate("complete", plan)
 
-    async def _wait_for_replicas(self, path: str, blocks: list[BlockRecord]) -> None:
+    async def _wait_for_replicas(
+        self, path: str, replication: int, blocks: list[BlockRecord]
+    ) -> None:
         """Until each block has enough replicas reported (woken by each report of one of
         them, no polling), at most complete_wait_s; then NotEnoughReplicas."""
-        needed = min(self.config.min_replication, self.ns.stat(path).replication)
+        needed = min(self.config.min_replication, replication)
         wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.complete_wait_s
@@ -534,125 +571,167 @@ class Namesystem:
 
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
         """Delete ``path`` or move it to the user's trash; returns the trash path or ""."""
-        path = paths.normalize(path)
-        target = ""
+        resolved = self.ns.resolve(path)
 
-        def plan() -> list[Op]:
-            nonlocal target
-            if path == "/":
+        def plan() -> Plan[str]:
+            iip = self.ns.fresh(resolved)
+            if not iip.parts:
                 raise InvalidArgument("cannot delete the root directory")
-            status = self.ns.stat(path)
+            status = self.ns.stat(iip)
             if status.is_dir and status.children and not recursive:
-                raise DirectoryNotEmpty(f"{path} is a non-empty directory (use recursive)")
+                raise DirectoryNotEmpty(f"{iip.path} is a non-empty directory (use recursive)")
             self.ns.check_access(
                 user,
-                path,
+                iip,
                 parent_access=W | X,
                 parent_owner_sticky=True,
                 sub_access=R | W | X if status.is_dir else 0,
             )
-            if self.config.trash_interval_s > 0 and not skip_trash and not trash.is_in_trash(path):
-                if paths.is_ancestor(path, trash.trash_root(user)):
-                    raise InvalidArgument(
-                        f"cannot move {path} to the trash, as it contains the trash "
-                        "(delete it with skip_trash)"
-                    )
-                try:
-                    target = self.trash.target(user, path)
-                    self._check_move_limits(path, target)
-                except InvalidPath as exc:
-                    raise InvalidPath(
-                        f"cannot move {path} to the trash: {exc.message} (delete it with "
-                        "skip_trash)"
-                    ) from None
-                return [
-                    *self.trash.dirs(user, paths.parent_of(target)),
-                    RenameOp(path, target, self.now_ms()),
-                ]
-            return [DeleteOp(path, self.now_ms())]
+            if (self.config.trash_interval_s > 0 and not skip_trash
+                    and not trash.is_in_trash(iip.path)):
+                return self._to_trash(user, iip)
+            return Plan.of([DeleteOp(iip.path, self.now_ms())], "", (iip,))
 
-        return await self.mutate("delete", plan, lambda: target)
+        return await self.mutate("delete", plan)
+
+    def _to_trash(self, user: str, iip: INodesInPath) -> Plan[str]:
+        if paths.is_ancestor(iip.path, trash.trash_root(user)):
+            raise InvalidArgument(
+                f"cannot move {iip.path} to the trash, as it contains the trash "
+                "(delete it with skip_trash)"
+            )
+        now = self.now_ms()
+        try:
+            target = trash.target(self.ns, user, iip, now)
+            self._check_move_limits(iip, target)
+        except InvalidPath as exc:
+            raise InvalidPath(
+                f"cannot move {iip.path} to the trash: {exc.message} (delete it with "
+                "skip_trash)"
+            ) from None
+        ops = [*trash.dir_ops(self.ns, user, target, self.config.supergroup, now),
+               RenameOp(iip.path, target.path, now)]
+        return Plan.of(ops, target.path, (iip, target))
 
     async def rename(self, user: str, src: str, dst: str) -> str:
-        src, dst = paths.normalize(src), paths.normalize(dst)
-        final = ""
+        resolved_src, resolved_dst = self.ns.resolve(src), self.ns.resolve(dst)
 
-        def plan() -> list[Op]:
-            nonlocal final
-            if src == "/":
+        def plan() -> Plan[str]:
+            source = self.ns.fresh(resolved_src)
+            if not source.parts:
                 raise InvalidArgument("cannot rename the root directory")
-            final = self.ns.resolve_rename_target(src, dst)
-            self.ns.check_access(user, src, parent_access=W | X, parent_owner_sticky=True)
-            if final == src:
-                return []
-            if self.ns.exists(final):
-                raise AlreadyExists(f"{final} already exists")
+            final = self.ns.rename_target(source, self.ns.fresh(resolved_dst))
+            self.ns.check_access(user, source, parent_access=W | X, parent_owner_sticky=True)
+            if final.path == source.path:
+                return Plan.of((), final.path)
+            if final.exists:
+                raise AlreadyExists(f"{final.path} already exists")
             self.ns.check_access(user, final, parent_access=W | X)
-            self._check_move_limits(src, final)
-            return [RenameOp(src, final, self.now_ms())]
+            self._check_move_limits(source, final)
+            ops = [RenameOp(source.path, final.path, self.now_ms())]
+            return Plan.of(ops, final.path, (source, final))
 
-        return await self.mutate("rename", plan, lambda: final)
+        return await self.mutate("rename", plan)
 
     async def set_permission(self, user: str, path: str, mode: int) -> None:
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
         if not 0 <= mode <= 0o7777:
             raise InvalidArgument(f"mode {mode:o} is not a permission (0..7777 octal)")
 
-        def plan() -> list[Op]:
-            self.ns.check_access(user, path, owner=True)
-            return [SetPermissionOp(path, mode)]
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            self.ns.check_access(user, iip, owner=True)
+            return Plan.of([SetPermissionOp(iip.path, mode)], None, (iip,))
 
-        await self.mutate("set permission", plan, lambda: None)
+        await self.mutate("set permission", plan)
 
     async def set_owner(self, user: str, path: str, owner: str, group: str) -> None:
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
         if not owner and not group:
             raise InvalidArgument("set_owner needs an owner or a group")
         for name in (owner, group):
             if name:
                 paths.check_name(name)
 
-        def plan() -> list[Op]:
-            self.ns.check_access(user, path, owner=True)
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            self.ns.check_access(user, iip, owner=True)
             if not self.ns.is_superuser(user):
-                if owner and owner != self.ns.stat(path).owner:
+                if owner and owner != iip.get().owner:
                     raise AccessDenied(
                         f"Permission denied: only the superuser changes owners "
-                        f"(user={user}, inode={path})"
+                        f"(user={user}, inode={iip.path})"
                     )
                 if group and group not in self.ns.groups_of(user):
                     raise AccessDenied(f"Permission denied: user={user} is not in group {group}")
-            return [SetOwnerOp(path, owner, group)]
+            return Plan.of([SetOwnerOp(iip.path, owner, group)], None, (iip,))
 
-        await self.mutate("set owner", plan, lambda: None)
+        await self.mutate("set owner", plan)
 
     async def set_replication(self, user: str, path: str, replication: int) -> None:
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
         if not 1 <= replication <= self.config.replication_max:
             raise InvalidArgument(
                 f"replication {replication} outside [1, {self.config.replication_max}]"
             )
 
-        def plan() -> list[Op]:
-            self.ns.check_access(user, path, access=W)
-            return [SetReplicationOp(path, replication)]
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            self.ns.check_access(user, iip, access=W)
+            return Plan.of([SetReplicationOp(iip.path, replication)], None, (iip,))
 
-        await self.mutate("set replication", plan, lambda: None)
+        await self.mutate("set replication", plan)
 
     async def set_times(self, user: str, path: str, mtime_ms: int, atime_ms: int) -> None:
-        path = paths.normalize(path)
+        resolved = self.ns.resolve(path)
         if mtime_ms < -1 or atime_ms < -1:
             raise InvalidArgument("times must be >= 0 (or -1 to leave unchanged)")
 
-        def plan() -> list[Op]:
-            status = self.ns.stat(path)
-            if status.owner == user or self.ns.is_superuser(user):
-                self.ns.check_access(user, path)
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            if iip.get().owner == user or self.ns.is_superuser(user):
+                self.ns.check_access(user, iip)
             else:
-                self.ns.check_access(user, path, access=W)
-            return [SetTimesOp(path, mtime_ms, atime_ms)]
+                self.ns.check_access(user, iip, access=W)
+            return Plan.of([SetTimesOp(iip.path, mtime_ms, atime_ms)], None, (iip,))
 
-        await self.mutate("set times", plan, lambda: None)
+        await self.mutate("set times", plan)
+
+    # -- trash --------------------------------------------------------------------------
+
+    async def restore(self, user: str, trash_path: str) -> str:
+        """Move a trash entry back to the path it was deleted from; returns that path."""
+        resolved = self.ns.resolve(trash_path)
+        resolved_original = self.ns.resolve(trash.original_path(resolved.path))
+
+        def plan() -> Plan[str]:
+            entry = self.ns.fresh(resolved)
+            original = self.ns.fresh(resolved_original)
+            self.ns.check_access(user, entry, parent_access=W | X, parent_owner_sticky=True)
+            entry.get()  # NotFound before any op: no parents made for nothing
+            if original.exists:
+                raise AlreadyExists(f"cannot restore: {original.path} exists again")
+            self._check_parent_not_a_file(original)
+            self.ns.check_access(user, original, ancestor_access=W | X)
+            dir_mode = self._default_mode(True, DEFAULT_MODE)
+            ops = self._mkdir_ops(original, len(original.parts) - 1, user, dir_mode, dir_mode)
+            ops.append(RenameOp(entry.path, original.path, self.now_ms()))
+            return Plan.of(ops, original.path, (entry, original))
+
+        return await self.mutate("restore", plan)
+
+    async def expunge(self, user: str, immediate: bool) -> None:
+        """Roll the user's trash into a checkpoint and delete expired checkpoints
+        (``immediate``: delete the whole trash)."""
+        await self.mutate("expunge", lambda: Plan.of(self._trash_ops(user, immediate), None))
+
+    def _trash_ops(self, user: str, immediate: bool) -> list[Op]:
+        return trash.checkpoint_ops(self.ns, user, self.now_ms(), self.config.trash_interval_s,
+                                    self.config.list_limit_max, immediate=immediate)
+
+    def trash_users(self) -> list[str]:
+        """Users with a trash directory (the emptier's round)."""
+        return trash.users(self.ns, self.config.list_limit_max)
 
     # -- leases -------------------------------------------------------------------------
 
@@ -665,7 +744,7 @@ class Namesystem:
         now_s = self.clock()
         return [path for path, holder in open_files if self._lease_due(path, holder, now_s)]
 
-    def _lease_due(self, path: str, holder: str, now_s: float) -> bool:
+    def _lease_due(self, path: str | INodesInPath, holder: str, now_s: float) -> bool:
         if holder == RECOVERY_HOLDER:
             return self._recovery_due(path)
         return self.leases.is_expired(holder, now_s, self.config.lease_hard_limit_s)
@@ -674,70 +753,75 @@ class Namesystem:
         """Recover one file for the lease monitor, if it is still due. One file at a time: a
         file that cannot be closed (a path the limits refuse, say) must not hold up the
         others."""
-        holder = self.ns.lease_holder(path) if self.ns.exists(path) else ""
-        if holder and self._lease_due(path, holder, self.clock()):
-            await self._recover([path])
+        iip = self.ns.resolve(path)
+        holder = self.ns.lease_holder(iip) if iip.exists else ""
+        if holder and self._lease_due(iip, holder, self.clock()):
+            await self._recover([iip.path])
 
-    def _recovery_due(self, path: str) -> bool:
+    def _recovery_due(self, path: str | INodesInPath) -> bool:
         blocks = self.ns.get_blocks(path)
         return not blocks or self.blocks.recovery_due(blocks[-1].block_id)
 
     async def recover_lease(self, user: str, path: str) -> bool:
         """HDFS's recoverLease: start recovering an open file's lease now, whoever holds
         it; True when the file is closed (already, or by this call)."""
-        path = paths.normalize(path)
-        self._check_writer(user, path)
-        if self.ns.stat(path).is_dir:
-            raise IsADirectory(f"{path} is a directory")
-        if not self.ns.lease_holder(path):
+        iip = self.ns.resolve(path)
+        self._check_writer(user, iip)
+        if isinstance(iip.get(), DirInode):
+            raise IsADirectory(f"{iip.path} is a directory")
+        holder = self.ns.lease_holder(iip)
+        if not holder:
             return True
-        if self.ns.lease_holder(path) == RECOVERY_HOLDER and not self._recovery_due(path):
+        if holder == RECOVERY_HOLDER and not self._recovery_due(iip):
             return False  # an attempt is under way
-        return path in await self._recover([path])
+        return iip.path in await self._recover([iip.path])
 
     async def _recover_if_abandoned(
-        self, user: str, client: str, path: str, overwrite: bool
+        self, user: str, client: str, resolved: INodesInPath, overwrite: bool
     ) -> None:
         """``create`` without overwrite of a file whose writer is past the soft limit
         starts its lease recovery (HDFS), then fails: the file exists."""
-        holder = self.ns.lease_holder(path) if self.ns.exists(path) else ""
+        iip = self.ns.fresh(resolved)
+        holder = self.ns.lease_holder(iip) if iip.exists else ""
         if overwrite or not holder or holder in (client, RECOVERY_HOLDER):
             return
         if not self.leases.is_expired(holder, self.clock(), self.config.lease_soft_limit_s):
             return
-        self.ns.check_access(user, path, ancestor_access=W | X)
-        closed = await self._recover([path])
+        self.ns.check_access(user, iip, ancestor_access=W | X)
+        closed = await self._recover([iip.path])
         raise AlreadyExists(
-            f"{path} already exists" + ("" if closed else
+            f"{iip.path} already exists" + ("" if closed else
             f" (its writer {holder} went silent: lease recovery started, try again later)")
         )
 
     async def _recover(self, candidates: list[str]) -> set[str]:
-        """Recover the leases of these open files (see block_recovery.py); returns the
+        """Recover the leases of these open files (see blocks/recovery.py); returns the
         paths closed at once. Block recoveries start once their stamps are durable."""
-        closed: set[str] = set()
-        attempts: list[Attempt] = []
 
-        def plan() -> list[Op]:
+        def plan() -> Plan[Recovered]:
             ops: list[Op] = []
+            at: list[INodesInPath] = []
+            recovered = Recovered(set(), [])
             now = self.now_ms()
             for path in candidates:
-                if not self.ns.exists(path) or not self.ns.lease_holder(path):
+                iip = self.ns.resolve(path)
+                if not iip.exists or not self.ns.lease_holder(iip):
                     continue  # deleted or closed meanwhile
-                decision = self.blocks.plan_lease_recovery(self.ns.get_blocks(path))
+                at.append(iip)
+                decision = self.blocks.plan_lease_recovery(self.ns.get_blocks(iip))
                 if isinstance(decision, CloseNow):
-                    ops.append(CloseFileOp(path, now, now, decision.blocks))
-                    closed.add(path)
+                    ops.append(CloseFileOp(iip.path, now, now, decision.blocks))
+                    recovered.closed.add(iip.path)
                     continue
                 genstamp = self.ns.allocate_genstamp()
-                attempts.append(self.blocks.begin_recovery(decision, genstamp))
-                ops.append(ReassignLeaseOp(path, RECOVERY_HOLDER, genstamp))
-            return ops
+                recovered.attempts.append(self.blocks.begin_recovery(decision, genstamp))
+                ops.append(ReassignLeaseOp(iip.path, RECOVERY_HOLDER, genstamp))
+            return Plan.of(ops, recovered, tuple(at))
 
-        await self.mutate("recover leases", plan, lambda: None)
-        for attempt in attempts:
+        recovered = await self.mutate("recover leases", plan)
+        for attempt in recovered.attempts:
             self.blocks.dispatch_recovery(attempt)
-        return closed
+        return recovered.closed
 
     async def commit_block_synchronization(
         self, block: BlockRecord, recovery_genstamp: int, length: int, delete_block: bool
@@ -748,37 +832,38 @@ class Namesystem:
             raise InvalidArgument(f"negative length {length}")
         recovered = BlockRecord(block.block_id, recovery_genstamp, length)
 
-        def plan() -> list[Op]:
+        def plan() -> Plan[None]:
             node = self.ns.block_file(block.block_id)
             if node is not None and not self.ns.is_open(node) and recovered in node.blocks:
-                return []  # committed already: a retried call
-            path = self._path_under_recovery(block.block_id, recovery_genstamp)
-            blocks = list(self.ns.get_blocks(path))
+                return Plan.of((), None)  # committed already: a retried call
+            iip = self._under_recovery(block.block_id, recovery_genstamp)
+            blocks = list(self.ns.get_blocks(iip))
             if delete_block:
                 blocks.pop()
             else:
                 blocks[-1] = recovered
             now = self.now_ms()
-            return [CloseFileOp(path, now, now, tuple(blocks))]
+            return Plan.of([CloseFileOp(iip.path, now, now, tuple(blocks))], None, (iip,))
 
-        await self.mutate("commit block synchronization", plan, lambda: None)
+        await self.mutate("commit block synchronization", plan)
         self.blocks.recoveries.finish(block.block_id)
 
-    def _path_under_recovery(self, block_id: int, recovery_genstamp: int) -> str:
+    def _under_recovery(self, block_id: int, recovery_genstamp: int) -> INodesInPath:
         """The open file whose last block the recovery with this genstamp works on;
         InvalidArgument when that recovery is not the one under way."""
         node = self.ns.block_file(block_id)
         attempt = self.blocks.recoveries.current(block_id)
-        path = self.ns.path_of(node) if node is not None else ""
+        iip = self.ns.locate(node) if node is not None else None
         if (
             node is None
+            or iip is None
             or attempt is None
             or attempt.genstamp != recovery_genstamp
             or node.blocks[-1].block_id != block_id
-            or self.ns.lease_holder(path) != RECOVERY_HOLDER
+            or self.ns.lease_holder(iip) != RECOVERY_HOLDER
         ):
             raise InvalidArgument(
                 f"block {block_id}: no block recovery with genstamp {recovery_genstamp} "
                 "is under way (superseded, or the file is gone)"
             )
-        return path
+        return iip

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import shutil
@@ -37,9 +36,9 @@ from xdfs.namenode.handlers.datanode import DataNodeHandlers
 from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
-from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
+from xdfs.namenode.namespace.ops import NewEpochOp, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
-from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
@@ -149,7 +148,7 @@ class NameNode:
         obey nobody with an older one (the fenced NameNode)."""
         assert self.fs is not None
         ns = self.fs.ns
-        await self.fs.mutate("new epoch", lambda: [NewEpochOp(ns.epoch + 1)], lambda: None,
+        await self.fs.mutate("new epoch", lambda: Plan.of([NewEpochOp(ns.epoch + 1)], None),
                              allowed_in_safe_mode=True)
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
 
@@ -166,14 +165,14 @@ class NameNode:
         assert self.fs is not None
         fs = self.fs
 
-        def plan() -> list[Op]:
+        def plan() -> Plan[None]:
             if fs.ns.datanode_secret:
-                return []
-            return [SetDataNodeSecretOp(os.urandom(passwords.DATANODE_SECRET_BYTES))]
+                return Plan.of((), None)
+            secret = os.urandom(passwords.DATANODE_SECRET_BYTES)
+            return Plan.of([SetDataNodeSecretOp(secret)], None)
 
         if not fs.ns.datanode_secret:
-            await fs.mutate("set the DataNode secret", plan, lambda: None,
-                            allowed_in_safe_mode=True)
+            await fs.mutate("set the DataNode secret", plan, allowed_in_safe_mode=True)
         text = passwords.datanode_secret_text(fs.ns.datanode_secret).encode("ascii")
         for d in self.dirs:
             path = d.root / passwords.DATANODE_SECRET_FILE
@@ -382,13 +381,9 @@ class NameNode:
     async def _empty_trash(self) -> None:
         assert self.fs is not None
         fs = self.fs
-        for user in fs.trash.users():
+        for user in fs.trash_users():
             with contextlib.suppress(SafeModeError):
-                await fs.mutate(
-                    "empty trash",
-                    functools.partial(fs.trash.checkpoint_ops, user, immediate=False),
-                    lambda: None,
-                )
+                await fs.expunge(user, immediate=False)
 
     async def _check_datanodes(self) -> None:
         assert self.fs is not None

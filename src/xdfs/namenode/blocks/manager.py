@@ -53,6 +53,7 @@ from xdfs.namenode.blocks.replication import (
 )
 from xdfs.namenode.blocks.safemode import SafeMode
 from xdfs.namenode.namespace.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
+from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import RecoverBlockTask, ReplicateTask, StorageReport
@@ -351,7 +352,7 @@ class BlockManager:
 
     # --- namespace changes ---------------------------------------------------------------
 
-    def affected_blocks(self, op: Op) -> tuple[int, ...]:
+    def affected_blocks(self, op: Op, at: Sequence[INodesInPath] = ()) -> tuple[int, ...]:
         """Blocks to look at again once ``op`` (just applied) is durable. Computed at apply
         time: a later op may rename or delete the path before the sync completes."""
         if isinstance(op, CloseFileOp):
@@ -359,7 +360,7 @@ class BlockManager:
         if isinstance(op, UpdateBlocksOp):
             return tuple(b.block_id for b in op.blocks[-2:])  # the committed and the new last
         if isinstance(op, SetReplicationOp):
-            return tuple(b.block_id for b in self.ns.get_blocks(op.path))
+            return tuple(b.block_id for b in self.ns.get_blocks(self.ns.resolved(op.path, at)))
         return ()
 
     def leaving(self, block_ids: Iterable[int]) -> None:

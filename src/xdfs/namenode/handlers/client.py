@@ -149,10 +149,10 @@ class ClientHandlers:
         return self.fs.content_summary(caller(ctx, self.fs), req.path)
 
     async def restore(self, ctx: CallContext, req: p.RestoreRequest) -> p.RestoreResponse:
-        return p.RestoreResponse(await self.fs.trash.restore(caller(ctx, self.fs), req.trash_path))
+        return p.RestoreResponse(await self.fs.restore(caller(ctx, self.fs), req.trash_path))
 
     async def expunge(self, ctx: CallContext, req: p.ExpungeRequest) -> Empty:
-        await self.fs.trash.expunge(caller(ctx, self.fs), req.immediate)
+        await self.fs.expunge(caller(ctx, self.fs), req.immediate)
         return Empty()
 
 

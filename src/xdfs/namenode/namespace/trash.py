@@ -1,4 +1,4 @@
-"""Trash rules (pure), DESIGN.md section 7 and seed 003.
+"""Trash rules and the trash's plans over the namespace (pure; HDFS's TrashPolicyDefault).
 
 ``rm`` moves ``/a/b`` to ``/user/<user>/.Trash/Current/a/b``; the emptier renames
 ``Current`` to a ``yyMMddHHmmss`` checkpoint (UTC) and deletes checkpoints older than the
@@ -20,7 +20,12 @@ import datetime as dt
 import re
 
 from xdfs.errors import InvalidArgument
+from xdfs.namenode.namespace.inodes import DirInode
+from xdfs.namenode.namespace.ops import DeleteOp, MkdirOp, Op, RenameOp
 from xdfs.namenode.namespace.paths import join, split_path
+from xdfs.namenode.namespace.resolved import INodesInPath
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.protocol.namenode import FileStatus
 
 TRASH = ".Trash"
 CURRENT = "Current"
@@ -97,3 +102,96 @@ def expired_checkpoints(names: list[str], now_ms: int, interval_s: float) -> lis
         if when is not None and now_ms - when >= interval_s * 1000:
             out.append(name)
     return out
+
+
+# --- plans over the namespace (the Namesystem applies them like any other ops) -------------
+
+_TRASH_DIR_MODE = 0o700
+
+
+def target(ns: Namespace, user: str, iip: INodesInPath, now_ms: int) -> INodesInPath:
+    """A free trash path for ``iip``, resolved. Where an earlier deletion left a *file* on
+    the way (``/tmp/a`` trashed, then ``/tmp/a/b``), that component takes a fresh name, as
+    in HDFS's TrashPolicyDefault, instead of failing the deletion. InvalidPath when the
+    trash path breaks a limit."""
+    where = ns.resolve(current_dir(user))
+    names = iip.parts
+    for name in names[:-1]:
+        plain = ns.child(where, name + DIR_SUFFIX if needs_suffix(name) else name)
+        if plain.exists and not isinstance(plain.last, DirInode):
+            plain = _free_name(ns, where, name, now_ms)
+        where = plain
+    return _free_name(ns, where, names[-1], now_ms)
+
+
+def _free_name(ns: Namespace, directory: INodesInPath, name: str, now_ms: int) -> INodesInPath:
+    plain = ns.child(directory, name)
+    if not needs_suffix(name) and not plain.exists:
+        return plain
+    candidate = suffixed(name, now_ms)
+    found = ns.child(directory, candidate)
+    while found.exists:
+        candidate += "_"
+        found = ns.child(directory, candidate)
+    return found
+
+
+def dir_ops(
+    ns: Namespace, user: str, entry: INodesInPath, supergroup: str, now_ms: int
+) -> list[Op]:
+    """Mkdir ops for the directories a trash entry needs: /user (root's), the home and the
+    trash (the user's)."""
+    ops: list[Op] = []
+    for d in entry.missing(len(entry.parts) - 1):
+        owner = ns.superuser if d == "/user" else user
+        mode = 0o755 if d in ("/user", home(user)) else _TRASH_DIR_MODE
+        ops.append(MkdirOp(d, ns.allocate_inode_id(), mode, owner, supergroup, now_ms))
+    return ops
+
+
+def checkpoint_ops(
+    ns: Namespace, user: str, now_ms: int, interval_s: float, page: int, *, immediate: bool
+) -> list[Op]:
+    """Ops that roll ``user``'s Current into a checkpoint and delete expired checkpoints
+    (``immediate``: delete the whole trash); ``page``: entries per listing."""
+    root = trash_root(user)
+    if not ns.exists(root):
+        return []
+    names = [s.path.rsplit("/", 1)[1] for s in _all_entries(ns, root, page)]
+    if immediate:
+        return [DeleteOp(f"{root}/{name}", now_ms) for name in names]
+    ops: list[Op] = []
+    if CURRENT in names:
+        # Names have a resolution of one second: a second roll within the same second
+        # takes the next free second rather than leaving Current where it is.
+        stamp_ms = now_ms
+        checkpoint = f"{root}/{checkpoint_name(stamp_ms)}"
+        while ns.exists(checkpoint):
+            stamp_ms += 1000
+            checkpoint = f"{root}/{checkpoint_name(stamp_ms)}"
+        ops.append(RenameOp(f"{root}/{CURRENT}", checkpoint, now_ms))
+    for name in expired_checkpoints(names, now_ms, interval_s):
+        ops.append(DeleteOp(f"{root}/{name}", now_ms))
+    return ops
+
+
+def users(ns: Namespace, page: int) -> list[str]:
+    """Users with a trash directory (the emptier's round)."""
+    if not ns.exists("/user"):
+        return []
+    return [
+        s.path.rsplit("/", 1)[1]
+        for s in _all_entries(ns, "/user", page)
+        if s.is_dir and ns.exists(s.path + "/" + TRASH)
+    ]
+
+
+def _all_entries(ns: Namespace, directory: str, page: int) -> list[FileStatus]:
+    entries: list[FileStatus] = []
+    start = ""
+    while True:
+        found, remaining = ns.list_dir(directory, start, page)
+        entries.extend(found)
+        if not remaining or not found:
+            return entries
+        start = found[-1].path.rsplit("/", 1)[1]

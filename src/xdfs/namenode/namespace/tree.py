@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from xdfs.errors import (
@@ -26,7 +26,6 @@ from xdfs.errors import (
     InvalidArgument,
     IsADirectory,
     LeaseError,
-    NotADirectory,
     NotFound,
 )
 from xdfs.namenode.namespace import image_codec
@@ -69,6 +68,14 @@ from xdfs.namenode.namespace.ops import (
     UserRecord,
 )
 from xdfs.namenode.namespace.paths import join, split_path
+from xdfs.namenode.namespace.resolved import (
+    Change,
+    INodesInPath,
+    Linked,
+    Moved,
+    Replaced,
+    Unlinked,
+)
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
 
@@ -81,11 +88,14 @@ ROOT_MODE = 0o755
 #: size); beyond it a change drops the cache and the next listing sorts again.
 SORTED_PATCH_MAX = 65536
 
-Parts = tuple[str, ...]
+#: A path as text, or as :meth:`Namespace.resolve` made it (then it is not walked again).
+PathArg = str | INodesInPath
+#: The resolutions an op is applied with (see Namespace.apply).
+At = Sequence[INodesInPath]
 _OpT = TypeVar("_OpT", bound=Op)
-_Handler = Callable[["Namespace", Any], tuple[int, ...]]
+_Handler = Callable[["Namespace", Any, Sequence[INodesInPath]], tuple[int, ...]]
 _HANDLERS: dict[type[Op], _Handler] = {}
-_Method = Callable[["Namespace", _OpT], tuple[int, ...]]
+_Method = Callable[["Namespace", _OpT, Sequence[INodesInPath]], tuple[int, ...]]
 
 
 def _handles(op_type: type[_OpT]) -> Callable[[_Method[_OpT]], _Method[_OpT]]:
@@ -118,6 +128,9 @@ class Namespace:
         self.next_generation = 1
         #: DataNodes authenticate with this (empty: not set yet, none accepted).
         self.datanode_secret = b""
+        #: Bumped by every op that links or unlinks an inode: a resolution made at another
+        #: version is out of date (see resolved.py).
+        self.version = 0
         self._root = DirInode(
             ROOT_ID, 0, "", ROOT_MODE, self.superuser, self.supergroup,
             root_mtime_ms, root_mtime_ms, {},
@@ -168,27 +181,32 @@ class Namespace:
 
     # --- mutation ----------------------------------------------------------------------
 
-    def apply(self, op: Op) -> tuple[int, ...]:
+    def apply(self, op: Op, at: Sequence[INodesInPath] = ()) -> tuple[int, ...]:
         """Validate ``op`` completely, then apply it; returns the ids of blocks that left the
-        namespace (delete, overwrite, update_blocks/close_file dropping blocks)."""
+        namespace (delete, overwrite, update_blocks/close_file dropping blocks).
+
+        ``at``: the paths the op acts on, resolved by the caller (its plan) on this tree;
+        one that is out of date is resolved again, so they only save walks. They are kept
+        up to date by the change (see :mod:`.resolved`). Replay passes none."""
         handler = _HANDLERS.get(type(op))
         if handler is None:
             raise InvalidArgument(f"not a namespace op: {type(op).__name__}")
-        return handler(self, op)
+        return handler(self, op, at)
 
     @_handles(MkdirOp)
-    def _mkdir(self, op: MkdirOp) -> tuple[int, ...]:
-        parts = split_path(op.path)
-        if not parts:
+    def _mkdir(self, op: MkdirOp, at: At) -> tuple[int, ...]:
+        iip, depth = self._to_make(op.path, at)
+        if depth == 0:
             raise AlreadyExists("/ already exists")
         self._check_new_inode(op.inode_id, op.mode, op.owner, op.group)
-        parent = self._parent_dir(parts)
-        if parts[-1] in parent.children:
-            raise AlreadyExists(f"{join(parts)} already exists")
+        parent = iip.parent_dir(depth)
+        name = iip.parts[depth - 1]
+        if name in parent.children:
+            raise AlreadyExists(f"{iip.prefix(depth)} already exists")
         # --- validated; mutate
         mtime = op.mtime_ms
         node = DirInode(
-            op.inode_id, parent.id, parts[-1], self._shared_int(op.mode & perm.MODE_MASK),
+            op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
             sys.intern(op.owner), sys.intern(op.group), mtime, mtime, {},
         )
         link(parent, node, SORTED_PATCH_MAX)
@@ -196,25 +214,26 @@ class Namespace:
         parent.mtime_ms = mtime
         self._inode_count += 1
         self._bump_inode_id(op.inode_id)
+        self._reshaped(at, Linked(depth, parent, name, node))
         return ()
 
     @_handles(AddFileOp)
-    def _add_file(self, op: AddFileOp) -> tuple[int, ...]:
-        parts = split_path(op.path)
-        if not parts:
+    def _add_file(self, op: AddFileOp, at: At) -> tuple[int, ...]:
+        iip = self.resolved(op.path, at)
+        if not iip.parts:
             raise IsADirectory("/ is a directory")
         self._check_new_inode(op.inode_id, op.mode, op.owner, op.group)
         if op.replication < 1 or op.block_size < 1:
             raise InvalidArgument("replication and block size must be >= 1")
         if not op.client:
             raise InvalidArgument("a file under construction needs a client name")
-        parent = self._parent_dir(parts)
-        name = parts[-1]
+        parent = iip.parent_dir()
+        name = iip.parts[-1]
         old = parent.children.get(name)
         if isinstance(old, DirInode):
-            raise IsADirectory(f"{join(parts)} is a directory")
+            raise IsADirectory(f"{iip.path} is a directory")
         if old is not None and not op.overwrite:
-            raise AlreadyExists(f"{join(parts)} already exists")
+            raise AlreadyExists(f"{iip.path} already exists")
         # --- validated; mutate
         mtime = op.mtime_ms
         node = FileInode(
@@ -223,23 +242,26 @@ class Namespace:
             op.replication, self._shared_int(op.block_size), (),
         )
         dropped: tuple[int, ...] = ()
+        depth = len(iip.parts)
         if old is None:
             link(parent, node, SORTED_PATCH_MAX)
             self._inode_count += 1
+            self._reshaped(at, Linked(depth, parent, name, node))
         else:
             assert isinstance(old, FileInode)
             dropped = tuple(block.block_id for block in old.blocks)
             self._unindex_blocks(dropped)
             self._uc.pop(old, None)
             parent.children[name] = node  # same name: the sorted-name cache stays valid
+            self._reshaped(at, Replaced(depth, old, node))
         self._uc[node] = op.client
         parent.mtime_ms = mtime
         self._bump_inode_id(op.inode_id)
         return dropped
 
     @_handles(AddBlockOp)
-    def _add_block(self, op: AddBlockOp) -> tuple[int, ...]:
-        node = self._file_under_construction(op.path)
+    def _add_block(self, op: AddBlockOp, at: At) -> tuple[int, ...]:
+        node = self._file_under_construction(self.resolved(op.path, at))
         _check_blocks((*node.blocks, op.block))
         self._check_block_owner(node, (op.block,))
         node.blocks = (*node.blocks, op.block)
@@ -248,15 +270,15 @@ class Namespace:
         return ()
 
     @_handles(UpdateBlocksOp)
-    def _update_blocks(self, op: UpdateBlocksOp) -> tuple[int, ...]:
-        node = self._file_under_construction(op.path)
+    def _update_blocks(self, op: UpdateBlocksOp, at: At) -> tuple[int, ...]:
+        node = self._file_under_construction(self.resolved(op.path, at))
         _check_blocks(op.blocks)
         self._check_block_owner(node, op.blocks)
         return self._replace_blocks(node, op.blocks)
 
     @_handles(CloseFileOp)
-    def _close_file(self, op: CloseFileOp) -> tuple[int, ...]:
-        node = self._file_under_construction(op.path)
+    def _close_file(self, op: CloseFileOp, at: At) -> tuple[int, ...]:
+        node = self._file_under_construction(self.resolved(op.path, at))
         _check_blocks(op.blocks)
         self._check_block_owner(node, op.blocks)
         dropped = self._replace_blocks(node, op.blocks)
@@ -266,14 +288,17 @@ class Namespace:
         return dropped
 
     @_handles(DeleteOp)
-    def _delete(self, op: DeleteOp) -> tuple[int, ...]:
-        parts = split_path(op.path)
-        if not parts:
+    def _delete(self, op: DeleteOp, at: At) -> tuple[int, ...]:
+        iip = self.resolved(op.path, at)
+        if not iip.parts:
             raise InvalidArgument("cannot delete the root directory")
-        parent, node = self._get_with_parent(parts)
+        node = iip.get()
+        parent = iip.inodes[-2]
+        assert isinstance(parent, DirInode)
         # --- validated; mutate
         unlink(parent, node.name, SORTED_PATCH_MAX)
         parent.mtime_ms = op.mtime_ms
+        self._reshaped(at, Unlinked(len(iip.parts), node))
         return self._forget_subtree(node)
 
     def _forget_subtree(self, top: Inode) -> tuple[int, ...]:
@@ -295,22 +320,25 @@ class Namespace:
         return tuple(block_ids)
 
     @_handles(RenameOp)
-    def _rename(self, op: RenameOp) -> tuple[int, ...]:
-        src, dst = split_path(op.src), split_path(op.dst)
+    def _rename(self, op: RenameOp, at: At) -> tuple[int, ...]:
+        src_iip, dst_iip = self.resolved(op.src, at), self.resolved(op.dst, at)
+        src, dst = src_iip.parts, dst_iip.parts
         if not src:
             raise InvalidArgument("cannot rename the root directory")
-        src_parent, node = self._get_with_parent(src)
+        node = src_iip.get()
+        src_parent = src_iip.inodes[-2]
+        assert isinstance(src_parent, DirInode)
         if src == dst:
             return ()
         if dst[: len(src)] == src:
             raise InvalidArgument(
-                f"cannot move a directory into itself: {join(src)} -> {join(dst)}"
+                f"cannot move a directory into itself: {src_iip.path} -> {dst_iip.path}"
             )
         if not dst:
             raise AlreadyExists("/ already exists")
-        dst_parent = self._parent_dir(dst)
+        dst_parent = dst_iip.parent_dir()
         if dst[-1] in dst_parent.children:
-            raise AlreadyExists(f"{join(dst)} already exists")
+            raise AlreadyExists(f"{dst_iip.path} already exists")
         # --- validated; mutate
         unlink(src_parent, node.name, SORTED_PATCH_MAX)
         node.name = dst[-1]
@@ -318,19 +346,20 @@ class Namespace:
         link(dst_parent, node, SORTED_PATCH_MAX)
         src_parent.mtime_ms = op.mtime_ms
         dst_parent.mtime_ms = op.mtime_ms
+        self._reshaped(at, Moved(len(src), node, len(dst), dst_parent, dst[-1]))
         return ()
 
     @_handles(SetPermissionOp)
-    def _set_permission(self, op: SetPermissionOp) -> tuple[int, ...]:
-        node = self._get(split_path(op.path))
+    def _set_permission(self, op: SetPermissionOp, at: At) -> tuple[int, ...]:
+        node = self.resolved(op.path, at).get()
         if op.mode < 0:
             raise InvalidArgument(f"negative mode: {op.mode}")
         node.mode = self._shared_int(op.mode & perm.MODE_MASK)
         return ()
 
     @_handles(SetOwnerOp)
-    def _set_owner(self, op: SetOwnerOp) -> tuple[int, ...]:
-        node = self._get(split_path(op.path))
+    def _set_owner(self, op: SetOwnerOp, at: At) -> tuple[int, ...]:
+        node = self.resolved(op.path, at).get()
         if op.owner:
             node.owner = sys.intern(op.owner)
         if op.group:
@@ -338,19 +367,19 @@ class Namespace:
         return ()
 
     @_handles(SetReplicationOp)
-    def _set_replication(self, op: SetReplicationOp) -> tuple[int, ...]:
-        parts = split_path(op.path)
-        node = self._get(parts)
+    def _set_replication(self, op: SetReplicationOp, at: At) -> tuple[int, ...]:
+        iip = self.resolved(op.path, at)
+        node = iip.get()
         if not isinstance(node, FileInode):
-            raise IsADirectory(f"{join(parts)} is a directory; replication is per file")
+            raise IsADirectory(f"{iip.path} is a directory; replication is per file")
         if op.replication < 1:
             raise InvalidArgument(f"replication must be >= 1, got {op.replication}")
         node.replication = op.replication
         return ()
 
     @_handles(SetTimesOp)
-    def _set_times(self, op: SetTimesOp) -> tuple[int, ...]:
-        node = self._get(split_path(op.path))
+    def _set_times(self, op: SetTimesOp, at: At) -> tuple[int, ...]:
+        node = self.resolved(op.path, at).get()
         if op.mtime_ms < -1 or op.atime_ms < -1:
             raise InvalidArgument("times must be >= 0, or -1 for unchanged")
         if op.mtime_ms != -1:
@@ -361,8 +390,8 @@ class Namespace:
         return ()
 
     @_handles(ReassignLeaseOp)
-    def _reassign_lease(self, op: ReassignLeaseOp) -> tuple[int, ...]:
-        node = self._file_under_construction(op.path)
+    def _reassign_lease(self, op: ReassignLeaseOp, at: At) -> tuple[int, ...]:
+        node = self._file_under_construction(self.resolved(op.path, at))
         if not op.client:
             raise InvalidArgument("a lease needs a client name")
         if op.recovery_genstamp < 0:
@@ -372,7 +401,7 @@ class Namespace:
         return ()
 
     @_handles(AddUserOp)
-    def _add_user(self, op: AddUserOp) -> tuple[int, ...]:
+    def _add_user(self, op: AddUserOp, at: At) -> tuple[int, ...]:
         if not op.name:
             raise InvalidArgument("a user needs a name")
         if any(not group for group in op.groups):
@@ -384,14 +413,14 @@ class Namespace:
         return ()
 
     @_handles(RemoveUserOp)
-    def _remove_user(self, op: RemoveUserOp) -> tuple[int, ...]:
+    def _remove_user(self, op: RemoveUserOp, at: At) -> tuple[int, ...]:
         if op.name not in self.users:
             raise NotFound(f"no such user: {op.name}")
         del self.users[op.name]
         return ()
 
     @_handles(SetPasswordOp)
-    def _set_password(self, op: SetPasswordOp) -> tuple[int, ...]:
+    def _set_password(self, op: SetPasswordOp, at: At) -> tuple[int, ...]:
         old = self.users.get(op.name)
         if old is None:
             raise NotFound(f"no such user: {op.name}")
@@ -408,14 +437,14 @@ class Namespace:
         return value
 
     @_handles(SetDataNodeSecretOp)
-    def _set_datanode_secret(self, op: SetDataNodeSecretOp) -> tuple[int, ...]:
+    def _set_datanode_secret(self, op: SetDataNodeSecretOp, at: At) -> tuple[int, ...]:
         if len(op.secret) < 16:
             raise InvalidArgument("the DataNode secret must be at least 16 bytes")
         self.datanode_secret = op.secret
         return ()
 
     @_handles(AddTokenKeyOp)
-    def _add_token_key(self, op: AddTokenKeyOp) -> tuple[int, ...]:
+    def _add_token_key(self, op: AddTokenKeyOp, at: At) -> tuple[int, ...]:
         # Refused rather than replaced: two secrets under one id would make tokens signed
         # with the first fail verification after a restart.
         if op.key_id in self.token_keys:
@@ -424,14 +453,14 @@ class Namespace:
         return ()
 
     @_handles(RemoveTokenKeyOp)
-    def _remove_token_key(self, op: RemoveTokenKeyOp) -> tuple[int, ...]:
+    def _remove_token_key(self, op: RemoveTokenKeyOp, at: At) -> tuple[int, ...]:
         if op.key_id not in self.token_keys:
             raise NotFound(f"no token key {op.key_id}")
         del self.token_keys[op.key_id]
         return ()
 
     @_handles(NewEpochOp)
-    def _new_epoch(self, op: NewEpochOp) -> tuple[int, ...]:
+    def _new_epoch(self, op: NewEpochOp, at: At) -> tuple[int, ...]:
         if op.epoch <= self.epoch:
             raise InvalidArgument(f"epoch {op.epoch} is not above the current {self.epoch}")
         self.epoch = op.epoch
@@ -471,70 +500,92 @@ class Namespace:
     def _shared_int(self, value: int) -> int:
         return self._ints.setdefault(value, value)
 
-    def _file_under_construction(self, path: str) -> FileInode:
-        parts = split_path(path)
-        node = self._get(parts)
+    def _file_under_construction(self, iip: INodesInPath) -> FileInode:
+        node = iip.get()
         if not isinstance(node, FileInode):
-            raise IsADirectory(f"{join(parts)} is a directory")
+            raise IsADirectory(f"{iip.path} is a directory")
         if node not in self._uc:
-            raise LeaseError(f"{join(parts)} is not under construction")
+            raise LeaseError(f"{iip.path} is not under construction")
         return node
 
-    # --- lookups -------------------------------------------------------------------------
+    # --- resolving paths (the one walk from the root by name) ---------------------------
 
-    def _lookup(self, parts: Parts) -> Inode | None:
+    def resolve(self, path: str) -> INodesInPath:
+        """Split and validate ``path`` (InvalidPath) and walk it from the root: the chain of
+        inodes every later step of an operation uses (see :mod:`.resolved`). The only place
+        that walks the tree by name."""
+        parts = split_path(path)
         node: Inode = self._root
-        for name in parts:
-            if not isinstance(node, DirInode):
-                return None
-            child = node.children.get(name)
-            if child is None:
-                return None
-            node = child
-        return node
-
-    def _get(self, parts: Parts) -> Inode:
-        node = self._lookup(parts)
-        if node is None:
-            raise NotFound(f"{join(parts)}: no such file or directory")
-        return node
-
-    def _get_with_parent(self, parts: Parts) -> tuple[DirInode, Inode]:
-        assert parts
-        parent = self._lookup(parts[:-1])
-        node = parent.children.get(parts[-1]) if isinstance(parent, DirInode) else None
-        if node is None:
-            raise NotFound(f"{join(parts)}: no such file or directory")
-        assert isinstance(parent, DirInode)
-        return parent, node
-
-    def _parent_dir(self, parts: Parts) -> DirInode:
-        """The existing directory that would hold ``parts``; NotFound / NotADirectory."""
-        assert parts
-        node: DirInode = self._root
-        for depth, name in enumerate(parts[:-1], start=1):
-            child = node.children.get(name)
-            if child is None:
-                raise NotFound(f"parent directory does not exist: {join(parts[:depth])}")
-            if not isinstance(child, DirInode):
-                raise NotADirectory(f"parent is not a directory: {join(parts[:depth])}")
-            node = child
-        return node
-
-    def _chain(self, parts: Parts) -> list[Inode]:
-        """The existing inodes along ``parts``, root first; one longer than ``parts`` iff
-        the path exists. Stops after a file that has more components below it."""
-        chain: list[Inode] = [self._root]
-        node: Inode = self._root
+        inodes = [node]
         for name in parts:
             if not isinstance(node, DirInode):
                 break
             child = node.children.get(name)
             if child is None:
                 break
-            chain.append(child)
+            inodes.append(child)
             node = child
-        return chain
+        normal = path if len(path) == 1 or path[-1] != "/" else join(parts)
+        return INodesInPath(normal, parts, inodes, self.version)
+
+    def resolved(self, path: str, at: Sequence[INodesInPath]) -> INodesInPath:
+        """``path`` as one of ``at`` resolved it, if that is up to date; else walked now."""
+        for iip in at:
+            if iip.version == self.version and iip.path == path:
+                return iip
+        return self.resolve(path)
+
+    def fresh(self, iip: INodesInPath) -> INodesInPath:
+        """``iip`` if the tree has not changed shape since it was made, else walked again."""
+        return iip if iip.version == self.version else self.resolve(iip.path)
+
+    def _at(self, path: PathArg) -> INodesInPath:
+        return self.fresh(path) if isinstance(path, INodesInPath) else self.resolve(path)
+
+    def _to_make(self, path: str, at: Sequence[INodesInPath]) -> tuple[INodesInPath, int]:
+        """For a mkdir of ``path``: a resolution and the depth of ``path`` in it. Besides
+        ``path`` itself, one of a path below it whose first missing component ``path`` is
+        (``mkdir -p`` and the parents of a create make one directory after the other)."""
+        for iip in at:
+            if iip.version != self.version:
+                continue
+            if iip.path == path:
+                return iip, len(iip.parts)
+            depth = len(iip.inodes)
+            if depth <= len(iip.parts) and iip.prefix(depth) == path:
+                return iip, depth
+        iip = self.resolve(path)
+        return iip, len(iip.parts)
+
+    def _reshaped(self, at: Sequence[INodesInPath], change: Change) -> None:
+        """The tree's shape changed: every older resolution is out of date, except those of
+        ``at`` that ``change`` brings up to date."""
+        old = self.version
+        self.version = old + 1
+        for iip in at:
+            if iip.version == old and change.update(iip):
+                iip.version = old + 1
+
+    def child(self, iip: INodesInPath, name: str) -> INodesInPath:
+        """``name`` inside the path ``iip`` resolves, without walking from the root again
+        (InvalidPath when the longer path breaks a limit)."""
+        iip = self._at(iip)
+        parts = split_path(f"{iip.path.rstrip('/')}/{name}")
+        inodes = list(iip.inodes)
+        last = iip.last
+        if isinstance(last, DirInode) and (found := last.children.get(name)) is not None:
+            inodes.append(found)
+        return INodesInPath(join(parts), parts, inodes, self.version)
+
+    def locate(self, node: Inode) -> INodesInPath:
+        """The resolution of an inode of the tree, found from the inode up."""
+        inodes = [node]
+        while node.id != ROOT_ID:
+            node = self._dirs[node.parent]
+            inodes.append(node)
+        inodes.reverse()
+        parts = tuple(inode.name for inode in inodes[1:])
+        return INodesInPath(join(parts), parts, inodes, self.version)
 
     def path_of(self, node: Inode) -> str:
         names: list[str] = []
@@ -552,15 +603,17 @@ class Namespace:
 
     # --- queries -------------------------------------------------------------------------
 
-    def exists(self, path: str) -> bool:
-        return self._lookup(split_path(path)) is not None
+    # A path argument is text (walked here) or what resolve() made of it (walked no more).
 
-    def is_dir(self, path: str) -> bool:
-        return isinstance(self._get(split_path(path)), DirInode)
+    def exists(self, path: PathArg) -> bool:
+        return self._at(path).exists
 
-    def stat(self, path: str) -> FileStatus:
-        parts = split_path(path)
-        return self._status(self._get(parts), join(parts))
+    def is_dir(self, path: PathArg) -> bool:
+        return isinstance(self._at(path).get(), DirInode)
+
+    def stat(self, path: PathArg) -> FileStatus:
+        iip = self._at(path)
+        return self._status(iip.get(), iip.path)
 
     def _status(self, node: Inode, path: str) -> FileStatus:
         if isinstance(node, DirInode):
@@ -575,15 +628,15 @@ class Namespace:
         )
 
     def list_dir(
-        self, path: str, start_after: str = "", limit: int = 1000
+        self, path: PathArg, start_after: str = "", limit: int = 1000
     ) -> tuple[list[FileStatus], int]:
         """One page of entries sorted by name, strictly after ``start_after``; also how many
         entries remain after it. A file lists itself."""
         if limit < 1:
             raise InvalidArgument(f"limit must be >= 1, got {limit}")
-        parts = split_path(path)
-        node = self._get(parts)
-        base = join(parts)
+        iip = self._at(path)
+        node = iip.get()
+        parts, base = iip.parts, iip.path
         if not isinstance(node, DirInode):
             if parts[-1] > start_after:
                 return [self._status(node, base)], 0
@@ -596,11 +649,11 @@ class Namespace:
         entries = [self._status(children[name], f"{prefix}/{name}") for name in page]
         return entries, len(names) - start - len(page)
 
-    def get_blocks(self, path: str) -> tuple[BlockRecord, ...]:
-        parts = split_path(path)
-        node = self._get(parts)
+    def get_blocks(self, path: PathArg) -> tuple[BlockRecord, ...]:
+        iip = self._at(path)
+        node = iip.get()
         if not isinstance(node, FileInode):
-            raise IsADirectory(f"{join(parts)} is a directory")
+            raise IsADirectory(f"{iip.path} is a directory")
         return node.blocks
 
     # --- blocks (the block manager's view) ----------------------------------------------
@@ -621,17 +674,17 @@ class Namespace:
         not known yet (few files are open, so this is cheap)."""
         return [node.blocks[-1].block_id for node in self._uc if node.blocks]
 
-    def walk(self, path: str) -> Iterator[tuple[str, Inode]]:
+    def walk(self, path: PathArg) -> Iterator[tuple[str, Inode]]:
         """(path, inode) of ``path`` and everything beneath it, parents first, siblings by
         name. Raises NotFound at once."""
-        parts = split_path(path)
-        return self._walk_sorted(self._get(parts), join(parts))
+        iip = self._at(path)
+        return self._walk_sorted(iip.get(), iip.path)
 
-    def subtree_extent(self, path: str) -> tuple[int, int]:
+    def subtree_extent(self, path: PathArg) -> tuple[int, int]:
         """How far below ``path`` its subtree reaches: the most components and the most
         UTF-8 bytes (``/name`` each) any path in it adds to ``path`` (0, 0 for a file).
         Walks the whole subtree."""
-        node = self._get(split_path(path))
+        node = self._at(path).get()
         depth_max = bytes_max = 0
         stack: list[tuple[Inode, int, int]] = [(node, 0, 0)]
         while stack:
@@ -645,8 +698,8 @@ class Namespace:
                 )
         return depth_max, bytes_max
 
-    def content_summary(self, path: str) -> ContentSummary:
-        node = self._get(split_path(path))
+    def content_summary(self, path: PathArg) -> ContentSummary:
+        node = self._at(path).get()
         length = files = dirs = consumed = 0
         stack = [node]
         while stack:
@@ -662,8 +715,8 @@ class Namespace:
                 consumed += size * current.replication
         return ContentSummary(length, files, dirs, consumed)
 
-    def lease_holder(self, path: str) -> str:
-        node = self._get(split_path(path))
+    def lease_holder(self, path: PathArg) -> str:
+        node = self._at(path).get()
         return self._uc.get(node, "") if isinstance(node, FileInode) else ""
 
     def lease_holders(self) -> list[tuple[str, str]]:
@@ -674,35 +727,23 @@ class Namespace:
         """(path, client) of every file under construction, sorted by path."""
         return sorted((self.path_of(node), client) for node, client in self._uc.items())
 
-    def missing_ancestors(self, path: str) -> list[str]:
+    def missing_ancestors(self, path: PathArg) -> list[str]:
         """The directories ``mkdir -p path`` would create, top-down (``path`` included when
         absent). NotADirectory if a file sits on the way; AlreadyExists if ``path`` is a
         file (``mkdir -p`` must not succeed silently on it)."""
-        parts = split_path(path)
-        node: Inode = self._root
-        for depth, name in enumerate(parts, start=1):
-            assert isinstance(node, DirInode)
-            child = node.children.get(name)
-            if child is None:
-                return [join(parts[:end]) for end in range(depth, len(parts) + 1)]
-            if not isinstance(child, DirInode):
-                if depth == len(parts):
-                    raise AlreadyExists(f"{join(parts)} exists and is not a directory")
-                raise NotADirectory(f"not a directory: {join(parts[:depth])}")
-            node = child
-        return []
+        return self._at(path).missing()
 
-    def resolve_rename_target(self, src: str, dst: str) -> str:
+    def rename_target(self, src: PathArg, dst: PathArg) -> INodesInPath:
         """``mv`` semantics: into ``dst`` when it is an existing directory, else onto it."""
-        src_parts, dst_parts = split_path(src), split_path(dst)
-        if src_parts and isinstance(self._lookup(dst_parts), DirInode):
-            return join((*dst_parts, src_parts[-1]))
-        return join(dst_parts)
+        src_iip, dst_iip = self._at(src), self._at(dst)
+        if src_iip.parts and isinstance(dst_iip.last, DirInode):
+            return self.child(dst_iip, src_iip.parts[-1])
+        return dst_iip
 
     def inode_count(self) -> int:
         return self._inode_count
 
-    def subtree_paths(self, path: str) -> Iterator[str]:
+    def subtree_paths(self, path: PathArg) -> Iterator[str]:
         """``path`` and everything beneath it, parents first, siblings by name. Raises
         NotFound at once (not at the first ``next``)."""
         return (item_path for item_path, _ in self.walk(path))
@@ -754,7 +795,7 @@ class Namespace:
     def check_access(
         self,
         user: str,
-        path: str,
+        path: PathArg,
         *,
         access: int = 0,
         parent_access: int = 0,
@@ -765,14 +806,16 @@ class Namespace:
     ) -> None:
         """POSIX checks in the order of HDFS's FSPermissionChecker; raises AccessDenied
         (or NotFound/NotADirectory when an inode the check needs is missing)."""
-        parts = split_path(path)
+        if isinstance(path, str):
+            split_path(path)  # a bad path is InvalidPath for every user, superusers too
         for name, bits in (("access", access), ("parent_access", parent_access),
                            ("ancestor_access", ancestor_access), ("sub_access", sub_access)):
             perm.check_bits(name, bits)
         if self.is_superuser(user):
             return
+        iip = self._at(path)
         checker = perm.AccessCheck(
-            user, self.groups_of(user), parts, self._chain(parts), self._walk_sorted
+            user, self.groups_of(user), iip.parts, iip.inodes, self._walk_sorted
         )
         checker.traverse()
         if parent_owner_sticky:

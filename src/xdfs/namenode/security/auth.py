@@ -46,7 +46,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.paths import check_name
 from xdfs.namenode.namespace.tree import Namespace
-from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.login_guard import GuardSettings, Key, LoginGuard
 from xdfs.protocol.datanode import DATANODE_USER_PREFIX
@@ -237,9 +237,8 @@ class NameNodeAuth(NamespaceAuthenticator):
     async def rotate_keys(self) -> None:
         # Allowed in safe mode: logins (and `admin -safemode leave`) need a valid key while
         # the NameNode waits for block reports.
-        await self.fs.mutate(
-            "rotate token keys", self.key_rotation_ops, lambda: None, allowed_in_safe_mode=True
-        )
+        await self.fs.mutate("rotate token keys", lambda: Plan.of(self.key_rotation_ops(), None),
+                             allowed_in_safe_mode=True)
 
     # -- user administration ------------------------------------------------------------
 
@@ -253,19 +252,19 @@ class NameNodeAuth(NamespaceAuthenticator):
         salt = os.urandom(passwords.SALT_BYTES)
         digest = await asyncio.to_thread(passwords.hash_password, password, salt)
         op = AddUserOp(name, digest, salt, tuple(groups), self.fs.now_ms())
-        await self.fs.mutate("add user", lambda: [op], lambda: None)
+        await self.fs.mutate("add user", lambda: Plan.of([op], None))
 
     async def remove_user(self, caller: str, name: str) -> None:
         self.require_superuser(caller, "remove a user")
         if name == self.fs.ns.superuser:
             raise InvalidArgument("the superuser cannot be removed")
 
-        def plan() -> list[Op]:
+        def plan() -> Plan[None]:
             if name not in self.fs.ns.users:
                 raise NotFound(f"no user {name}")
-            return [RemoveUserOp(name)]
+            return Plan.of([RemoveUserOp(name)], None)
 
-        await self.fs.mutate("remove user", plan, lambda: None)
+        await self.fs.mutate("remove user", plan)
 
     async def set_password(self, caller: str, name: str, password: str) -> None:
         if caller != name:
@@ -275,12 +274,12 @@ class NameNodeAuth(NamespaceAuthenticator):
         salt = os.urandom(passwords.SALT_BYTES)
         digest = await asyncio.to_thread(passwords.hash_password, password, salt)
 
-        def plan() -> list[Op]:
+        def plan() -> Plan[None]:
             if name not in self.fs.ns.users:
                 raise NotFound(f"no user {name}")
-            return [SetPasswordOp(name, digest, salt)]
+            return Plan.of([SetPasswordOp(name, digest, salt)], None)
 
-        await self.fs.mutate("set password", plan, lambda: None)
+        await self.fs.mutate("set password", plan)
         self.guard.succeeded(Key("user", name))  # a new password lifts the user's lockout
 
     def require_superuser(self, caller: str, what: str) -> None:

@@ -1,0 +1,161 @@
+"""A path resolved against the tree once: its components and the inodes along it (HDFS's
+``INodesInPath``).
+
+An operation resolves its path once (:meth:`Namespace.resolve
+<xdfs.namenode.namespace.tree.Namespace.resolve>`) and hands the result to the permission
+checks, to its planning and to :meth:`~xdfs.namenode.namespace.tree.Namespace.apply`, so no
+step splits and walks the path again. ``inodes`` holds the existing inodes from the root
+down: one more than ``parts`` when the path exists, fewer when it stops at the first missing
+component (or right after a file that has components below it).
+
+A resolution is only good for the tree it was made on: it carries the namespace's
+``version`` (bumped by every op that links or unlinks an inode), and the namespace walks
+again rather than trust one that is out of date. An op applied *with* a resolution updates
+it in place (a directory made, a file created, a path deleted or renamed), so the next op of
+the same plan, and the answer read after it, still need no walk.
+"""
+
+from __future__ import annotations
+
+from xdfs.errors import AlreadyExists, NotADirectory, NotFound
+from xdfs.namenode.namespace.inodes import DirInode, Inode
+from xdfs.namenode.namespace.paths import join
+
+Parts = tuple[str, ...]
+
+
+class INodesInPath:
+    __slots__ = ("inodes", "parts", "path", "version")
+
+    def __init__(self, path: str, parts: Parts, inodes: list[Inode], version: int) -> None:
+        self.path = path  # normalised
+        self.parts = parts
+        self.inodes = inodes
+        self.version = version
+
+    def __repr__(self) -> str:
+        return f"INodesInPath({self.path!r}, {len(self.inodes) - 1} of {len(self.parts)} found)"
+
+    @property
+    def exists(self) -> bool:
+        return len(self.inodes) > len(self.parts)
+
+    @property
+    def last(self) -> Inode | None:
+        """The inode the path names, None when it does not exist."""
+        return self.inodes[-1] if len(self.inodes) > len(self.parts) else None
+
+    def get(self) -> Inode:
+        """The inode the path names; NotFound when there is none."""
+        if len(self.inodes) <= len(self.parts):
+            raise NotFound(f"{self.path}: no such file or directory")
+        return self.inodes[-1]
+
+    def parent_dir(self, depth: int | None = None) -> DirInode:
+        """The existing directory that holds (or would hold) the component at ``depth``
+        (default: the last); NotFound or NotADirectory naming the first component on the
+        way that is missing or a file."""
+        depth = len(self.parts) if depth is None else depth
+        assert 1 <= depth <= len(self.parts), (depth, self.parts)
+        found = len(self.inodes)
+        if depth - 1 < found:
+            parent = self.inodes[depth - 1]
+            if not isinstance(parent, DirInode):
+                raise NotADirectory(f"parent is not a directory: {self.prefix(depth - 1)}")
+            return parent
+        # the walk stopped above the parent: at a file, or at a missing component
+        if not isinstance(self.inodes[-1], DirInode):
+            raise NotADirectory(f"parent is not a directory: {self.prefix(found - 1)}")
+        raise NotFound(f"parent directory does not exist: {self.prefix(found)}")
+
+    def missing(self, depth: int | None = None) -> list[str]:
+        """The directories ``mkdir -p`` of the path's first ``depth`` components (default:
+        all) would create, top-down. NotADirectory if a file sits on the way; AlreadyExists
+        if the path itself is a file (``mkdir -p`` must not succeed silently on it)."""
+        depth = len(self.parts) if depth is None else depth
+        found = len(self.inodes)
+        stop = min(found, depth + 1)
+        for index in range(1, stop):
+            if not isinstance(self.inodes[index], DirInode):
+                if index == depth:
+                    raise AlreadyExists(f"{self.prefix(depth)} exists and is not a directory")
+                raise NotADirectory(f"not a directory: {self.prefix(index)}")
+        return [self.prefix(end) for end in range(found, depth + 1)]
+
+    def prefix(self, depth: int) -> str:
+        """The path of the first ``depth`` components."""
+        return self.path if depth == len(self.parts) else join(self.parts[:depth])
+
+
+# --- how a change of the tree updates a resolution (see Namespace.apply) ----------------------
+# Each answers whether ``iip`` is now right again; False leaves it out of date (walked again).
+
+
+class Linked:
+    """``node`` became child ``name`` of ``parent``, at ``depth``."""
+
+    __slots__ = ("depth", "name", "node", "parent")
+
+    def __init__(self, depth: int, parent: DirInode, name: str, node: Inode) -> None:
+        self.depth, self.parent, self.name, self.node = depth, parent, name, node
+
+    def update(self, iip: INodesInPath) -> bool:
+        inodes = iip.inodes
+        if (len(inodes) == self.depth <= len(iip.parts) and inodes[-1] is self.parent
+                and iip.parts[self.depth - 1] == self.name):
+            inodes.append(self.node)  # it stopped where the new inode now is
+        return True
+
+
+class Replaced:
+    """File ``old`` at ``depth`` was replaced by file ``node`` (an overwrite)."""
+
+    __slots__ = ("depth", "node", "old")
+
+    def __init__(self, depth: int, old: Inode, node: Inode) -> None:
+        self.depth, self.old, self.node = depth, old, node
+
+    def update(self, iip: INodesInPath) -> bool:
+        if len(iip.inodes) > self.depth and iip.inodes[self.depth] is self.old:
+            iip.inodes[self.depth] = self.node
+        return True
+
+
+class Unlinked:
+    """``node`` at ``depth`` left the tree with its subtree."""
+
+    __slots__ = ("depth", "node")
+
+    def __init__(self, depth: int, node: Inode) -> None:
+        self.depth, self.node = depth, node
+
+    def update(self, iip: INodesInPath) -> bool:
+        if len(iip.inodes) > self.depth and iip.inodes[self.depth] is self.node:
+            del iip.inodes[self.depth:]
+        return True
+
+
+class Moved:
+    """``node`` moved from ``src_depth`` to child ``name`` of ``parent`` at ``depth``."""
+
+    __slots__ = ("dst", "node", "src_depth")
+
+    def __init__(
+        self, src_depth: int, node: Inode, depth: int, parent: DirInode, name: str
+    ) -> None:
+        self.src_depth, self.node = src_depth, node
+        self.dst = Linked(depth, parent, name, node)
+
+    def update(self, iip: INodesInPath) -> bool:
+        inodes = iip.inodes
+        if len(inodes) > self.src_depth and inodes[self.src_depth] is self.node:
+            del inodes[self.src_depth:]
+            return True
+        if len(inodes) == self.dst.depth and len(iip.parts) > self.dst.depth:
+            # a path below the new place: what lies there is the moved subtree's to say
+            return not (inodes[-1] is self.dst.parent
+                        and iip.parts[self.dst.depth - 1] == self.dst.name)
+        return self.dst.update(iip)
+
+
+Change = Linked | Replaced | Unlinked | Moved
