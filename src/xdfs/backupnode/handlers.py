@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from xdfs.errors import AccessDenied, NotActive, NotAuthenticated
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.security.auth import ANONYMOUS
 from xdfs.protocol.backup import BackupStatus, TakeoverResponse
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import CallContext
 
-if TYPE_CHECKING:
-    from xdfs.backupnode.server import BackupNode
+
+class Backup(Protocol):
+    """What the handlers need of the BackupNode."""
+
+    @property
+    def namespace(self) -> Namespace | None: ...
+
+    def status(self) -> BackupStatus: ...
+
+    async def transition_to_active(self) -> TakeoverResponse: ...
 
 
 class BackupHandlers:
-    def __init__(self, node: BackupNode) -> None:
+    def __init__(self, node: Backup) -> None:
         self.node = node
 
     def _superuser(self, ctx: CallContext, what: str) -> None:

@@ -11,7 +11,8 @@ import click
 
 
 class Server(Protocol):
-    stopped: asyncio.Event
+    @property
+    def stopped(self) -> asyncio.Event: ...
 
     @property
     def fatal(self) -> BaseException | None: ...
