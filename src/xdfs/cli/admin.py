@@ -6,92 +6,99 @@ import getpass
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from xdfs.cli.main import CliState
-from xdfs.cli.shell import raw_command, split_generic_options
+from xdfs.cli.shell import HdfsCommand, HdfsShell, client_for
 
 NEW_PASSWORD_ENV = "XDFS_NEW_PASSWORD"
+_PASSWORD_FROM = "password from $XDFS_NEW_PASSWORD or a prompt"
 
-USAGE = """Usage: xdfs admin [-fs URI] COMMAND
-  -report                       capacity, DataNodes (live and dead), block health
-  -safemode get|enter|leave
-  -saveNamespace                write an fsimage now
-  -rollEdits                    finalize the current edits segment
-  -addUser NAME [-groups G1,G2] password from $XDFS_NEW_PASSWORD or a prompt
-  -delUser NAME
-  -passwd NAME                  password from $XDFS_NEW_PASSWORD or a prompt
-  -fetchImage DIR               download the newest fsimage (and .md5) into DIR
-  -dumpBlockMap DIR             live block map as Parquet (replicas, datanodes) in DIR
-  -transitionToActive --backup HOST:PORT
-                                fence the NameNode and promote its BackupNode (refused
-                                while the NameNode answers or when fencing fails)
-  -backupStatus --backup HOST:PORT
-                                a BackupNode's replay position, lag and checkpoints"""
-
-BACKUP_COMMANDS = ("-transitionToActive", "-backupStatus")
+admin = HdfsShell("admin", summary="Administration: -report, -safemode, -saveNamespace, "
+                                   "-rollEdits, users, backups.")
+_BACKUP = click.Option(["--backup", "backup"], required=True, metavar="HOST:PORT",
+                       help="the BackupNode's address")
 
 
-@raw_command
-def admin(state: CliState, argv: tuple[str, ...]) -> None:
-    """Administration: -report, -safemode, -saveNamespace, -rollEdits, users."""
-    fs, args = split_generic_options(argv, lambda: click.echo(USAGE))
-    if args and args[0] in BACKUP_COMMANDS:
-        sys.exit(_backup_command(state, args))
-    from xdfs.client.client import Client
+def _command(
+    name: str, usage: str, *params: click.Parameter, help: str | None = None
+) -> Callable[[Any], Any]:
+    """An admin command on the NameNode: ``body(client, **params)`` prints its answer."""
 
-    with Client(fs, config=state.config) as client:
-        sys.exit(run(client, args))
+    def declare(body: Callable[..., None]) -> Callable[..., None]:
+        @click.pass_context
+        def run(ctx: click.Context, /, **values: Any) -> None:
+            with client_for(ctx) as client:
+                body(client, **values)
+
+        admin.add(HdfsCommand(name, usage=usage, prefix="xdfs admin", params=list(params),
+                              callback=run, help=help))
+        return body
+
+    return declare
 
 
-def run(client: Any, args: list[str]) -> int:
-    name, rest = args[0], args[1:]
-    if name == "-safemode" and len(rest) == 1 and rest[0] in ("get", "enter", "leave"):
-        status = client.safe_mode(rest[0])
-        click.echo(
-            f"Safe mode is {'ON' if status.on else 'OFF'}"
-            + (f": {status.reason}" if status.on else "")
-        )
-        return 0
-    if name == "-saveNamespace" and not rest:
-        click.echo(f"Save namespace successful (fsimage at txid {client.save_namespace()})")
-        return 0
-    if name == "-rollEdits" and not rest:
-        click.echo(
-            f"Successfully rolled edit logs. New segment starts at txid {client.roll_edits()}"
-        )
-        return 0
-    if name == "-report" and not rest:
-        _report(client.status())
-        _datanode_report(client.datanode_report())
-        return 0
-    if name == "-addUser" and (len(rest) == 1 or (len(rest) == 3 and rest[1] == "-groups")):
-        # anything else (-group, a missing list, extra words) is a usage error, not a user
-        # silently created without the groups that were meant
-        groups = rest[2].split(",") if len(rest) == 3 else []
-        client.add_user(rest[0], _new_password(rest[0]), groups)
-        click.echo(f"Added user {rest[0]}")
-        return 0
-    if name == "-delUser" and len(rest) == 1:
-        client.remove_user(rest[0])
-        click.echo(f"Removed user {rest[0]}")
-        return 0
-    if name == "-passwd" and len(rest) == 1:
-        client.set_password(rest[0], _new_password(rest[0]))
-        click.echo(f"Changed the password of {rest[0]}")
-        return 0
-    if name == "-fetchImage" and len(rest) == 1:
-        from xdfs.cli.admin_export import fetch_image
+@_command("-report", "", help="capacity, DataNodes (live and dead), block health")
+def report(client: Any) -> None:
+    _report(client.status())
+    _datanode_report(client.datanode_report())
 
-        return fetch_image(client, rest[0])
-    if name == "-dumpBlockMap" and len(rest) == 1:
-        from xdfs.cli.admin_export import dump_block_map
 
-        return dump_block_map(client, rest[0])
-    click.echo(USAGE, err=True)
-    return 2
+@_command("-safemode", "get|enter|leave",
+          click.Argument(["action"], type=click.Choice(["get", "enter", "leave"])))
+def safemode(client: Any, action: str) -> None:
+    status = client.safe_mode(action)
+    click.echo(f"Safe mode is {'ON' if status.on else 'OFF'}"
+               + (f": {status.reason}" if status.on else ""))
+
+
+@_command("-saveNamespace", "", help="write an fsimage now")
+def save_namespace(client: Any) -> None:
+    click.echo(f"Save namespace successful (fsimage at txid {client.save_namespace()})")
+
+
+@_command("-rollEdits", "", help="finalize the current edits segment")
+def roll_edits(client: Any) -> None:
+    click.echo(f"Successfully rolled edit logs. New segment starts at txid {client.roll_edits()}")
+
+
+# -groups is the one way to give groups: -group, a missing list or extra words are usage
+# errors, not a user silently created without the groups that were meant
+@_command("-addUser", "NAME [-groups G1,G2]", click.Argument(["name"]),
+          click.Option(["-groups", "groups"], default=""), help=_PASSWORD_FROM)
+def add_user(client: Any, name: str, groups: str) -> None:
+    client.add_user(name, _new_password(name), groups.split(",") if groups else [])
+    click.echo(f"Added user {name}")
+
+
+@_command("-delUser", "NAME", click.Argument(["name"]))
+def del_user(client: Any, name: str) -> None:
+    client.remove_user(name)
+    click.echo(f"Removed user {name}")
+
+
+@_command("-passwd", "NAME", click.Argument(["name"]), help=_PASSWORD_FROM)
+def passwd(client: Any, name: str) -> None:
+    client.set_password(name, _new_password(name))
+    click.echo(f"Changed the password of {name}")
+
+
+@_command("-fetchImage", "DIR", click.Argument(["directory"]),
+          help="download the newest fsimage (and .md5) into DIR")
+def fetch_image(client: Any, directory: str) -> None:
+    from xdfs.cli.admin_export import fetch_image
+
+    sys.exit(fetch_image(client, directory))
+
+
+@_command("-dumpBlockMap", "DIR", click.Argument(["directory"]),
+          help="live block map as Parquet (replicas, datanodes) in DIR")
+def dump_block_map(client: Any, directory: str) -> None:
+    from xdfs.cli.admin_export import dump_block_map
+
+    sys.exit(dump_block_map(client, directory))
 
 
 def _new_password(user: str) -> str:
@@ -134,35 +141,61 @@ def _free(free_bytes: list[int], index: int) -> str:
     return f"{free_bytes[index] / (1 << 30):.2f} GiB"
 
 
-def _backup_command(state: CliState, args: list[str]) -> int:
-    """The commands addressed to a BackupNode rather than to the NameNode."""
-    if len(args) != 3 or args[1] != "--backup":
-        click.echo(USAGE, err=True)
-        return 2
+def _backup_command(name: str, *, help: str) -> Callable[[Any], Any]:
+    """An admin command addressed to a BackupNode rather than to the NameNode:
+    ``body(answer)`` prints the answer of its call."""
+
+    def declare(body: Callable[[Any], None]) -> Callable[[Any], None]:
+        @click.pass_context
+        def run(ctx: click.Context, /, backup: str) -> None:
+            sys.exit(_call_backup(ctx, name, backup, body))
+
+        admin.add(HdfsCommand(name, usage="--backup HOST:PORT", prefix="xdfs admin",
+                              params=[_BACKUP], callback=run, help=help))
+        return body
+
+    return declare
+
+
+def _call_backup(ctx: click.Context, name: str, address: str, show: Callable[[Any], None]
+                 ) -> int:
+    from xdfs.cli.main import CliState
     from xdfs.client.client import AsyncClient
     from xdfs.errors import XdfsError
     from xdfs.protocol.backup import BACKUP_STATUS, TRANSITION_TO_ACTIVE
     from xdfs.rpc.loop import run
     from xdfs.rpc.messages import Empty
 
+    state = ctx.find_object(CliState)
+    assert state is not None
+
     async def call() -> Any:
-        async with AsyncClient(f"xdfs://{args[2]}", config=state.config) as client:
-            method = TRANSITION_TO_ACTIVE if args[0] == "-transitionToActive" else BACKUP_STATUS
+        async with AsyncClient(f"xdfs://{address}", config=state.config) as client:
+            method = TRANSITION_TO_ACTIVE if name == "-transitionToActive" else BACKUP_STATUS
             return await client.rpc.call(method, Empty())
 
     try:
         answer = run(call())
     except XdfsError as exc:
-        click.echo(f"{args[0]}: {type(exc).__name__}: {exc.message}", err=True)
+        click.echo(f"{name}: {type(exc).__name__}: {exc.message}", err=True)
         return 1
-    if args[0] == "-transitionToActive":
-        click.echo(f"BackupNode at {answer.address} is now the active NameNode (epoch "
-                   f"{answer.epoch}, fenced by {answer.fenced_by}, namespace at txid "
-                   f"{answer.last_txid}, took {answer.took_s:.2f} s)")
-        return 0
+    show(answer)
+    return 0
+
+
+@_backup_command("-transitionToActive", help="fence the NameNode and promote its BackupNode "
+                 "(refused while the NameNode answers or when fencing fails)")
+def transition_to_active(answer: Any) -> None:
+    click.echo(f"BackupNode at {answer.address} is now the active NameNode (epoch "
+               f"{answer.epoch}, fenced by {answer.fenced_by}, namespace at txid "
+               f"{answer.last_txid}, took {answer.took_s:.2f} s)")
+
+
+@_backup_command("-backupStatus",
+                 help="a BackupNode's replay position, lag and checkpoints")
+def backup_status(answer: Any) -> None:
     for label, value in backup_status_rows(answer, time.time()):
         click.echo(f"{label + ':':<28}{value}")
-    return 0
 
 
 def backup_status_rows(status: Any, now_s: float) -> list[tuple[str, str]]:

@@ -10,46 +10,34 @@ answers "not closed yet"; with ``-retries N`` the call is repeated up to N times
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 import click
 
-from xdfs.cli.main import CliState
-from xdfs.cli.shell import raw_command, split_generic_options
+from xdfs.cli.shell import HdfsCommand, HdfsShell, client_for
 
-USAGE = """Usage: xdfs debug [-fs URI] COMMAND
-  -recoverLease PATH [-retries N]
-                 close a file a vanished writer left open, with the bytes its
-                 DataNodes agree on (N tries in all, default 1)"""
+debug = HdfsShell("debug", summary="Repair commands: -recoverLease.")
 
 
-@raw_command
-def debug(state: CliState, argv: tuple[str, ...]) -> None:
-    """Repair commands: -recoverLease."""
-    fs, args = split_generic_options(argv, lambda: click.echo(USAGE))
-    parsed = _parse(args)
-    if parsed is None:
-        click.echo(USAGE, err=True)
-        sys.exit(2)
-    path, retries = parsed
-    from xdfs.client.client import Client
+@click.pass_context
+def _recover_lease(ctx: click.Context, /, path: str, retries: int) -> None:
+    from xdfs.cli.main import CliState
 
-    with Client(fs, config=state.config) as client:
-        sys.exit(recover_lease(client, path, retries,
+    state = ctx.find_object(CliState)
+    assert state is not None
+    with client_for(ctx, [path]) as client:
+        ctx.exit(recover_lease(client, path, retries,
                                state.config.client.recover_lease_retry_interval_s))
 
 
-def _parse(args: list[str]) -> tuple[str, int] | None:
-    """(path, tries) of ``-recoverLease PATH [-retries N]``; None for anything else."""
-    if len(args) not in (2, 4) or args[0] != "-recoverLease" or args[1].startswith("-"):
-        return None
-    if len(args) == 2:
-        return args[1], 1
-    if args[2] != "-retries" or not args[3].isdigit() or int(args[3]) < 1:
-        return None
-    return args[1], int(args[3])
+debug.add(HdfsCommand(
+    "-recoverLease", usage="PATH [-retries N]", prefix="xdfs debug", callback=_recover_lease,
+    help="close a file a vanished writer left open, with the bytes its DataNodes agree on "
+         "(N tries in all, default 1)",
+    params=[click.Argument(["path"]),
+            click.Option(["-retries", "retries"], type=click.IntRange(min=1), default=1)],
+))
 
 
 def recover_lease(client: Any, path: str, tries: int, interval_s: float) -> int:

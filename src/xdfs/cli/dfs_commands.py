@@ -9,7 +9,7 @@ from typing import Any
 import click
 import msgspec
 
-from xdfs.cli.dfs import Args, command, each_path
+from xdfs.cli.dfs_base import Args, command, each_path
 from xdfs.cli.format import human_size, ls_lines
 from xdfs.common.modes import permission_string
 

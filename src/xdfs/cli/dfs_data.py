@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from xdfs.cli.dfs import Args, PathFailure, command, each_path
+from xdfs.cli.dfs_base import Args, PathFailure, command, each_path
 
 TAIL_BYTES = 1024
 TAIL_FOLLOW_INTERVAL_S = 1.0

@@ -6,37 +6,35 @@ error.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from xdfs.cli.main import CliState
-from xdfs.cli.shell import cluster_for, raw_command, split_generic_options
-
-USAGE = "Usage: xdfs fsck [-fs URI] <path> [-files [-blocks [-locations]]]"
-FLAGS = ("-files", "-blocks", "-locations")
+from xdfs.cli.shell import FS_KEY, HdfsCommand, client_for
 
 
-@raw_command
-def fsck(state: CliState, argv: tuple[str, ...]) -> None:
-    """Check the health of files and blocks under a path."""
-    fs, args = split_generic_options(argv, lambda: click.echo(USAGE))
-    paths = [a for a in args if a not in FLAGS]
-    if len(paths) != 1 or any(a.startswith("-") and a not in FLAGS for a in args):
-        click.echo(USAGE, err=True)
-        sys.exit(2)
-    from xdfs.client.client import Client
-
-    fs = cluster_for(fs, paths, state.config.client.fs)
-    with Client(fs, config=state.config) as client:
-        report = client.fsck(
-            paths[0], files="-files" in args, blocks="-blocks" in args,
-            locations="-locations" in args,
-        )
-    for line in render(report, show_blocks="-blocks" in args):
+@click.pass_context
+def _fsck(ctx: click.Context, /, path: str, fs: str | None, files: bool, blocks: bool,
+          locations: bool) -> None:
+    ctx.meta[FS_KEY] = fs
+    with client_for(ctx, [path]) as client:
+        report = client.fsck(path, files=files, blocks=blocks, locations=locations)
+    for line in render(report, show_blocks=blocks):
         click.echo(line)
-    sys.exit(0 if report.healthy else 1)
+    ctx.exit(0 if report.healthy else 1)
+
+
+fsck = HdfsCommand(
+    "fsck", usage="[-fs URI] <path> [-files [-blocks [-locations]]]", prefix="xdfs fsck",
+    standalone=True, callback=_fsck, help="Check the health of files and blocks under a path.",
+    params=[
+        click.Argument(["path"]),
+        click.Option(["-fs", "--fs", "fs"], default=None),
+        click.Option(["-files", "files"], is_flag=True),
+        click.Option(["-blocks", "blocks"], is_flag=True),
+        click.Option(["-locations", "locations"], is_flag=True),
+    ],
+)
 
 
 def _share(count: int, total: int) -> str:
