@@ -48,5 +48,5 @@ def canonical_dump(namespace: Namespace) -> list[Any]:
 async def caught_up(nn: NameNode, backup: BackupNode) -> None:
     assert nn.edits is not None
     edits = nn.edits
-    await eventually(lambda: backup.synced_txid == edits.synced_txid,
+    await eventually(lambda: backup.local.synced_txid == edits.synced_txid,
                      what=f"backup caught up with the NameNode at {nn.address}")

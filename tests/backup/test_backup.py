@@ -76,8 +76,9 @@ async def test_backup_equals_namenode_at_every_quiescent_point(minicluster: Mini
             stop.set()
             await asyncio.gather(*workers)
             await caught_up(nn, backup)
-            assert nn.fs is not None and backup.namespace is not None
-            assert canonical_dump(backup.namespace) == canonical_dump(nn.fs.ns), f"phase {phase}"
+            assert nn.fs is not None and backup.local.namespace is not None
+            dump = canonical_dump(backup.local.namespace)
+            assert dump == canonical_dump(nn.fs.ns), f"phase {phase}"
         assert len(acked) > 100
         status = await clients[0].status()
         [info] = status.backups
@@ -175,7 +176,7 @@ async def test_checkpoint_is_uploaded_installed_and_old_images_purged(
             # whenever the checkpointer looks
             await eventually(lambda: nn.image_txid > installed,  # noqa: B023
                              what="a checkpoint of this round installed on the NameNode")
-    assert backup.checkpoints_uploaded >= 3
+    assert backup.local.checkpoints_uploaded >= 3
 
     def purged(directory: Path) -> bool:
         names = sorted(p.name for p in directory.iterdir())
@@ -184,7 +185,7 @@ async def test_checkpoint_is_uploaded_installed_and_old_images_purged(
         leftovers = [n for n in names if n.startswith("fsimage.ckpt") or n.endswith(".tmp")]
         return len(images) <= 2 and not leftovers
 
-    for directory in (nn.dirs[0].current, backup.dir.current):  # once a checkpoint is done
+    for directory in (nn.dirs[0].current, backup.local.dir.current):  # once a checkpoint is done
         await eventually(lambda: purged(directory), what=f"old images purged in {directory}")  # noqa: B023
     assert nn.image_txid in nn.dirs[0].images()
     # The NameNode restarts from the uploaded image.
@@ -207,10 +208,10 @@ async def test_backup_restarts_from_its_own_state(minicluster: MiniCluster) -> N
         for i in range(30):
             await client.mkdirs(f"/while-down/{i}")
         again = await minicluster.start_backupnode(config=config)
-        assert again.bootstraps == 0  # its own image and edits, then the missing edits
+        assert again.local.bootstraps == 0  # its own image and edits, then the missing edits
         await caught_up(nn, again)
-        assert nn.fs is not None and again.namespace is not None
-        assert canonical_dump(again.namespace) == canonical_dump(nn.fs.ns)
+        assert nn.fs is not None and again.local.namespace is not None
+        assert canonical_dump(again.local.namespace) == canonical_dump(nn.fs.ns)
 
 
 async def test_backup_behind_purged_edits_bootstraps_from_the_image(
@@ -231,15 +232,16 @@ async def test_backup_behind_purged_edits_bootstraps_from_the_image(
                 await client.mkdirs(f"/gone/{round_}/{i}")
             await client.save_namespace()  # keeps one image: older edits are purged
         await client.mkdirs("/after-purge")
-        assert nn.replicator is not None and nn.replicator.oldest_txid() > backup.synced_txid + 1
+        assert nn.replicator is not None
+        assert nn.replicator.oldest_txid() > backup.local.synced_txid + 1
         with pytest.raises(EditsPurged):
-            await client.rpc.call(FETCH_EDITS, FetchEditsRequest(backup.synced_txid, 10))
+            await client.rpc.call(FETCH_EDITS, FetchEditsRequest(backup.local.synced_txid, 10))
         again = await minicluster.start_backupnode(config=config)
         await caught_up(nn, again)
-        assert again.bootstraps == 1
-        assert nn.fs is not None and again.namespace is not None
-        assert canonical_dump(again.namespace) == canonical_dump(nn.fs.ns)
-        assert again.dir.images() == [max(nn.dirs[0].images())]  # stale local state gone
+        assert again.local.bootstraps == 1
+        assert nn.fs is not None and again.local.namespace is not None
+        assert canonical_dump(again.local.namespace) == canonical_dump(nn.fs.ns)
+        assert again.local.dir.images() == [max(nn.dirs[0].images())]  # stale local state gone
 
 
 async def test_takeover_refused_while_the_namenode_answers(minicluster: MiniCluster) -> None:
@@ -256,7 +258,7 @@ async def test_takeover_refused_while_the_namenode_answers(minicluster: MiniClus
     async with connect(backup.address, password="wrong") as intruder:
         with pytest.raises(AuthenticationFailed):
             await intruder.rpc.call(TRANSITION_TO_ACTIVE, Empty())
-    assert backup.state == "following"
+    assert backup.local.state == "following"
 
 
 async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresses(
@@ -273,7 +275,7 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
         for i in range(40):
             await both.mkdirs(f"/kept/{i}")
         await caught_up(nn, backup)
-        pulled = backup.synced_txid
+        pulled = backup.local.synced_txid
         await minicluster.stop_namenode(nn)
         with pytest.raises(Unavailable):  # the backup answers NotActive until promoted
             await both.mkdirs("/refused")
@@ -282,8 +284,8 @@ async def test_takeover_keeps_pulled_edits_tokens_and_clients_with_both_addresse
         # the promotion's first op raises the epoch (a fresh namespace is at epoch 1)
         assert answer.address == backup.address and answer.last_txid == pulled + 1
         assert (answer.epoch, answer.fenced_by) == (2, f"kill({nn.dirs[0].root})")
-        assert backup.state == "active"
-        assert backup.namespace is not None and backup.namespace.epoch == 2
+        assert backup.local.state == "active"
+        assert backup.local.namespace is not None and backup.local.namespace.epoch == 2
         assert len(await both.list_dir("/kept")) == 40  # failed over to the second address
         await both.mkdirs("/after-takeover")
         async with connect(backup.address, config=config, user="", password="",

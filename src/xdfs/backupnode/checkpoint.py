@@ -26,8 +26,6 @@ FAULTS.register("backup.checkpoint_saved", "the backup saved its image, not yet 
 class Checkpointer:
     def __init__(self, local: Local) -> None:
         self.local = local
-        self.last_checkpoint_s = local.clock()
-        self.checkpoints_uploaded = 0
         self._lock = asyncio.Lock()
 
     async def run(self) -> None:
@@ -36,7 +34,7 @@ class Checkpointer:
         while True:
             await asyncio.sleep(cfg.checkpoint_check_interval_s)
             due = checkpoint_due(
-                now_s=local.clock(), last_checkpoint_s=self.last_checkpoint_s,
+                now_s=local.clock(), last_checkpoint_s=local.last_checkpoint_s,
                 synced_txid=local.synced_txid, image_txid=local.image_txid,
                 period_s=cfg.checkpoint_period_s, txns=cfg.checkpoint_txns,
             )
@@ -58,7 +56,7 @@ class Checkpointer:
                     await asyncio.to_thread(save_checkpoint, [local.dir], local.namespace, txid)
                     local.image_txid = txid
                     fault_point("backup.checkpoint_saved")
-            self.last_checkpoint_s = local.clock()
+            local.last_checkpoint_s = local.clock()
             if local.image_txid > local.uploaded_txid:
                 await self._upload(local.image_txid)
             await asyncio.to_thread(purge, [local.dir], local.config.backupnode.images_retained)
@@ -79,7 +77,7 @@ class Checkpointer:
                 raise
             log.info("checkpoint %d not needed by the NameNode: %s", txid, exc.message)
         else:
-            self.checkpoints_uploaded += 1
+            local.checkpoints_uploaded += 1
             log.info("checkpoint %d uploaded (%d bytes); the NameNode purged %d files",
                      txid, head.size_bytes, answer.purged_files)
         local.uploaded_txid = txid

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from xdfs.backupnode.local import Local
 from xdfs.errors import AccessDenied, NotActive, NotAuthenticated
-from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.security.auth import ANONYMOUS
 from xdfs.protocol.backup import BackupStatus, TakeoverResponse
 from xdfs.rpc.messages import Empty
@@ -14,10 +14,7 @@ from xdfs.rpc.server import CallContext
 
 
 class Backup(Protocol):
-    """What the handlers need of the BackupNode."""
-
-    @property
-    def namespace(self) -> Namespace | None: ...
+    """What the handlers call on the BackupNode."""
 
     def status(self) -> BackupStatus: ...
 
@@ -25,14 +22,15 @@ class Backup(Protocol):
 
 
 class BackupHandlers:
-    def __init__(self, node: Backup) -> None:
+    def __init__(self, local: Local, node: Backup) -> None:
+        self.local = local  # its namespace says who the superusers are
         self.node = node
 
     def _superuser(self, ctx: CallContext, what: str) -> None:
         user = ctx.principal.user
         if user == ANONYMOUS:
             raise NotAuthenticated("log in first: this call needs a user or a token")
-        namespace = self.node.namespace
+        namespace = self.local.namespace
         if namespace is None or not namespace.is_superuser(user):
             raise AccessDenied(f"Permission denied: only the superuser may {what} (user={user})")
 

@@ -49,6 +49,8 @@ class Local:
     image_txid: int = 0  # the newest local image
     uploaded_txid: int = 0  # the newest image the NameNode is known to hold
     bootstraps: int = 0
+    checkpoints_uploaded: int = 0
+    last_checkpoint_s: float = 0.0  # set to the start by __post_init__
     namenode_synced_txid: int = 0  # as the NameNode's last fetch answer said
     namenode_pid: int = 0  # ditto (for fencing)
     last_fetch_ms: int = 0
@@ -57,6 +59,9 @@ class Local:
     # Held while the namespace and the local edits log change together (replay, bootstrap)
     # and while an image of them is written: a checkpoint sees exactly txids <= its txid.
     replay_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.last_checkpoint_s = self.clock()
 
     @property
     def namenode(self) -> RpcClient:

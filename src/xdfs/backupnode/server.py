@@ -34,7 +34,6 @@ from xdfs.config import XdfsConfig
 from xdfs.errors import StorageError
 from xdfs.namenode.ha import HaHandlers
 from xdfs.namenode.image.storage import StorageDirectory
-from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.security.auth import NamespaceAuthenticator
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as nn_protocol
@@ -79,40 +78,6 @@ class BackupNode:
         self._takeover: Takeover | None = None
         self._ids = ("", 0)  # cluster and namespace ids, once the name dir is open
         self._tasks: list[asyncio.Task[None]] = []
-
-    # -- what it is (the pieces hold it; read here by status calls and tests) --
-
-    @property
-    def state(self) -> BackupState:
-        return self.local.state
-
-    @property
-    def dir(self) -> StorageDirectory:
-        return self.local.dir
-
-    @property
-    def namenodes(self) -> list[str]:
-        return self.local.namenodes
-
-    @property
-    def namespace(self) -> Namespace | None:
-        return self.local.namespace
-
-    @property
-    def synced_txid(self) -> int:
-        return self.local.synced_txid
-
-    @property
-    def image_txid(self) -> int:
-        return self.local.image_txid
-
-    @property
-    def checkpoints_uploaded(self) -> int:
-        return self.checkpointer.checkpoints_uploaded
-
-    @property
-    def bootstraps(self) -> int:
-        return self.local.bootstraps
 
     @property
     def stopped(self) -> asyncio.Event:
@@ -164,8 +129,9 @@ class BackupNode:
         )
         add_system_services(server, "backupnode")
         server.add_service(HA_SERVICE, HaHandlers(self.ha_status))
-        server.add_service(BACKUP_SERVICE, BackupHandlers(self))
-        stub = NotActiveHandlers(lambda: f"this is a BackupNode following {self.namenodes[0]}")
+        server.add_service(BACKUP_SERVICE, BackupHandlers(self.local, self))
+        following = self.local.namenodes[0]
+        stub = NotActiveHandlers(lambda: f"this is a BackupNode following {following}")
         for service in NAMENODE_SERVICES:
             server.add_service(service, stub)
         return server
@@ -212,8 +178,8 @@ class BackupNode:
         return BackupStatus(
             local.state.value, self.server.address if self.server else "", local.namenodes,
             local.synced_txid, local.namenode_synced_txid, local.last_fetch_ms,
-            local.image_txid, int(self.checkpointer.last_checkpoint_s * 1000),
-            self.checkpointer.checkpoints_uploaded, local.bootstraps,
+            local.image_txid, int(local.last_checkpoint_s * 1000),
+            local.checkpoints_uploaded, local.bootstraps,
             local.namespace.inode_count() if local.namespace else 0,
         )
 
