@@ -1,4 +1,4 @@
-"""xdfs: a distributed file system in Python (see DESIGN.md).
+"""xdfs: a distributed file system in Python (see docs/architecture.md).
 
 ``xdfs.Client`` and ``xdfs.AsyncClient`` are imported on first use, so ``import xdfs`` (and
 the CLI) stays light.

@@ -1,5 +1,5 @@
 """The DataNode: stores block replicas, verifies their checksums, reports to the NameNode
-and obeys its commands (DESIGN section 5, seed 003).
+and obeys its commands (docs/architecture.md, seed 003).
 
 Modules: ``layout`` (directory tree, VERSION), ``checksums`` (meta files), ``replica`` (one
 replica's files), ``storage`` (the data dir and replica map), ``transfer`` (async block

@@ -1,4 +1,4 @@
-"""The DataNode's side of the conversation with its NameNode (seed 003, DESIGN section 5).
+"""The DataNode's side of the conversation with its NameNode (seed 003, docs/architecture.md).
 
 One loop: register (storing the cluster id in VERSION the first time), install the block
 keys, send a full block report in batches (finalized and rbw replicas), then heartbeat

@@ -1,4 +1,4 @@
-"""xdfs's own RPC: asyncio TCP, msgpack-framed typed messages, streams (DESIGN.md section 3)."""
+"""xdfs's own RPC: asyncio TCP, msgpack-framed typed messages, streams (docs/architecture.md)."""
 
 from xdfs.rpc.client import ClientConnection, DownloadStream, RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello

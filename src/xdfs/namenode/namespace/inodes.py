@@ -2,7 +2,7 @@
 a directory's sorted-name cache in step with its children).
 
 Memory is the point of this module: a NameNode holds every inode of the file system, so the
-bytes per inode are a tracked figure (DESIGN.md section 4). Hence:
+bytes per inode are a tracked figure (docs/benchmarks.md). Hence:
 
 - inodes are ``msgspec.Struct`` with ``gc=False``: fixed slots like ``__slots__`` but with no
   16-byte GC header, and the cyclic collector never walks millions of them;
