@@ -90,7 +90,7 @@ class EditSink(Protocol):
     async def sync(self, txid: int) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Plan(Generic[T]):
     """What one mutation does, decided synchronously right before it is applied: the ops to
     apply and log; the paths they act on as the decision resolved them (handed to apply, so

@@ -88,74 +88,42 @@ class INodesInPath:
 
 
 # --- how a change of the tree updates a resolution (see Namespace.apply) ----------------------
-# Each answers whether ``iip`` is now right again; False leaves it out of date (walked again).
+# Each brings ``iip`` up to date after one change and says whether it now is: False leaves it
+# out of date (it is walked again). Plain functions: apply calls them on its hot path.
 
 
-class Linked:
+def linked(iip: INodesInPath, depth: int, parent: DirInode, name: str, node: Inode) -> bool:
     """``node`` became child ``name`` of ``parent``, at ``depth``."""
-
-    __slots__ = ("depth", "name", "node", "parent")
-
-    def __init__(self, depth: int, parent: DirInode, name: str, node: Inode) -> None:
-        self.depth, self.parent, self.name, self.node = depth, parent, name, node
-
-    def update(self, iip: INodesInPath) -> bool:
-        inodes = iip.inodes
-        if (len(inodes) == self.depth <= len(iip.parts) and inodes[-1] is self.parent
-                and iip.parts[self.depth - 1] == self.name):
-            inodes.append(self.node)  # it stopped where the new inode now is
-        return True
+    inodes = iip.inodes
+    if (len(inodes) == depth <= len(iip.parts) and inodes[-1] is parent
+            and iip.parts[depth - 1] == name):
+        inodes.append(node)  # it stopped where the new inode now is
+    return True
 
 
-class Replaced:
+def replaced(iip: INodesInPath, depth: int, old: Inode, node: Inode) -> bool:
     """File ``old`` at ``depth`` was replaced by file ``node`` (an overwrite)."""
-
-    __slots__ = ("depth", "node", "old")
-
-    def __init__(self, depth: int, old: Inode, node: Inode) -> None:
-        self.depth, self.old, self.node = depth, old, node
-
-    def update(self, iip: INodesInPath) -> bool:
-        if len(iip.inodes) > self.depth and iip.inodes[self.depth] is self.old:
-            iip.inodes[self.depth] = self.node
-        return True
+    if len(iip.inodes) > depth and iip.inodes[depth] is old:
+        iip.inodes[depth] = node
+    return True
 
 
-class Unlinked:
+def unlinked(iip: INodesInPath, depth: int, node: Inode) -> bool:
     """``node`` at ``depth`` left the tree with its subtree."""
-
-    __slots__ = ("depth", "node")
-
-    def __init__(self, depth: int, node: Inode) -> None:
-        self.depth, self.node = depth, node
-
-    def update(self, iip: INodesInPath) -> bool:
-        if len(iip.inodes) > self.depth and iip.inodes[self.depth] is self.node:
-            del iip.inodes[self.depth:]
-        return True
+    if len(iip.inodes) > depth and iip.inodes[depth] is node:
+        del iip.inodes[depth:]
+    return True
 
 
-class Moved:
+def moved(
+    iip: INodesInPath, src_depth: int, node: Inode, depth: int, parent: DirInode, name: str
+) -> bool:
     """``node`` moved from ``src_depth`` to child ``name`` of ``parent`` at ``depth``."""
-
-    __slots__ = ("dst", "node", "src_depth")
-
-    def __init__(
-        self, src_depth: int, node: Inode, depth: int, parent: DirInode, name: str
-    ) -> None:
-        self.src_depth, self.node = src_depth, node
-        self.dst = Linked(depth, parent, name, node)
-
-    def update(self, iip: INodesInPath) -> bool:
-        inodes = iip.inodes
-        if len(inodes) > self.src_depth and inodes[self.src_depth] is self.node:
-            del inodes[self.src_depth:]
-            return True
-        if len(inodes) == self.dst.depth and len(iip.parts) > self.dst.depth:
-            # a path below the new place: what lies there is the moved subtree's to say
-            return not (inodes[-1] is self.dst.parent
-                        and iip.parts[self.dst.depth - 1] == self.dst.name)
-        return self.dst.update(iip)
-
-
-Change = Linked | Replaced | Unlinked | Moved
+    inodes = iip.inodes
+    if len(inodes) > src_depth and inodes[src_depth] is node:
+        del inodes[src_depth:]
+        return True
+    if len(inodes) == depth and len(iip.parts) > depth:
+        # a path below the new place: what lies there is the moved subtree's to say
+        return not (inodes[-1] is parent and iip.parts[depth - 1] == name)
+    return linked(iip, depth, parent, name, node)

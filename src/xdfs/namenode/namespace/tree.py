@@ -69,12 +69,11 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.paths import join, split_path
 from xdfs.namenode.namespace.resolved import (
-    Change,
     INodesInPath,
-    Linked,
-    Moved,
-    Replaced,
-    Unlinked,
+    linked,
+    moved,
+    replaced,
+    unlinked,
 )
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
@@ -214,7 +213,7 @@ class Namespace:
         parent.mtime_ms = mtime
         self._inode_count += 1
         self._bump_inode_id(op.inode_id)
-        self._reshaped(at, Linked(depth, parent, name, node))
+        self._reshaped(at, linked, depth, parent, name, node)
         return ()
 
     @_handles(AddFileOp)
@@ -246,14 +245,14 @@ class Namespace:
         if old is None:
             link(parent, node, SORTED_PATCH_MAX)
             self._inode_count += 1
-            self._reshaped(at, Linked(depth, parent, name, node))
+            self._reshaped(at, linked, depth, parent, name, node)
         else:
             assert isinstance(old, FileInode)
             dropped = tuple(block.block_id for block in old.blocks)
             self._unindex_blocks(dropped)
             self._uc.pop(old, None)
             parent.children[name] = node  # same name: the sorted-name cache stays valid
-            self._reshaped(at, Replaced(depth, old, node))
+            self._reshaped(at, replaced, depth, old, node)
         self._uc[node] = op.client
         parent.mtime_ms = mtime
         self._bump_inode_id(op.inode_id)
@@ -298,7 +297,7 @@ class Namespace:
         # --- validated; mutate
         unlink(parent, node.name, SORTED_PATCH_MAX)
         parent.mtime_ms = op.mtime_ms
-        self._reshaped(at, Unlinked(len(iip.parts), node))
+        self._reshaped(at, unlinked, len(iip.parts), node)
         return self._forget_subtree(node)
 
     def _forget_subtree(self, top: Inode) -> tuple[int, ...]:
@@ -346,7 +345,7 @@ class Namespace:
         link(dst_parent, node, SORTED_PATCH_MAX)
         src_parent.mtime_ms = op.mtime_ms
         dst_parent.mtime_ms = op.mtime_ms
-        self._reshaped(at, Moved(len(src), node, len(dst), dst_parent, dst[-1]))
+        self._reshaped(at, moved, len(src), node, len(dst), dst_parent, dst[-1])
         return ()
 
     @_handles(SetPermissionOp)
@@ -517,13 +516,14 @@ class Namespace:
         parts = split_path(path)
         node: Inode = self._root
         inodes = [node]
+        append = inodes.append
         for name in parts:
-            if not isinstance(node, DirInode):
+            if type(node) is not DirInode:
                 break
             child = node.children.get(name)
             if child is None:
                 break
-            inodes.append(child)
+            append(child)
             node = child
         normal = path if len(path) == 1 or path[-1] != "/" else join(parts)
         return INodesInPath(normal, parts, inodes, self.version)
@@ -557,13 +557,13 @@ class Namespace:
         iip = self.resolve(path)
         return iip, len(iip.parts)
 
-    def _reshaped(self, at: Sequence[INodesInPath], change: Change) -> None:
+    def _reshaped(self, at: At, update: Callable[..., bool], *change: object) -> None:
         """The tree's shape changed: every older resolution is out of date, except those of
-        ``at`` that ``change`` brings up to date."""
+        ``at`` that ``update(iip, *change)`` brings up to date (see resolved.py)."""
         old = self.version
         self.version = old + 1
         for iip in at:
-            if iip.version == old and change.update(iip):
+            if iip.version == old and update(iip, *change):
                 iip.version = old + 1
 
     def child(self, iip: INodesInPath, name: str) -> INodesInPath:
@@ -808,15 +808,17 @@ class Namespace:
         (or NotFound/NotADirectory when an inode the check needs is missing)."""
         if isinstance(path, str):
             split_path(path)  # a bad path is InvalidPath for every user, superusers too
-        for name, bits in (("access", access), ("parent_access", parent_access),
-                           ("ancestor_access", ancestor_access), ("sub_access", sub_access)):
-            perm.check_bits(name, bits)
-        if self.is_superuser(user):
+        if (access | parent_access | ancestor_access | sub_access) & ~perm.ALL or min(
+            access, parent_access, ancestor_access, sub_access
+        ) < 0:
+            for name, bits in (("access", access), ("parent_access", parent_access),
+                               ("ancestor_access", ancestor_access), ("sub_access", sub_access)):
+                perm.check_bits(name, bits)
+        groups = self.groups_of(user)
+        if user == self.superuser or self.supergroup in groups:  # is_superuser, one lookup
             return
         iip = self._at(path)
-        checker = perm.AccessCheck(
-            user, self.groups_of(user), iip.parts, iip.inodes, self._walk_sorted
-        )
+        checker = perm.AccessCheck(user, groups, iip.parts, iip.inodes, self._walk_sorted)
         checker.traverse()
         if parent_owner_sticky:
             checker.sticky()
