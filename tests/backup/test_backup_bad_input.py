@@ -12,7 +12,7 @@ import pytest
 
 from xdfs.backupnode.replay import apply_batch, decode_batch
 from xdfs.errors import InvalidArgument, ProtocolError, StreamError, XdfsError, error_from_code
-from xdfs.namenode.editlog.records import encode_record
+from xdfs.namenode.editlog.codec import encode_record
 from xdfs.namenode.ops import MkdirOp
 from xdfs.namenode.server import NameNode
 from xdfs.protocol.backup import UPLOAD_IMAGE, ImageHead

@@ -62,10 +62,11 @@ import pytest
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
+from xdfs.editlog.segments import SegmentReader, segment_index
 from xdfs.errors import RpcTimeout, Unavailable
-from xdfs.namenode.editlog.records import decode_payload
-from xdfs.namenode.editlog.segments import SegmentReader, segment_index
+from xdfs.namenode.editlog.codec import decode_payload
 from xdfs.namenode.image import file_md5, read_md5_file
+from xdfs.namenode.ops import LAYOUT_VERSION
 from xdfs.namenode.storage import parse_image_name
 from xdfs.testing.lazyfs import CrashSite
 
@@ -306,6 +307,7 @@ def check_disk(name_dir: Path) -> DiskReport:
         assert seg.start == expected, f"{seg.path}: starts at {seg.start}, expected {expected}"
         reader = SegmentReader(
             seg.path,
+            layout_version=LAYOUT_VERSION,
             expected_start=seg.start,
             expected_end=seg.end,
             torn_tail="allow" if seg.in_progress and last else "error",

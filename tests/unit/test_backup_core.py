@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from xdfs.backupnode.replay import Backoff, checkpoint_due
+from xdfs.editlog.framing import record_bounds
+from xdfs.editlog.segments import FileJournal, read_segment_records
+from xdfs.namenode.editlog.codec import encode_record
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
-from xdfs.namenode.editlog.records import encode_record, record_bounds
-from xdfs.namenode.editlog.segments import FileJournal, read_segment_records
 from xdfs.namenode.edits_replicator import CachedEdits
-from xdfs.namenode.ops import MkdirOp
+from xdfs.namenode.ops import LAYOUT_VERSION, MkdirOp
 
 
 def _op(txid: int) -> MkdirOp:
@@ -38,7 +39,8 @@ def test_cached_edits_slice_by_count_and_bytes() -> None:
 async def test_read_cached_frames_spans_flushes_and_honours_limits(tmp_path: Path) -> None:
     current = tmp_path / "current"
     current.mkdir()
-    log = EditLog([FileJournal(current)], EditLogSettings(edits_cache_bytes=1 << 20))
+    settings = EditLogSettings(edits_cache_bytes=1 << 20)
+    log = EditLog([FileJournal(current, LAYOUT_VERSION)], settings)
     await log.open_for_write(1)
     for batch in ((1, 5), (6, 9), (10, 12)):  # three flushes
         for t in range(batch[0], batch[1] + 1):
@@ -63,7 +65,7 @@ async def test_read_cached_frames_spans_flushes_and_honours_limits(tmp_path: Pat
 async def test_read_segment_records_of_finalized_and_open_segments(tmp_path: Path) -> None:
     current = tmp_path / "current"
     current.mkdir()
-    log = EditLog([FileJournal(current)])
+    log = EditLog([FileJournal(current, LAYOUT_VERSION)])
     await log.open_for_write(1)
     for t in range(1, 8):
         log.append(_op(t))
@@ -71,13 +73,14 @@ async def test_read_segment_records_of_finalized_and_open_segments(tmp_path: Pat
     for t in range(8, 11):
         log.append(_op(t))
     await log.sync()
-    data, bounds = read_segment_records(current, 1, 7)
+    data, bounds = read_segment_records(current, 1, 7, layout_version=LAYOUT_VERSION)
     assert data == b"".join(_records(1, 7)) and len(bounds) == 8
-    data, bounds = read_segment_records(current, 8, 9)  # the open segment, up to txid 9
+    # the open segment, up to txid 9
+    data, bounds = read_segment_records(current, 8, 9, layout_version=LAYOUT_VERSION)
     assert data == b"".join(_records(8, 9))
     with (current / "edits_inprogress_0000000000000000008").open("ab") as f:
         f.write(_records(11, 11)[0][:7])  # a record being written: not yet readable
-    data, _ = read_segment_records(current, 8, 100)
+    data, _ = read_segment_records(current, 8, 100, layout_version=LAYOUT_VERSION)
     assert data == b"".join(_records(8, 10))
     assert [t for t, _ in read_edits([tmp_path], 1, 10)] == list(range(1, 11))
     await log.close()

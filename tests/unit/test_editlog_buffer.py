@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xdfs.namenode.editlog.buffer import DoubleBuffer
+from xdfs.editlog.buffer import DoubleBuffer
 
 
 def rec(n: int = 10) -> bytes:

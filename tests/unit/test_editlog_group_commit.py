@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.editlog.segments import FileJournal, segment_index, segment_name
 from xdfs.errors import StorageError
-from xdfs.namenode.editlog import EditLog, EditLogSettings, read_edits, segment_index
-from xdfs.namenode.editlog.segments import FileJournal, segment_name
-from xdfs.namenode.ops import MkdirOp, Op
+from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
+from xdfs.namenode.ops import LAYOUT_VERSION, MkdirOp, Op
 from xdfs.namenode.storage import FAULTS, StorageDirectory
 
 
@@ -351,7 +351,8 @@ def test_settings_from_config() -> None:
 
 
 def test_file_journal_name_is_the_storage_root(tmp_path: Path) -> None:
-    assert FileJournal(tmp_path / "nn" / "current").name == str(tmp_path / "nn")
+    journal = FileJournal(tmp_path / "nn" / "current", LAYOUT_VERSION)
+    assert journal.name == str(tmp_path / "nn")
 
 
 async def test_concurrent_close_and_sync_during_close(sds: list[StorageDirectory]) -> None:

@@ -7,7 +7,7 @@ import struct
 import crc32c
 import pytest
 
-from xdfs.namenode.editlog.records import (
+from xdfs.editlog.framing import (
     CRC_BYTES,
     LENGTH_MIN,
     RECORD_BYTES_MAX,
@@ -17,16 +17,14 @@ from xdfs.namenode.editlog.records import (
     FrameProblem,
     Problem,
     SegmentHeader,
-    decode_frame,
-    decode_payload,
     decode_segment_header,
-    encode_record,
     encode_segment_header,
     frame_record,
     is_zero_fill,
     parse_frame,
 )
-from xdfs.namenode.editlog.segments import parse_segment_name, segment_name
+from xdfs.editlog.segments import parse_segment_name, segment_name
+from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
 from xdfs.namenode.ops import (
     LAYOUT_VERSION,
     AddBlockOp,
@@ -157,13 +155,15 @@ def test_unknown_opcode_and_wrong_payload() -> None:
 
 
 def test_segment_header() -> None:
-    head = encode_segment_header(1234)
+    head = encode_segment_header(1234, LAYOUT_VERSION)
     assert len(head) == SEGMENT_HEADER_BYTES == 20
     assert head[:8] == b"XDFSEDIT"
-    assert decode_segment_header(head) == SegmentHeader(LAYOUT_VERSION, 1234)
-    assert "short" in str(decode_segment_header(head[:10]))
-    assert "magic" in str(decode_segment_header(b"XDFSEDIX" + head[8:]))
-    assert "layout version 99" in str(decode_segment_header(encode_segment_header(1, 99)))
+    assert decode_segment_header(head, LAYOUT_VERSION) == SegmentHeader(LAYOUT_VERSION, 1234)
+    assert "short" in str(decode_segment_header(head[:10], LAYOUT_VERSION))
+    assert "magic" in str(decode_segment_header(b"XDFSEDIX" + head[8:], LAYOUT_VERSION))
+    other = encode_segment_header(1, 99)
+    assert "layout version 99" in str(decode_segment_header(other, LAYOUT_VERSION))
+    assert decode_segment_header(other, None) == SegmentHeader(99, 1)  # the caller decides
 
 
 def test_zero_fill() -> None:

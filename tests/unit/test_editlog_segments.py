@@ -2,27 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
 
-from xdfs.errors import StorageError
-from xdfs.namenode.editlog import read_edits, segment_index
-from xdfs.namenode.editlog.records import SEGMENT_HEADER_BYTES, encode_record
-from xdfs.namenode.editlog.segments import (
+from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, SegmentHeader, decode_segment_header
+from xdfs.editlog.segments import (
     FileJournal,
     SegmentInfo,
     SegmentReader,
     scan_segment,
+    segment_index,
     segment_name,
     truncate_segment,
 )
-from xdfs.namenode.ops import MkdirOp, Op
-from xdfs.namenode.storage import read_seen_txid
+from xdfs.errors import StorageError
+from xdfs.namenode.editlog.codec import encode_record
+from xdfs.namenode.editlog.editlog import read_edits
+from xdfs.namenode.ops import LAYOUT_VERSION, MkdirOp, Op
+from xdfs.namenode.storage import read_seen_txid, write_seen_txid
 
 
 def op(i: int) -> Op:
     return MkdirOp(f"/dir{i}", 100 + i, 0o755, "alice", "staff", i)
+
+
+def name_dir_journal(current: Path) -> FileJournal:
+    """A journal as the NameNode keeps one: its layout version, and a seen_txid."""
+    return FileJournal(current, LAYOUT_VERSION,
+                       seen_txid=functools.partial(write_seen_txid, current))
 
 
 def write_segment(
@@ -30,7 +39,7 @@ def write_segment(
 ) -> tuple[Path, list[int]]:
     """Write txids first..first+count-1; returns the path and each record's start offset."""
     current.mkdir(parents=True, exist_ok=True)
-    journal = FileJournal(current)
+    journal = name_dir_journal(current)
     journal.start_segment_sync(first)
     offsets = []
     pos = SEGMENT_HEADER_BYTES
@@ -48,7 +57,7 @@ def write_segment(
 
 
 def read_all(path: Path, **kwargs: object) -> tuple[SegmentReader, list[int]]:
-    reader = SegmentReader(path, **kwargs)  # type: ignore[arg-type]
+    reader = SegmentReader(path, layout_version=LAYOUT_VERSION, **kwargs)  # type: ignore[arg-type]
     return reader, [txid for txid, _, _, _ in reader]
 
 
@@ -64,12 +73,25 @@ def test_write_finalize_read(tmp_path: Path) -> None:
 
 
 def test_empty_in_progress_segment_is_deleted_on_finalize(tmp_path: Path) -> None:
-    journal = FileJournal(tmp_path)
+    journal = name_dir_journal(tmp_path)
     journal.start_segment_sync(7)
     assert (tmp_path / segment_name(7)).stat().st_size == SEGMENT_HEADER_BYTES
     assert read_seen_txid(tmp_path) == 6
     assert journal.finalize_segment_sync(6) is None
     assert segment_index(tmp_path) == []
+
+
+def test_journal_of_another_owner_writes_its_version_and_no_seen_txid(tmp_path: Path) -> None:
+    """A JournalNode's FileJournal: its own layout version, no seen_txid file."""
+    journal = FileJournal(tmp_path, 7)
+    journal.start_segment_sync(1)
+    journal.write_sync(encode_record(1, op(1)))
+    path = journal.finalize_segment_sync(1)
+    assert path is not None and not (tmp_path / "seen_txid").exists()
+    assert decode_segment_header(path.read_bytes(), None) == SegmentHeader(7, 1)
+    assert [t for t, _, _, _ in SegmentReader(path, layout_version=7)] == [1]
+    with pytest.raises(StorageError, match="segment layout version 7, this build reads 1"):
+        list(SegmentReader(path, layout_version=LAYOUT_VERSION))
 
 
 def test_torn_tail_at_every_byte_of_the_last_record(tmp_path: Path) -> None:
@@ -135,7 +157,7 @@ def test_flipped_byte_in_a_middle_record_is_corruption(tmp_path: Path, which: in
 
 def test_txid_gap_inside_a_segment(tmp_path: Path) -> None:
     tmp_path.mkdir(exist_ok=True)
-    journal = FileJournal(tmp_path)
+    journal = name_dir_journal(tmp_path)
     journal.start_segment_sync(1)
     journal.write_sync(encode_record(1, op(1)) + encode_record(3, op(3)))
     journal.close_sync()
@@ -150,11 +172,11 @@ def test_finalized_name_must_match_content(tmp_path: Path) -> None:
     path.rename(wrong)
     info = SegmentInfo(1, 4, wrong)
     with pytest.raises(StorageError, match="ends at txid 3, its name says 4"):
-        scan_segment(info)
+        scan_segment(info, layout_version=LAYOUT_VERSION)
     renamed = tmp_path / segment_name(2, 4)
     wrong.rename(renamed)
     with pytest.raises(StorageError, match="header says first txid 1, the name says 2"):
-        scan_segment(SegmentInfo(2, 4, renamed))
+        scan_segment(SegmentInfo(2, 4, renamed), layout_version=LAYOUT_VERSION)
 
 
 def test_bad_header(tmp_path: Path) -> None:
@@ -174,7 +196,7 @@ def test_bad_header(tmp_path: Path) -> None:
 def test_small_read_chunks_cross_record_boundaries(tmp_path: Path) -> None:
     path, _ = write_segment(tmp_path, 1, 50)
     for chunk in (1, 7, 64):
-        reader = SegmentReader(path, chunk_bytes=chunk)
+        reader = SegmentReader(path, layout_version=LAYOUT_VERSION, chunk_bytes=chunk)
         assert [t for t, _, _, _ in reader] == list(range(1, 51))
 
 
@@ -183,7 +205,7 @@ def test_recover_unfinalized_finalizes_and_truncates(tmp_path: Path) -> None:
     path, offsets = write_segment(tmp_path, 6, 3, finalize=False)
     with open(path, "r+b") as f:
         f.truncate(offsets[-1] + 5)  # torn last record
-    journal = FileJournal(tmp_path)
+    journal = name_dir_journal(tmp_path)
     journal.recover_unfinalized_sync(8)
     names = [s.name for s in segment_index(tmp_path)]
     assert names == [segment_name(1, 5), segment_name(6, 7)]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.editlog.segments import segment_name
 from xdfs.errors import StorageError
-from xdfs.namenode.editlog import EditLog
-from xdfs.namenode.editlog.segments import segment_name
+from xdfs.namenode.editlog.editlog import EditLog
 from xdfs.namenode.ops import AddBlockOp, AddUserOp, MkdirOp, Op
 from xdfs.namenode.storage import StorageDirectory
 from xdfs.namenode.tools import dump_edits, edits_stats

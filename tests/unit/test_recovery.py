@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_image import FakeNamespace
+from xdfs.editlog.framing import SEGMENT_HEADER_BYTES
+from xdfs.editlog.segments import SegmentInfo, segment_index, segment_name
 from xdfs.errors import StorageError
-from xdfs.namenode.editlog import EditLog, EditLogSettings, segment_index
-from xdfs.namenode.editlog.records import SEGMENT_HEADER_BYTES
-from xdfs.namenode.editlog.segments import SegmentInfo, segment_name
-from xdfs.namenode.ops import DeleteOp, MkdirOp, Op, SetPermissionOp
+from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
+from xdfs.namenode.ops import LAYOUT_VERSION, DeleteOp, MkdirOp, Op, SetPermissionOp
 from xdfs.namenode.recovery import (
     analyze_dir_log,
     load_namespace,
@@ -75,8 +75,9 @@ def inprogress(d: StorageDirectory) -> Path:
 
 
 def record_offsets(path: Path) -> list[int]:
-    from xdfs.namenode.editlog.segments import SegmentReader
-    return [offset for _, _, _, offset in SegmentReader(path)]
+    from xdfs.editlog.segments import SegmentReader
+    reader = SegmentReader(path, layout_version=LAYOUT_VERSION)
+    return [offset for _, _, _, offset in reader]
 
 
 async def test_load_image_then_replay(tmp_path: Path) -> None:
@@ -355,7 +356,7 @@ async def test_real_namespace_replay_equals_live_state(tmp_path: Path) -> None:
 
 CRASH_WRITER = textwrap.dedent("""
     import asyncio, sys
-    from xdfs.namenode.editlog import EditLog
+    from xdfs.namenode.editlog.editlog import EditLog
     from xdfs.namenode.ops import MkdirOp
     from xdfs.namenode.storage import StorageDirectory
 

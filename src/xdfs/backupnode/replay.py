@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from xdfs.editlog.framing import FrameProblem, parse_frame
 from xdfs.errors import ProtocolError, StorageError, XdfsError
-from xdfs.namenode.editlog.records import FrameProblem, decode_frame, parse_frame
+from xdfs.namenode.editlog.codec import decode_frame
 from xdfs.namenode.ops import Op
 
 

@@ -41,6 +41,7 @@ from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
+from xdfs.editlog.segments import segment_index
 from xdfs.errors import (
     EditsPurged,
     InvalidArgument,
@@ -51,7 +52,6 @@ from xdfs.errors import (
 )
 from xdfs.namenode.auth import NamespaceAuthenticator
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
-from xdfs.namenode.editlog.segments import segment_index
 from xdfs.namenode.ha import HaHandlers, call_once
 from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
 from xdfs.namenode.namespace import Namespace

@@ -23,14 +23,16 @@ following backup neither spins nor lags by a polling interval.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from xdfs.editlog.framing import record_bounds
+from xdfs.editlog.segments import read_segment_records
 from xdfs.errors import EditsPurged, InvalidArgument, StorageError
 from xdfs.namenode.editlog.editlog import EditLog
-from xdfs.namenode.editlog.records import record_bounds
-from xdfs.namenode.editlog.segments import read_segment_records
+from xdfs.namenode.ops import LAYOUT_VERSION
 from xdfs.namenode.storage import StorageDirectory
 from xdfs.protocol.backup import FetchEditsRequest, FetchEditsResponse
 from xdfs.protocol.namenode import BackupInfo
@@ -141,7 +143,8 @@ class EditsReplicator:
         for d in self.dirs:
             try:
                 data, bounds = await asyncio.to_thread(
-                    read_segment_records, d.current, start, end
+                    functools.partial(read_segment_records, layout_version=LAYOUT_VERSION),
+                    d.current, start, end,
                 )
             except StorageError as exc:
                 errors.append(str(exc))

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from xdfs.errors import StorageError, XdfsError
-from xdfs.namenode.editlog.editlog import read_dir_edits
-from xdfs.namenode.editlog.segments import (
+from xdfs.editlog.segments import (
     SegmentInfo,
     scan_segment,
     segment_index,
     truncate_segment,
 )
+from xdfs.errors import StorageError, XdfsError
+from xdfs.namenode.editlog.editlog import read_dir_edits
 from xdfs.namenode.image import load_image, save_image
 from xdfs.namenode.ops import (
     LAYOUT_VERSION,
@@ -161,8 +161,8 @@ def analyze_dir_log(storage: StorageDirectory, image_txid: int) -> DirLog:
                     f"are {what} before {seg.path}"
                 )
             last = i == len(segments) - 1
-            reader = scan_segment(seg, torn_tail="allow" if seg.in_progress and last
-                                  else "error")
+            reader = scan_segment(seg, layout_version=LAYOUT_VERSION,
+                                  torn_tail="allow" if seg.in_progress and last else "error")
             if reader.torn is not None:
                 result.torn = (seg, reader.valid_bytes, reader.torn)
             result.segments.append(seg)

@@ -60,6 +60,7 @@ from xdfs.common.files import (
     write_all,
     write_number_file,
 )
+from xdfs.editlog.segments import TXID_DIGITS
 from xdfs.errors import StorageError
 from xdfs.namenode.ops import LAYOUT_VERSION
 
@@ -99,7 +100,6 @@ LOCK_FILE = "in_use.lock"
 VERSION_FILE = "VERSION"
 SEEN_TXID_FILE = "seen_txid"
 STORAGE_TYPE = "NAME_NODE"
-TXID_DIGITS = 19
 
 # --- VERSION (pure) ----------------------------------------------------------------------
 

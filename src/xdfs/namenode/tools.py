@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 from xdfs.common.modes import permission_string
-from xdfs.errors import StorageError
-from xdfs.namenode.editlog.records import decode_payload
-from xdfs.namenode.editlog.segments import (
+from xdfs.editlog.segments import (
     SegmentInfo,
     SegmentReader,
     parse_segment_name,
     segment_index,
 )
+from xdfs.errors import StorageError
+from xdfs.namenode.editlog.codec import decode_payload
 from xdfs.namenode.image import Verify, iter_image
 from xdfs.namenode.ops import (
+    LAYOUT_VERSION,
     OPS_BY_CODE,
     AddBlockOp,
     AddFileOp,
@@ -61,6 +62,7 @@ def _records(path_or_dir: str | os.PathLike[str]) -> Iterator[tuple[int, int, by
     for seg in _segments(path_or_dir):
         reader = SegmentReader(
             seg.path,
+            layout_version=LAYOUT_VERSION,
             expected_start=seg.start or None,
             expected_end=seg.end,
             torn_tail="allow" if seg.in_progress else "error",

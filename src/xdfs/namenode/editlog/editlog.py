@@ -1,5 +1,5 @@
-"""The edits log: an asyncio driver over the pure :class:`~.buffer.DoubleBuffer` and one or
-more journals (a :class:`~.segments.FileJournal` per name dir).
+"""The edits log: an asyncio driver over the pure :class:`~xdfs.editlog.buffer.DoubleBuffer`
+and one or more journals (a :class:`~xdfs.editlog.segments.FileJournal` per name dir).
 
 Use from a request handler, with no ``await`` between apply and append::
 
@@ -36,20 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from xdfs.editlog.buffer import DoubleBuffer, FlushBatch
+from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, record_bounds
+from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.errors import ConfigError, StorageError
-from xdfs.namenode.editlog.buffer import DoubleBuffer, FlushBatch
-from xdfs.namenode.editlog.records import (
-    SEGMENT_HEADER_BYTES,
-    Frame,
-    decode_frame,
-    decode_payload,
-    encode_record,
-    parse_frame,
-    record_bounds,
-)
-from xdfs.namenode.editlog.segments import FileJournal, SegmentReader, segment_index
-from xdfs.namenode.ops import Op
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
+from xdfs.namenode.ops import LAYOUT_VERSION, Op
 
 log = logging.getLogger("xdfs.namenode.editlog")
 
@@ -111,6 +103,16 @@ class Journal(Protocol):
         ...
 
 
+class NameDir(Protocol):
+    """What the edits log needs of a name dir (a ``StorageDirectory``): where its segments
+    go, and its ``seen_txid``, raised as segments start and are finalized."""
+
+    @property
+    def current(self) -> Path: ...
+
+    def write_seen_txid(self, txid: int) -> None: ...
+
+
 State = Literal["new", "open", "closing", "closed", "failed"]
 
 
@@ -152,12 +154,14 @@ class EditLog:
     @classmethod
     def for_storage(
         cls,
-        dirs: Sequence[StorageDirectory],
+        dirs: Sequence[NameDir],
         settings: EditLogSettings | None = None,
         *,
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> EditLog:
-        return cls([FileJournal(d.current) for d in dirs], settings, on_fatal=on_fatal)
+        journals = [FileJournal(d.current, LAYOUT_VERSION, seen_txid=d.write_seen_txid)
+                    for d in dirs]
+        return cls(journals, settings, on_fatal=on_fatal)
 
     # -- properties --
 
@@ -520,15 +524,15 @@ class EditLog:
 # --- the read side -----------------------------------------------------------------------
 
 
-def _current_dir(d: StorageDirectory | str | os.PathLike[str]) -> Path:
-    if isinstance(d, StorageDirectory):
+def _current_dir(d: NameDir | str | os.PathLike[str]) -> Path:
+    if not isinstance(d, str | os.PathLike):
         return d.current
     path = Path(d)
     return path / "current" if (path / "current").is_dir() else path
 
 
 def read_edits(
-    dirs: Sequence[StorageDirectory | str | os.PathLike[str]],
+    dirs: Sequence[NameDir | str | os.PathLike[str]],
     from_txid: int,
     to_txid: int | None = None,
 ) -> Iterator[tuple[int, Op]]:
@@ -576,7 +580,8 @@ def read_dir_edits(
             if seg.in_progress and not seg.path.exists():
                 relist = True
                 break
-            reader = SegmentReader(seg.path, expected_start=seg.start, expected_end=seg.end,
+            reader = SegmentReader(seg.path, layout_version=LAYOUT_VERSION,
+                                   expected_start=seg.start, expected_end=seg.end,
                                    torn_tail="allow" if seg.in_progress else "error")
             for txid, opcode, payload, offset in reader:
                 if txid < expected:

@@ -6,9 +6,11 @@ Names (19-digit zero-padded txids)::
     edits_inprogress_<start>     the open segment; records are appended to it
     edits_<start>-<end>          finalized: exactly txids start..end, renamed when closed
 
-A segment file is the 20-byte header ``b"XDFSEDIT" | u32 LAYOUT_VERSION | u64 first_txid``
-then records with consecutive txids from ``first_txid`` (framing: :mod:`.records`). An
-in-progress segment with no records is deleted rather than finalized.
+A segment file is the 20-byte header ``b"XDFSEDIT" | u32 layout_version | u64 first_txid``
+then records with consecutive txids from ``first_txid`` (framing: :mod:`.framing`). An
+in-progress segment with no records is deleted rather than finalized. The layout version is
+the owner's (the NameNode's, a JournalNode's): writers are given it, readers are told which
+one to expect (or None: any).
 
 Reading (:class:`SegmentReader`) verifies the header, every CRC, and txid continuity. A
 problem in the *final* record of a file -- the bytes end inside it (``SHORT``), or its length
@@ -20,7 +22,9 @@ naming the file and the byte offset.
 
 Durability in :class:`FileJournal`: a new segment's header is fdatasync'ed and its directory
 fsynced before any record is written to it; each flush is ``write`` then ``fdatasync`` (a
-flush returns only when durable); finalize renames and fsyncs the directory.
+flush returns only when durable); finalize renames and fsyncs the directory. An owner that
+keeps a ``seen_txid`` (the NameNode) passes a hook, called with the txid to raise it to when
+a segment starts (start - 1) and when one is finalized (its end); a JournalNode passes none.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ from typing import BinaryIO, Literal, TypeVar
 
 import crc32c
 
-from xdfs.errors import StorageError
-from xdfs.namenode.editlog.records import (
+from xdfs.common.faults import fault_point
+from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.editlog.framing import (
     CRC,
     CRC_BYTES,
     LENGTH_MIN,
@@ -55,19 +60,16 @@ from xdfs.namenode.editlog.records import (
     is_zero_fill,
     parse_frame,
 )
-from xdfs.namenode.storage import (
-    TXID_DIGITS,
-    datasync,
-    fault_point,
-    fsync_dir,
-    write_all,
-    write_seen_txid,
-)
+from xdfs.errors import StorageError
 
-log = logging.getLogger("xdfs.namenode.editlog")
+log = logging.getLogger("xdfs.editlog")
 
 READ_CHUNK_BYTES = 1024 * 1024
+#: Width of the zero-padded txids in segment (and image) file names.
+TXID_DIGITS = 19
 T = TypeVar("T")
+#: Raises the owner's ``seen_txid`` to the txid given (see the module docstring).
+SeenTxidHook = Callable[[int], None]
 
 # --- names (pure) ------------------------------------------------------------------------
 
@@ -137,6 +139,7 @@ class SegmentReader:
     ``valid_bytes`` (end of the last good record, the truncation point of a torn tail) and
     ``torn`` (a description of the torn tail, None when the file ends cleanly).
 
+    ``layout_version``: the one the header must carry (None: any, see ``header``).
     ``expected_start``/``expected_end``: what the file name promises (checked).
     ``torn_tail``: ``"error"`` treats a torn tail as corruption; ``"allow"`` stops there.
     """
@@ -145,12 +148,14 @@ class SegmentReader:
         self,
         path: Path,
         *,
+        layout_version: int | None,
         expected_start: int | None = None,
         expected_end: int | None = None,
         torn_tail: Literal["error", "allow"] = "error",
         chunk_bytes: int = READ_CHUNK_BYTES,
     ) -> None:
         self.path = path
+        self.layout_version = layout_version
         self.expected_start = expected_start
         self.expected_end = expected_end
         self.torn_tail = torn_tail
@@ -187,7 +192,7 @@ class SegmentReader:
         """The header, or None for a torn one (a crash while creating the segment)."""
         self.file_bytes = os.fstat(f.fileno()).st_size
         head = f.read(SEGMENT_HEADER_BYTES)
-        header = decode_segment_header(head)
+        header = decode_segment_header(head, self.layout_version)
         if isinstance(header, str):
             if len(head) < SEGMENT_HEADER_BYTES or is_zero_fill(head, 0):
                 self._tear(0, header)
@@ -288,12 +293,14 @@ class SegmentReader:
 
 
 def scan_segment(
-    info: SegmentInfo, *, torn_tail: Literal["error", "allow"] = "error"
+    info: SegmentInfo,
+    *,
+    layout_version: int | None,
+    torn_tail: Literal["error", "allow"] = "error",
 ) -> SegmentReader:
     """Read a whole segment for validation only; returns the finished reader."""
-    reader = SegmentReader(
-        info.path, expected_start=info.start, expected_end=info.end, torn_tail=torn_tail
-    )
+    reader = SegmentReader(info.path, layout_version=layout_version, expected_start=info.start,
+                           expected_end=info.end, torn_tail=torn_tail)
     for _ in reader:
         pass
     return reader
@@ -317,9 +324,11 @@ def truncate_segment(path: Path, valid_bytes: int) -> None:
         raise StorageError(f"cannot truncate {path} to {valid_bytes} bytes: {exc}") from exc
 
 
-def finalize_file(current: Path, start: int, last: int) -> Path | None:
+def finalize_file(
+    current: Path, start: int, last: int, seen_txid: SeenTxidHook | None = None
+) -> Path | None:
     """Rename ``edits_inprogress_<start>`` to ``edits_<start>-<last>`` (or delete it when it
-    holds no record, ``last < start``), fsync the directory, raise seen_txid."""
+    holds no record, ``last < start``), fsync the directory, raise seen_txid (if kept)."""
     src = current / segment_name(start)
     fault_point("editlog.before_finalize")
     try:
@@ -334,12 +343,15 @@ def finalize_file(current: Path, start: int, last: int) -> Path | None:
     except OSError as exc:
         raise StorageError(f"cannot finalize edits segment {src}: {exc}") from exc
     fsync_dir(current)
-    write_seen_txid(current, last)
+    if seen_txid is not None:
+        seen_txid(last)
     fault_point("editlog.after_finalize")
     return dst
 
 
-def read_segment_records(current: Path, start: int, end: int) -> tuple[bytes, list[int]]:
+def read_segment_records(
+    current: Path, start: int, end: int, *, layout_version: int | None
+) -> tuple[bytes, list[int]]:
     """The framed records ``start..end`` (fewer if the segment is shorter) of the segment
     of ``current`` that starts at ``start``, as one buffer and each record's offset in it
     (plus the end offset). For the edits replicator: CRCs and txid continuity are checked;
@@ -352,7 +364,7 @@ def read_segment_records(current: Path, start: int, end: int) -> tuple[bytes, li
         data = seg.path.read_bytes()
     except OSError as exc:
         raise StorageError(f"cannot read {seg.path}: {exc}") from exc
-    header = decode_segment_header(data)
+    header = decode_segment_header(data, layout_version)
     if isinstance(header, str) or header.first_txid != start:
         raise StorageError(f"{seg.path}: bad segment header ({header})")
     bounds = [SEGMENT_HEADER_BYTES]
@@ -378,10 +390,21 @@ def read_segment_records(current: Path, start: int, end: int) -> tuple[bytes, li
 class FileJournal:
     """Writes the segments of one ``current`` directory. The blocking ``*_sync`` methods do
     the I/O; the async ones run them in a worker thread so the event loop never blocks.
-    One writer at a time (the :class:`~xdfs.namenode.editlog.editlog.EditLog` ensures it)."""
+    One writer at a time (its driver, such as the NameNode's ``EditLog``, ensures it).
 
-    def __init__(self, current: str | os.PathLike[str]) -> None:
+    ``layout_version``: written into every new segment's header, and the one read back when
+    recovering segments left open. ``seen_txid``: the owner's hook, if it keeps one."""
+
+    def __init__(
+        self,
+        current: str | os.PathLike[str],
+        layout_version: int,
+        *,
+        seen_txid: SeenTxidHook | None = None,
+    ) -> None:
         self.current = Path(current)
+        self.layout_version = layout_version
+        self.seen_txid = seen_txid
         self._fd: int | None = None
         self._start: int | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -407,7 +430,8 @@ class FileJournal:
         open_ones = [s for s in segments if s.in_progress]
         for seg in open_ones:
             last_one = seg is open_ones[-1]
-            reader = scan_segment(seg, torn_tail="allow" if last_one else "error")
+            reader = scan_segment(seg, layout_version=self.layout_version,
+                                  torn_tail="allow" if last_one else "error")
             if reader.torn is not None:
                 log.warning("truncating torn tail of %s: %s", seg.path, reader.torn)
                 truncate_segment(seg.path, reader.valid_bytes)
@@ -415,7 +439,7 @@ class FileJournal:
                 continue  # deleted by truncate_segment
             log.info("finalizing %s left open (txids %d..%d)",
                      seg.path, seg.start, reader.last_txid)
-            finalize_file(self.current, seg.start, reader.last_txid)
+            finalize_file(self.current, seg.start, reader.last_txid, self.seen_txid)
         for seg in segment_index(self.current):
             assert seg.end is not None
             if seg.end >= next_txid:
@@ -432,7 +456,7 @@ class FileJournal:
         except OSError as exc:
             raise StorageError(f"cannot create edits segment {path}: {exc}") from exc
         try:
-            write_all(fd, encode_segment_header(first_txid), path)
+            write_all(fd, encode_segment_header(first_txid, self.layout_version), path)
             datasync(fd)
             fsync_dir(self.current)
         except BaseException:
@@ -440,7 +464,8 @@ class FileJournal:
             raise
         self._fd = fd
         self._start = first_txid
-        write_seen_txid(self.current, first_txid - 1)
+        if self.seen_txid is not None:
+            self.seen_txid(first_txid - 1)
         fault_point("editlog.segment_created")
 
     def write_sync(self, data: bytes | bytearray) -> None:
@@ -461,7 +486,7 @@ class FileJournal:
         assert self._fd is not None and self._start is not None, "no open segment"
         start = self._start
         self.close_sync()
-        return finalize_file(self.current, start, last_txid)
+        return finalize_file(self.current, start, last_txid, self.seen_txid)
 
     def close_sync(self) -> None:
         """Close the open segment's file without finalizing it (shutdown after a failure)."""

@@ -5,13 +5,16 @@ One record, big-endian::
     u32 length | u8 opcode | u64 txid | payload | u32 crc32c
                \\____________ length bytes ____/
 
-``length`` counts opcode, txid and payload (so it is at least 9); ``payload`` is the op as
-msgpack (:func:`xdfs.namenode.ops.encode_op`); ``crc32c`` covers opcode, txid and payload.
-A record therefore occupies ``length + 8`` bytes.
+``length`` counts opcode, txid and payload (so it is at least 9); ``payload`` is opaque here
+(the NameNode's ops as msgpack: :mod:`xdfs.namenode.editlog.codec`); ``crc32c`` covers
+opcode, txid and payload. A record therefore occupies ``length + 8`` bytes.
 
 Segment header (start of every segment file)::
 
-    b"XDFSEDIT" | u32 LAYOUT_VERSION | u64 first_txid        (20 bytes)
+    b"XDFSEDIT" | u32 layout_version | u64 first_txid        (20 bytes)
+
+The layout version is the writer's (its owner passes it in); a reader says which version it
+expects, or None to accept any and look at :attr:`SegmentHeader.layout_version` itself.
 
 :func:`parse_frame` looks at one record position and answers with a :class:`Frame`, or a
 :class:`FrameProblem` saying why not: ``SHORT`` (the bytes end inside the record: a torn
@@ -27,8 +30,6 @@ import struct
 from dataclasses import dataclass
 
 import crc32c
-
-from xdfs.namenode.ops import LAYOUT_VERSION, Op, decode_op, encode_op
 
 SEGMENT_MAGIC = b"XDFSEDIT"
 SEGMENT_HEADER = struct.Struct(">8sIQ")
@@ -48,7 +49,7 @@ _crc = crc32c.crc32c
 Buffer = bytes | bytearray | memoryview
 
 
-def encode_segment_header(first_txid: int, layout_version: int = LAYOUT_VERSION) -> bytes:
+def encode_segment_header(first_txid: int, layout_version: int) -> bytes:
     return SEGMENT_HEADER.pack(SEGMENT_MAGIC, layout_version, first_txid)
 
 
@@ -58,15 +59,16 @@ class SegmentHeader:
     first_txid: int
 
 
-def decode_segment_header(data: Buffer) -> SegmentHeader | str:
-    """The header, or a string saying what is wrong with it."""
+def decode_segment_header(data: Buffer, layout_version: int | None) -> SegmentHeader | str:
+    """The header, or a string saying what is wrong with it; ``layout_version``: the one
+    the caller reads (another is then wrong), None to accept any."""
     if len(data) < SEGMENT_HEADER_BYTES:
         return f"short segment header ({len(data)} of {SEGMENT_HEADER_BYTES} bytes)"
     magic, version, first_txid = SEGMENT_HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         return f"bad segment magic {bytes(magic)!r}"
-    if version != LAYOUT_VERSION:
-        return f"segment layout version {version}, this build reads {LAYOUT_VERSION}"
+    if layout_version is not None and version != layout_version:
+        return f"segment layout version {version}, this build reads {layout_version}"
     return SegmentHeader(version, first_txid)
 
 
@@ -74,10 +76,6 @@ def frame_record(opcode: int, txid: int, payload: bytes) -> bytes:
     head = RECORD_HEAD.pack(LENGTH_MIN + len(payload), opcode, txid)
     crc = _crc(payload, _crc(head[4:]))
     return b"".join((head, payload, CRC.pack(crc)))
-
-
-def encode_record(txid: int, op: Op) -> bytes:
-    return frame_record(op.OPCODE, txid, encode_op(op))
 
 
 class Problem(enum.Enum):
@@ -127,21 +125,6 @@ def parse_frame(data: Buffer, offset: int) -> Frame | FrameProblem:
         return FrameProblem(offset, Problem.BAD_CRC, end,
                             f"stored crc {stored:08x}, computed {actual:08x}")
     return Frame(offset, opcode, txid, offset + RECORD_HEAD_BYTES, end)
-
-
-def decode_payload(opcode: int, payload: Buffer) -> Op:
-    """Decode an op; raises ValueError naming the problem (unknown opcode, bad payload) --
-    with a good crc that means a format bug or corruption, never a torn write."""
-    try:
-        return decode_op(opcode, bytes(payload) if isinstance(payload, bytearray) else payload)
-    except KeyError:
-        raise ValueError(f"unknown opcode {opcode}") from None
-    except Exception as exc:  # msgspec.DecodeError / ValidationError
-        raise ValueError(f"opcode {opcode}: bad payload: {exc}") from None
-
-
-def decode_frame(data: Buffer, frame: Frame) -> Op:
-    return decode_payload(frame.opcode, frame.payload(data))
 
 
 def record_bounds(data: Buffer, start: int = 0) -> list[int]:
