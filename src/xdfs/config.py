@@ -405,6 +405,32 @@ class DataNodeConfig:
 
 
 @dataclass(frozen=True)
+class JournalNodeConfig:
+    journal_dir: str = setting("", "Where the JournalNode keeps its journals (--journal-dir).")
+    rpc_address: str = setting(
+        "127.0.0.1:8485", "Where the JournalNode serves (--rpc-address; HDFS's port)."
+    )
+    secret_file: str = setting(
+        "",
+        "File holding the journal secret: a JournalNode accepts only callers presenting it "
+        "(its writer, tailing readers); every process that talks to JournalNodes reads it "
+        "from here. Required by `xdfs journalnode`.",
+    )
+    recovery_bytes_max: int = setting(
+        256 * MiB, "Largest segment an accept_recovery upload may carry."
+    )
+    read_bytes_max: int = setting(
+        1 * MiB,
+        "Most record bytes one get_journaled_edits answer carries (below rpc.frame_bytes_max).",
+    )
+
+    def validate(self) -> None:
+        _require(self.recovery_bytes_max >= 1 * MiB,
+                 "journalnode.recovery_bytes_max must be >= 1 MiB")
+        _require(self.read_bytes_max >= 64 * KiB, "journalnode.read_bytes_max must be >= 64 KiB")
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
     user: str = setting("", "User name to log in as (or XDFS_USER).")
@@ -445,6 +471,7 @@ class XdfsConfig:
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
     datanode: DataNodeConfig = field(default_factory=DataNodeConfig)
     backupnode: BackupNodeConfig = field(default_factory=BackupNodeConfig)
+    journalnode: JournalNodeConfig = field(default_factory=JournalNodeConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
 
@@ -453,6 +480,7 @@ class XdfsConfig:
         self.namenode.validate()
         self.datanode.validate()
         self.backupnode.validate()
+        self.journalnode.validate()
         return self
 
 

@@ -60,17 +60,19 @@ async def quorum_call(
         task.add_done_callback(functools.partial(done, node))
     if call.succeeded or call.hopeless:  # needed == 0
         settled.set()
+    expired = False
     try:
         async with asyncio.timeout(timeout_s):
             await settled.wait()
     except TimeoutError:
-        pass
+        expired = True
     if call.succeeded:
         return call
     pending = call.pending
     detail = call.describe_failures()
     if pending:
-        detail += f"; no answer within {timeout_s:g} s from {', '.join(pending)}"
+        waited = f"no answer within {timeout_s:g} s" if expired else "not answered yet"
+        detail += f"; {waited} from {', '.join(pending)}"
     raise QuorumFailed(
         f"{what}: {len(call.successes)} of {len(call.nodes)} node(s) answered ok, "
         f"{needed} needed ({detail})",
