@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "namenode": ("xdfs.cli.namenode", "namenode", "Run a NameNode (or format its storage)."),
     "datanode": ("xdfs.cli.datanode", "datanode", "Run a DataNode."),
     "backupnode": ("xdfs.cli.backupnode", "backupnode", "Run a BackupNode."),
-    "journalnode": ("xdfs.cli.placeholders", "journalnode", "Run a JournalNode."),
+    "journalnode": ("xdfs.cli.journalnode", "journalnode", "Run a JournalNode."),
     "zkfc": ("xdfs.cli.placeholders", "zkfc", "Run a ZooKeeper failover controller."),
     "logservice": ("xdfs.cli.placeholders", "logservice", "Run the replicated log service."),
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
@@ -53,7 +53,7 @@ class CliState:
 
 #: Roles whose component has not landed yet: still runnable (each says so and exits 2),
 #: but not listed by ``--help``.
-HIDDEN = frozenset({"journalnode", "zkfc", "logservice"})
+HIDDEN = frozenset({"zkfc", "logservice"})
 
 
 class LazyGroup(click.Group):

@@ -21,7 +21,6 @@ def _placeholder(name: str, summary: str) -> click.Command:
     return command
 
 
-journalnode = _placeholder("journalnode", "Run a JournalNode")
 zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
 logservice = _placeholder("logservice", "Run the replicated log service")
 analyze = _placeholder("analyze", "Metadata analytics on Spark")

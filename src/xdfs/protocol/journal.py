@@ -36,6 +36,21 @@ def check_journal_id(journal_id: str) -> str:
     return journal_id
 
 
+def parse_qjournal_uri(uri: str) -> tuple[list[str], str]:
+    """``qjournal://h1:p1;h2:p2;h3:p3/<journal id>`` -> (addresses, journal id), as HDFS's
+    ``dfs.namenode.shared.edits.dir``."""
+    scheme, sep, rest = uri.partition("://")
+    hosts, slash, journal_id = rest.partition("/")
+    addresses = [a.strip() for a in hosts.split(";") if a.strip()]
+    if scheme != "qjournal" or not sep or not slash or not addresses:
+        raise InvalidArgument(
+            f"bad shared edits URI {uri!r}: expected qjournal://host:port;host:port;.../<id>"
+        )
+    if len(set(addresses)) != len(addresses):
+        raise InvalidArgument(f"shared edits URI {uri!r} names a JournalNode twice")
+    return addresses, check_journal_id(journal_id)
+
+
 class SegmentState(msgspec.Struct, frozen=True, order=True, array_like=True):
     """A segment of a journal: txids ``start_txid..end_txid`` (``end_txid`` is
     ``start_txid - 1`` while it holds no record)."""

@@ -34,6 +34,7 @@ from xdfs.protocol import journal as j
 from xdfs.quorum.calls import QuorumCall, majority
 from xdfs.quorum.channel import JournalChannel
 from xdfs.quorum.fanout import QuorumFailed, quorum_call
+from xdfs.quorum.reader import read_all
 from xdfs.quorum.recovery import choose_recovery_source, next_epoch
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,10 @@ class QuorumJournalWriter:
                      self.journal_id, segment_txid)
             return segment_txid - 1
         source, segment = chosen
-        records, layout_version = await self._read_segment(source, segment)
+        records, layout_version = await read_all(
+            [self.channels[source]], self.journal_id, segment.start_txid, segment.end_txid,
+            epoch=self.epoch, batch_bytes=self.settings.read_batch_bytes,
+        )
         accept = j.AcceptRecoveryRequest(self._req(), segment, layout_version)
         await self._quorum("accept_recovery", lambda c: c.accept_recovery(accept, records),
                            nodes=sorted(prepared.successes))
@@ -196,26 +200,6 @@ class QuorumJournalWriter:
         log.info("journal %s: recovered segment %d-%d from %s", self.journal_id,
                  segment.start_txid, segment.end_txid, source)
         return segment.end_txid
-
-    async def _read_segment(self, node: str, segment: j.SegmentState) -> tuple[bytes, int]:
-        """Every record of ``segment`` as stored on ``node`` (committed or not: the writer
-        reads with its own epoch)."""
-        channel = self.channels[node]
-        parts: list[bytes] = []
-        txid = segment.start_txid
-        layout = 0
-        while txid <= segment.end_txid:
-            answer = await channel.get_journaled_edits(j.ReadEditsRequest(
-                self.journal_id, txid, segment.end_txid - txid + 1,
-                self.settings.read_batch_bytes, self.epoch,
-            ))
-            if answer.count <= 0:
-                raise StorageError(f"journal {self.journal_id}: {node} no longer has txid "
-                                   f"{txid} of the segment chosen for recovery")
-            parts.append(answer.records)
-            layout = answer.layout_version
-            txid += answer.count
-        return b"".join(parts), layout
 
     # -- writing --------------------------------------------------------------------------
 
