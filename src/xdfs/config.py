@@ -217,6 +217,23 @@ class NameNodeConfig:
     )
     resource_check_interval_s: float = setting(5.0, "How often name dirs' free space is read.")
     fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
+    shared_edits: str = setting(
+        "",
+        "The quorum journal: qjournal://host:port;host:port;host:port/<journal id>. Empty: "
+        "local edits only. Acknowledged only once a majority of JournalNodes stored an edit.",
+    )
+    journal_write_timeout_s: float = setting(
+        20.0, "A batch must be stored by a majority of JournalNodes within this (HDFS: 20 s)."
+    )
+    journal_call_timeout_s: float = setting(
+        20.0, "Deadline of every other call to JournalNodes (epochs, recovery, segments)."
+    )
+    journal_commit_notify_s: float = setting(
+        0.02, "When no batch follows, the committed txid reaches the JournalNodes this soon."
+    )
+    journal_heartbeat_interval_s: float = setting(
+        1.0, "The writer heartbeats idle JournalNodes this often (and finds out it is fenced)."
+    )
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
     )
