@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xdfs.analytics.export import export_image, write_json_lines_image
-from xdfs.namenode.image import write_image_files
-from xdfs.namenode.ops import LAYOUT_VERSION, ImageHeader, InodeRecord
-from xdfs.namenode.storage import format_md5_file
+from xdfs.common.images import format_md5_file
+from xdfs.namenode.image.fsimage import write_image_files
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, ImageHeader, InodeRecord
 from xdfs.protocol.blocks import BlockRecord
 
 FILES_PER_DIR = 200

@@ -61,13 +61,14 @@ from pathlib import Path
 from bench_env import load_average, machine, proc_cpu_s
 from xdfs.backupnode.replay import decode_batch
 from xdfs.client.client import AsyncClient
+from xdfs.common.images import image_chunks
 from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
-from xdfs.namenode.image_transfer import image_chunks, image_head
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import AddFileOp, CloseFileOp, MkdirOp
-from xdfs.namenode.recovery import load_namespace, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.image.fsimage import image_head
+from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import AddFileOp, CloseFileOp, MkdirOp
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol import namenode as nn_protocol
 from xdfs.protocol.backup import (
     BACKUP_STATUS,

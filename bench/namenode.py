@@ -16,7 +16,7 @@ Four parts, each printed as rows of one Markdown table (ready for docs/benchmark
 (b) **over RPC**: the NameNode in a separate process (``python -m xdfs namenode``), an
     :class:`~xdfs.client.client.AsyncClient` (one connection) here, with 1 and with 64
     calls in flight. ``create`` is two RPCs (create, complete): reported as files/s.
-(c) **memory per file inode**: a :class:`~xdfs.namenode.namespace.Namespace` built by
+(c) **memory per file inode**: a :class:`~xdfs.namenode.namespace.tree.Namespace` built by
     applying AddFileOp + CloseFileOp for ``--files`` files (1M) over 1000 directories; the
     RSS growth per file (what the process really pays, allocator slack included), and the
     exact allocation per file from ``tracemalloc`` on a smaller namespace of the same shape.
@@ -55,12 +55,12 @@ from bench_env import load_average, machine, proc_cpu_s
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
-from xdfs.namenode.format import format_namenode
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import AddFileOp, CloseFileOp, MkdirOp
-from xdfs.namenode.recovery import load_namespace, save_checkpoint
+from xdfs.namenode.image.format import format_namenode
+from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import AddFileOp, CloseFileOp, MkdirOp
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.server import NameNode
-from xdfs.namenode.storage import StorageDirectory
 from xdfs.rpc.loop import run
 
 SUPERUSER, SUPER_PASSWORD = "root", "rootpw"

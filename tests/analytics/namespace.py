@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.integration.conftest import ROOT, ROOT_PW, add_stored_block, connect
 from tests.integration.fake_datanodes import FakeDataNodes, fake_datanodes_of
 from xdfs.client.client import AsyncClient
-from xdfs.namenode.storage import image_name
+from xdfs.common.images import image_name
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplica
 from xdfs.testing.minicluster import MiniCluster

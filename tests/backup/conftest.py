@@ -13,7 +13,7 @@ import msgspec
 from xdfs.backupnode.server import BackupNode
 from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
-from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.server import NameNode
 
 ROOT = "root"

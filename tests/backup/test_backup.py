@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from xdfs.backupnode.server import BackupNode
+from xdfs.common.images import parse_image_name
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
@@ -21,7 +22,6 @@ from xdfs.errors import (
     TakeoverRefused,
     Unavailable,
 )
-from xdfs.namenode.storage import parse_image_name
 from xdfs.protocol.backup import BACKUP_STATUS, FETCH_EDITS, TRANSITION_TO_ACTIVE, FetchEditsRequest
 from xdfs.rpc.messages import Empty
 from xdfs.testing.minicluster import MiniCluster

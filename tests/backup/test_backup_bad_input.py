@@ -13,7 +13,7 @@ import pytest
 from xdfs.backupnode.replay import apply_batch, decode_batch
 from xdfs.errors import InvalidArgument, ProtocolError, StreamError, XdfsError, error_from_code
 from xdfs.namenode.editlog.codec import encode_record
-from xdfs.namenode.ops import MkdirOp
+from xdfs.namenode.namespace.ops import MkdirOp
 from xdfs.namenode.server import NameNode
 from xdfs.protocol.backup import UPLOAD_IMAGE, ImageHead
 from xdfs.rpc.messages import Chunk, ErrorInfo, Kind, Tail
@@ -34,8 +34,8 @@ async def _image_at(nn: NameNode, tmp_path: Path) -> tuple[bytes, int]:
             await client.mkdirs(f"/d{i}")
         image = await client.fetch_image(tmp_path / "fetched")  # fsimage_0, for its bytes
     assert nn.edits is not None and nn.fs is not None
-    from xdfs.namenode.recovery import save_checkpoint
-    from xdfs.namenode.storage import StorageDirectory
+    from xdfs.namenode.image.recovery import save_checkpoint
+    from xdfs.namenode.image.storage import StorageDirectory
 
     scratch = StorageDirectory(tmp_path / "scratch")
     scratch.format("CID-nn", nn.dirs[0].read_version().namespace_id, 0)

@@ -19,10 +19,10 @@ from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.errors import Unavailable
 from xdfs.namenode.editlog.editlog import read_edits
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import MkdirOp
-from xdfs.namenode.recovery import load_namespace
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.image.recovery import load_namespace
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import MkdirOp
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.backup import BACKUP_STATUS, BackupStatus
 from xdfs.rpc.messages import Empty
 from xdfs.testing.lazyfs import CrashSite

@@ -30,7 +30,7 @@ from xdfs.config import KiB, MiB, XdfsConfig
 from xdfs.datanode.replica import Replica
 from xdfs.datanode.server import DataNode
 from xdfs.errors import AlreadyExists, Unavailable
-from xdfs.namenode.blockmanager import BlockManager
+from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster

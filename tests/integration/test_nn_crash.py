@@ -60,14 +60,13 @@ from pathlib import Path
 import pytest
 
 from xdfs.client.client import AsyncClient
+from xdfs.common.images import file_md5, parse_image_name, read_md5_file
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.editlog.segments import SegmentReader, segment_index
 from xdfs.errors import RpcTimeout, Unavailable
 from xdfs.namenode.editlog.codec import decode_payload
-from xdfs.namenode.image import file_md5, read_md5_file
-from xdfs.namenode.ops import LAYOUT_VERSION
-from xdfs.namenode.storage import parse_image_name
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 from xdfs.testing.lazyfs import CrashSite
 
 pytestmark = pytest.mark.slow
@@ -95,7 +94,7 @@ FILE_MODES = (0o600, 0o640, 0o644, 0o664)
 # them itself).
 ARMED_MAIN = (
     "import sys\n"
-    "from xdfs.namenode.storage import arm_faults_from_env\n"
+    "from xdfs.common.faults import arm_faults_from_env\n"
     "arm_faults_from_env()\n"
     "from xdfs.cli.main import main\n"
     "sys.argv[0] = 'xdfs'\n"

@@ -21,9 +21,9 @@ from xdfs.errors import (
     InvalidPath,
     LeaseError,
 )
-from xdfs.namenode import paths
-from xdfs.namenode.ops import RenameOp
-from xdfs.namenode.security import DATANODE_SECRET_FILE
+from xdfs.namenode.namespace import paths
+from xdfs.namenode.namespace.ops import RenameOp
+from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.protocol import datanode as d
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient

@@ -22,7 +22,7 @@ from xdfs.errors import (
     NotFound,
     TokenExpired,
 )
-from xdfs.namenode.ops import TokenKeyRecord
+from xdfs.namenode.namespace.ops import TokenKeyRecord
 from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster
 

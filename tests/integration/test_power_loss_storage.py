@@ -11,8 +11,8 @@ import pytest
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig, read_toml, write_toml
 from xdfs.datanode.storage import DataStorage
-from xdfs.namenode.format import format_namenode
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.image.format import format_namenode
+from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.testing.lazyfs import LazyFS
 
 pytestmark = pytest.mark.powerloss

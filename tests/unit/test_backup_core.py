@@ -12,8 +12,8 @@ from xdfs.editlog.framing import record_bounds
 from xdfs.editlog.segments import FileJournal, read_segment_records
 from xdfs.namenode.editlog.codec import encode_record
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
-from xdfs.namenode.edits_replicator import CachedEdits
-from xdfs.namenode.ops import LAYOUT_VERSION, MkdirOp
+from xdfs.namenode.editlog.replicator import CachedEdits
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, MkdirOp
 
 
 def _op(txid: int) -> MkdirOp:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.common.faults import FAULTS
 from xdfs.editlog.segments import FileJournal, segment_index, segment_name
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
-from xdfs.namenode.ops import LAYOUT_VERSION, MkdirOp, Op
-from xdfs.namenode.storage import FAULTS, StorageDirectory
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, MkdirOp, Op
 
 
 def op(i: int) -> Op:

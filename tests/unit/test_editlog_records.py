@@ -25,7 +25,7 @@ from xdfs.editlog.framing import (
 )
 from xdfs.editlog.segments import parse_segment_name, segment_name
 from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
-from xdfs.namenode.ops import (
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     AddBlockOp,
     AddFileOp,

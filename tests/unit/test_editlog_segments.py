@@ -20,8 +20,8 @@ from xdfs.editlog.segments import (
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.codec import encode_record
 from xdfs.namenode.editlog.editlog import read_edits
-from xdfs.namenode.ops import LAYOUT_VERSION, MkdirOp, Op
-from xdfs.namenode.storage import read_seen_txid, write_seen_txid
+from xdfs.namenode.image.storage import read_seen_txid, write_seen_txid
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, MkdirOp, Op
 
 
 def op(i: int) -> Op:

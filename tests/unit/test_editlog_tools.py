@@ -9,8 +9,8 @@ import pytest
 from xdfs.editlog.segments import segment_name
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.editlog import EditLog
-from xdfs.namenode.ops import AddBlockOp, AddUserOp, MkdirOp, Op
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import AddBlockOp, AddUserOp, MkdirOp, Op
 from xdfs.namenode.tools import dump_edits, edits_stats
 from xdfs.protocol.blocks import BlockRecord
 

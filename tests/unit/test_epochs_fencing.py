@@ -26,10 +26,10 @@ from xdfs.common.files import DirLock, LockHolder, parse_lock_holder, probe_lock
 from xdfs.datanode.epochs import EpochWatermark, Verdict, load_epoch, store_epoch
 from xdfs.errors import ConfigError, InvalidArgument, StorageError, TakeoverRefused
 from xdfs.namenode.ha import Position, peer_verdict
-from xdfs.namenode.namespace import FIRST_EPOCH, Namespace
-from xdfs.namenode.ops import NewEpochOp
-from xdfs.namenode.recovery import load_namespace, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import NewEpochOp
+from xdfs.namenode.namespace.tree import FIRST_EPOCH, Namespace
 from xdfs.protocol.ha import HaStatus
 
 # --- the DataNode's epoch rule ---------------------------------------------------------

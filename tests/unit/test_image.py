@@ -16,10 +16,11 @@ from typing import cast
 
 import pytest
 
+from xdfs.common.images import md5_name
 from xdfs.common.modes import permission_string
 from xdfs.errors import AlreadyExists, InvalidArgument, NotFound, StorageError
-from xdfs.namenode import image as image_mod
-from xdfs.namenode.image import (
+from xdfs.namenode.image import fsimage as image_mod
+from xdfs.namenode.image.fsimage import (
     IMAGE_MAGIC,
     ImageReader,
     iter_image,
@@ -28,7 +29,9 @@ from xdfs.namenode.image import (
     save_image,
     write_image_files,
 )
-from xdfs.namenode.ops import (
+from xdfs.namenode.image.recovery import save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     AddFileOp,
     AddTokenKeyOp,
@@ -41,8 +44,6 @@ from xdfs.namenode.ops import (
     TokenKeyRecord,
     UserRecord,
 )
-from xdfs.namenode.recovery import save_checkpoint
-from xdfs.namenode.storage import StorageDirectory, md5_name
 from xdfs.namenode.tools import dump_image, image_summary, iter_inode_paths
 from xdfs.protocol.blocks import BlockRecord
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import LockedOut, LoginThrottled
-from xdfs.namenode.login_guard import GuardSettings, Key, LoginGuard
+from xdfs.namenode.security.login_guard import GuardSettings, Key, LoginGuard
 
 ALICE, HOST, OTHER_HOST = Key("user", "alice"), Key("host", "10.0.0.9"), Key("host", "10.0.0.7")
 

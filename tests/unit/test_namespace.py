@@ -17,9 +17,8 @@ from xdfs.errors import (
     StorageError,
     XdfsError,
 )
-from xdfs.namenode import namespace
-from xdfs.namenode.namespace import FIRST_BLOCK_ID, FIRST_GENSTAMP, Namespace
-from xdfs.namenode.ops import (
+from xdfs.namenode.namespace import tree as namespace
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     AddBlockOp,
     AddFileOp,
@@ -42,7 +41,8 @@ from xdfs.namenode.ops import (
     SetTimesOp,
     UpdateBlocksOp,
 )
-from xdfs.namenode.permissions import mode_string
+from xdfs.namenode.namespace.permissions import mode_string
+from xdfs.namenode.namespace.tree import FIRST_BLOCK_ID, FIRST_GENSTAMP, Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary
 

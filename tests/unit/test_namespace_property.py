@@ -25,8 +25,7 @@ from xdfs.errors import (
     NotFound,
     XdfsError,
 )
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import (
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     AddBlockOp,
     AddFileOp,
@@ -39,6 +38,7 @@ from xdfs.namenode.ops import (
     SetPermissionOp,
     SetTimesOp,
 )
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 
 T = 1_700_000_000_000

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import InvalidArgument
-from xdfs.namenode.inodes import FileInode
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import (
+from xdfs.namenode.blocks.replication import block_state
+from xdfs.namenode.namespace.inodes import FileInode
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     AddBlockOp,
     AddFileOp,
@@ -18,7 +18,7 @@ from xdfs.namenode.ops import (
     RenameOp,
     UpdateBlocksOp,
 )
-from xdfs.namenode.replication import block_state
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 
 

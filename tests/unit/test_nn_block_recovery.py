@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import InvalidArgument
-from xdfs.namenode.block_recovery import (
+from xdfs.namenode.blocks.blockmap import REPORTED_BAD, Replica
+from xdfs.namenode.blocks.recovery import (
     RECOVERY_HOLDER,
     BlockRecoveries,
     CloseNow,
     RecoverBlock,
     plan_lease_recovery,
 )
-from xdfs.namenode.blockmap import REPORTED_BAD, Replica
-from xdfs.namenode.ops import CloseFileOp, ReassignLeaseOp
+from xdfs.namenode.namespace.ops import CloseFileOp, ReassignLeaseOp
 from xdfs.protocol.blocks import BlockRecord
 
 from .test_nn_blockmanager import Harness

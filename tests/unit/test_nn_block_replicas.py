@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import InvalidArgument
-from xdfs.namenode import fsck
-from xdfs.namenode.block_recovery import RecoverBlock
-from xdfs.namenode.ops import CloseFileOp, DeleteOp, SetReplicationOp
+from xdfs.namenode.blocks import fsck
+from xdfs.namenode.blocks.recovery import RecoverBlock
+from xdfs.namenode.namespace.ops import CloseFileOp, DeleteOp, SetReplicationOp
 from xdfs.protocol.blocks import BlockRecord
 
 from .test_nn_blockmanager import GiB, Harness

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from xdfs.errors import AccessDenied
-from xdfs.namenode import fsck
-from xdfs.namenode.ops import AddUserOp, MkdirOp
+from xdfs.namenode.blocks import fsck
+from xdfs.namenode.namespace.ops import AddUserOp, MkdirOp
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import FsckReport
 

@@ -17,16 +17,16 @@ import pytest
 from xdfs.common import tokens
 from xdfs.config import NameNodeConfig
 from xdfs.errors import InvalidArgument, UnknownDataNode
-from xdfs.namenode.blockmanager import BlockManager, Commands
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import (
+from xdfs.namenode.blocks.manager import BlockManager, Commands
+from xdfs.namenode.blocks.safemode import SafeMode
+from xdfs.namenode.namespace.ops import (
     AddBlockOp,
     AddFileOp,
     AddTokenKeyOp,
     CloseFileOp,
     Op,
 )
-from xdfs.namenode.safemode import SafeMode
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import StorageReport
 

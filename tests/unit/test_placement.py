@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from xdfs.errors import NotEnoughReplicas
-from xdfs.namenode.datanodes import DataNode
-from xdfs.namenode.placement import choose_targets
+from xdfs.namenode.blocks.datanodes import DataNode
+from xdfs.namenode.blocks.placement import choose_targets
 from xdfs.protocol.datanode import StorageReport
 
 GiB = 1 << 30

@@ -15,19 +15,21 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_image import FakeNamespace
+from xdfs.common.faults import FAULTS
+from xdfs.common.images import md5_name
 from xdfs.editlog.framing import SEGMENT_HEADER_BYTES
 from xdfs.editlog.segments import SegmentInfo, segment_index, segment_name
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
-from xdfs.namenode.ops import LAYOUT_VERSION, DeleteOp, MkdirOp, Op, SetPermissionOp
-from xdfs.namenode.recovery import (
+from xdfs.namenode.image.recovery import (
     analyze_dir_log,
     load_namespace,
     plan_purge,
     purge,
     save_checkpoint,
 )
-from xdfs.namenode.storage import FAULTS, StorageDirectory, md5_name
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, DeleteOp, MkdirOp, Op, SetPermissionOp
 
 
 @pytest.fixture(autouse=True)
@@ -185,7 +187,7 @@ async def test_bad_newest_image_falls_back_to_older(
     data = bytearray(image.read_bytes())
     data[len(data) // 2] ^= 0xFF
     image.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="xdfs.namenode.recovery"):
+    with caplog.at_level(logging.WARNING, logger="xdfs.namenode.image.recovery"):
         loaded, last = load_namespace(dirs, FakeNamespace)
     assert last == 15 and loaded.canonical_dump() == ns.canonical_dump()
     assert loaded.applied == 15  # replayed from the txid-0 image
@@ -324,7 +326,7 @@ async def test_purge_leaves_everything_without_images(tmp_path: Path) -> None:
 
 
 async def test_real_namespace_replay_equals_live_state(tmp_path: Path) -> None:
-    from xdfs.namenode.namespace import Namespace
+    from xdfs.namenode.namespace.tree import Namespace
 
     dirs = [StorageDirectory(tmp_path / "nn")]
     dirs[0].format("CID", 7, 1)
@@ -357,8 +359,8 @@ async def test_real_namespace_replay_equals_live_state(tmp_path: Path) -> None:
 CRASH_WRITER = textwrap.dedent("""
     import asyncio, sys
     from xdfs.namenode.editlog.editlog import EditLog
-    from xdfs.namenode.ops import MkdirOp
-    from xdfs.namenode.storage import StorageDirectory
+    from xdfs.namenode.namespace.ops import MkdirOp
+    from xdfs.namenode.image.storage import StorageDirectory
 
     async def main():
         sd = StorageDirectory(sys.argv[1])

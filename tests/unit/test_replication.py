@@ -3,8 +3,8 @@ corrupt replicas replaced before they are deleted. Time is injected; nothing sle
 
 from __future__ import annotations
 
-from xdfs.namenode.ops import SetReplicationOp
-from xdfs.namenode.replication_queues import NeededReplications, PendingReplications
+from xdfs.namenode.blocks.replication_queues import NeededReplications, PendingReplications
+from xdfs.namenode.namespace.ops import SetReplicationOp
 from xdfs.protocol.blocks import BlockRecord
 
 from .test_nn_blockmanager import Harness

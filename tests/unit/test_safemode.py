@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import SafeModeError
-from xdfs.namenode.safemode import MANUAL_REASON, SafeMode
+from xdfs.namenode.blocks.safemode import MANUAL_REASON, SafeMode
 
 
 def on(mode: SafeMode) -> bool:

@@ -11,22 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from xdfs.errors import StorageError
-from xdfs.namenode import storage
-from xdfs.namenode.ops import LAYOUT_VERSION
-from xdfs.namenode.storage import (
-    FAULTS,
-    StorageDirectory,
-    VersionInfo,
-    arm_faults_from_env,
-    atomic_write,
-    fault_point,
+from xdfs.common.faults import FAULTS, arm_faults_from_env, fault_point
+from xdfs.common.files import atomic_write
+from xdfs.common.images import (
+    ckpt_name,
     format_md5_file,
-    format_version,
+    md5_name,
     parse_image_name,
     parse_md5_file,
-    parse_version,
 )
+from xdfs.errors import StorageError
+from xdfs.namenode.image.storage import StorageDirectory, VersionInfo, format_version, parse_version
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +129,7 @@ def test_lock_held_against_another_process(tmp_path: Path) -> None:
     root = tmp_path / "nn"
     script = textwrap.dedent(f"""
         import sys, time
-        from xdfs.namenode.storage import StorageDirectory
+        from xdfs.namenode.image.storage import StorageDirectory
         sd = StorageDirectory({str(root)!r})
         sd.lock()
         print("locked", flush=True)
@@ -154,7 +150,7 @@ def test_lock_held_against_another_process(tmp_path: Path) -> None:
         sd.lock()
         other = subprocess.run(
             [sys.executable, "-c",
-             f"from xdfs.namenode.storage import StorageDirectory\n"
+             f"from xdfs.namenode.image.storage import StorageDirectory\n"
              f"StorageDirectory({str(root)!r}).lock()"],
             capture_output=True, text=True, timeout=60,
         )
@@ -186,9 +182,9 @@ def test_images_lists_complete_ones_newest_first(tmp_path: Path) -> None:
         sd.format("C", 1, 1)
         for txid in (3, 9, 5):
             sd.image_path(txid).write_bytes(b"")
-            (sd.current / storage.md5_name(txid)).write_text("")
+            (sd.current / md5_name(txid)).write_text("")
         sd.image_path(11).write_bytes(b"")  # no md5: incomplete
-        (sd.current / storage.ckpt_name(12)).write_bytes(b"")
+        (sd.current / ckpt_name(12)).write_bytes(b"")
         assert sd.images() == [9, 5, 3]
 
 
@@ -220,7 +216,7 @@ def test_faults_from_env_exit_a_real_process(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="exit or kill"):
         arm_faults_from_env({"XDFS_FAULTS": "editlog.before_fsync=explode"})
     script = textwrap.dedent("""
-        from xdfs.namenode.storage import arm_faults_from_env, fault_point
+        from xdfs.common.faults import arm_faults_from_env, fault_point
         arm_faults_from_env()
         fault_point("editlog.before_fsync")
         print("passed once", flush=True)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from xdfs.common.modes import permission_string
 from xdfs.namenode import tools
-from xdfs.namenode.image import ImageReader, Verify
+from xdfs.namenode.image.fsimage import ImageReader, Verify
 from xdfs.protocol.namenode import BlockMapRow, DataNodeInfo
 
 #: Rows per Parquet row group (and per batch held in memory while exporting).

@@ -1,7 +1,7 @@
 """Bytes per inode of the NameNode's in-memory namespace, measured on a real image.
 
 The first ``max_inodes`` inodes of the image (parents come first, so any prefix is a tree)
-are loaded into :class:`xdfs.namenode.namespace.Namespace` -- the structures a NameNode
+are loaded into :class:`xdfs.namenode.namespace.tree.Namespace` -- the structures a NameNode
 keeps -- with ``tracemalloc`` counting every allocation; bytes allocated and still held,
 divided by the inodes loaded, is the figure. That includes each file's blocks and the block
 index, so it is the cost per inode of *this* namespace's mix of files, directories and
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from xdfs.namenode.image import _INODES_DECODER, ImageReader
-from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.image.fsimage import ImageReader
+from xdfs.namenode.namespace.tree import Namespace
 
 MEASURE_INODES_MAX = 200_000
 
@@ -39,8 +39,7 @@ def measure_bytes_per_inode(
         count = min(header.inode_count, max_inodes)
         partial = msgspec.structs.replace(header, inode_count=count, user_count=0,
                                           token_key_count=0)
-        records = itertools.islice(itertools.chain.from_iterable(
-            reader.read_batches(_INODES_DECODER, header.inode_count, "inodes")), count)
+        records = itertools.islice(reader.inodes(header), count)
         gc.collect()
         tracemalloc.start()
         try:

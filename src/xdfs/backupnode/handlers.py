@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xdfs.errors import AccessDenied, NotActive, NotAuthenticated
-from xdfs.namenode.auth import ANONYMOUS
+from xdfs.namenode.security.auth import ANONYMOUS
 from xdfs.protocol.backup import BackupStatus, TakeoverResponse
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import CallContext

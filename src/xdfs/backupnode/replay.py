@@ -14,7 +14,7 @@ from typing import Protocol
 from xdfs.editlog.framing import FrameProblem, parse_frame
 from xdfs.errors import ProtocolError, StorageError, XdfsError
 from xdfs.namenode.editlog.codec import decode_frame
-from xdfs.namenode.ops import Op
+from xdfs.namenode.namespace.ops import Op
 
 
 class ReplayTarget(Protocol):

@@ -39,7 +39,8 @@ from xdfs.backupnode.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
-from xdfs.common.files import make_dirs
+from xdfs.common.files import fsync_dir, make_dirs
+from xdfs.common.images import image_chunks, md5_name, receive_image
 from xdfs.config import XdfsConfig
 from xdfs.editlog.segments import segment_index
 from xdfs.errors import (
@@ -50,13 +51,13 @@ from xdfs.errors import (
     TakeoverRefused,
     XdfsError,
 )
-from xdfs.namenode.auth import NamespaceAuthenticator
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.ha import HaHandlers, call_once
-from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.recovery import load_namespace, purge, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory, fsync_dir, md5_name
+from xdfs.namenode.image.fsimage import header_check, image_head
+from xdfs.namenode.image.recovery import load_namespace, purge, save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.security.auth import NamespaceAuthenticator
 from xdfs.protocol import namenode as nn_protocol
 from xdfs.protocol.backup import (
     BACKUP_SERVICE,
@@ -252,7 +253,8 @@ class BackupNode:
             await self.edits.close()
             self.edits = None
         async with await self.rpc.download(FETCH_IMAGE, Empty()) as stream:
-            path = await receive_image(stream.head, stream, self.dir.current, expect_ids=ids)
+            path = await receive_image(stream.head, stream, self.dir.current,
+                                       check=header_check(stream.head, ids))
             txid = stream.head.txid
         await asyncio.to_thread(_drop_local_state_before, self.dir, txid)
         log.info("bootstrapped from the NameNode's image %s", path.name)

@@ -183,7 +183,7 @@ def _address(process: ServerProcess) -> str:
 def _datanode_login(name_dir: Path) -> list[str]:
     """DataNodes log in with the cluster's DataNode secret, which the NameNode (started
     first) writes to its name dir; never with the superuser's password."""
-    from xdfs.namenode.security import DATANODE_SECRET_FILE
+    from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 
     return ["-D", f"datanode.secret_file={name_dir / DATANODE_SECRET_FILE}"]
 

@@ -67,7 +67,7 @@ def namenode(
 
 
 def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) -> None:
-    from xdfs.namenode.format import format_namenode
+    from xdfs.namenode.image.format import format_namenode
 
     user = os.environ.get("XDFS_USER") or getpass.getuser()
     result = format_namenode(

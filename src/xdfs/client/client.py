@@ -315,7 +315,7 @@ class AsyncClient:
     async def fetch_image(self, directory: str | os.PathLike[str]) -> Path:
         """Download the NameNode's newest fsimage into ``directory`` (as ``fsimage_<txid>``
         plus its ``.md5``, md5 verified, installed atomically); returns its path."""
-        from xdfs.namenode.image_transfer import receive_image
+        from xdfs.common.images import receive_image
         from xdfs.protocol.backup import FETCH_IMAGE
 
         target = Path(directory)
@@ -329,7 +329,7 @@ class AsyncClient:
         """Stream the NameNode's live block map (superuser only): ``sink`` gets the rows a
         batch at a time as they arrive (so a large map is never held whole); returns the
         head (block and replica counts, the DataNodes)."""
-        from xdfs.namenode.blockmap_export import FrameDecoder
+        from xdfs.protocol.block_map import FrameDecoder
 
         decoder = FrameDecoder()
         async with await self.rpc.download(p.BLOCK_MAP, Empty()) as stream:

@@ -17,6 +17,9 @@ from typing import NamedTuple
 from xdfs.common.faults import fault_point
 from xdfs.errors import StorageError
 
+#: Width of the zero-padded txids in the names of edits segments and fsimage files.
+TXID_DIGITS = 19
+
 #: fdatasync where the platform has it: enough for appends (the size is flushed too).
 datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 

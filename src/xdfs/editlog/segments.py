@@ -42,7 +42,7 @@ from typing import BinaryIO, Literal, TypeVar
 import crc32c
 
 from xdfs.common.faults import fault_point
-from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.common.files import TXID_DIGITS, datasync, fsync_dir, write_all
 from xdfs.editlog.framing import (
     CRC,
     CRC_BYTES,
@@ -65,8 +65,6 @@ from xdfs.errors import StorageError
 log = logging.getLogger("xdfs.editlog")
 
 READ_CHUNK_BYTES = 1024 * 1024
-#: Width of the zero-padded txids in segment (and image) file names.
-TXID_DIGITS = 19
 T = TypeVar("T")
 #: Raises the owner's ``seen_txid`` to the txid given (see the module docstring).
 SeenTxidHook = Callable[[int], None]

@@ -38,12 +38,12 @@ from xdfs.errors import (
     NotEnoughReplicas,
     NotFound,
 )
-from xdfs.namenode import paths, trash
-from xdfs.namenode.block_recovery import RECOVERY_HOLDER, Attempt, CloseNow
-from xdfs.namenode.blockmanager import BlockManager
-from xdfs.namenode.leases import LeaseManager
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import (
+from xdfs.namenode.blocks.manager import BlockManager
+from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
+from xdfs.namenode.blocks.safemode import SafeMode
+from xdfs.namenode.namespace import paths, trash
+from xdfs.namenode.namespace.leases import LeaseManager
+from xdfs.namenode.namespace.ops import (
     AddBlockOp,
     AddFileOp,
     CloseFileOp,
@@ -58,7 +58,7 @@ from xdfs.namenode.ops import (
     SetTimesOp,
     UpdateBlocksOp,
 )
-from xdfs.namenode.safemode import SafeMode
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.trash_ops import TrashOps
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (

@@ -25,22 +25,23 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from xdfs.common.files import atomic_write
+from xdfs.common.images import image_chunks, receive_image
 from xdfs.config import XdfsConfig
 from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
-from xdfs.namenode import security
-from xdfs.namenode.auth import NameNodeAuth
-from xdfs.namenode.backup_handlers import BackupProtocolHandlers
-from xdfs.namenode.datanode_handlers import DataNodeHandlers
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
-from xdfs.namenode.edits_replicator import EditsReplicator
+from xdfs.namenode.editlog.replicator import EditsReplicator
 from xdfs.namenode.ha import HaHandlers, Position, check_peers
-from xdfs.namenode.handlers import AdminHandlers, ClientHandlers
-from xdfs.namenode.image_transfer import image_chunks, image_head, receive_image
-from xdfs.namenode.namespace import Namespace
+from xdfs.namenode.handlers.backup import BackupProtocolHandlers
+from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
+from xdfs.namenode.handlers.datanode import DataNodeHandlers
+from xdfs.namenode.image.fsimage import header_check, image_head
+from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
+from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem
-from xdfs.namenode.ops import NewEpochOp, Op, SetDataNodeSecretOp
-from xdfs.namenode.recovery import check_versions, load_namespace, purge, save_checkpoint
-from xdfs.namenode.storage import StorageDirectory, VersionInfo
+from xdfs.namenode.security import passwords
+from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.ha import HA_SERVICE, ROLE_ACTIVE, HaStatus
@@ -168,14 +169,14 @@ class NameNode:
         def plan() -> list[Op]:
             if fs.ns.datanode_secret:
                 return []
-            return [SetDataNodeSecretOp(os.urandom(security.DATANODE_SECRET_BYTES))]
+            return [SetDataNodeSecretOp(os.urandom(passwords.DATANODE_SECRET_BYTES))]
 
         if not fs.ns.datanode_secret:
             await fs.mutate("set the DataNode secret", plan, lambda: None,
                             allowed_in_safe_mode=True)
-        text = security.datanode_secret_text(fs.ns.datanode_secret).encode("ascii")
+        text = passwords.datanode_secret_text(fs.ns.datanode_secret).encode("ascii")
         for d in self.dirs:
-            path = d.root / security.DATANODE_SECRET_FILE
+            path = d.root / passwords.DATANODE_SECRET_FILE
             if not path.exists() or path.read_bytes() != text:
                 atomic_write(path, text, mode=0o600)
 
@@ -292,9 +293,10 @@ class NameNode:
         version = self.dirs[0].read_version()
         ids = (version.namespace_id, version.cluster_id)
         async with self._checkpoint_lock:
-            first = await receive_image(head, chunks, self.dirs[0].current, expect_ids=ids)
+            check = header_check(head, ids)
+            first = await receive_image(head, chunks, self.dirs[0].current, check=check)
             for d in self.dirs[1:]:  # verified again on the way: a local copy can fail too
-                await receive_image(head, image_chunks(first), d.current, expect_ids=ids)
+                await receive_image(head, image_chunks(first), d.current, check=check)
             self.image_txid = max(self.image_txid, head.txid)
             self.last_checkpoint_s = self.clock()
             purged = self._purge()

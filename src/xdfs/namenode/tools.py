@@ -23,8 +23,8 @@ from xdfs.editlog.segments import (
 )
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.codec import decode_payload
-from xdfs.namenode.image import Verify, iter_image
-from xdfs.namenode.ops import (
+from xdfs.namenode.image.fsimage import Verify, iter_image
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     OPS_BY_CODE,
     AddBlockOp,

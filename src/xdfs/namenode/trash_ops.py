@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xdfs.errors import AlreadyExists
-from xdfs.namenode import paths, trash
-from xdfs.namenode.ops import DeleteOp, MkdirOp, Op, RenameOp
+from xdfs.namenode.namespace import paths, trash
+from xdfs.namenode.namespace.ops import DeleteOp, MkdirOp, Op, RenameOp
 from xdfs.protocol.namenode import DEFAULT_MODE, FileStatus
 
 if TYPE_CHECKING:

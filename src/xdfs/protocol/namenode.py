@@ -376,9 +376,8 @@ FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
 
 
 class BlockMapHead(msgspec.Struct):
-    """Head of the ``block_map`` download. The chunks are a byte stream of frames, each a
-    big-endian u32 length then a msgpack array of :class:`BlockMapRow` (chunk boundaries do
-    not follow frames: the stream may split them). The counts are those of the moment the
+    """Head of the ``block_map`` download. The chunks are a byte stream of frames of
+    :class:`BlockMapRow` (:mod:`xdfs.protocol.block_map`). The counts are those of the moment the
     call started; the rows are read batch by batch, so a change meanwhile may show."""
 
     blocks: int  # blocks of the namespace
@@ -403,7 +402,7 @@ class BlockMapRow(msgspec.Struct, array_like=True, gc=False):
     replica_state: str  # "good" | "corrupt" | "missing"
     replica_bytes: int
     replica_genstamp: int
-    corrupt_flags: int  # xdfs.namenode.blockmap BAD_GENSTAMP | BAD_LENGTH | REPORTED_BAD
+    corrupt_flags: int  # xdfs.namenode.blocks.blockmap BAD_GENSTAMP | BAD_LENGTH | REPORTED_BAD
 
 
 BLOCK_MAP = Method(

@@ -15,8 +15,8 @@ from typing import Any
 from xdfs.backupnode.server import BackupNode
 from xdfs.config import XdfsConfig
 from xdfs.datanode.server import DataNode
-from xdfs.namenode.format import format_namenode
-from xdfs.namenode.security import DATANODE_SECRET_FILE
+from xdfs.namenode.image.format import format_namenode
+from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.namenode.server import NameNode
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello

@@ -1,14 +1,14 @@
 """The NameNode's ops as edit records: the op-aware half of the framing in
 :mod:`xdfs.editlog.framing` (which knows records only as opcode, txid and opaque payload).
 
-A record's payload is the op as msgpack (:func:`xdfs.namenode.ops.encode_op`), its opcode
+A record's payload is the op as msgpack (:func:`xdfs.namenode.namespace.ops.encode_op`), its opcode
 the op's ``OPCODE``.
 """
 
 from __future__ import annotations
 
 from xdfs.editlog.framing import Buffer, Frame, frame_record
-from xdfs.namenode.ops import Op, decode_op, encode_op
+from xdfs.namenode.namespace.ops import Op, decode_op, encode_op
 
 
 def encode_record(txid: int, op: Op) -> bytes:

@@ -41,7 +41,7 @@ from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, recor
 from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.errors import ConfigError, StorageError
 from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
-from xdfs.namenode.ops import LAYOUT_VERSION, Op
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 
 log = logging.getLogger("xdfs.namenode.editlog")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from xdfs.errors import AccessDenied, InvalidArgument, NotADirectory, NotFound
-from xdfs.namenode.inodes import DirInode, Inode
-from xdfs.namenode.paths import join
+from xdfs.namenode.namespace.inodes import DirInode, Inode
+from xdfs.namenode.namespace.paths import join
 
 READ = 4
 WRITE = 2

@@ -29,9 +29,9 @@ from xdfs.errors import (
     NotADirectory,
     NotFound,
 )
-from xdfs.namenode import namespace_image
-from xdfs.namenode import permissions as perm
-from xdfs.namenode.inodes import (
+from xdfs.namenode.namespace import image_codec
+from xdfs.namenode.namespace import permissions as perm
+from xdfs.namenode.namespace.inodes import (
     FIRST_INODE_ID,
     ROOT_ID,
     DirInode,
@@ -41,7 +41,7 @@ from xdfs.namenode.inodes import (
     link,
     unlink,
 )
-from xdfs.namenode.ops import (
+from xdfs.namenode.namespace.ops import (
     ALL_OPS,
     AddBlockOp,
     AddFileOp,
@@ -68,7 +68,7 @@ from xdfs.namenode.ops import (
     UpdateBlocksOp,
     UserRecord,
 )
-from xdfs.namenode.paths import join, split_path
+from xdfs.namenode.namespace.paths import join, split_path
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
 
@@ -791,8 +791,8 @@ class Namespace:
     # --- images --------------------------------------------------------------------------
 
     def iter_inode_records(self) -> Iterator[InodeRecord]:
-        """Every inode, root first, parents before children (see namespace_image)."""
-        return namespace_image.inode_records(self)
+        """Every inode, root first, parents before children (see image_codec)."""
+        return image_codec.inode_records(self)
 
     def user_records(self) -> list[UserRecord]:
         return [self.users[name] for name in sorted(self.users)]
@@ -811,7 +811,7 @@ class Namespace:
         """Rebuild a namespace exactly; StorageError("corrupt image ...") when the records
         do not form a tree that matches the header."""
         ns = cls(header.superuser, header.supergroup)
-        namespace_image.load_into(ns, header, inodes, users, token_keys)
+        image_codec.load_into(ns, header, inodes, users, token_keys)
         return ns
 
     # --- equality ------------------------------------------------------------------------
@@ -819,7 +819,7 @@ class Namespace:
     def canonical_dump(self) -> list[tuple[object, ...]]:
         """Everything that defines this namespace, deterministically ordered: two namespaces
         are equal iff their dumps are. For replay/backup tests, not for large trees."""
-        return namespace_image.canonical_dump(self)
+        return image_codec.canonical_dump(self)
 
 
 # Every op of the contract has exactly one handler (a new op must not be silently ignored).

@@ -11,10 +11,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotAuthenticated
-from xdfs.namenode import blockmap_export
-from xdfs.namenode import fsck as health
-from xdfs.namenode.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
+from xdfs.namenode.blocks import blockmap_export
+from xdfs.namenode.blocks import fsck as health
 from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty

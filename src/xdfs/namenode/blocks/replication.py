@@ -34,17 +34,17 @@ from typing import NamedTuple
 
 from xdfs.config import NameNodeConfig
 from xdfs.errors import NotEnoughReplicas
-from xdfs.namenode import placement
-from xdfs.namenode.blockmap import BAD_GENSTAMP, BAD_LENGTH, BlockMap
-from xdfs.namenode.datanodes import DataNode, DataNodeManager, ReplicationWork
-from xdfs.namenode.inodes import FileInode
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.replication_queues import (
+from xdfs.namenode.blocks import placement
+from xdfs.namenode.blocks.blockmap import BAD_GENSTAMP, BAD_LENGTH, BlockMap
+from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager, ReplicationWork
+from xdfs.namenode.blocks.replication_queues import (
     NeededReplications,
     PendingReplications,
     PendingTask,
 )
-from xdfs.namenode.safemode import SafeMode
+from xdfs.namenode.blocks.safemode import SafeMode
+from xdfs.namenode.namespace.inodes import FileInode
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 
 

@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from xdfs.common.faults import fault_point
+from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.common.images import parse_image_name
 from xdfs.editlog.segments import (
     SegmentInfo,
     scan_segment,
@@ -41,8 +44,9 @@ from xdfs.editlog.segments import (
 )
 from xdfs.errors import StorageError, XdfsError
 from xdfs.namenode.editlog.editlog import read_dir_edits
-from xdfs.namenode.image import load_image, save_image
-from xdfs.namenode.ops import (
+from xdfs.namenode.image.fsimage import load_image, save_image
+from xdfs.namenode.image.storage import StorageDirectory, VersionInfo, read_seen_txid
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     ImageHeader,
     InodeRecord,
@@ -50,18 +54,8 @@ from xdfs.namenode.ops import (
     TokenKeyRecord,
     UserRecord,
 )
-from xdfs.namenode.storage import (
-    StorageDirectory,
-    VersionInfo,
-    datasync,
-    fault_point,
-    fsync_dir,
-    parse_image_name,
-    read_seen_txid,
-    write_all,
-)
 
-log = logging.getLogger("xdfs.namenode.recovery")
+log = logging.getLogger("xdfs.namenode.image.recovery")
 
 
 class ReplayTarget(Protocol):

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from xdfs.common.files import make_dirs
 from xdfs.config import NameNodeConfig
-from xdfs.namenode import security
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import AddTokenKeyOp, AddUserOp, MkdirOp, SetDataNodeSecretOp
-from xdfs.namenode.recovery import save_checkpoint
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.image.recovery import save_checkpoint
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.ops import AddTokenKeyOp, AddUserOp, MkdirOp, SetDataNodeSecretOp
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.security import passwords
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ def initial_namespace(
     config: NameNodeConfig, superuser: str, password: str, now_ms: int
 ) -> Namespace:
     ns = Namespace(superuser, config.supergroup, root_mtime_ms=now_ms)
-    salt = os.urandom(security.SALT_BYTES)
-    digest = security.hash_password(password, salt)
+    salt = os.urandom(passwords.SALT_BYTES)
+    digest = passwords.hash_password(password, salt)
     ns.apply(AddUserOp(superuser, digest, salt, (config.supergroup,), now_ms))
     key_expiry_ms = now_ms + int((config.token_key_rotation_s + config.token_lifetime_s) * 1000)
     ns.apply(AddTokenKeyOp(1, os.urandom(32), key_expiry_ms))
-    ns.apply(SetDataNodeSecretOp(os.urandom(security.DATANODE_SECRET_BYTES)))
+    ns.apply(SetDataNodeSecretOp(os.urandom(passwords.DATANODE_SECRET_BYTES)))
     ns.apply(MkdirOp("/user", ns.allocate_inode_id(), 0o755, superuser, config.supergroup, now_ms))
     ns.apply(MkdirOp("/tmp", ns.allocate_inode_id(), 0o1777, superuser, config.supergroup, now_ms))
     return ns

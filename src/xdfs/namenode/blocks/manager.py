@@ -12,14 +12,14 @@ changes; outputs are answers and commands that wait in per-node queues for heart
   counted (``admin -report``, fsck). A block is *complete* unless it is the last block of
   a file being written (its length is not known until the writer says so);
 * blocks with fewer live good replicas than their file's replication are queued for
-  copying (:mod:`~xdfs.namenode.replication`), **excess** replicas are deleted from the
+  copying (:mod:`~xdfs.namenode.blocks.replication`), **excess** replicas are deleted from the
   fullest node, corrupt ones once enough good ones exist;
 * while in safe mode nothing is deleted or copied for those reasons (the namespace may not
   have heard from every DataNode yet): the decisions are postponed until it ends;
 * replicas of blocks that leave the namespace are deleted only once the change is durable
   (``ops_durable``), so a crash cannot leave a file whose replicas were already deleted;
 * replicas in state rbw (a write broke) are only recorded, for block recovery
-  (:mod:`~xdfs.namenode.block_recovery`), which closes abandoned files with the length
+  (:mod:`~xdfs.namenode.blocks.recovery`), which closes abandoned files with the length
   their replicas agree on; once the block is complete they are deleted (replication.py).
 
 Pure: time and randomness are injected, nothing here does I/O or logs (drivers do).
@@ -34,8 +34,10 @@ from typing import NamedTuple
 from xdfs.common import tokens
 from xdfs.config import NameNodeConfig
 from xdfs.errors import InternalError, InvalidArgument
-from xdfs.namenode import placement
-from xdfs.namenode.block_recovery import (
+from xdfs.namenode.blocks import placement
+from xdfs.namenode.blocks.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
+from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager, RecoveryWork
+from xdfs.namenode.blocks.recovery import (
     Attempt,
     BlockRecoveries,
     CloseNow,
@@ -43,17 +45,15 @@ from xdfs.namenode.block_recovery import (
     plan_lease_recovery,
     recovery_holders,
 )
-from xdfs.namenode.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
-from xdfs.namenode.datanodes import DataNode, DataNodeManager, RecoveryWork
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
-from xdfs.namenode.replication import (
+from xdfs.namenode.blocks.replication import (
     ReplicationMonitor,
     block_state,
     from_the_future,
     replica_flags,
 )
-from xdfs.namenode.safemode import SafeMode
+from xdfs.namenode.blocks.safemode import SafeMode
+from xdfs.namenode.namespace.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import RecoverBlockTask, ReplicateTask, StorageReport
 

@@ -1,4 +1,4 @@
-"""A :class:`~xdfs.namenode.namespace.Namespace` to and from fsimage records (pure).
+"""A :class:`~xdfs.namenode.namespace.tree.Namespace` to and from fsimage records (pure).
 
 Split from ``namespace.py`` to keep that module about the live tree. Loading is the hot loop
 of startup (aim: >= 1M inodes/s), so it fills the namespace's private indexes directly
@@ -12,12 +12,12 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from xdfs.errors import StorageError
-from xdfs.namenode import permissions as perm
-from xdfs.namenode.inodes import FIRST_INODE_ID, ROOT_ID, DirInode, FileInode, Inode
-from xdfs.namenode.ops import ImageHeader, InodeRecord, TokenKeyRecord, UserRecord
+from xdfs.namenode.namespace import permissions as perm
+from xdfs.namenode.namespace.inodes import FIRST_INODE_ID, ROOT_ID, DirInode, FileInode, Inode
+from xdfs.namenode.namespace.ops import ImageHeader, InodeRecord, TokenKeyRecord, UserRecord
 
 if TYPE_CHECKING:
-    from xdfs.namenode.namespace import Namespace
+    from xdfs.namenode.namespace.tree import Namespace
 
 
 def corrupt(detail: str) -> StorageError:

@@ -28,72 +28,30 @@ Every write that must survive a crash goes through :func:`atomic_write` or fsync
 and then its directory. Failures are :class:`~xdfs.errors.StorageError` naming the file.
 
 The fault hooks (:mod:`xdfs.common.faults`) and durable-file helpers
-(:mod:`xdfs.common.files`) are shared with the other roles and re-exported here.
+(:mod:`xdfs.common.files`) are shared with the other roles.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from xdfs.common.faults import (
-    FAULT_POINTS,
-    FAULTS,
-    FAULTS_ENV,
-    FaultAction,
-    FaultRegistry,
-    arm_faults_from_env,
-    fault_point,
-)
 from xdfs.common.files import (
     DirLock,
     atomic_write,
-    datasync,
     fsync_dir,
     parse_key_values,
     read_number_file,
-    write_all,
     write_number_file,
 )
-from xdfs.editlog.segments import TXID_DIGITS
+from xdfs.common.images import image_name, md5_name, parse_image_name
 from xdfs.errors import StorageError
-from xdfs.namenode.ops import LAYOUT_VERSION
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 
-#: Re-exported: the NameNode's modules and tests reach the shared helpers through here.
-__all__ = [
-    "CURRENT_DIR",
-    "FAULTS",
-    "FAULTS_ENV",
-    "FAULT_POINTS",
-    "DirLock",
-    "FaultAction",
-    "FaultRegistry",
-    "StorageDirectory",
-    "VersionInfo",
-    "arm_faults_from_env",
-    "atomic_write",
-    "ckpt_name",
-    "datasync",
-    "fault_point",
-    "format_md5_file",
-    "format_version",
-    "fsync_dir",
-    "image_name",
-    "md5_name",
-    "parse_image_name",
-    "parse_md5_file",
-    "parse_version",
-    "read_seen_txid",
-    "write_all",
-    "write_seen_txid",
-]
-
-log = logging.getLogger("xdfs.namenode.storage")
+log = logging.getLogger("xdfs.namenode.image.storage")
 
 CURRENT_DIR = "current"
 LOCK_FILE = "in_use.lock"
@@ -152,48 +110,6 @@ def parse_version(text: str, source: str = "VERSION") -> VersionInfo:
     if info.storage_type != STORAGE_TYPE:
         raise StorageError(f"{source}: storageType is {info.storage_type}, not {STORAGE_TYPE}")
     return info
-
-
-# --- image file names (pure) -------------------------------------------------------------
-
-_IMAGE_RE = re.compile(r"^fsimage_(\d{19})$")
-_CKPT_RE = re.compile(r"^fsimage\.ckpt_(\d{19})$")
-_MD5_RE = re.compile(r"^fsimage_(\d{19})\.md5$")
-
-
-def image_name(txid: int) -> str:
-    return f"fsimage_{txid:0{TXID_DIGITS}d}"
-
-
-def ckpt_name(txid: int) -> str:
-    return f"fsimage.ckpt_{txid:0{TXID_DIGITS}d}"
-
-
-def md5_name(txid: int) -> str:
-    return image_name(txid) + ".md5"
-
-
-def parse_image_name(name: str) -> tuple[Literal["image", "ckpt", "md5"], int] | None:
-    for kind, pattern in (("image", _IMAGE_RE), ("ckpt", _CKPT_RE), ("md5", _MD5_RE)):
-        match = pattern.match(name)
-        if match:
-            return kind, int(match.group(1))  # type: ignore[return-value]
-    return None
-
-
-def format_md5_file(hexdigest: str, image_file: str) -> str:
-    return f"{hexdigest}  {image_file}\n"
-
-
-_MD5_LINE = re.compile(r"^([0-9a-fA-F]{32}) [ *](\S.*)$")
-
-
-def parse_md5_file(text: str, source: str) -> tuple[str, str]:
-    """-> (hexdigest lowercased, file name)."""
-    match = _MD5_LINE.match(text.strip("\n"))
-    if not match:
-        raise StorageError(f"{source}: not an md5 file: {text[:80]!r}")
-    return match.group(1).lower(), match.group(2)
 
 
 # --- the storage directory ---------------------------------------------------------------

@@ -5,18 +5,18 @@ File format (big-endian)::
     b"XDFSIMG1"
     frame*   where frame = u32 length | msgpack (length bytes)
 
-Frames, in order: one :class:`~xdfs.namenode.ops.ImageHeader`; then the inodes as msgpack
-arrays of up to :data:`INODES_PER_FRAME` :class:`~xdfs.namenode.ops.InodeRecord` s (parents
-before children, root first), ``header.inode_count`` in all; then the users as arrays of
-:class:`~xdfs.namenode.ops.UserRecord` (``header.user_count``); then the token keys as
-arrays of :class:`~xdfs.namenode.ops.TokenKeyRecord` (``header.token_key_count``); then the
-end of the file. An empty section has no frame.
+Frames, in order: one :class:`~xdfs.namenode.namespace.ops.ImageHeader`; then the inodes as
+msgpack arrays of up to :data:`INODES_PER_FRAME` :class:`~xdfs.namenode.namespace.ops.InodeRecord`
+s (parents before children, root first), ``header.inode_count`` in all; then the users as
+arrays of :class:`~xdfs.namenode.namespace.ops.UserRecord` (``header.user_count``); then the
+token keys as arrays of :class:`~xdfs.namenode.namespace.ops.TokenKeyRecord`
+(``header.token_key_count``); then the end of the file. An empty section has no frame.
 
 Alongside: ``fsimage_<txid>.md5`` = ``"<md5 hex>  fsimage_<txid>\\n"``. Saving writes
 ``fsimage.ckpt_<txid>`` in every dir at once (one encode, one hash), fsyncs it, writes the md5
 file atomically, then renames the checkpoint to ``fsimage_<txid>`` and fsyncs the dir: an
 ``fsimage_*`` that exists is complete, and a crash leaves at worst a ``.ckpt`` or an orphan
-``.md5`` that :func:`xdfs.namenode.recovery.purge` removes.
+``.md5`` that :func:`xdfs.namenode.image.recovery.purge` removes.
 
 Reading is streaming with bounded memory (one frame at a time), verifying the md5 while it
 reads (``verify="streaming"``: a thread hashes the file beside the decoding, a mismatch is
@@ -40,36 +40,36 @@ from typing import BinaryIO, Literal, Protocol, TypeVar
 
 import msgspec
 
-from xdfs.errors import StorageError
-from xdfs.namenode.ops import (
+from xdfs.common.faults import fault_point
+from xdfs.common.files import atomic_write, fsync_dir, write_all
+from xdfs.common.images import (
+    READ_BUFFER_BYTES,
+    ImageCheck,
+    ckpt_name,
+    file_md5,
+    format_md5_file,
+    image_name,
+    md5_name,
+    read_md5_file,
+)
+from xdfs.errors import InvalidArgument, StorageError, XdfsError
+from xdfs.namenode.image.storage import StorageDirectory, write_seen_txid
+from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
     ImageHeader,
     InodeRecord,
     TokenKeyRecord,
     UserRecord,
 )
-from xdfs.namenode.storage import (
-    StorageDirectory,
-    atomic_write,
-    ckpt_name,
-    fault_point,
-    format_md5_file,
-    fsync_dir,
-    image_name,
-    md5_name,
-    parse_md5_file,
-    write_all,
-    write_seen_txid,
-)
+from xdfs.protocol.backup import ImageHead
 
-log = logging.getLogger("xdfs.namenode.image")
+log = logging.getLogger("xdfs.namenode.image.fsimage")
 
 IMAGE_MAGIC = b"XDFSIMG1"
 FRAME_HEAD = struct.Struct(">I")
 INODES_PER_FRAME = 4096
 RECORDS_PER_FRAME = 4096  # users, token keys
 FRAME_BYTES_MAX = 256 * 1024 * 1024
-READ_BUFFER_BYTES = 1024 * 1024
 
 Verify = Literal["streaming", "before", "none"]
 T = TypeVar("T")
@@ -223,33 +223,6 @@ def _array_len(head: bytes) -> int | None:
     return None
 
 
-def read_md5_file(image: Path) -> str:
-    path = image.with_name(image.name + ".md5")
-    try:
-        text = path.read_text("ascii")
-    except FileNotFoundError:
-        raise StorageError(f"{path} is missing: {image} cannot be verified") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    digest, name = parse_md5_file(text, str(path))
-    if name != image.name:
-        raise StorageError(f"{path} names {name}, not {image.name}")
-    return digest
-
-
-def file_md5(path: Path, stop: threading.Event | None = None) -> str:
-    md5 = hashlib.md5()
-    try:
-        with open(path, "rb", buffering=0) as f:
-            while chunk := f.read(READ_BUFFER_BYTES):
-                md5.update(chunk)  # releases the GIL: runs beside decoding
-                if stop is not None and stop.is_set():
-                    break
-    except OSError as exc:
-        raise StorageError(f"cannot read {path}: {exc}") from exc
-    return md5.hexdigest()
-
-
 class _BackgroundMd5:
     """md5 of a file computed in a thread while the caller decodes it (verify="streaming")."""
 
@@ -376,6 +349,11 @@ class ImageReader:
                 raise self.corrupt(offset, f"more {what} than the header's {count}")
             yield batch
 
+    def inodes(self, header: ImageHeader) -> Iterator[InodeRecord]:
+        """The inodes (read right after the header), one frame decoded at a time."""
+        return itertools.chain.from_iterable(
+            self.read_batches(_INODES_DECODER, header.inode_count, "inodes"))
+
     def skip_records(self, count: int, what: str) -> None:
         """Skip frames holding ``count`` records without decoding them."""
         seen = 0
@@ -411,6 +389,32 @@ def read_image_header(path: str | os.PathLike[str]) -> ImageHeader:
         return reader.read_header()
 
 
+def image_head(path: Path, txid: int) -> ImageHead:
+    """The head announcing ``path`` (md5 from its ``.md5`` file, checked on the way out)."""
+    return ImageHead(txid, path.stat().st_size, read_md5_file(path))
+
+
+def header_check(head: ImageHead, expect_ids: tuple[int, str] | None = None) -> ImageCheck:
+    """A receiver's check of an image announced by ``head``: a valid fsimage whose own
+    header names the same txid and (``expect_ids``) this (namespace id, cluster id)."""
+
+    def check(path: Path) -> None:
+        try:
+            header = read_image_header(path)
+        except XdfsError as exc:
+            raise InvalidArgument(f"the image received is not a valid fsimage: {exc}") from exc
+        if header.txid != head.txid:
+            raise InvalidArgument(
+                f"the image received says txid {header.txid}, its head {head.txid}")
+        if expect_ids is not None and (header.namespace_id, header.cluster_id) != expect_ids:
+            raise InvalidArgument(
+                f"the image received belongs to namespace {header.namespace_id} of cluster "
+                f"{header.cluster_id}, not {expect_ids[0]} of {expect_ids[1]}"
+            )
+
+    return check
+
+
 def iter_image(
     path: str | os.PathLike[str], *, verify: Verify = "streaming"
 ) -> Iterator[ImageHeader | InodeRecord | UserRecord | TokenKeyRecord]:
@@ -419,8 +423,7 @@ def iter_image(
     with ImageReader(path, verify=verify) as reader:
         header = reader.read_header()
         yield header
-        for inodes in reader.read_batches(_INODES_DECODER, header.inode_count, "inodes"):
-            yield from inodes
+        yield from reader.inodes(header)
         for users in reader.read_batches(_USERS_DECODER, header.user_count, "users"):
             yield from users
         for keys in reader.read_batches(_KEYS_DECODER, header.token_key_count, "token keys"):
@@ -451,8 +454,7 @@ def load_image(
             _KEYS_DECODER, header.token_key_count, "token keys") for k in batch]
         end = reader.tell()
         reader.seek(inodes_at)
-        inodes = itertools.chain.from_iterable(
-            reader.read_batches(_INODES_DECODER, header.inode_count, "inodes"))
+        inodes = reader.inodes(header)
         result = build(header, inodes, users, keys)
         for _ in inodes:  # build stopped early: still check the rest
             pass

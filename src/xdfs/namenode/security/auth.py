@@ -10,7 +10,7 @@ Password checks are what a stranger can make the NameNode spend CPU on, so they 
 bounded: at most ``namenode.password_checks_max`` run at once (a thread pool of that size),
 a client host may have at most ``namenode.password_checks_per_peer_max`` running or waiting
 (more are refused at once with ``Overloaded``), and repeated failures per user and per host
-are throttled, then locked out (:mod:`xdfs.namenode.login_guard`).
+are throttled, then locked out (:mod:`xdfs.namenode.security.login_guard`).
 
 Tokens and sessions carry the user's credential generation (``UserRecord.generation``): a
 password change gives the user a new one and a removed user has none, so both end every
@@ -35,11 +35,7 @@ from xdfs.errors import (
     NotFound,
     Overloaded,
 )
-from xdfs.namenode import security
-from xdfs.namenode.login_guard import GuardSettings, Key, LoginGuard
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.namesystem import Namesystem
-from xdfs.namenode.ops import (
+from xdfs.namenode.namespace.ops import (
     AddTokenKeyOp,
     AddUserOp,
     Op,
@@ -48,7 +44,11 @@ from xdfs.namenode.ops import (
     SetPasswordOp,
     UserRecord,
 )
-from xdfs.namenode.paths import check_name
+from xdfs.namenode.namespace.paths import check_name
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.security import passwords
+from xdfs.namenode.security.login_guard import GuardSettings, Key, LoginGuard
 from xdfs.protocol.datanode import DATANODE_USER_PREFIX
 from xdfs.rpc.messages import Hello
 from xdfs.rpc.server import Principal
@@ -96,7 +96,7 @@ class PasswordChecks:
             # A caller cancelled while its check waits for a thread cancels the check too;
             # a running one finishes in its thread, which stays taken until then.
             return await asyncio.get_running_loop().run_in_executor(
-                self._executor, security.verify_password, record, password
+                self._executor, passwords.verify_password, record, password
             )
         finally:
             left = self._per_host[host] - 1
@@ -134,10 +134,10 @@ class NamespaceAuthenticator:
         if hello.token:
             return self._token_principal(hello.token)
         if hello.user.startswith(DATANODE_USER_PREFIX):
-            if not security.check_datanode_secret(self._ns().datanode_secret, hello.password):
+            if not passwords.check_datanode_secret(self._ns().datanode_secret, hello.password):
                 raise AuthenticationFailed(
                     "wrong DataNode secret (datanode.secret_file must hold the "
-                    f"{security.DATANODE_SECRET_FILE} of this cluster's name dirs)"
+                    f"{passwords.DATANODE_SECRET_FILE} of this cluster's name dirs)"
                 )
             return DataNodePrincipal(hello.user)
         if hello.user:
@@ -250,8 +250,8 @@ class NameNodeAuth(NamespaceAuthenticator):
             check_name(group)
         if len(password) < PASSWORD_CHARS_MIN:
             raise InvalidArgument("a password is required")
-        salt = os.urandom(security.SALT_BYTES)
-        digest = await asyncio.to_thread(security.hash_password, password, salt)
+        salt = os.urandom(passwords.SALT_BYTES)
+        digest = await asyncio.to_thread(passwords.hash_password, password, salt)
         op = AddUserOp(name, digest, salt, tuple(groups), self.fs.now_ms())
         await self.fs.mutate("add user", lambda: [op], lambda: None)
 
@@ -272,8 +272,8 @@ class NameNodeAuth(NamespaceAuthenticator):
             self.require_superuser(caller, "change another user's password")
         if len(password) < PASSWORD_CHARS_MIN:
             raise InvalidArgument("a password is required")
-        salt = os.urandom(security.SALT_BYTES)
-        digest = await asyncio.to_thread(security.hash_password, password, salt)
+        salt = os.urandom(passwords.SALT_BYTES)
+        digest = await asyncio.to_thread(passwords.hash_password, password, salt)
 
         def plan() -> list[Op]:
             if name not in self.fs.ns.users:

@@ -10,11 +10,11 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from xdfs.namenode.auth import NameNodeAuth
-from xdfs.namenode.edits_replicator import EditsReplicator
-from xdfs.namenode.handlers import caller
-from xdfs.namenode.image_transfer import image_chunks
+from xdfs.common.images import image_chunks
+from xdfs.namenode.editlog.replicator import EditsReplicator
+from xdfs.namenode.handlers.client import caller
 from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.protocol.backup import (
     FetchEditsRequest,
     FetchEditsResponse,

@@ -20,7 +20,7 @@ import datetime as dt
 import re
 
 from xdfs.errors import InvalidArgument
-from xdfs.namenode.paths import join, split_path
+from xdfs.namenode.namespace.paths import join, split_path
 
 TRASH = ".Trash"
 CURRENT = "Current"

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 from xdfs.editlog.framing import record_bounds
 from xdfs.editlog.segments import read_segment_records
 from xdfs.errors import EditsPurged, InvalidArgument, StorageError
-from xdfs.namenode.editlog.editlog import EditLog
-from xdfs.namenode.ops import LAYOUT_VERSION
-from xdfs.namenode.storage import StorageDirectory
+from xdfs.namenode.editlog.editlog import EditLog, NameDir
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION
 from xdfs.protocol.backup import FetchEditsRequest, FetchEditsResponse
 from xdfs.protocol.namenode import BackupInfo
 
@@ -88,7 +87,7 @@ class _Follower:
 @dataclass
 class EditsReplicator:
     edits: EditLog
-    dirs: Sequence[StorageDirectory]
+    dirs: Sequence[NameDir]
     fetch_bytes_max: int
     wait_max_s: float
     clock: Callable[[], float]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from xdfs.namenode.blockmap import REPORTED_BAD, Replica
+from xdfs.namenode.blocks.blockmap import REPORTED_BAD, Replica
 from xdfs.protocol.blocks import BlockRecord
 
 #: The lease holder of files under recovery (HDFS: "HDFS_NameNode"); no client may use it.

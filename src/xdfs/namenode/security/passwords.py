@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from xdfs.namenode.ops import UserRecord
+from xdfs.namenode.namespace.ops import UserRecord
 
 SCRYPT_N = 2**14
 SCRYPT_R = 8

@@ -13,7 +13,7 @@ import random
 from collections.abc import Collection, Iterable
 
 from xdfs.errors import NotEnoughReplicas
-from xdfs.namenode.datanodes import DataNode
+from xdfs.namenode.blocks.datanodes import DataNode
 
 #: Weight floor (as a share of the emptiest node's free space): a nearly full node is
 #: still chosen now and then rather than never, as long as the block fits.

@@ -8,25 +8,19 @@ meanwhile is simply left out. Between batches the event loop serves other calls.
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Iterator
 
-import msgspec
-
-from xdfs.errors import StreamError
-from xdfs.namenode.blockmanager import BlockManager
-from xdfs.namenode.fsck import datanode_report
-from xdfs.namenode.inodes import FileInode
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.replication import block_state
+from xdfs.namenode.blocks.fsck import datanode_report
+from xdfs.namenode.blocks.manager import BlockManager
+from xdfs.namenode.blocks.replication import block_state
+from xdfs.namenode.namespace.inodes import FileInode
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.protocol.block_map import encode_frame
 from xdfs.protocol.namenode import BlockMapHead, BlockMapRow
 
 #: Rows per msgpack frame of the stream.
 ROWS_PER_FRAME = 4096
-FRAME_HEAD = struct.Struct(">I")
-
-_ENCODER = msgspec.msgpack.Encoder()
 
 
 def snapshot(ns: Namespace, blocks: BlockManager) -> tuple[BlockMapHead, list[int]]:
@@ -70,7 +64,7 @@ def rows_of(ns: Namespace, blocks: BlockManager, block_id: int) -> list[BlockMap
 
 
 def frames(ns: Namespace, blocks: BlockManager, block_ids: list[int]) -> Iterator[bytes]:
-    """The stream's payload: length-prefixed msgpack arrays of rows."""
+    """The stream's payload: frames of rows (:mod:`xdfs.protocol.block_map`)."""
     for start in range(0, len(block_ids), ROWS_PER_FRAME):
         batch = [
             row
@@ -78,32 +72,4 @@ def frames(ns: Namespace, blocks: BlockManager, block_ids: list[int]) -> Iterato
             for row in rows_of(ns, blocks, block_id)
         ]
         if batch:
-            payload = _ENCODER.encode(batch)
-            yield FRAME_HEAD.pack(len(payload)) + payload
-
-
-_ROWS_DECODER = msgspec.msgpack.Decoder(list[BlockMapRow])
-
-
-class FrameDecoder:
-    """Client side: bytes as they arrive -> lists of rows (frames may span chunks)."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes | memoryview) -> list[list[BlockMapRow]]:
-        self._buffer += data
-        out = []
-        while len(self._buffer) >= FRAME_HEAD.size:
-            (length,) = FRAME_HEAD.unpack_from(self._buffer)
-            end = FRAME_HEAD.size + length
-            if len(self._buffer) < end:
-                break
-            out.append(_ROWS_DECODER.decode(bytes(self._buffer[FRAME_HEAD.size:end])))
-            del self._buffer[:end]
-        return out
-
-    def finish(self) -> None:
-        if self._buffer:
-            raise StreamError(f"block map stream ends inside a frame ({len(self._buffer)} "
-                              "bytes left)")
+            yield encode_frame(batch)

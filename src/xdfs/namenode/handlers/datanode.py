@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 
-from xdfs.namenode.auth import DataNodePrincipal, NameNodeAuth
-from xdfs.namenode.handlers import caller
+from xdfs.namenode.handlers.client import caller
 from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.security.auth import DataNodePrincipal, NameNodeAuth
 from xdfs.protocol import datanode as d
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import CallContext

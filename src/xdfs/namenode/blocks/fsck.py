@@ -15,11 +15,11 @@ A subtree is HEALTHY unless one of its blocks is corrupt or missing (as HDFS's f
 from __future__ import annotations
 
 from xdfs.config import NameNodeConfig
-from xdfs.namenode import paths
-from xdfs.namenode.blockmanager import BlockManager
-from xdfs.namenode.inodes import FileInode, file_length
-from xdfs.namenode.namespace import Namespace
-from xdfs.namenode.replication import block_state
+from xdfs.namenode.blocks.manager import BlockManager
+from xdfs.namenode.blocks.replication import block_state
+from xdfs.namenode.namespace import paths
+from xdfs.namenode.namespace.inodes import FileInode, file_length
+from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DataNodeInfo,
