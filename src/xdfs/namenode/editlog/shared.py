@@ -44,7 +44,7 @@ from xdfs.editlog.segments import (
 from xdfs.errors import StorageError, XdfsError
 from xdfs.namenode.editlog.codec import decode_frame
 from xdfs.namenode.editlog.editlog import NameDir
-from xdfs.namenode.ops import LAYOUT_VERSION, Op
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 from xdfs.protocol.journal import JournalNamespace, parse_qjournal_uri
 from xdfs.quorum.channel import JournalChannel, RpcJournalChannel
 from xdfs.quorum.reader import read_all
