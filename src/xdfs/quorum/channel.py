@@ -11,6 +11,7 @@ before it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 from typing import Protocol, TypeVar
 
@@ -77,7 +78,10 @@ class RpcJournalChannel:
     ) -> None:
         self.address = address
         self.call_timeout_s = call_timeout_s
-        self._rpc = RpcClient(address, config, hello=hello, ssl_context=ssl_context)
+        # One try per call: the quorum does not wait for a node that is down, and a retry
+        # would hold up the calls queued behind it on this channel.
+        once = dataclasses.replace(config, tries_per_address=1)
+        self._rpc = RpcClient(address, once, hello=hello, ssl_context=ssl_context)
         self._order = asyncio.Lock()  # asyncio locks wake waiters first come, first served
 
     @property

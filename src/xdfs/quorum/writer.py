@@ -206,8 +206,11 @@ class QuorumJournalWriter:
     async def start_segment(self, first_txid: int, layout_version: int) -> None:
         self._check_usable()
         request = j.StartSegmentRequest(self._req(), first_txid, layout_version)
-        call = await self._quorum("start_log_segment", lambda c: c.start_log_segment(request))
-        self.in_sync = set(call.successes)
+        # Every node is in sync from here unless a call of it fails (even a late failure
+        # of this very call): a node whose start is still under way gets the segment's
+        # batches queued behind it, in order, on its channel.
+        self.in_sync = set(self.channels)
+        await self._quorum("start_log_segment", lambda c: c.start_log_segment(request))
         self.segment_start = first_txid
         if self._heartbeats is None:
             self._heartbeats = asyncio.get_running_loop().create_task(
