@@ -33,6 +33,8 @@ T = TypeVar("T")
 
 #: Small blocks make multi-block files out of little data.
 BLOCK_BYTES = 64 * KiB
+#: The default block size of ``live_cluster``.
+LIVE_BLOCK_BYTES = 256 * KiB
 
 
 def fast_config(**datanode: Any) -> XdfsConfig:
@@ -158,7 +160,12 @@ def live_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveClust
     loop = LoopThread("xdfs-test-cluster")
     mc = MiniCluster(tmp_path_factory.mktemp("fsspec-cluster"))
     try:
-        cluster = loop.run(start_cluster(mc, fast_config(scan_period_s=3600.0)))
+        config = fast_config(scan_period_s=3600.0)
+        # small blocks: the Parquet and CSV files of the tests span several
+        config = replace(config, namenode=replace(
+            config.namenode, default_block_size_bytes=LIVE_BLOCK_BYTES
+        ))
+        cluster = loop.run(start_cluster(mc, config))
         loop.run(cluster.client.close())
         yield LiveCluster(mc.namenodes[0].address)
     finally:

@@ -346,7 +346,8 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
 
     @property
     def _written_path(self) -> str:
-        return self.path if self.autocommit else self.path + transfer.COPYING_SUFFIX
+        path: str = self.path
+        return path if self.autocommit else path + transfer.COPYING_SUFFIX
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         # Through the cursor: fsspec's read-ahead asks for consecutive ranges, which then

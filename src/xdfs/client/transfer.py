@@ -194,7 +194,7 @@ async def copy(client: AsyncClient, src: str, dst: str, *, overwrite: bool = Fal
     target = await resolve_destination(client, basename(src), dst)
     reader = await client.open_read(src)
     await write_stream(client, target, reader.iter_range(), overwrite=overwrite,
-                       **_layout(status))
+                       replication=status.replication, block_size=status.block_size)
     return target
 
 
@@ -209,9 +209,5 @@ async def copy_file(client: AsyncClient, src: str, dst: str) -> None:
     if src.rstrip("/") == dst.rstrip("/"):
         return  # overwriting would delete the source before it is read
     reader = await client.open_read(src)
-    await stream_to(client, dst, reader.iter_range(), overwrite=True, **_layout(status))
-
-
-def _layout(status: FileStatus) -> dict[str, int]:
-    """A copy keeps its source's replication and block size."""
-    return {"replication": status.replication, "block_size": status.block_size}
+    await stream_to(client, dst, reader.iter_range(), overwrite=True,
+                    replication=status.replication, block_size=status.block_size)
