@@ -71,6 +71,10 @@ def test_one_namenode_call_per_metadata_operation(
         assert calls.take() == ["stat"], check
     assert not xdfs.exists(f"{d}/missing")
     assert calls.take() == ["stat"]
+    xdfs.touch(f"{d}/file")
+    calls.take()
+    assert not xdfs.exists(f"{d}/file/child") and not xdfs.isdir(f"{d}/file/child")
+    assert calls.take() == ["stat", "stat"]
     xdfs.mv(f"{d}/a", f"{d}/c")
     assert calls.take() == ["rename"]
 

@@ -163,7 +163,7 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
             sources = self.expand_path(path1, maxdepth=maxdepth)
             self.makedirs(path2, exist_ok=True)
             for source in sources:
-                self._move(source, path2 + "/")
+                self._move(source, path2)  # into the directory
             return
         self._move(path1, path2)
 
