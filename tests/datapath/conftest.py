@@ -3,9 +3,10 @@ deterministic test data, replica files on disk, and waiting for the NameNode to 
 
 The fsspec tests (fsspec's own conformance suites, pandas, pyarrow, dask) are synchronous:
 they call the fsspec file system, which runs its own client loop thread. They share one
-real cluster (``live_cluster``: a NameNode and three DataNodes in process, on a loop thread
-of their own for the whole session, as one per test would cost more than the tests) and
-work under a fresh directory each (``xdfs_dir``)."""
+real cluster per module (``live_cluster``: a NameNode and three DataNodes in process, on a
+loop thread of their own; one per test would cost more than the tests, one per session would
+keep serving heartbeats while later, timing-sensitive tests run) and work under a fresh
+directory each (``xdfs_dir``)."""
 
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ class LiveCluster:
         return XdfsFileSystem(fs=self.url, **self.storage_options)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def live_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
     loop = LoopThread("xdfs-test-cluster")
     mc = MiniCluster(tmp_path_factory.mktemp("fsspec-cluster"))
@@ -188,9 +189,9 @@ def no_ambient_xdfs_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def xdfs(live_cluster: LiveCluster) -> Iterator[XdfsFileSystem]:
-    """One fsspec file system, as root, for the whole session."""
+    """The fsspec file system of ``live_cluster``, as root."""
     fs = live_cluster.filesystem()
     try:
         yield fs

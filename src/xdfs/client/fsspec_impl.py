@@ -290,9 +290,7 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         if sink is not None:
             self.client.run(transfer.copy_reader(reader.reader, sink.write, progress=progress))
         else:
-            self.client.run(transfer.download(
-                self.client.async_client, reader.reader, Path(lpath), progress=progress
-            ))
+            self.client.run(transfer.download(reader.reader, Path(lpath), progress=progress))
 
 
 def _clip_range(start: int | None, end: int | None, size: int) -> tuple[int, int]:

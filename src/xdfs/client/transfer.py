@@ -142,13 +142,12 @@ async def get(client: AsyncClient, src: str, local: str | os.PathLike[str]) -> l
         return written
     if target.exists():
         raise AlreadyExists(f"{target} already exists")
-    await download(client, await client.open_read(src), target)
+    await download(await client.open_read(src), target)
     return [str(target)]
 
 
 async def download(
-    client: AsyncClient, reader: FileReader, target: Path,
-    progress: Callable[[int], object] | None = None,
+    reader: FileReader, target: Path, progress: Callable[[int], object] | None = None
 ) -> None:
     """Write the file ``reader`` reads to the local file ``target`` (replacing it; its
     missing parent directories are made) through a ``._COPYING_`` file renamed when
@@ -193,8 +192,10 @@ async def copy(client: AsyncClient, src: str, dst: str, *, overwrite: bool = Fal
         raise XdfsError(f"{src} is a directory (copying trees is not supported)")
     target = await resolve_destination(client, basename(src), dst)
     reader = await client.open_read(src)
-    await write_stream(client, target, reader.iter_range(), overwrite=overwrite,
-                       replication=status.replication, block_size=status.block_size)
+    await write_stream(
+        client, target, reader.iter_range(), overwrite=overwrite,
+        replication=status.replication, block_size=status.block_size,
+    )
     return target
 
 
