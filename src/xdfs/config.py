@@ -474,6 +474,9 @@ class DevConfig:
     ready_timeout_s: float = setting(60.0, "How long `xdfs dev` waits for each process.")
     datanodes: int = setting(3, "DataNodes `xdfs dev` starts (--datanodes).")
     backup: bool = setting(False, "Also start a BackupNode (--backup).")
+    journalnodes: int = setting(
+        0, "JournalNodes the NameNode writes its edits through (--journal; 0: local only)."
+    )
     writable_timeout_s: float = setting(
         120.0, "How long `xdfs dev` waits for its cluster to accept writes before giving up."
     )
