@@ -436,6 +436,9 @@ class JournalNodeConfig:
     recovery_bytes_max: int = setting(
         256 * MiB, "Largest segment an accept_recovery upload may carry."
     )
+    sync_interval_s: float = setting(
+        30.0, "How often a JournalNode fetches the finalized segments it misses from a peer."
+    )
     read_bytes_max: int = setting(
         1 * MiB,
         "Most record bytes one get_journaled_edits answer carries (below rpc.frame_bytes_max).",
@@ -445,6 +448,7 @@ class JournalNodeConfig:
         _require(self.recovery_bytes_max >= 1 * MiB,
                  "journalnode.recovery_bytes_max must be >= 1 MiB")
         _require(self.read_bytes_max >= 64 * KiB, "journalnode.read_bytes_max must be >= 64 KiB")
+        _require(self.sync_interval_s > 0, "journalnode.sync_interval_s must be > 0")
 
 
 @dataclass(frozen=True)

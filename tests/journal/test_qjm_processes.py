@@ -27,9 +27,11 @@ from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.common.secrets import new_secret_file
 from xdfs.config import XdfsConfig
+from xdfs.editlog.segments import segment_index
 from xdfs.errors import XdfsError
 from xdfs.testing.lazyfs import LazyFS
 from xdfs.testing.net import free_port
+from xdfs.testing.poll import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -53,11 +55,13 @@ class QjmCluster:
     def uri(self) -> str:
         return f"qjournal://{';'.join(f'127.0.0.1:{p}' for p in self.ports)}/{JOURNAL_ID}"
 
+    extra: list[str] = field(default_factory=list)
+
     def conf(self) -> list[str]:
         return ["-D", f"journalnode.secret_file={self.secret}",
                 "-D", f"namenode.shared_edits={self.uri}",
                 "-D", "namenode.journal_write_timeout_s=5",
-                "-D", "namenode.journal_call_timeout_s=5"]
+                "-D", "namenode.journal_call_timeout_s=5", *self.extra]
 
     def start_journalnode(self, index: int) -> ServerProcess:
         proc = self.group.start_xdfs(
@@ -288,3 +292,39 @@ async def test_a_power_cut_of_the_whole_cluster_keeps_every_acknowledged_edit(
             cluster.start_journalnode(i)
         cluster.start_namenode(name_dir)
         assert await all_present(cluster, load.acked) == []
+
+
+def finalized_files(journal_dir: Path) -> dict[str, bytes]:
+    current = journal_dir / JOURNAL_ID / "current"
+    return {info.name: info.path.read_bytes() for info in segment_index(current)
+            if not info.in_progress}
+
+
+async def test_a_replaced_journalnode_rejoins_and_fetches_what_it_missed(
+    cluster: QjmCluster, tmp_path: Path
+) -> None:
+    """A JournalNode's disk dies under load: it comes back empty, is formatted by the
+    writer at the next segment and fills in every older finalized segment from a peer,
+    byte for byte what the others hold."""
+    cluster.extra = ["-D", "journalnode.sync_interval_s=0.3",
+                     "-D", "namenode.edits_segment_txns_max=60"]
+    with running(cluster):
+        for i in range(3):
+            cluster.start_journalnode(i)
+        cluster.format(tmp_path / "nn")
+        cluster.start_namenode(tmp_path / "nn")
+        load = Load(cluster).start()
+        await load.until(150)
+        cluster.journalnodes[2].kill()
+        await load.until(400)
+        shutil.rmtree(cluster.base / "jn2")  # the disk is replaced
+        cluster.start_journalnode(2)
+        await load.until(600)  # several segment rolls: the node is formatted and rejoins
+        await load.finish()
+        assert load.errors == []
+        healthy = cluster.base / "jn0"
+        await eventually(lambda: set(finalized_files(healthy)) <= set(
+            finalized_files(cluster.base / "jn2")), timeout_s=60)
+        theirs, mine = finalized_files(healthy), finalized_files(cluster.base / "jn2")
+        assert all(mine[name] == data for name, data in theirs.items())
+        assert "formatted it" in cluster.namenode.log_text()  # type: ignore[union-attr]

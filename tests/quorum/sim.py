@@ -165,7 +165,7 @@ class SimChannel:
 
     async def start_log_segment(self, request: j.StartSegmentRequest) -> None:
         await self._call(lambda jn: jn.start_log_segment(
-            request.req, request.first_txid, request.layout_version))
+            request.req, request.first_txid, request.layout_version, request.nodes))
 
     async def journal(self, request: j.JournalRecordsRequest) -> None:
         await self._call(lambda jn: jn.journal(request.req, request.segment_txid,

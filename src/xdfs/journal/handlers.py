@@ -42,7 +42,8 @@ class JournalHandlers:
 
     async def start_log_segment(self, ctx: CallContext, req: j.StartSegmentRequest) -> Empty:
         await self.node.worker(req.req.journal_id).submit(
-            lambda jn: jn.start_log_segment(req.req, req.first_txid, req.layout_version))
+            lambda jn: jn.start_log_segment(req.req, req.first_txid, req.layout_version,
+                                            req.nodes))
         return Empty()
 
     async def journal(self, ctx: CallContext, req: j.JournalRecordsRequest) -> Empty:

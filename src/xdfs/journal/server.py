@@ -15,28 +15,36 @@ it again: it never answers from a state it could not make durable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from xdfs.common.files import DirLock, make_dirs
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
 from xdfs.errors import NotFormatted, StorageError
 from xdfs.journal.storage import Journal
-from xdfs.protocol.journal import JOURNAL_ID_RE, JOURNAL_SERVICE, check_journal_id
+from xdfs.protocol.journal import (
+    JOURNAL_ID_RE,
+    JOURNAL_SERVICE,
+    JOURNAL_USER,
+    check_journal_id,
+)
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.system import add_system_services
-from xdfs.rpc.tls import server_context
+from xdfs.rpc.tls import client_context, server_context
+
+if TYPE_CHECKING:
+    from xdfs.journal.syncer import Syncer
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: The user name callers of a JournalNode log in as (with the journal secret).
-JOURNAL_USER = "journal"
 
 
 class JournalWorker:
@@ -76,6 +84,8 @@ class JournalNode:
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         self._lock = DirLock(journal_dir)
+        self.syncer: Syncer | None = None
+        self._syncing: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -99,6 +109,7 @@ class JournalNode:
             add_system_services(self.server, "journalnode")
             self.server.add_service(JOURNAL_SERVICE, JournalHandlers(self))
             await self.server.start(host, port)
+            self._start_syncer(secret)
         except BaseException:
             self._close_workers()
             self._lock.unlock()
@@ -106,6 +117,22 @@ class JournalNode:
         log.info("journals in %s: %s", self.journal_dir,
                  ", ".join(sorted(self.workers)) or "none yet")
         return self.server.address
+
+    def _start_syncer(self, secret: str) -> None:
+        from xdfs.journal.syncer import Syncer
+        from xdfs.quorum.channel import RpcJournalChannel
+
+        settings = self.config.journalnode
+        hello = Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret)
+        rpc = self.config.rpc
+        self.syncer = Syncer(
+            lambda: list(self.workers.values()),
+            lambda peer: RpcJournalChannel(peer, rpc, hello, call_timeout_s=rpc.call_timeout_s,
+                                           ssl_context=client_context(rpc)),
+            self.address, settings.sync_interval_s, settings.read_bytes_max,
+        )
+        self._syncing = asyncio.get_running_loop().create_task(self.syncer.run(),
+                                                               name="journal syncer")
 
     def _load_journals(self) -> None:
         for entry in sorted(self.journal_dir.iterdir()):
@@ -128,6 +155,10 @@ class JournalNode:
         return worker
 
     async def stop(self) -> None:
+        if self._syncing is not None:
+            self._syncing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._syncing
         if self.server is not None:
             await self.server.close()
         await asyncio.to_thread(self._close_workers)

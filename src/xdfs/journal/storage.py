@@ -6,6 +6,7 @@ Layout (``<journal_dir>/<journal_id>/current/``)::
     last-promised-epoch       no writer below this epoch is obeyed (HDFS: lastPromisedEpoch)
     last-writer-epoch         the epoch of the writer that last started a segment
     committed-txid            highest txid the writer said a quorum stored (a hint: see below)
+    journal-nodes             every JournalNode of the journal (the writer names them)
     paxos/<start>             the recovery this node accepted for segment <start>
     edits_inprogress_<start>, edits_<start>-<end>    the NameNode's own segment format
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +78,7 @@ WRITER_FILE = "last-writer-epoch"
 COMMITTED_FILE = "committed-txid"
 PAXOS_DIR = "paxos"
 STALE_SUFFIX = ".stale"
+NODES_FILE = "journal-nodes"
 
 
 class VersionFile(msgspec.Struct):
@@ -113,6 +116,7 @@ class Journal:
         self.promised_epoch = 0
         self.writer_epoch = 0
         self.committed_txid = 0
+        self.nodes: tuple[str, ...] = ()  # every JournalNode of this journal (its writer says)
         self._segments: dict[int, _Segment] = {}
         self._writer: FileJournal | None = None  # the open segment's file
         self._open: _Segment | None = None
@@ -135,6 +139,9 @@ class Journal:
         self.promised_epoch = read_number_file(self.current / PROMISED_FILE, "an epoch")
         self.writer_epoch = read_number_file(self.current / WRITER_FILE, "an epoch")
         self.committed_txid = read_number_file(self.current / COMMITTED_FILE, "a txid")
+        nodes = self.current / NODES_FILE
+        if nodes.exists():
+            self.nodes = tuple(nodes.read_text().split())
         for found in segment_index(self.current):
             segment = self._load_segment(found.start, found.end, found.path)
             if segment is not None:
@@ -204,7 +211,8 @@ class Journal:
     # -- the protocol ---------------------------------------------------------------------
 
     def format(self, namespace: j.JournalNamespace, *, force: bool) -> None:
-        if self._segments and not force:
+        leftovers = segment_index(self.current) if self.current.is_dir() else []
+        if (self._segments or leftovers) and not force:
             raise InvalidArgument(f"journal {self.journal_id} holds edits (up to txid "
                                   f"{self.last_txid}): refusing to format it without force")
         if self.namespace is not None and self.namespace != namespace and not force:
@@ -212,8 +220,8 @@ class Journal:
                                f"{self.namespace}: refusing to format it without force")
         self._abort_open_segment()
         make_dirs(self.current)
-        for segment in self._segments.values():
-            _unlink(segment.path)
+        for leftover in leftovers:
+            _unlink(leftover.path)
         self._segments.clear()
         paxos = self.current / PAXOS_DIR
         for entry in paxos.iterdir() if paxos.is_dir() else ():
@@ -237,8 +245,12 @@ class Journal:
         log.info("journal %s: promised epoch %d", self.journal_id, epoch)
         return max(self._segments, default=0)
 
-    def start_log_segment(self, req: j.RequestInfo, first_txid: int, layout: int) -> None:
+    def start_log_segment(self, req: j.RequestInfo, first_txid: int, layout: int,
+                          nodes: Sequence[str] = ()) -> None:
         self._check_request(req)
+        if nodes and tuple(nodes) != self.nodes:
+            atomic_write(self.current / NODES_FILE, "\n".join(nodes).encode() + b"\n")
+            self.nodes = tuple(nodes)
         if first_txid < 1:
             raise InvalidArgument(f"segment start txid {first_txid} < 1")
         self._abort_open_segment()
@@ -478,6 +490,32 @@ class Journal:
             segment.offsets = offsets
             segment.layout_version = reader.header.layout_version if reader.header else 0
         return segment.offsets
+
+    # -- catching up from a peer (the syncer) ----------------------------------------------
+
+    def missing(self, peer_segments: Sequence[j.SegmentState]) -> list[j.SegmentState]:
+        """A peer's finalized segments that overlap nothing here: gaps this node has (it
+        was down, or its disk was replaced) and may fill with the peer's copy, since
+        finalized copies of a txid are the same everywhere."""
+        return [
+            peer for peer in peer_segments
+            if not peer.in_progress and peer.txn_count > 0 and not any(
+                s.start <= peer.end_txid and peer.start_txid <= s.end
+                for s in self._segments.values())
+        ]
+
+    def install_finalized(self, segment: j.SegmentState, layout: int, records: bytes) -> bool:
+        """Store a peer's finalized segment in a gap (checked again here, under the
+        journal's thread); False when the gap is gone meanwhile."""
+        self._check_formatted()
+        if not self.missing([segment]):
+            return False
+        check_records(records, segment.start_txid, segment.txn_count)
+        path = self.current / segment_name(segment.start_txid, segment.end_txid)
+        atomic_write(path, encode_segment_header(segment.start_txid, layout) + records)
+        self._segments[segment.start_txid] = _Segment(
+            segment.start_txid, segment.end_txid, False, path, None, layout)
+        return True
 
     def close(self) -> None:
         self._abort_open_segment()

@@ -24,6 +24,9 @@ from xdfs.errors import InvalidArgument
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.service import Method, MethodKind, Service
 
+#: The user a caller of a JournalNode logs in as, with the journal secret as its password.
+JOURNAL_USER = "journal"
+
 #: Journal ids name directories: letters, digits, ``-`` and ``_`` only (no path tricks).
 JOURNAL_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -110,6 +113,9 @@ class StartSegmentRequest(msgspec.Struct):
     req: RequestInfo
     first_txid: int
     layout_version: int
+    #: Every JournalNode of the journal (host:port): where a node that missed segments
+    #: fetches them from (its syncer).
+    nodes: list[str] = []
 
 
 class JournalRecordsRequest(msgspec.Struct):

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from xdfs.errors import Fenced, StorageError, WrongCluster, XdfsError
+from xdfs.errors import Fenced, NotFormatted, StorageError, WrongCluster, XdfsError
 from xdfs.protocol import journal as j
 from xdfs.quorum.calls import QuorumCall, majority
 from xdfs.quorum.channel import JournalChannel
@@ -205,16 +205,29 @@ class QuorumJournalWriter:
 
     async def start_segment(self, first_txid: int, layout_version: int) -> None:
         self._check_usable()
-        request = j.StartSegmentRequest(self._req(), first_txid, layout_version)
+        request = j.StartSegmentRequest(self._req(), first_txid, layout_version,
+                                        sorted(self.channels))
         # Every node is in sync from here unless a call of it fails (even a late failure
         # of this very call): a node whose start is still under way gets the segment's
         # batches queued behind it, in order, on its channel.
         self.in_sync = set(self.channels)
-        await self._quorum("start_log_segment", lambda c: c.start_log_segment(request))
+        await self._quorum("start_log_segment", lambda c: self._start_on(c, request))
         self.segment_start = first_txid
         if self._heartbeats is None:
             self._heartbeats = asyncio.get_running_loop().create_task(
                 self._heartbeat_loop(), name=f"journal {self.journal_id} heartbeats")
+
+    async def _start_on(self, channel: JournalChannel, request: j.StartSegmentRequest) -> None:
+        """Start the segment on one node; a node with no journal at all (a replaced disk)
+        is formatted first and joins here (its syncer then fetches the older segments)."""
+        try:
+            await channel.start_log_segment(request)
+        except NotFormatted:
+            await channel.format_journal(
+                j.FormatRequest(self.journal_id, self.settings.namespace, force=False))
+            log.warning("journal %s: node %s held no journal; formatted it, it joins at "
+                        "txid %d", self.journal_id, channel.name, request.first_txid)
+            await channel.start_log_segment(request)
 
     async def write(self, records: bytes, first_txid: int, last_txid: int) -> None:
         """Store a batch on a majority; returns only once it is durable there."""

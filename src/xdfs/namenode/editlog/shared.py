@@ -45,7 +45,7 @@ from xdfs.errors import StorageError, XdfsError
 from xdfs.namenode.editlog.codec import decode_frame
 from xdfs.namenode.editlog.editlog import NameDir
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
-from xdfs.protocol.journal import JournalNamespace, parse_qjournal_uri
+from xdfs.protocol.journal import JOURNAL_USER, JournalNamespace, parse_qjournal_uri
 from xdfs.quorum.channel import JournalChannel, RpcJournalChannel
 from xdfs.quorum.reader import read_all
 from xdfs.quorum.writer import QuorumJournalWriter, WriterSettings
@@ -54,8 +54,6 @@ from xdfs.rpc.tls import client_context
 
 log = logging.getLogger(__name__)
 
-#: The user a NameNode logs in to JournalNodes as (with the journal secret).
-JOURNAL_USER = "journal"
 #: Largest batch -initializeSharedEdits sends in one ``journal`` call.
 _COPY_BATCH_BYTES = 512 * 1024
 
