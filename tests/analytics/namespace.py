@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.integration.conftest import ROOT, ROOT_PW, add_stored_block, connect
-from tests.integration.fake_datanodes import FakeDataNodes, fake_datanodes_of
+from tests.integration.fake_datanodes import FakeDataNodes
 from xdfs.client.client import AsyncClient
 from xdfs.common.images import image_name
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplica
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 KiB, MiB = 1024, 1024 * 1024
 DAY_MS = 86_400_000
@@ -117,13 +118,11 @@ async def _in_batches(client: AsyncClient, specs: list[FileSpec], as_of_ms: int,
 
 
 async def _settled(client: AsyncClient, path: str, replicas: int) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    async def settled() -> bool:
         report = await client.fsck(path, files=True, blocks=True)
-        if all(b.live_replicas == replicas for e in report.listed for b in e.blocks):
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{path} did not reach {replicas} replicas")
+        return all(b.live_replicas == replicas for e in report.listed for b in e.blocks)
+
+    await eventually(settled, timeout_s=60, interval_s=0.2, what=f"{path} at {replicas} replicas")
 
 
 async def build(base: Path) -> Built:
@@ -180,7 +179,3 @@ def _dump(address: str, out: Path, dump: object) -> None:
                 config=XdfsConfig()) as client:
         assert callable(dump)
         assert dump(client, str(out)) == 0
-
-
-def fake_of(client: AsyncClient) -> FakeDataNodes:
-    return fake_datanodes_of(client)

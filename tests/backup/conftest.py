@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +12,7 @@ from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.server import NameNode
+from xdfs.testing.poll import eventually
 
 ROOT = "root"
 ROOT_PW = "rootpw"
@@ -45,22 +43,6 @@ def canonical_dump(namespace: Namespace) -> list[Any]:
     keys = sorted(msgspec.to_builtins(list(namespace.token_key_records())))
     counters = [namespace.next_inode_id, namespace.next_block_id, namespace.next_genstamp]
     return [inodes, users, keys, counters]
-
-
-async def eventually(
-    check: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition"
-) -> Any:
-    """Poll ``check`` until truthy; the timeout only bounds a hang (timings never asserted)."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if asyncio.iscoroutine(last):
-            last = await last
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last!r})")
 
 
 async def caught_up(nn: NameNode, backup: BackupNode) -> None:

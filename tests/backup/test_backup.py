@@ -25,8 +25,9 @@ from xdfs.errors import (
 from xdfs.protocol.backup import BACKUP_STATUS, FETCH_EDITS, TRANSITION_TO_ACTIVE, FetchEditsRequest
 from xdfs.rpc.messages import Empty
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
-from .conftest import ROOT, backup_config, canonical_dump, caught_up, connect, eventually
+from .conftest import ROOT, backup_config, canonical_dump, caught_up, connect
 
 
 async def _worker(client, root: str, seed: int, stop: asyncio.Event, acked: list[str]) -> None:

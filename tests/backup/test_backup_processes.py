@@ -27,8 +27,9 @@ from xdfs.protocol.backup import BACKUP_STATUS, BackupStatus
 from xdfs.rpc.messages import Empty
 from xdfs.testing.lazyfs import CrashSite
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
-from .conftest import ROOT, ROOT_PW, backup_config, canonical_dump, connect, eventually
+from .conftest import ROOT, ROOT_PW, backup_config, canonical_dump, connect
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,9 @@ from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig, read_toml
 from xdfs.errors import XdfsError
 from xdfs.testing.net import free_port
+from xdfs.testing.poll import eventually
 
-from .conftest import ROOT, ROOT_PW, eventually
+from .conftest import ROOT, ROOT_PW
 from .test_backup_processes import BACKUP_FAST, ENV, address_of, backup_status, fencing, run_xdfs
 
 pytestmark = pytest.mark.slow

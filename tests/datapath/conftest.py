@@ -10,12 +10,10 @@ directory each (``xdfs_dir``)."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import random
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +27,7 @@ from xdfs.client.fsspec_impl import XdfsFileSystem
 from xdfs.config import KiB, XdfsConfig
 from xdfs.rpc.sync import LoopThread
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 T = TypeVar("T")
 
@@ -73,21 +72,6 @@ def flip_byte(path: Path, offset: int = 0) -> None:
         byte = fh.read(1)
         fh.seek(offset)
         fh.write(bytes([byte[0] ^ 0xFF]))
-
-
-async def eventually(
-    check: Callable[[], Awaitable[T | None]], timeout_s: float = 30.0, what: str = "condition"
-) -> T:
-    """Poll ``check`` until it returns something truthy (never asserts timings: the timeout
-    only bounds a hang)."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout_s} s (last: {last!r})")
 
 
 async def replication_settled(client: AsyncClient, path: str = "/") -> bool:

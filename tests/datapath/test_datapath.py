@@ -12,7 +12,6 @@ from tests.datapath.conftest import (
     BLOCK_BYTES,
     Cluster,
     digest,
-    eventually,
     fast_config,
     flip_byte,
     payload,
@@ -25,6 +24,7 @@ from xdfs.config import MiB
 from xdfs.errors import BlockNotFound, NotFound
 from xdfs.protocol.namenode import FsckReport
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 SIZES = [0, 1, 100, BLOCK_BYTES - 1, BLOCK_BYTES, BLOCK_BYTES + 1, 3 * BLOCK_BYTES + 12345]
 

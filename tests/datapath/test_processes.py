@@ -17,19 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.datapath.conftest import (
-    BLOCK_BYTES,
-    digest,
-    eventually,
-    payload,
-    replica_files,
-    replication_settled,
-)
+from tests.datapath.conftest import BLOCK_BYTES, digest, payload, replica_files, replication_settled
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.errors import DataError, SafeModeError, Unavailable
 from xdfs.testing.lazyfs import CrashSite
+from xdfs.testing.poll import eventually
 
 pytestmark = pytest.mark.slow
 

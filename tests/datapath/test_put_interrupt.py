@@ -10,8 +10,9 @@ import signal
 import sys
 from pathlib import Path
 
-from tests.datapath.conftest import Cluster, eventually, payload
+from tests.datapath.conftest import Cluster, payload
 from tests.integration.conftest import ROOT, ROOT_PW
+from xdfs.testing.poll import eventually
 
 ENV = {"XDFS_USER": ROOT, "XDFS_PASSWORD": ROOT_PW}
 

@@ -6,7 +6,7 @@ dying half-way, the NameNode restarting in between, another writer's create)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +15,6 @@ import pytest
 from tests.datapath.conftest import (
     Cluster,
     digest,
-    eventually,
     fast_config,
     flip_byte,
     payload,
@@ -34,6 +33,7 @@ from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 BLOCK = 4 * MiB
 
@@ -46,7 +46,8 @@ def _config(**namenode: Any) -> XdfsConfig:
 async def _two_datanodes(minicluster: MiniCluster, config: XdfsConfig) -> Cluster:
     """A NameNode and two DataNodes that can take writes (registered, block keys in)."""
     cluster = await start_cluster(minicluster, config, datanodes=2)
-    await until(lambda: all(dn.block_keys for dn in minicluster.datanodes), "block keys")
+    await eventually(lambda: all(dn.block_keys for dn in minicluster.datanodes),
+                     what="block keys")
     return cluster
 
 
@@ -57,14 +58,6 @@ async def pair(minicluster: MiniCluster) -> AsyncIterator[Cluster]:
         yield made
     finally:
         await made.client.close()
-
-
-async def until(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Wait for a condition of in-process state (polled, bounded by ``timeout_s``)."""
-    async def holds() -> bool:
-        return check()
-
-    await eventually(holds, timeout_s, what)
 
 
 def _node(cluster: Cluster, node_id: str) -> DataNode:
@@ -109,7 +102,8 @@ async def test_a_read_reports_a_vanished_replica_at_once(pair: Cluster, lost: st
     assert digest(await reader.read()) == digest(data)
     # reported deleted at once (the directory scanner runs every 6 hours here): the
     # NameNode copies the block back to the only node without it, the victim
-    await until(lambda: _replaced(victim, block_id, replica), "copied back to the victim")
+    await eventually(lambda: _replaced(victim, block_id, replica),
+                     what="copied back to the victim")
     await eventually(lambda: replication_settled(client, "/v"), what="2 replicas")
     # the other node dies: the copy made back on the victim serves the file
     other = pair.mc.datanodes[1]
@@ -143,9 +137,9 @@ async def test_the_directory_scanner_drops_vanished_and_adds_unknown_replicas(
     blocks = _blocks(pair)
     # the NameNode hears of both at once: the found replica is an excess one (replication
     # 1) and one of the two goes; the vanished one is copied back
-    await until(lambda: len(blocks.map.replicas(found_id)) == 1
-                and not any(n.deletions for n in blocks.datanodes),
-                "the excess replica of /found deleted")
+    await eventually(lambda: len(blocks.map.replicas(found_id)) == 1
+                     and not any(n.deletions for n in blocks.datanodes),
+                     what="the excess replica of /found deleted")
     await eventually(lambda: replication_settled(client, "/"), what="both files healthy")
     assert (await other.directory_scanner.scan_once()).missing == []
 
@@ -162,7 +156,7 @@ async def test_a_corrupt_replica_on_the_only_other_node_is_repaired_in_place(
     assert (await victim.scanner.scan_once()).corrupt == [block_id]
     # two live nodes, both hold the block: the corrupt copy is deleted, then a good one
     # is copied back to the same node
-    await until(lambda: _replaced(victim, block_id, bad), "repaired in place")
+    await eventually(lambda: _replaced(victim, block_id, bad), what="repaired in place")
     await eventually(lambda: replication_settled(client, "/c"), what="2 good replicas")
     await pair.mc.stop_datanode(pair.mc.datanodes[0])
     assert digest(await client.read_file("/c")) == digest(data)
@@ -214,7 +208,7 @@ async def _abandon_mid_block(cluster: Cluster, path: str, data: bytes) -> int:
                  for dn in cluster.mc.datanodes]
         return all(f.exists() and f.stat().st_size == len(data) for f in files)
 
-    await until(stored, "the bytes on both DataNodes")
+    await eventually(stored, what="the bytes on both DataNodes")
     await writer.abort()
     return block_id
 
@@ -290,8 +284,8 @@ async def test_rbw_replicas_survive_a_namenode_restart(minicluster: MiniCluster)
         minicluster.namenodes.append(again)
         assert again.fs is not None
         block_map = again.fs.blocks.map
-        await until(lambda: len(block_map.rbw_replicas(block_id)) == 2,
-                    "both rbw replicas reported", timeout_s=60)
+        await eventually(lambda: len(block_map.rbw_replicas(block_id)) == 2,
+                         what="both rbw replicas reported", timeout_s=60)
         async with connect(again, ROOT, ROOT_PW) as client:
             await eventually(lambda: _out_of_safe_mode(client), what="out of safe mode")
             await eventually(lambda: client.recover_lease("/n"), timeout_s=60, what="closed")

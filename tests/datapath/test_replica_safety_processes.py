@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.datapath.conftest import digest, eventually, payload, replication_settled
+from tests.datapath.conftest import digest, payload, replication_settled
 from tests.datapath.test_processes import ENV, ProcessCluster
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup, ServerProcess
@@ -29,6 +29,7 @@ from xdfs.errors import BlockNotFound
 from xdfs.protocol.datanode import READ_BLOCK, ReadBlockRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.testing.poll import eventually
 
 pytestmark = pytest.mark.slow
 

@@ -115,16 +115,6 @@ async def walk(client: AsyncClient, top: str = "/") -> dict[str, tuple[object, .
     return out
 
 
-async def wait_until(predicate: Any, deadline_s: float = 20.0, poll_s: float = 0.05) -> None:
-    """Poll an async predicate until true; fail after ``deadline_s`` (never asserts time)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while not await predicate():
-        if loop.time() > end:
-            raise AssertionError(f"condition not reached within {deadline_s} s")
-        await asyncio.sleep(poll_s)
-
-
 async def run_xdfs(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """``python -m xdfs ARGS`` as a child process; returns (exit code, stdout, stderr)."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("XDFS_")}

@@ -7,10 +7,8 @@ hands out whatever commands a test queues for a node's next heartbeat.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +42,7 @@ from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.server import CallContext, RpcServer
 from xdfs.rpc.service import Service
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 #: Hang guard of every wait in these tests (never a timing assertion).
 GUARD_S = 30.0
@@ -195,15 +194,6 @@ async def start_stub(
 def dn_config(**datanode: Any) -> XdfsConfig:
     base = XdfsConfig()
     return replace(base, datanode=replace(base.datanode, **datanode))
-
-
-async def eventually(condition: Callable[[], object], guard_s: float = GUARD_S) -> None:
-    """Wait until ``condition()`` is true (polling); fail after ``guard_s`` (a hang guard)."""
-    async with asyncio.timeout(guard_s):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.01)
 
 
 async def start_registered(

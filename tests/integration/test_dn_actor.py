@@ -11,7 +11,6 @@ import pytest
 from tests.integration.dn_helpers import (
     StubNameNode,
     dn_client,
-    eventually,
     make_token,
     new_key,
     read_block,
@@ -27,6 +26,7 @@ from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import DATANODE_PROTOCOL, HeartbeatResponse, ReplicateTask
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 
 async def put_blocks(

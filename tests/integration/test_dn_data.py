@@ -15,7 +15,6 @@ from tests.integration.dn_helpers import (
     StubNameNode,
     dn_client,
     dn_config,
-    eventually,
     flip_byte,
     make_token,
     new_key,
@@ -53,6 +52,7 @@ from xdfs.protocol.datanode import (
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Chunk, Empty, Kind, Tail
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 KiB = 1024
 MiB = 1024 * KiB

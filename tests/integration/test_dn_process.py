@@ -18,7 +18,6 @@ import pytest
 from tests.integration.dn_helpers import (
     GUARD_S,
     StubNameNode,
-    eventually,
     read_block,
     replica_files,
     start_stub,
@@ -31,6 +30,7 @@ from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest
 from xdfs.testing.lazyfs import CrashSite
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 READY = r"datanode serving on (\S+)"
 MiB = 1024 * 1024

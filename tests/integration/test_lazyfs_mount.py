@@ -20,14 +20,6 @@ from xdfs.testing.lazyfs import LazyFS
 pytestmark = pytest.mark.powerloss
 
 
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # A writer doing what careless and careful programs do, then waiting to be killed.
 WRITER = textwrap.dedent("""
     import os, sys, time

@@ -23,6 +23,7 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.messages import Empty
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 from .conftest import (
     ROOT,
@@ -31,7 +32,6 @@ from .conftest import (
     StartDataNodes,
     connect,
     nn_config,
-    wait_until,
     write_file,
 )
 from .fake_datanodes import FakeDataNodes
@@ -105,7 +105,7 @@ async def test_complete_waits_for_the_replicas(
             assert nn.fs is not None
             return nn.fs.blocks.watched(block.block_id)
 
-        await wait_until(waiting)  # the NameNode holds the call until a replica comes
+        await eventually(waiting)  # the NameNode holds the call until a replica comes
         # a replica of another length does not count (the writer's length is the truth)
         short = BlockRecord(block.block_id, block.genstamp, 100)
         await datanodes.at(located.locations[0]).receive(short)
@@ -163,7 +163,7 @@ async def test_abandon_block_and_additional_datanode(cluster: Cluster) -> None:
     async def deleted() -> bool:
         return located.block.block_id not in node.held
 
-    await wait_until(deleted)  # a delete command in one of its heartbeat replies
+    await eventually(deleted)  # a delete command in one of its heartbeat replies
     # only the writer may: others lack the lease, or the permission
     with pytest.raises(LeaseError):
         await root.rpc.call(p.ABANDON_BLOCK, p.AbandonBlockRequest("/f", "another-client", 1))
@@ -243,7 +243,7 @@ async def test_restart_waits_in_safe_mode_for_block_reports(
         async def left() -> bool:
             return not (await root.safe_mode("get")).on
 
-        await wait_until(left)
+        await eventually(left)
         await root.mkdirs("/x")
         report = await root.rpc.call(p.DATANODE_REPORT, Empty())
         assert not report.safe_mode and report.missing_blocks == 0

@@ -17,6 +17,7 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.messages import Empty
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 from .conftest import (
     ROOT,
@@ -24,7 +25,6 @@ from .conftest import (
     StartDataNodes,
     connect,
     nn_config,
-    wait_until,
     write_file,
 )
 from .fake_datanodes import FakeDataNode, FakeDataNodes
@@ -74,7 +74,7 @@ async def test_a_dead_datanodes_blocks_are_copied_elsewhere(fast: Fast) -> None:
         now = await _block_of(root, "/f")
         return sorted(now.locations) == sorted([second.address, spare.address])
 
-    await wait_until(recovered)
+    await eventually(recovered)
     # the survivor was told to copy it to the spare node
     tasks, _ = second.commands()
     assert [(t.block.block_id, t.targets) for t in tasks] == [(block_id, [spare.address])]
@@ -89,7 +89,7 @@ async def test_a_dead_datanodes_blocks_are_copied_elsewhere(fast: Fast) -> None:
             (await _block_of(root, "/f")).locations
         ) == 2
 
-    await wait_until(trimmed)
+    await eventually(trimmed)
 
 
 async def test_setrep_down_deletes_excess_replicas(fast: Fast) -> None:
@@ -102,7 +102,7 @@ async def test_setrep_down_deletes_excess_replicas(fast: Fast) -> None:
     async def trimmed() -> bool:
         return len(_holders(datanodes, block_id)) == 1
 
-    await wait_until(trimmed)
+    await eventually(trimmed)
     deletions = [node for node in datanodes.nodes if block_id in node.commands()[1]]
     assert len(deletions) == 2
     assert (await _block_of(root, "/f")).locations == [_holders(datanodes, block_id)[0].address]
@@ -115,7 +115,7 @@ async def test_an_orphan_replica_is_deleted(fast: Fast) -> None:
     async def deleted() -> bool:
         return 999_999 not in node.held
 
-    await wait_until(deleted)
+    await eventually(deleted)
     assert 999_999 in node.commands()[1]
 
 
@@ -133,7 +133,7 @@ async def test_a_corrupt_replica_is_replaced_then_deleted(fast: Fast) -> None:
     async def replaced() -> bool:
         return block_id not in bad.held and block_id in spare.held
 
-    await wait_until(replaced)
+    await eventually(replaced)
     events = datanodes.events
     copied = events.index(("received", spare.node_id, block_id))
     dropped = events.index(("deleted", bad.node_id, block_id))
@@ -152,7 +152,7 @@ async def test_read_locations_are_shuffled_and_skip_dead_nodes(fast: Fast) -> No
     async def skipped() -> bool:
         return datanodes[2].address not in (await _block_of(root, "/f")).locations
 
-    await wait_until(skipped)
+    await eventually(skipped)
     assert len((await _block_of(root, "/f")).locations) == 2
 
 

@@ -17,6 +17,7 @@ from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
 from xdfs.testing.lazyfs import LazyFS
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 from .conftest import (
     ROOT,
@@ -27,7 +28,6 @@ from .conftest import (
     nn_config,
     run_xdfs,
     start_cluster,
-    wait_until,
     walk,
     write_file,
 )
@@ -188,7 +188,7 @@ async def test_images_retained_and_automatic_checkpoints(minicluster: MiniCluste
         async def new_image() -> bool:
             return (await root.status()).image_txid > txids[-1]
 
-        await wait_until(new_image)
+        await eventually(new_image)
         image_txid = (await root.status()).image_txid
         assert (image_txid,) in _files(current, IMAGE)
         tree = await walk(root)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rpc.wire import RawPeer, eventually
+from tests.rpc.wire import RawPeer
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.errors import (
     AuthenticationFailed,
@@ -34,6 +34,7 @@ from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.messages import LENGTH_PREFIX, Kind
 from xdfs.rpc.server import UNAUTHENTICATED_BUFFER_BYTES
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 from .conftest import ROOT, ROOT_PW, connect, run_xdfs
 

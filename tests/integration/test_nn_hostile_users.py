@@ -30,6 +30,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.service import Method
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 from .conftest import (
     USERS,
@@ -37,7 +38,6 @@ from .conftest import (
     connect,
     nn_config,
     start_cluster,
-    wait_until,
     walk,
     write_file,
 )
@@ -202,7 +202,7 @@ async def test_datanodes_log_in_with_their_own_secret_not_a_superuser(
     async def registered() -> bool:
         return node.registered
 
-    await wait_until(registered)
+    await eventually(registered)
 
     async with _datanode_rpc(cluster) as datanode:
         storage = d.StorageReport(10, 0, 10)
@@ -339,7 +339,7 @@ async def test_lease_recovery_goes_on_past_a_file_it_cannot_recover(
         async def recovered() -> bool:
             return not (await root.stat("/z-open")).under_construction
 
-        await wait_until(recovered, deadline_s=30)
+        await eventually(recovered, timeout_s=30)
         failures = [r for r in caplog.records if "lease recovery of /b/c/d/a" in r.message]
         assert len(failures) == 1  # logged once, not every round
         await asyncio.sleep(0.5)  # more rounds pass, and no more lines

@@ -12,8 +12,9 @@ from xdfs.client.client import AsyncClient
 from xdfs.errors import LeaseError
 from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
-from .conftest import ROOT, ROOT_PW, StartDataNodes, connect, nn_config, wait_until
+from .conftest import ROOT, ROOT_PW, StartDataNodes, connect, nn_config
 
 
 async def _renew(client: AsyncClient) -> None:
@@ -54,7 +55,7 @@ async def test_hard_limit_recovers_abandoned_files(
             async def recovered() -> bool:
                 return not (await observer.stat("/abandoned")).under_construction
 
-            await wait_until(recovered)
+            await eventually(recovered)
             # only the silent writer's file was closed: the live one keeps its lease
             assert (await observer.stat("/kept-open")).under_construction
             assert (await observer.status()).files_under_construction == 1
@@ -70,7 +71,7 @@ async def test_hard_limit_recovers_abandoned_files(
         with pytest.raises(LeaseError):
             await silent.complete("/abandoned", [located.block])
         # and once the live writer falls silent, its file is recovered too
-        await wait_until(lambda: _closed(observer, "/kept-open"))
+        await eventually(lambda: _closed(observer, "/kept-open"))
         with pytest.raises(LeaseError):
             await live.complete("/kept-open", [])
 

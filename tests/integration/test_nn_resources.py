@@ -13,8 +13,9 @@ import pytest
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import SafeModeError
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
-from .conftest import ROOT, ROOT_PW, nn_config, run_xdfs, start_cluster, wait_until, write_file
+from .conftest import ROOT, ROOT_PW, nn_config, run_xdfs, start_cluster, write_file
 
 MiB = 1 << 20
 
@@ -36,7 +37,7 @@ async def test_low_disk_space_enters_safe_mode_and_space_ends_it(
 
         assert not (await root.safe_mode("get")).on
         free["bytes"] = 99 * MiB
-        await wait_until(lambda: safe_mode_is(True))
+        await eventually(lambda: safe_mode_is(True))
         status = await root.safe_mode("get")
         assert "low disk space" in status.reason and str(99 * MiB) in status.reason
         report = await root.status()
@@ -50,10 +51,10 @@ async def test_low_disk_space_enters_safe_mode_and_space_ends_it(
             await root.mkdirs("/new")
         # an operator may leave; the next reading that finds space low enters again
         assert not (await root.safe_mode("leave")).on
-        await wait_until(lambda: safe_mode_is(True))
+        await eventually(lambda: safe_mode_is(True))
         # space back: it leaves by itself, and writes work
         free["bytes"] = 100 * MiB
-        await wait_until(lambda: safe_mode_is(False))
+        await eventually(lambda: safe_mode_is(False))
         await root.mkdirs("/new")
         entered = [r for r in caplog.records if "entering safe mode: low disk space" in r.message]
         left = [r for r in caplog.records if "leaving low-space safe mode" in r.message]

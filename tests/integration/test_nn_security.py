@@ -25,6 +25,7 @@ from xdfs.errors import (
 from xdfs.namenode.namespace.ops import TokenKeyRecord
 from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 from .conftest import (
     ROOT,
@@ -34,7 +35,6 @@ from .conftest import (
     connect,
     nn_config,
     start_cluster,
-    wait_until,
     walk,
 )
 
@@ -531,7 +531,7 @@ async def test_token_keys_rotate_and_persist(minicluster: MiniCluster) -> None:
                 newer.append(login.token)
             return bool(newer)
 
-        await wait_until(rotated, poll_s=0.2)  # the NameNode added a key by itself
+        await eventually(rotated, interval_s=0.2)  # the NameNode added a key by itself
         for token in (first.token, newer[0]):  # both keys verify
             async with connect(c.nn, token=token) as client:
                 assert (await client.stat("/")).is_dir

@@ -18,8 +18,9 @@ from xdfs.errors import (
     NotFound,
 )
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
-from .conftest import ROOT, Cluster, connect, nn_config, start_cluster, wait_until, walk
+from .conftest import ROOT, Cluster, connect, nn_config, start_cluster, walk
 
 CHECKPOINT = re.compile(r"^\d{12}$")
 
@@ -200,7 +201,7 @@ async def test_emptier_deletes_old_checkpoints(minicluster: MiniCluster) -> None
         async def emptied() -> bool:
             return await _names(root, "/user/root/.Trash") == []
 
-        await wait_until(emptied)  # rolled into a checkpoint, then deleted when old
+        await eventually(emptied)  # rolled into a checkpoint, then deleted when old
         assert not await root.exists("/data")
         # the emptier's deletions are logged like any other change: they survive a restart
         await minicluster.stop_namenode(c.nn)

@@ -9,7 +9,6 @@ import pytest
 
 import xdfs
 from tests.rpc.services import FAIL, GATED, Count, FailRequest, TestHandlers
-from tests.rpc.wire import eventually
 from xdfs.errors import (
     AccessDenied,
     BadRequest,
@@ -24,6 +23,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 
 async def test_unary_roundtrip(client: RpcClient) -> None:

@@ -24,7 +24,6 @@ from tests.rpc.services import (
     SlowRequest,
     TestHandlers,
 )
-from tests.rpc.wire import eventually
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.errors import ConnectionLost, RpcTimeout, Unavailable
 from xdfs.protocol.system import ECHO, PING, SOURCE, EchoRequest, SourceRequest
@@ -32,6 +31,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 FAST_RETRIES: dict[str, Any] = {"retry_backoff_initial_s": 0.001, "retry_backoff_max_s": 0.004}
 

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from tests.rpc.services import FAIL, SLOW, TEST_SERVICE, FailRequest, SlowRequest, TestHandlers
-from tests.rpc.wire import RawPeer, assert_serves, eventually, raw_peer
+from tests.rpc.wire import RawPeer, assert_serves, raw_peer
 from xdfs.errors import (
     BadRequest,
     FrameTooLarge,
@@ -34,6 +34,7 @@ from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.messages import LENGTH_PREFIX, Empty, Hello, Kind
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from tests.rpc.services import (
     TEST_SERVICE,
     TestHandlers,
 )
-from tests.rpc.wire import assert_serves, eventually, raw_peer
+from tests.rpc.wire import assert_serves, raw_peer
 from xdfs.errors import (
     ChecksumError,
     CorruptReplica,
@@ -37,6 +37,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Chunk, Empty, ErrorInfo, Kind, Tail
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 KiB = 1024
 CHUNK = 64 * KiB

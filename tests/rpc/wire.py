@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -123,12 +123,3 @@ async def assert_serves(client: RpcClient) -> None:
     assert await client.call(PING, Empty()) == Empty()
     reply = await client.call(ECHO, EchoRequest(b"still alive"))
     assert reply.payload == b"still alive"
-
-
-async def eventually(condition: Callable[[], object], guard_s: float = GUARD_S) -> None:
-    """Wait until ``condition()`` is true (polling); fail after ``guard_s`` (a hang guard)."""
-    async with asyncio.timeout(guard_s):
-        while True:
-            if condition():
-                return
-            await asyncio.sleep(0.005)

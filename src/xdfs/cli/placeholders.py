@@ -23,4 +23,3 @@ def _placeholder(name: str, summary: str) -> click.Command:
 
 zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
 logservice = _placeholder("logservice", "Run the replicated log service")
-analyze = _placeholder("analyze", "Metadata analytics on Spark")

@@ -163,7 +163,6 @@ class SegmentReader:
         self.count = 0
         self.valid_bytes = 0
         self.torn: str | None = None
-        self.torn_offset: int | None = None
         self.file_bytes = 0
 
     def _fail(self, offset: int, what: str) -> StorageError:
@@ -173,7 +172,6 @@ class SegmentReader:
         if self.torn_tail != "allow":
             raise self._fail(offset, what)
         self.torn = f"{what} at byte offset {offset}"
-        self.torn_offset = offset
 
     def __iter__(self) -> Iterator[tuple[int, int, bytes, int]]:
         try:

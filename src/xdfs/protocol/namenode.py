@@ -452,5 +452,3 @@ ADMIN_SERVICE = Service(
         BLOCK_MAP,
     ),
 )
-#: Callable without credentials (the handshake may be anonymous for these only).
-ANONYMOUS_METHODS = frozenset({"login", "ping", "server_info", "ha_status"})

@@ -303,9 +303,6 @@ class ReplicationMonitor:
     def under_replicated_count(self) -> int:
         return len(set(self.needed) | set(self.pending.blocks()))
 
-    def postponed_count(self) -> int:
-        return len(self._postponed) + len(self._postponed_orphans)
-
     def _release(self, task: PendingTask) -> None:
         for node_id in (task.source, task.target):
             node = self.datanodes.get(node_id)

@@ -188,10 +188,6 @@ class EditLog:
         return self._segment_start
 
     @property
-    def failure(self) -> StorageError | None:
-        return self._fatal
-
-    @property
     def finalized_segments(self) -> tuple[tuple[int, int], ...]:
         """(start, end) of the finalized segments on disk, oldest first (a snapshot)."""
         return self._finalized

@@ -121,7 +121,6 @@ class StorageDirectory:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.current = self.root / CURRENT_DIR
-        self.lock_path = self.root / LOCK_FILE
         self._lock = DirLock(self.root, LOCK_FILE)
 
     def __repr__(self) -> str:
@@ -187,9 +186,6 @@ class StorageDirectory:
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
         return parse_version(text, str(path))
-
-    def write_version(self, info: VersionInfo) -> None:
-        atomic_write(self.current / VERSION_FILE, format_version(info).encode())
 
     # -- seen_txid --
 

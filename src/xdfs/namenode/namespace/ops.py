@@ -231,7 +231,6 @@ ALL_OPS: tuple[type[Op], ...] = (
     SetDataNodeSecretOp,
 )
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
-OPS_BY_NAME: dict[str, type[Op]] = {op.NAME: op for op in ALL_OPS}
 assert len(OPS_BY_CODE) == len(ALL_OPS), "duplicate opcode"
 
 _ENCODER = msgspec.msgpack.Encoder()

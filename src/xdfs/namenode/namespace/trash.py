@@ -43,11 +43,6 @@ def current_dir(user: str) -> str:
     return f"{trash_root(user)}/{CURRENT}"
 
 
-def trash_target(user: str, path: str) -> str:
-    """Where ``path`` goes when ``user`` removes it."""
-    return current_dir(user) + path
-
-
 def is_in_trash(path: str) -> bool:
     parts = split_path(path)
     return len(parts) >= 3 and parts[0] == "user" and parts[2] == TRASH
