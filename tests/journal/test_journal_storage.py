@@ -93,6 +93,7 @@ def test_epochs_only_go_up_and_a_stale_writer_changes_nothing(journal: Journal) 
     before = files(journal)
     for call in (
         lambda: journal.journal(req(2), 1, 3, 1, records(3, 1)),
+        lambda: journal.journal(req(1), 1, 3, 1, records(3, 1)),
         lambda: journal.start_log_segment(req(2), 3, LAYOUT),
         lambda: journal.finalize(req(2), 1, 2),
         lambda: journal.heartbeat(req(2)),
@@ -220,3 +221,16 @@ def test_purge_keeps_what_is_in_progress(journal: Journal) -> None:
     journal.journal(req(1), 4, 4, 1, records(4, 1))
     assert journal.purge(req(1), 10) == 1
     assert journal.manifest(0, in_progress_ok=True).segments == [j.SegmentState(4, 4, True)]
+
+
+def test_a_writer_that_started_no_segment_here_is_out_of_sync_not_fenced(
+    journal: Journal,
+) -> None:
+    """A node that joined late (formatted, or back from a crash) gets batches of the
+    current writer before its next segment start: out of sync for now, never a fence."""
+    writing(journal, epoch=1).journal(req(1), 1, 1, 2, records(1, 2))
+    journal.new_epoch(NS, 2)
+    with pytest.raises(JournalOutOfSync, match="started no segment here"):
+        journal.journal(req(2), 1, 3, 1, records(3, 1))
+    with pytest.raises(JournalOutOfSync):
+        journal.heartbeat(req(2))

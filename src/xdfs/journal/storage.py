@@ -192,10 +192,15 @@ class Journal:
         self.committed_txid = max(self.committed_txid, req.committed_txid)
 
     def _check_writer(self, req: j.RequestInfo) -> None:
+        """The writer of the open segment. A newer epoch than the one that started it is
+        the current writer, which has not started a segment here yet: this node is out of
+        sync (it joins at the next segment), not a reason to stop the writer."""
         self._check_request(req)
         if req.epoch != self.writer_epoch:
-            raise Fenced(f"journal {self.journal_id}: epoch {req.epoch} is not the writer "
-                         f"that started the open segment (epoch {self.writer_epoch})")
+            raise JournalOutOfSync(
+                f"journal {self.journal_id}: epoch {req.epoch} started no segment here "
+                f"(the last writer here was epoch {self.writer_epoch})"
+            )
 
     def _promise(self, epoch: int) -> None:
         write_number_file(self.current / PROMISED_FILE, epoch)

@@ -29,7 +29,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from xdfs.errors import Fenced, NotFormatted, StorageError, WrongCluster, XdfsError
+from xdfs.errors import (
+    Fenced,
+    JournalOutOfSync,
+    NotFormatted,
+    StorageError,
+    WrongCluster,
+    XdfsError,
+)
 from xdfs.protocol import journal as j
 from xdfs.quorum.calls import QuorumCall, majority
 from xdfs.quorum.channel import JournalChannel
@@ -219,15 +226,17 @@ class QuorumJournalWriter:
 
     async def _start_on(self, channel: JournalChannel, request: j.StartSegmentRequest) -> None:
         """Start the segment on one node; a node with no journal at all (a replaced disk)
-        is formatted first and joins here (its syncer then fetches the older segments)."""
+        is formatted (its syncer then fetches the older segments)."""
         try:
             await channel.start_log_segment(request)
         except NotFormatted:
+            # Not started again right here: batches of this segment may already be queued
+            # on the channel ahead of a second start. It joins at the next segment.
             await channel.format_journal(
                 j.FormatRequest(self.journal_id, self.settings.namespace, force=False))
             log.warning("journal %s: node %s held no journal; formatted it, it joins at "
-                        "txid %d", self.journal_id, channel.name, request.first_txid)
-            await channel.start_log_segment(request)
+                        "the next segment", self.journal_id, channel.name)
+            raise JournalOutOfSync(f"{channel.name}: formatted just now") from None
 
     async def write(self, records: bytes, first_txid: int, last_txid: int) -> None:
         """Store a batch on a majority; returns only once it is durable there."""
