@@ -143,6 +143,11 @@ async def run_seed(seed: int, root: Path) -> None:
     final = QuorumJournalWriter([SimChannel(n, calm) for n in nodes], SETTINGS)
     end = await final.become_writer() or 0
     check_invariants(seed, nodes, history, final.epoch, end)
+    # liveness: on healed nodes, with no fault, the new writer writes on every node
+    await final.start_segment(end + 1, LAYOUT)
+    await final.write(record(end + 1, rng), end + 1, end + 1)
+    assert final.in_sync == {n.name for n in nodes}, f"seed {seed}: {final.in_sync}"
+    await final.close()
     for node in nodes:
         node.crash()
 
