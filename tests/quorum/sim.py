@@ -157,7 +157,8 @@ class SimChannel:
         return await self._call(lambda jn: jn.state())
 
     async def format_journal(self, request: j.FormatRequest) -> None:
-        await self._call(lambda jn: jn.format(request.namespace, force=request.force))
+        await self._call(lambda jn: jn.format(request.namespace, force=request.force,
+                                              nodes=request.nodes))
 
     async def new_epoch(self, request: j.NewEpochRequest) -> j.NewEpochResponse:
         return j.NewEpochResponse(

@@ -32,7 +32,7 @@ class JournalHandlers:
 
     async def format_journal(self, ctx: CallContext, req: j.FormatRequest) -> Empty:
         await self.node.worker(req.journal_id, create=True).submit(
-            lambda jn: jn.format(req.namespace, force=req.force))
+            lambda jn: jn.format(req.namespace, force=req.force, nodes=req.nodes))
         return Empty()
 
     async def new_epoch(self, ctx: CallContext, req: j.NewEpochRequest) -> j.NewEpochResponse:

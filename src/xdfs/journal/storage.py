@@ -215,7 +215,8 @@ class Journal:
 
     # -- the protocol ---------------------------------------------------------------------
 
-    def format(self, namespace: j.JournalNamespace, *, force: bool) -> None:
+    def format(self, namespace: j.JournalNamespace, *, force: bool,
+               nodes: Sequence[str] = ()) -> None:
         leftovers = segment_index(self.current) if self.current.is_dir() else []
         if (self._segments or leftovers) and not force:
             raise InvalidArgument(f"journal {self.journal_id} holds edits (up to txid "
@@ -238,6 +239,7 @@ class Journal:
                      msgspec.json.encode(VersionFile(self.journal_id, namespace)))
         self.namespace = namespace
         self.promised_epoch = self.writer_epoch = self.committed_txid = 0
+        self._remember_nodes(nodes)
         log.info("journal %s formatted for namespace %s", self.journal_id, namespace)
 
     def new_epoch(self, namespace: j.JournalNamespace, epoch: int) -> int:
@@ -253,9 +255,7 @@ class Journal:
     def start_log_segment(self, req: j.RequestInfo, first_txid: int, layout: int,
                           nodes: Sequence[str] = ()) -> None:
         self._check_request(req)
-        if nodes and tuple(nodes) != self.nodes:
-            atomic_write(self.current / NODES_FILE, "\n".join(nodes).encode() + b"\n")
-            self.nodes = tuple(nodes)
+        self._remember_nodes(nodes)
         if first_txid < 1:
             raise InvalidArgument(f"segment start txid {first_txid} < 1")
         self._abort_open_segment()
@@ -276,6 +276,11 @@ class Journal:
             log.warning("journal %s: rejoins at txid %d without txids %d-%d (the other "
                         "nodes hold them)", self.journal_id, first_txid, previous_end + 1,
                         first_txid - 1)
+
+    def _remember_nodes(self, nodes: Sequence[str]) -> None:
+        if nodes and tuple(nodes) != self.nodes:
+            atomic_write(self.current / NODES_FILE, "\n".join(nodes).encode() + b"\n")
+            self.nodes = tuple(nodes)
 
     def _settle_before_start(self, segment: _Segment, first_txid: int, epoch: int) -> None:
         """Make room for a segment at ``first_txid``. Finalized segments must end before

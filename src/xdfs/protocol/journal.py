@@ -97,6 +97,7 @@ class FormatRequest(msgspec.Struct):
     journal_id: str
     namespace: JournalNamespace
     force: bool = False  # reformat a journal that holds edits (drops them)
+    nodes: list[str] = []  # every JournalNode of the journal (as in StartSegmentRequest)
 
 
 class NewEpochRequest(msgspec.Struct):

@@ -149,7 +149,8 @@ class QuorumJournalWriter:
 
     async def format(self, *, force: bool = False) -> None:
         """Format the journal on every node (all of them must answer)."""
-        request = j.FormatRequest(self.journal_id, self.settings.namespace, force)
+        request = j.FormatRequest(self.journal_id, self.settings.namespace, force,
+                                  sorted(self.channels))
         await self._quorum("format", lambda c: c.format_journal(request),
                            needed=len(self.channels))
 
@@ -232,8 +233,9 @@ class QuorumJournalWriter:
         except NotFormatted:
             # Not started again right here: batches of this segment may already be queued
             # on the channel ahead of a second start. It joins at the next segment.
-            await channel.format_journal(
-                j.FormatRequest(self.journal_id, self.settings.namespace, force=False))
+            await channel.format_journal(j.FormatRequest(
+                self.journal_id, self.settings.namespace, force=False,
+                nodes=sorted(self.channels)))
             log.warning("journal %s: node %s held no journal; formatted it, it joins at "
                         "the next segment", self.journal_id, channel.name)
             raise JournalOutOfSync(f"{channel.name}: formatted just now") from None
