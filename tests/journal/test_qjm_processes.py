@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -328,3 +329,26 @@ async def test_a_replaced_journalnode_rejoins_and_fetches_what_it_missed(
         theirs, mine = finalized_files(healthy), finalized_files(cluster.base / "jn2")
         assert all(mine[name] == data for name, data in theirs.items())
         assert "formatted it" in cluster.namenode.log_text()  # type: ignore[union-attr]
+
+
+async def test_oev_reads_the_committed_edits_from_the_journalnodes(
+    cluster: QjmCluster, tmp_path: Path
+) -> None:
+    with running(cluster):
+        for i in range(3):
+            cluster.start_journalnode(i)
+        cluster.format(tmp_path / "nn")
+        cluster.start_namenode(tmp_path / "nn")
+        async with cluster.client() as client:
+            for name in ("x", "y", "z"):
+                await client.mkdirs(f"/oev/{name}")
+        cluster.journalnodes[0].kill()  # any majority serves the committed edits
+        await asyncio.sleep(0.3)  # the writer tells the others the last batch is committed
+        result = await asyncio.to_thread(cluster.xdfs, "oev", "-i", cluster.uri)
+        assert result.returncode == 0, result.stderr
+        paths = [json.loads(line).get("path") for line in result.stdout.splitlines()]
+        assert {"/oev/x", "/oev/y", "/oev/z"} <= set(paths)
+        bad = await asyncio.to_thread(cluster.xdfs, "-D", "journalnode.secret_file=/nonexistent",
+                                      "oev", "-i", cluster.uri)
+        assert bad.returncode == 1 and "secret_file" in bad.stderr
+        assert "Traceback" not in bad.stderr

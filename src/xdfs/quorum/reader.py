@@ -9,7 +9,11 @@ lacks one (it rejoined later) just sends the reader on to the next.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
+from xdfs.common.files import atomic_write
+from xdfs.editlog.framing import encode_segment_header
+from xdfs.editlog.segments import segment_name
 from xdfs.errors import StorageError, XdfsError
 from xdfs.protocol import journal as j
 from xdfs.quorum.channel import JournalChannel
@@ -62,3 +66,37 @@ async def read_all(
         parts.append(answer.records)
         layout = answer.layout_version
     return b"".join(parts), layout
+
+
+async def copy_segments(
+    channels: Sequence[JournalChannel], journal_id: str, dest: Path,
+    *, batch_bytes: int = 1024 * 1024,
+) -> list[j.SegmentState]:
+    """Write every committed segment of the journal into ``dest`` as segment files (the
+    NameNode's format: finalized ones by their range, the open one up to the committed
+    txid as in-progress), for the offline tools; returns what was written."""
+    manifests: list[j.ManifestResponse] = []
+    for channel in channels:
+        try:
+            manifests.append(await channel.get_edit_log_manifest(
+                j.ManifestRequest(journal_id, 0, in_progress_ok=True)))
+        except XdfsError:
+            continue
+    if not manifests:
+        raise StorageError(f"journal {journal_id}: no JournalNode answered")
+    committed = max(m.committed_txid for m in manifests)
+    segments = sorted({s for m in manifests for s in m.segments if not s.in_progress})
+    open_ones = [s for m in manifests for s in m.segments if s.in_progress]
+    last_final = max((s.end_txid for s in segments), default=0)
+    if open_ones and committed > last_final:
+        start = max(s.start_txid for s in open_ones)
+        segments.append(j.SegmentState(start, committed, True))
+    written = []
+    for segment in segments:
+        data, layout = await read_all(channels, journal_id, segment.start_txid,
+                                      segment.end_txid, batch_bytes=batch_bytes)
+        name = segment_name(segment.start_txid,
+                            None if segment.in_progress else segment.end_txid)
+        atomic_write(dest / name, encode_segment_header(segment.start_txid, layout) + data)
+        written.append(segment)
+    return written
