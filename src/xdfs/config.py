@@ -436,6 +436,9 @@ class JournalNodeConfig:
     recovery_bytes_max: int = setting(
         256 * MiB, "Largest segment an accept_recovery upload may carry."
     )
+    read_wait_max_s: float = setting(
+        5.0, "Longest a caught-up tailing reader's get_journaled_edits waits for new edits."
+    )
     sync_interval_s: float = setting(
         30.0, "How often a JournalNode fetches the finalized segments it misses from a peer."
     )
@@ -449,6 +452,7 @@ class JournalNodeConfig:
                  "journalnode.recovery_bytes_max must be >= 1 MiB")
         _require(self.read_bytes_max >= 64 * KiB, "journalnode.read_bytes_max must be >= 64 KiB")
         _require(self.sync_interval_s > 0, "journalnode.sync_interval_s must be > 0")
+        _require(self.read_wait_max_s >= 0, "journalnode.read_wait_max_s must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ checking and the durable change.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 from xdfs.errors import InvalidArgument
@@ -47,13 +49,20 @@ class JournalHandlers:
         return Empty()
 
     async def journal(self, ctx: CallContext, req: j.JournalRecordsRequest) -> Empty:
-        await self.node.worker(req.req.journal_id).submit(
-            lambda jn: jn.journal(req.req, req.segment_txid, req.first_txid, req.count,
-                                  req.records))
+        worker = self.node.worker(req.req.journal_id)
+        try:
+            await worker.submit(lambda jn: jn.journal(
+                req.req, req.segment_txid, req.first_txid, req.count, req.records))
+        finally:
+            worker.notify()  # its committed txid may have moved even if the batch failed
         return Empty()
 
     async def heartbeat(self, ctx: CallContext, req: j.RequestOnly) -> Empty:
-        await self.node.worker(req.req.journal_id).submit(lambda jn: jn.heartbeat(req.req))
+        worker = self.node.worker(req.req.journal_id)
+        try:
+            await worker.submit(lambda jn: jn.heartbeat(req.req))
+        finally:
+            worker.notify()
         return Empty()
 
     async def finalize_log_segment(self, ctx: CallContext, req: j.FinalizeRequest) -> Empty:
@@ -101,6 +110,17 @@ class JournalHandlers:
     async def get_journaled_edits(
         self, ctx: CallContext, req: j.ReadEditsRequest
     ) -> j.ReadEditsResponse:
-        max_bytes = min(req.max_bytes, self.node.config.journalnode.read_bytes_max)
-        return await self.node.worker(req.journal_id).submit(
-            lambda jn: jn.read(req.from_txid, req.max_txns, max_bytes, req.epoch))
+        settings = self.node.config.journalnode
+        max_bytes = min(req.max_bytes, settings.read_bytes_max)
+        worker = self.node.worker(req.journal_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(req.wait_s, 0.0), settings.read_wait_max_s)
+        while True:
+            changed = worker.changed
+            answer = await worker.submit(
+                lambda jn: jn.read(req.from_txid, req.max_txns, max_bytes, req.epoch))
+            if answer.count or loop.time() >= deadline:
+                return answer
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await changed.wait()

@@ -53,11 +53,18 @@ class JournalWorker:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self.failure: StorageError | None = None
+        #: Set (and replaced) after every writer call: tailing readers wake up to read.
+        self.changed = asyncio.Event()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"journal {journal.journal_id}")
 
     def submit(self, call: Callable[[Journal], T]) -> asyncio.Future[T]:
         """Queue ``call`` now (callers must not await before this, to keep the order)."""
         return asyncio.get_running_loop().run_in_executor(self._thread, self._run, call)
+
+    def notify(self) -> None:
+        """A writer call went through: wake the long-polling readers."""
+        event, self.changed = self.changed, asyncio.Event()
+        event.set()
 
     def _run(self, call: Callable[[Journal], T]) -> T:
         if self.failure is not None:

@@ -188,6 +188,9 @@ class ReadEditsRequest(msgspec.Struct):
     #: 0: committed records only (tailing readers). The writer's own epoch: any stored
     #: record, committed or not (a recovery reading the copy it chose).
     epoch: int = 0
+    #: Long poll: when nothing is readable yet, wait up to this long (capped by
+    #: journalnode.read_wait_max_s) for the writer to commit more.
+    wait_s: float = 0.0
 
 
 class ReadEditsResponse(msgspec.Struct):

@@ -100,3 +100,44 @@ async def copy_segments(
         atomic_write(dest / name, encode_segment_header(segment.start_txid, layout) + data)
         written.append(segment)
     return written
+
+
+class JournalTailer:
+    """Follows a journal's committed edits (a standby NameNode, a BackupNode): ``next``
+    answers the records after a txid, long-polling one node (it answers as soon as the
+    writer commits more) and asking the others when that one has nothing (it may have
+    fallen out of sync)."""
+
+    def __init__(self, channels: Sequence[JournalChannel], journal_id: str, *,
+                 batch_bytes: int = 1024 * 1024, wait_s: float = 1.0) -> None:
+        assert channels, "a tailer needs at least one JournalNode"
+        self.channels = list(channels)
+        self.journal_id = journal_id
+        self.batch_bytes = batch_bytes
+        self.wait_s = wait_s
+
+    async def next(self, after_txid: int, max_txns: int) -> j.ReadEditsResponse:
+        """Committed records from ``after_txid + 1`` (``count`` 0: none within wait_s)."""
+        empty = j.ReadEditsResponse(after_txid + 1, 0, b"", 0, 0)
+        failures = 0
+        for index, channel in enumerate(list(self.channels)):
+            request = j.ReadEditsRequest(self.journal_id, after_txid + 1, max_txns,
+                                         self.batch_bytes, 0, self.wait_s if index == 0 else 0)
+            try:
+                answer = await channel.get_journaled_edits(request)
+            except XdfsError:
+                failures += 1
+                continue
+            if answer.count:
+                if index:  # stick to the node that had them
+                    self.channels.remove(channel)
+                    self.channels.insert(0, channel)
+                return answer
+            empty = answer
+        if failures == len(self.channels):
+            raise StorageError(f"journal {self.journal_id}: no JournalNode answered")
+        return empty
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()
