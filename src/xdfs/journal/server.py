@@ -162,6 +162,8 @@ class JournalNode:
         return worker
 
     async def stop(self) -> None:
+        if self.stopped.is_set():
+            return
         if self._syncing is not None:
             self._syncing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
