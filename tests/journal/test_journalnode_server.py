@@ -73,7 +73,7 @@ async def test_hostile_journal_ids_get_a_typed_error(nodes: list[JournalNode]) -
             await c.get_journal_state(bad)
     with pytest.raises(NotFormatted):
         await c.get_journaled_edits(j.ReadEditsRequest("nobody", 1, 1, 1024))
-    assert not (nodes[0].journal_dir / "nobody").exists()  # noqa: ASYNC240
+    assert not (nodes[0].journal_dir / "nobody").exists()
     await c.close()
 
 
