@@ -35,10 +35,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from xdfs.common.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
+from xdfs.common.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.editlog.segments import segment_index

@@ -21,6 +21,5 @@ def _placeholder(name: str, summary: str) -> click.Command:
     return command
 
 
-zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
 logservice = _placeholder("logservice", "Run the replicated log service")
 analyze = _placeholder("analyze", "Metadata analytics on Spark")

@@ -251,7 +251,7 @@ class ZooKeeperEnsemble:
 
     def _new_servers(self) -> list[ZooKeeperServer]:
         if self.size == 1:
-            ports = (ServerPorts(free_ports(1)[0]),)
+            ports: tuple[ServerPorts, ...] = (ServerPorts(free_ports(1)[0]),)
             members: tuple[ServerPorts, ...] = ()
         else:
             numbers = free_ports(3 * self.size)
