@@ -125,7 +125,7 @@ async def test_relative_paths_and_uris(nn: NameNode, sh: Shell, tmp_path: Path) 
 async def test_conf_help_ping_and_backup_status_read_well(
     nn: NameNode, sh: Shell, minicluster: MiniCluster
 ) -> None:
-    """Item 21: secrets masked by `xdfs conf`, roles not built yet hidden from --help,
+    """Item 21: secrets masked by `xdfs conf`, roles not built yet hidden from --help (zkfc is built),
     `ping` and `admin -backupStatus` as readable lines (no reprs)."""
     backup = await minicluster.start_backupnode(namenode=nn.address)
     secret = {"XDFS_PASSWORD": "hunter2-secret"}
@@ -142,9 +142,10 @@ async def test_conf_help_ping_and_backup_status_read_well(
     assert 'password = "********"' in conf[1] and "--show-secrets" in conf[1]
     assert 'password = "hunter2-secret"' in shown[1]
     assert help_[0] == 0 and "  dfs " in help_[1]
-    for hidden in ("journalnode", "zkfc", "logservice"):
+    for hidden in ("logservice",):
         assert hidden not in help_[1]
-    assert zkfc[0] == 2 and "not available" in zkfc[2]
+    assert "  zkfc " in help_[1]
+    assert zkfc[0] == 2 and "give --id ID" in zkfc[2]
 
     assert ping[0] == 0, ping
     first, *replies, summary = ping[1].splitlines()

@@ -143,9 +143,11 @@ class HaPair:
         self.wait(settled, "one NameNode active, the other standby")
         return next(nn_id for nn_id in self.namenodes if self.state(nn_id) == "active")
 
-    def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def admin(self, *args: str, overrides: tuple[str, ...] = ()
+              ) -> subprocess.CompletedProcess[str]:
+        options = [item for key in overrides for item in ("-D", key)]
         return subprocess.run(
-            [sys.executable, "-m", "xdfs", "--conf", str(self.conf), "admin", *args],
+            [sys.executable, "-m", "xdfs", "--conf", str(self.conf), *options, "admin", *args],
             capture_output=True, text=True, timeout=120,
         )
 

@@ -207,7 +207,9 @@ def find_controller(quorum: str, paths: Paths, nn_id: str, timeout_s: float) -> 
     ``xdfs admin``). Unavailable when ZooKeeper or the controller is not there."""
     from xdfs.errors import Unavailable
 
-    zk = KazooClient(hosts=quorum, timeout=timeout_s)
+    quiet = logging.getLogger("xdfs.zkfc.lookup")
+    quiet.setLevel(logging.CRITICAL)  # a command prints one line, not kazoo's reconnects
+    zk = KazooClient(hosts=quorum, timeout=timeout_s, logger=quiet)
     try:
         zk.start(timeout_s)
     except Exception as exc:  # kazoo's timeout has no xdfs meaning
