@@ -125,7 +125,7 @@ async def test_relative_paths_and_uris(nn: NameNode, sh: Shell, tmp_path: Path) 
 async def test_conf_help_ping_and_backup_status_read_well(
     nn: NameNode, sh: Shell, minicluster: MiniCluster
 ) -> None:
-    """Item 21: secrets masked by `xdfs conf`, roles not built yet hidden from --help (zkfc is built),
+    """Item 21: secrets masked by `xdfs conf`, roles not built yet hidden from --help,
     `ping` and `admin -backupStatus` as readable lines (no reprs)."""
     backup = await minicluster.start_backupnode(namenode=nn.address)
     secret = {"XDFS_PASSWORD": "hunter2-secret"}

@@ -23,9 +23,9 @@ from xdfs.common.secrets import new_secret_file
 from xdfs.common.zookeeper import ZooKeeperEnsemble
 
 ROOT = Path(__file__).resolve().parents[2]
-#: ZooKeeper tick for the tests: sessions of 3 s are within its [2, 20] ticks.
+#: ZooKeeper tick for the tests: sessions of 4 s are within its [2, 20] ticks.
 TICK_S = 0.5
-SESSION_TIMEOUT_S = 3.0
+SESSION_TIMEOUT_S = 4.0
 #: Deadline of anything a test waits for (generous: a loaded 2-core machine).
 WAIT_S = 60.0
 EVENT_RE = re.compile(
@@ -95,7 +95,7 @@ class HaPair:
             "zookeeper_session_timeout_s": SESSION_TIMEOUT_S,
             "health_check_interval_s": 0.5,
             "health_check_timeout_s": 1.0,
-            "health_failures_max": 2,
+            "health_failures_max": 3,
             "graceful_fence_timeout_s": 1.0,
             "retry_after_failure_s": 0.5,
             "failover_timeout_s": 20.0,

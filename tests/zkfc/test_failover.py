@@ -12,20 +12,21 @@ from xdfs.common.zookeeper import ZooKeeperEnsemble
 log = logging.getLogger(__name__)
 
 
-def _started(pair_factory, ensemble: ZooKeeperEnsemble, **settings: object) -> HaPair:
+def _started(pair_factory, ensemble: ZooKeeperEnsemble,
+             **settings: object) -> tuple[HaPair, str, str]:
+    """Two NameNodes and their controllers, settled: (pair, active id, standby id)."""
     pair: HaPair = pair_factory(ensemble.hosts, **settings)
     pair.start_namenodes("nn1", "nn2")
     pair.start_controller("nn1")
     pair.start_controller("nn2")
-    return pair
+    active = pair.wait_one_active()
+    return pair, active, "nn2" if active == "nn1" else "nn1"
 
 
 def test_one_active_then_controller_sigkill_fails_over_and_fences(
     pair_factory, ensemble: ZooKeeperEnsemble
 ) -> None:
-    pair = _started(pair_factory, ensemble)
-    active = pair.wait_one_active()
-    other = "nn2" if active == "nn1" else "nn1"
+    pair, active, other = _started(pair_factory, ensemble)
     killed_at = time.time()
     pair.controllers[active].kill()
     pair.wait(lambda: pair.state(other) == "active", f"{other} active after SIGKILL")
@@ -50,9 +51,7 @@ def _measure(pair: HaPair, what: str, since: float, nn_id: str) -> float:
 
 
 def test_namenode_sigkill_fails_over(pair_factory, ensemble: ZooKeeperEnsemble) -> None:
-    pair = _started(pair_factory, ensemble)
-    active = pair.wait_one_active()
-    other = "nn2" if active == "nn1" else "nn1"
+    pair, active, other = _started(pair_factory, ensemble)
     killed_at = time.time()
     pair.namenodes[active].kill()
     pair.wait(lambda: pair.state(other) == "active", f"{other} active after SIGKILL")
@@ -66,10 +65,8 @@ def test_paused_namenode_is_fenced_and_steps_down_when_resumed(
     answer the graceful fence, so the configured fencing method runs (with the target's
     address); resumed, it is told to go standby by its own controller."""
     fenced = tmp_path / "fenced"
-    pair = _started(pair_factory, ensemble,
-                    fencing_methods=[f"shell(echo $target_address >> {fenced})"])
-    active = pair.wait_one_active()
-    other = "nn2" if active == "nn1" else "nn1"
+    pair, active, other = _started(
+        pair_factory, ensemble, fencing_methods=[f"shell(echo $target_address >> {fenced})"])
     paused_at = time.time()
     pair.pause(pair.namenodes[active])
     pair.wait(lambda: pair.state(other) == "active", f"{other} active after SIGSTOP")
@@ -87,9 +84,7 @@ def test_paused_namenode_is_fenced_and_steps_down_when_resumed(
 def test_unhealthy_namenode_leaves_the_election(
     pair_factory, ensemble: ZooKeeperEnsemble
 ) -> None:
-    pair = _started(pair_factory, ensemble)
-    active = pair.wait_one_active()
-    other = "nn2" if active == "nn1" else "nn1"
+    pair, active, other = _started(pair_factory, ensemble)
     pair.unhealthy_file(active).touch()
     pair.wait(lambda: pair.state(other) == "active", f"{other} active when {active} is ill")
     pair.wait(lambda: pair.state(active) == "standby", f"{active} asked to step down")
@@ -103,9 +98,7 @@ def test_unhealthy_namenode_leaves_the_election(
 def test_graceful_failover_and_service_state_through_the_cli(
     pair_factory, ensemble: ZooKeeperEnsemble
 ) -> None:
-    pair = _started(pair_factory, ensemble)
-    active = pair.wait_one_active()
-    other = "nn2" if active == "nn1" else "nn1"
+    pair, active, other = _started(pair_factory, ensemble)
     states = {nn_id: pair.admin("-getServiceState", nn_id) for nn_id in ("nn1", "nn2")}
     assert states[active].returncode == 0 and states[active].stdout == "active\n"
     assert states[other].returncode == 0 and states[other].stdout == "standby\n"
@@ -139,8 +132,7 @@ def test_graceful_failover_and_service_state_through_the_cli(
 def test_zookeeper_server_killed_ensemble_survives(
     pair_factory, ensemble: ZooKeeperEnsemble
 ) -> None:
-    pair = _started(pair_factory, ensemble)
-    pair.wait_one_active()
+    pair, _, _ = _started(pair_factory, ensemble)
     leader = ensemble.leader()
     assert leader >= 0
     ensemble.servers[leader].kill()

@@ -60,7 +60,7 @@ def test_lock_goes_to_one_session_and_the_breadcrumb_follows_the_holder(
     clients: list[KazooClient],
 ) -> None:
     mine, theirs = clients
-    fired = []
+    fired: list[object] = []
     won = znodes.try_acquire(mine, PATHS, ME, fired.append)
     assert won == znodes.JoinResult(True, None)
     assert znodes.try_acquire(mine, PATHS, ME, fired.append).won  # ours already: won

@@ -108,59 +108,42 @@ def release(zk: KazooClient, paths: Paths, me: ControllerIdentity,
     """Delete the lock if this session holds it, and the breadcrumb when asked and it names
     us (so the next winner does not fence a NameNode that stepped down). True if the lock
     was ours."""
-    try:
-        _, stat = zk.get(paths.lock)
-    except NoNodeError:
-        return False
-    if stat.ephemeralOwner != session_id(zk):
+    stat = _own_lock(zk, paths)
+    if stat is None:
         return False
     transaction = zk.transaction()
     if delete_breadcrumb:
-        try:
-            data, crumb = zk.get(paths.breadcrumb)
-            if decode(data) == me:
-                transaction.delete(paths.breadcrumb, version=crumb.version)
-        except NoNodeError:
-            pass
+        found = _read(zk, paths.breadcrumb)
+        if found is not None and decode(found[0]) == me:
+            transaction.delete(paths.breadcrumb, version=found[1].version)
     transaction.delete(paths.lock, version=stat.version)
     _commit(transaction, "releasing the lock")
     return True
 
 
 def read_breadcrumb(zk: KazooClient, paths: Paths) -> ControllerIdentity | None:
-    try:
-        data, _ = zk.get(paths.breadcrumb)
-    except NoNodeError:
-        return None
-    return decode(data)
+    return _identity_at(zk, paths.breadcrumb)
 
 
 def write_breadcrumb(zk: KazooClient, paths: Paths, me: ControllerIdentity) -> None:
     """Name ``me`` as the last active, only while this session holds the lock.
     LostLock otherwise."""
-    try:
-        _, lock = zk.get(paths.lock)
-    except NoNodeError:
-        raise LostLock("the lock is gone") from None
-    if lock.ephemeralOwner != session_id(zk):
-        raise LostLock("the lock belongs to another session")
+    lock = _own_lock(zk, paths)
+    if lock is None:
+        raise LostLock("the lock is gone or belongs to another session")
     transaction = zk.transaction()
     transaction.check(paths.lock, lock.version)
-    try:
-        _, crumb = zk.get(paths.breadcrumb)
-        transaction.set_data(paths.breadcrumb, encode(me), version=crumb.version)
-    except NoNodeError:
+    crumb = _read(zk, paths.breadcrumb)
+    if crumb is None:
         transaction.create(paths.breadcrumb, encode(me))
+    else:
+        transaction.set_data(paths.breadcrumb, encode(me), version=crumb[1].version)
     _commit(transaction, "writing the breadcrumb")
 
 
 def read_holder(zk: KazooClient, paths: Paths) -> ControllerIdentity | None:
     """Who holds the lock now (None: nobody, or not an identity)."""
-    try:
-        data, _ = zk.get(paths.lock)
-    except NoNodeError:
-        return None
-    return decode(data)
+    return _identity_at(zk, paths.lock)
 
 
 def register(zk: KazooClient, paths: Paths, me: ControllerIdentity) -> None:
@@ -184,11 +167,29 @@ def register(zk: KazooClient, paths: Paths, me: ControllerIdentity) -> None:
 
 
 def read_registration(zk: KazooClient, paths: Paths, nn_id: str) -> ControllerIdentity | None:
+    return _identity_at(zk, paths.controller(nn_id))
+
+
+def _read(zk: KazooClient, path: str) -> tuple[bytes, Any] | None:
+    """(data, stat) of ``path``; None when it does not exist."""
     try:
-        data, _ = zk.get(paths.controller(nn_id))
+        data, stat = zk.get(path)
     except NoNodeError:
         return None
-    return decode(data)
+    return data, stat
+
+
+def _identity_at(zk: KazooClient, path: str) -> ControllerIdentity | None:
+    found = _read(zk, path)
+    return None if found is None else decode(found[0])
+
+
+def _own_lock(zk: KazooClient, paths: Paths) -> Any:
+    """The lock's stat when this session holds it, else None."""
+    found = _read(zk, paths.lock)
+    if found is None or found[1].ephemeralOwner != session_id(zk):
+        return None
+    return found[1]
 
 
 class LostLock(Exception):
