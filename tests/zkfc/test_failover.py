@@ -148,3 +148,25 @@ def test_zookeeper_server_killed_ensemble_survives(
                  killed_at, other)
     finally:
         ensemble.restart(leader)
+
+
+def test_paused_controller_loses_its_session_and_rejoins_as_standby(
+    pair_factory, ensemble: ZooKeeperEnsemble
+) -> None:
+    """A controller SIGSTOPped past its session timeout (a partitioned ex-leader): the
+    other wins and fences its NameNode; resumed, it learns its session expired and
+    rejoins as the standby without touching the new active."""
+    pair, active, other = _started(pair_factory, ensemble)
+    paused_at = time.time()
+    pair.pause(pair.controllers[active])
+    pair.wait(lambda: pair.state(other) == "active", f"{other} active, {active}'s zkfc paused")
+    _measure(pair, "SIGSTOP of the active's controller", paused_at, other)
+    assert pair.state(active) == "standby"  # fenced by the winner: it answered
+    pair.resume(pair.controllers[active])
+
+    def rejoined_as_standby() -> bool:
+        text = pair.controllers[active].log_text()
+        return "joining -> standby" in text[text.rfind("election: active -> "):]
+
+    pair.wait(rejoined_as_standby, f"{active}'s controller back in the election, standby")
+    assert pair.state(other) == "active" and pair.state(active) == "standby"
