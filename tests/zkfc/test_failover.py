@@ -3,11 +3,22 @@ NameNodes and their ``xdfs zkfc`` controllers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import time
 
+import pytest
+
 from tests.zkfc.conftest import HaPair
+from xdfs.common.secrets import read_secret_file
 from xdfs.common.zookeeper import ZooKeeperEnsemble
+from xdfs.config import load_config
+from xdfs.errors import AuthenticationFailed, InvalidArgument
+from xdfs.protocol.zkfc import CEDE_ACTIVE, ZKFC_STATUS, CedeRequest, ZkfcStatus
+from xdfs.rpc.messages import Empty, Hello
+from xdfs.zkfc.namenodes import NameNodeClient
+from xdfs.zkfc.server import controller_hello
 
 log = logging.getLogger(__name__)
 
@@ -170,3 +181,34 @@ def test_paused_controller_loses_its_session_and_rejoins_as_standby(
 
     pair.wait(rejoined_as_standby, f"{active}'s controller back in the election, standby")
     assert pair.state(other) == "active" and pair.state(active) == "standby"
+
+
+def test_controller_rpc_needs_the_secret_and_refuses_bad_input(
+    pair_factory, ensemble: ZooKeeperEnsemble
+) -> None:
+    pair, active, other = _started(pair_factory, ensemble)
+    config = load_config(pair.conf, env={})
+    secret = read_secret_file(config.ha.zkfc_secret_file, "ha.zkfc_secret_file")
+    match = pair.controllers[active].match
+    assert match is not None
+
+    async def status(hello: Hello) -> ZkfcStatus:
+        async with NameNodeClient(config, match.group(1), "test", hello=hello) as client:
+            return await client.call(ZKFC_STATUS, Empty(), 10.0)
+
+    async def cede(duration_s: float) -> None:
+        hello = controller_hello(secret)
+        async with NameNodeClient(config, match.group(1), "test", hello=hello) as client:
+            await client.call(CEDE_ACTIVE, CedeRequest(duration_s), 10.0)
+
+    seen = asyncio.run(status(controller_hello(secret)))
+    assert (seen.role, seen.health, seen.zookeeper, seen.ceded) == (
+        "active", "healthy", "connected", False)
+    assert seen.identity.id == active and seen.active == seen.identity
+    with pytest.raises(AuthenticationFailed):
+        asyncio.run(status(controller_hello("00" * 32)))
+    for bad in (math.nan, math.inf, 1e9):
+        with pytest.raises(InvalidArgument, match="cede duration"):
+            asyncio.run(cede(bad))
+    assert asyncio.run(status(controller_hello(secret))).role == "active"  # nothing changed
+    assert pair.state(active) == "active" and pair.state(other) == "standby"

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -34,7 +35,7 @@ from kazoo.retry import KazooRetry
 from xdfs.common.fencing import parse_methods
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
-from xdfs.errors import ConfigError, TakeoverRefused, Unavailable
+from xdfs.errors import ConfigError, InvalidArgument, TakeoverRefused, Unavailable
 from xdfs.protocol.ha import (
     GET_SERVICE_STATE,
     MONITOR_HEALTH,
@@ -89,6 +90,9 @@ from xdfs.zkfc.namenodes import CALL_ERRORS, NameNodeClient, describe, fence_old
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Longest a controller may be asked to stay out of the election.
+CEDE_MAX_S = 3600.0
 
 
 def controller_hello(secret: str) -> Hello:
@@ -193,9 +197,12 @@ class FailoverController:
         """Feed the elector; queue its actions (``done`` resolves after the last)."""
         before = self.elector.role
         actions = self.elector.on(event)
-        if self.elector.role is not before:
-            log.info("election: %s -> %s (%s)", before.value, self.elector.role.value,
-                     type(event).__name__)
+        role = self.elector.role
+        if role is not before:
+            error = self.elector.last_error if role is Role.IDLE else ""
+            why = f": {error}" if error else ""
+            log.info("election: %s -> %s (%s)%s", before.value, role.value,
+                     type(event).__name__, why)
         queued = [action for action in actions if not isinstance(action, Schedule)]
         for action in actions:
             if isinstance(action, Schedule):
@@ -381,7 +388,7 @@ class FailoverController:
         ha = self.config.ha
         loop = asyncio.get_running_loop()
         started = loop.time()
-        self._check_can_take_over()
+        await self._check_can_take_over()
         holder = await self._zk(znodes.read_holder, self.zk, self.paths)
         if holder is not None and holder.id == self.nn_id:
             await self._wait_active(ha.failover_timeout_s)
@@ -410,7 +417,7 @@ class FailoverController:
             await other.close()
         return FailoverResponse(holder.id, self.nn_id, loop.time() - started)
 
-    def _check_can_take_over(self) -> None:
+    async def _check_can_take_over(self) -> None:
         elector = self.elector
         if elector.health is not Health.HEALTHY:
             raise TakeoverRefused(f"NameNode {self.nn_id} is {elector.health.value} "
@@ -420,6 +427,16 @@ class FailoverController:
                    if elector.backing_off else f"ZooKeeper {elector.zk.value}")
             raise TakeoverRefused(f"the controller of {self.nn_id} is not in the election "
                                   f"({why}; {elector.last_error or 'no error'})")
+        assert self._nn is not None
+        try:
+            status = await self._nn.call(GET_SERVICE_STATE, Empty(),
+                                         self.config.ha.health_check_timeout_s)
+        except CALL_ERRORS as exc:
+            raise TakeoverRefused(f"NameNode {self.nn_id} did not answer: {describe(exc)}"
+                                  ) from None
+        if not status.ready_to_become_active:
+            raise TakeoverRefused(f"NameNode {self.nn_id} is not ready to become active: "
+                                  f"{status.not_ready_reason}")
 
     async def _wait_active(self, timeout_s: float) -> None:
         try:
@@ -448,6 +465,9 @@ class ZkfcHandlers:
         return self._controller.status()
 
     async def cede_active(self, ctx: CallContext, request: CedeRequest) -> Empty:
+        if not math.isfinite(request.duration_s) or request.duration_s > CEDE_MAX_S:
+            raise InvalidArgument(f"cede duration {request.duration_s} s is not a number of "
+                                  f"seconds up to {CEDE_MAX_S:.0f}")
         log.warning("%s asks this controller to cede the election for %.1f s", ctx.peer,
                     request.duration_s)
         await self._controller.cede(request.duration_s)
