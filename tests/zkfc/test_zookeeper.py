@@ -3,6 +3,11 @@ standalone server."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,3 +111,41 @@ def test_registration_replaces_a_predecessors_and_is_found_by_admin(
     with pytest.raises(Unavailable, match="no controller of NameNode nn2 is registered"):
         znodes.find_controller(standalone.hosts, PATHS, "nn2", 10.0)
     assert znodes.decode(b"not json") is None
+
+
+def test_a_server_started_to_die_with_its_parent_does(tmp_path: Path) -> None:
+    """xdfs dev's ZooKeeper: the JVM gets SIGTERM when the process that started it dies."""
+    code = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from xdfs.common.zookeeper import ZooKeeperEnsemble\n"
+        "zk = ZooKeeperEnsemble(Path(sys.argv[1]), 1, tick_s=0.5, die_with_parent=True)\n"
+        "zk.start()\n"
+        "print(zk.servers[0].pid, zk.hosts, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "zk")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        pid_text, hosts = parent.stdout.readline().split()
+        pid = int(pid_text)
+        assert server_mode(hosts) == "standalone"
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 60
+    while _running(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)  # clean up before failing
+            raise AssertionError(f"ZooKeeper {pid} outlived its parent")
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (the JVM's parent is gone: init reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"

@@ -7,7 +7,10 @@ AdminServer turned off (else every server binds :8080 and parallel servers colli
 four-letter words ``srvr``, ``ruok``, ``stat`` and ``mntr`` whitelisted. A server is ready
 when ``srvr`` reports its ``Mode:`` (standalone, leader or follower): an ensemble member
 answers that only once a quorum has elected a leader. The JVM is the child process itself,
-so :meth:`ZooKeeperServer.kill` SIGKILLs it by pid and :meth:`pause` SIGSTOPs it.
+so :meth:`ZooKeeperServer.kill` SIGKILLs it by pid and :meth:`pause` SIGSTOPs it. With
+``die_with_parent`` (``xdfs dev``) the JVM is started through util-linux's ``setpriv
+--pdeathsig TERM``, which execs it with the kernel's parent-death signal armed (a JVM cannot
+arm it itself): it gets SIGTERM when the process that started it dies, even by SIGKILL.
 
 The package ships the server jar and its dependencies under /usr/share/java; its own
 scripts expect a systemd-less init that Debian does not provide, hence this module.
@@ -106,8 +109,10 @@ class ZooKeeperServer:
         members: tuple[ServerPorts, ...] = (),
         heap_mb: int = 128,
         log_level: str = "warn",
+        die_with_parent: bool = False,
     ) -> None:
         self.directory = directory
+        self.die_with_parent = die_with_parent
         self.ports = ports
         self.tick_s = tick_s
         self.myid = myid
@@ -147,8 +152,11 @@ class ZooKeeperServer:
         return "\n".join(lines) + "\n"
 
     def command(self) -> list[str]:
+        prefix = []
+        if self.die_with_parent and shutil.which("setpriv"):
+            prefix = ["setpriv", "--pdeathsig", "TERM"]
         return [
-            "java", f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+            *prefix, "java", f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
             f"-Dorg.slf4j.simpleLogger.defaultLogLevel={self.log_level}",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dzookeeper.admin.enableServer=false",
@@ -218,8 +226,10 @@ class ZooKeeperEnsemble:
     every server it started, by pid."""
 
     def __init__(self, base_dir: Path, size: int = 3, *, tick_s: float = 0.5,
-                 heap_mb: int = 128, log_level: str = "warn") -> None:
+                 heap_mb: int = 128, log_level: str = "warn",
+                 die_with_parent: bool = False) -> None:
         assert size >= 1
+        self.die_with_parent = die_with_parent
         self.base_dir = base_dir
         self.size = size
         self.tick_s = tick_s
@@ -261,6 +271,7 @@ class ZooKeeperEnsemble:
             ZooKeeperServer(
                 self.base_dir / f"zk{index}", port, tick_s=self.tick_s, myid=index,
                 members=members, heap_mb=self.heap_mb, log_level=self.log_level,
+                die_with_parent=self.die_with_parent,
             )
             for index, port in enumerate(ports, start=1)
         ]
