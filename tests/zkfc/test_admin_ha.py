@@ -48,6 +48,10 @@ def test_manual_transitions_and_failover(pair_factory) -> None:
               "nn1, nn2")
     usage = pair.admin("-failover", "nn1")
     assert usage.returncode == 2 and "-failover FROM TO" in usage.stderr
+    pair.pause(pair.namenodes["nn1"])
+    _one_line(pair.admin("-getServiceState", "nn1"), 1, "-getServiceState: RpcTimeout: ",
+              "no answer to get_service_state within")
+    pair.resume(pair.namenodes["nn1"])
 
 
 def test_failover_from_a_dead_namenode_relies_on_the_fencing_method(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from xdfs.common.fencing import FenceMethod, Target, fence
 from xdfs.config import XdfsConfig
-from xdfs.errors import XdfsError
+from xdfs.errors import RpcTimeout, XdfsError
 from xdfs.protocol.ha import TRANSITION_TO_STANDBY, ServiceStatus, TransitionRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -28,7 +28,7 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, XdfsError):
         return f"{type(exc).__name__}: {exc.message}"
     if isinstance(exc, TimeoutError):
-        return "no answer in time"
+        return "no answer in time"  # a ZooKeeper operation's deadline
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -55,9 +55,13 @@ class NameNodeClient:
         self._rpc = RpcClient([address], rpc, hello=hello, ssl_context=client_context(rpc))
 
     async def call(self, method: Method[Req, Resp], request: Req, timeout_s: float) -> Resp:
-        """The answer, or an exception of CALL_ERRORS (TimeoutError after ``timeout_s``)."""
-        async with asyncio.timeout(timeout_s):
-            return await self._rpc.call(method, request, timeout_s=timeout_s)
+        """The answer, or an XdfsError (RpcTimeout after ``timeout_s``, connect included)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._rpc.call(method, request, timeout_s=timeout_s)
+        except TimeoutError:
+            raise RpcTimeout(f"{self.address}: no answer to {method.name} within "
+                             f"{timeout_s} s") from None
 
     async def close(self) -> None:
         await self._rpc.close()
