@@ -17,7 +17,7 @@ from xdfs.config import load_config
 from xdfs.errors import AuthenticationFailed, InvalidArgument
 from xdfs.protocol.zkfc import CEDE_ACTIVE, ZKFC_STATUS, CedeRequest, ZkfcStatus
 from xdfs.rpc.messages import Empty, Hello
-from xdfs.zkfc.namenodes import NameNodeClient
+from xdfs.zkfc.namenodes import BoundedClient
 from xdfs.zkfc.server import controller_hello
 
 log = logging.getLogger(__name__)
@@ -193,12 +193,12 @@ def test_controller_rpc_needs_the_secret_and_refuses_bad_input(
     assert match is not None
 
     async def status(hello: Hello) -> ZkfcStatus:
-        async with NameNodeClient(config, match.group(1), "test", hello=hello) as client:
+        async with BoundedClient(config, match.group(1), "test", hello=hello) as client:
             return await client.call(ZKFC_STATUS, Empty(), 10.0)
 
     async def cede(duration_s: float) -> None:
         hello = controller_hello(secret)
-        async with NameNodeClient(config, match.group(1), "test", hello=hello) as client:
+        async with BoundedClient(config, match.group(1), "test", hello=hello) as client:
             await client.call(CEDE_ACTIVE, CedeRequest(duration_s), 10.0)
 
     seen = asyncio.run(status(controller_hello(secret)))

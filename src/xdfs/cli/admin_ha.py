@@ -113,9 +113,9 @@ def _refuse_manual(config: XdfsConfig, force: bool) -> None:
 async def _state(config: XdfsConfig, address: str) -> ServiceStatus:
     from xdfs.protocol.ha import GET_SERVICE_STATE
     from xdfs.rpc.messages import Empty
-    from xdfs.zkfc.namenodes import NameNodeClient
+    from xdfs.zkfc.namenodes import BoundedClient
 
-    async with NameNodeClient(config, address, "xdfs-admin") as client:
+    async with BoundedClient(config, address, "xdfs-admin") as client:
         return await client.call(GET_SERVICE_STATE, Empty(), config.ha.health_check_timeout_s)
 
 
@@ -128,12 +128,12 @@ async def _transition(config: XdfsConfig, address: str, *, active: bool,
         TRANSITION_TO_STANDBY,
         TransitionRequest,
     )
-    from xdfs.zkfc.namenodes import NameNodeClient
+    from xdfs.zkfc.namenodes import BoundedClient
 
     method = TRANSITION_TO_ACTIVE if active else TRANSITION_TO_STANDBY
     source = SOURCE_USER_FORCED if force else SOURCE_USER
     timeout_s = config.ha.transition_timeout_s if active else config.ha.graceful_fence_timeout_s
-    async with NameNodeClient(config, address, "xdfs-admin") as client:
+    async with BoundedClient(config, address, "xdfs-admin") as client:
         return await client.call(method, TransitionRequest(source), timeout_s)
 
 
@@ -161,7 +161,7 @@ async def _graceful_failover(config: XdfsConfig, source: str, target: str) -> in
     from xdfs.common.secrets import read_secret_file
     from xdfs.protocol.zkfc import GRACEFUL_FAILOVER
     from xdfs.rpc.messages import Empty
-    from xdfs.zkfc.namenodes import NameNodeClient
+    from xdfs.zkfc.namenodes import BoundedClient
     from xdfs.zkfc.server import controller_hello
     from xdfs.zkfc.znodes import Paths, find_controller
 
@@ -170,7 +170,7 @@ async def _graceful_failover(config: XdfsConfig, source: str, target: str) -> in
     paths = Paths.of(ha.zookeeper_parent, ha.nameservice)
     controller = await asyncio.to_thread(find_controller, ha.zookeeper_quorum, paths, target,
                                          ha.zookeeper_connect_timeout_s)
-    async with NameNodeClient(config, controller.zkfc, "xdfs-admin",
+    async with BoundedClient(config, controller.zkfc, "xdfs-admin",
                               hello=controller_hello(secret)) as client:
         # the target waits up to failover_timeout_s for the cede and again for the win
         answer = await client.call(GRACEFUL_FAILOVER, Empty(), 2 * ha.failover_timeout_s + 5)

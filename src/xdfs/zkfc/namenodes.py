@@ -36,9 +36,10 @@ def describe(exc: BaseException) -> str:
 CALL_ERRORS = (XdfsError, TimeoutError, OSError)
 
 
-class NameNodeClient:
-    """One NameNode, one try per call, with the configured client credentials (the
-    transitions need a superuser)."""
+class BoundedClient:
+    """One server (a NameNode, or with ``hello`` another controller), one try per call,
+    each bounded as a whole; by default with the configured client credentials (the
+    NameNode's transitions need a superuser)."""
 
     def __init__(self, config: XdfsConfig, address: str, client_name: str,
                  *, hello: Hello | None = None) -> None:
@@ -66,7 +67,7 @@ class NameNodeClient:
     async def close(self) -> None:
         await self._rpc.close()
 
-    async def __aenter__(self) -> NameNodeClient:
+    async def __aenter__(self) -> BoundedClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -76,7 +77,7 @@ class NameNodeClient:
 async def ask_standby(config: XdfsConfig, address: str, source: str,
                       timeout_s: float) -> ServiceStatus:
     """``transition_to_standby`` on the NameNode at ``address`` (CALL_ERRORS on failure)."""
-    async with NameNodeClient(config, address, f"ha-{source}") as client:
+    async with BoundedClient(config, address, f"ha-{source}") as client:
         return await client.call(TRANSITION_TO_STANDBY, TransitionRequest(source), timeout_s)
 
 

@@ -85,7 +85,7 @@ from xdfs.zkfc.elector import (
     ZkSuspended,
 )
 from xdfs.zkfc.health import Health, HealthMonitor
-from xdfs.zkfc.namenodes import CALL_ERRORS, NameNodeClient, describe, fence_old_active
+from xdfs.zkfc.namenodes import CALL_ERRORS, BoundedClient, describe, fence_old_active
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class FailoverController:
         self._changed = asyncio.Event()  # set (and replaced) after every event
         self._session = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._nn: NameNodeClient | None = None
+        self._nn: BoundedClient | None = None
 
     # --- start and stop ------------------------------------------------------------------
 
@@ -145,7 +145,7 @@ class FailoverController:
         address = await self.server.start(host, port)
         self.identity = ControllerIdentity(ha.nameservice, self.nn_id, self.namenode, address)
         self.elector.identity = self.identity
-        self._nn = NameNodeClient(self.config, self.namenode, f"zkfc-{self.nn_id}")
+        self._nn = BoundedClient(self.config, self.namenode, f"zkfc-{self.nn_id}")
         self._tasks.append(asyncio.create_task(self._act(), name="zkfc actuator"))
         try:
             await self._connect()
@@ -397,17 +397,16 @@ class FailoverController:
             raise TakeoverRefused("no NameNode is active now: the controllers elect one by "
                                   "themselves (try again once one is)")
         log.warning("graceful failover from NameNode %s to %s", holder.id, self.nn_id)
-        other = NameNodeClient(self.config, holder.zkfc, "zkfc-peer",
+        other = BoundedClient(self.config, holder.zkfc, "zkfc-peer",
                                hello=controller_hello(self.secret))
         try:
-            await other.call(CEDE_ACTIVE, CedeRequest(ha.failover_timeout_s),
-                             ha.failover_timeout_s)
+            try:
+                await other.call(CEDE_ACTIVE, CedeRequest(ha.failover_timeout_s),
+                                 ha.failover_timeout_s)
+            except CALL_ERRORS as exc:
+                raise TakeoverRefused(f"the controller of {holder.id} at {holder.zkfc} did "
+                                      f"not cede: {describe(exc)}") from None
             await self._wait_active(ha.failover_timeout_s)
-        except CALL_ERRORS as exc:
-            if isinstance(exc, TakeoverRefused):
-                raise
-            raise TakeoverRefused(f"the controller of {holder.id} at {holder.zkfc} did not "
-                                  f"cede: {describe(exc)}") from None
         finally:
             try:  # the old active may take part again (as a standby: we hold the lock)
                 await other.call(CEDE_ACTIVE, CedeRequest(0.0), ha.graceful_fence_timeout_s)
