@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 
 from xdfs.common.secrets import new_secret_file
-from xdfs.config import ConfigError, XdfsConfig
+from xdfs.config import XdfsConfig
 from xdfs.editlog.framing import frame_record
-from xdfs.errors import AuthenticationFailed, InvalidArgument, NotFormatted, Unavailable
+from xdfs.errors import (
+    AuthenticationFailed,
+    ConfigError,
+    InvalidArgument,
+    NotFormatted,
+    Unavailable,
+)
 from xdfs.journal.server import JournalNode
 from xdfs.protocol import journal as j
 from xdfs.quorum.channel import RpcJournalChannel

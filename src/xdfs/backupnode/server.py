@@ -16,7 +16,7 @@ Checkpoints: by time or txn count, replay pauses while the image is written (in 
 then the image is uploaded in chunks (head, bodies, tail) and the NameNode installs it.
 
 Takeover (``transition_to_active``): refused while the NameNode answers a ping; otherwise
-the NameNode is *fenced* first (:mod:`xdfs.backupnode.fencing`: a paused NameNode must
+the NameNode is *fenced* first (:mod:`xdfs.common.fencing`: a paused NameNode must
 never come back as a second active one) and the takeover is refused when no configured
 method succeeds. Then: stop following, sync and close the local edits log, and run a
 NameNode on the same name dir, namespace (already in memory) and RPC server, which logs a
@@ -35,10 +35,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from xdfs.backupnode.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.replay import Backoff, apply_batch, checkpoint_due, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
+from xdfs.common.fencing import FenceMethod, Target, fence, parse_methods
 from xdfs.common.files import fsync_dir, make_dirs
 from xdfs.common.images import image_chunks, md5_name, receive_image
 from xdfs.config import XdfsConfig

@@ -37,7 +37,12 @@ BACKUP_COMMANDS = ("-transitionToActive", "-backupStatus")
 @raw_command
 def admin(state: CliState, argv: tuple[str, ...]) -> None:
     """Administration: -report, -safemode, -saveNamespace, -rollEdits, users."""
-    fs, args = split_generic_options(argv, lambda: click.echo(USAGE))
+    from xdfs.cli.admin_ha import USAGE as HA_USAGE
+    from xdfs.cli.admin_ha import ha_command, is_ha_command
+
+    fs, args = split_generic_options(argv, lambda: click.echo(f"{USAGE}\n{HA_USAGE}"))
+    if is_ha_command(args):
+        sys.exit(ha_command(state, args))
     if args and args[0] in BACKUP_COMMANDS:
         sys.exit(_backup_command(state, args))
     from xdfs.client.client import Client

@@ -21,5 +21,4 @@ def _placeholder(name: str, summary: str) -> click.Command:
     return command
 
 
-zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
 logservice = _placeholder("logservice", "Run the replicated log service")
