@@ -58,7 +58,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_env import load_average, machine, proc_cpu_s
+from bench_env import Table, load_average, machine, percentile, proc_cpu_s
 from xdfs.backupnode.replay import decode_batch
 from xdfs.client.client import AsyncClient
 from xdfs.common.images import image_chunks
@@ -109,58 +109,6 @@ class Settings:
 
 
 # -- the table ---------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    part: str
-    name: str
-    unit: str
-    fmt: str  # format spec of the values
-    values: list[float] = field(default_factory=list)
-    note: str = ""
-
-    def median(self) -> float:
-        return statistics.median(self.values)
-
-    def text(self, value: float) -> str:
-        return f"{value:{self.fmt}}"
-
-
-class Table:
-    def __init__(self, s: Settings) -> None:
-        self.s = s
-        self.rows: dict[tuple[str, str], Row] = {}
-
-    def wanted(self, part: str) -> bool:
-        return not self.s.only or any(word in part for word in self.s.only)
-
-    def add(self, part: str, name: str, unit: str, value: float, fmt: str = ",.0f",
-            note: str = "", quiet: bool = False) -> None:
-        row = self.rows.get((part, name))
-        if row is None:
-            row = self.rows[(part, name)] = Row(part, name, unit, fmt)
-        row.values.append(value)
-        row.note = note or row.note
-        if not quiet:
-            print(f"  {part:<10} {name:<58} {row.text(value):>12} {unit}", file=sys.stderr,
-                  flush=True)
-
-    def markdown(self) -> str:
-        lines = ["| part | metric | median | min .. max | notes |", "|---|---|---:|---:|---|"]
-        for row in self.rows.values():
-            spread = (f"{row.text(min(row.values))} .. {row.text(max(row.values))}"
-                      if len(row.values) > 1 else "-")
-            lines.append(f"| {row.part} | {row.name} | {row.text(row.median())} {row.unit} "
-                         f"| {spread} | {row.note} |")
-        return "\n".join(lines)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))  # ceil
-    return ordered[int(min(rank, len(ordered))) - 1]
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -669,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join([".venv/bin/python bench/backup.py",
                         *(sys.argv[1:] if argv is None else argv)])
     print(f"machine: {machine()}\nload average before: {load_average()}", file=sys.stderr)
-    table = Table(s)
+    table = Table(s.only)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="xdfs-backupbench-", dir=s.workdir) as tmp:
         run(bench(s, table, Path(tmp)), use_uvloop=True)  # as the xdfs processes run

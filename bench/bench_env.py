@@ -7,7 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import statistics
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -46,3 +49,58 @@ def proc_cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil
+    return ordered[int(min(rank, len(ordered))) - 1]
+
+
+@dataclass
+class Row:
+    part: str
+    name: str
+    unit: str
+    fmt: str  # format spec of the values
+    values: list[float] = field(default_factory=list)
+    note: str = ""
+
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def text(self, value: float) -> str:
+        return f"{value:{self.fmt}}"
+
+
+class Table:
+    """Rows of medians over runs, printed as they come and as Markdown at the end.
+    ``only``: words naming the parts to run (empty: all)."""
+
+    def __init__(self, only: Sequence[str] = ()) -> None:
+        self.only = tuple(only)
+        self.rows: dict[tuple[str, str], Row] = {}
+
+    def wanted(self, part: str) -> bool:
+        return not self.only or any(word in part for word in self.only)
+
+    def add(self, part: str, name: str, unit: str, value: float, fmt: str = ",.0f",
+            note: str = "", quiet: bool = False) -> None:
+        row = self.rows.get((part, name))
+        if row is None:
+            row = self.rows[(part, name)] = Row(part, name, unit, fmt)
+        row.values.append(value)
+        row.note = note or row.note
+        if not quiet:
+            print(f"  {part:<10} {name:<58} {row.text(value):>12} {unit}", file=sys.stderr,
+                  flush=True)
+
+    def markdown(self) -> str:
+        lines = ["| part | metric | median | min .. max | notes |", "|---|---|---:|---:|---|"]
+        for row in self.rows.values():
+            spread = (f"{row.text(min(row.values))} .. {row.text(max(row.values))}"
+                      if len(row.values) > 1 else "-")
+            lines.append(f"| {row.part} | {row.name} | {row.text(row.median())} {row.unit} "
+                         f"| {spread} | {row.note} |")
+        return "\n".join(lines)

@@ -34,6 +34,16 @@ if ! command -v fusermount3 >/dev/null || ! ldconfig -p 2>/dev/null | grep libfu
         echo "bootstrap: fuse3 (libfuse3, fusermount3) missing; the power-loss tests need it" >&2
     fi
 fi
+# Automatic failover elects the active NameNode in ZooKeeper: Debian's zookeeper package
+# (the server jars; xdfs.common.zookeeper runs them with java, no service). The failover
+# tests and `xdfs dev --ha` start real servers.
+if [ ! -f /usr/share/java/zookeeper.jar ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq zookeeper
+    else
+        echo "bootstrap: ZooKeeper missing (Debian package zookeeper); the failover tests need it" >&2
+    fi
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 # analytics: pyarrow, pandas, pyspark (the analytics tests run in `make test` too)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'

@@ -217,6 +217,23 @@ class NameNodeConfig:
     )
     resource_check_interval_s: float = setting(5.0, "How often name dirs' free space is read.")
     fsck_list_max: int = setting(10_000, "Most files one fsck answer lists.")
+    shared_edits: str = setting(
+        "",
+        "The quorum journal: qjournal://host:port;host:port;host:port/<journal id>. Empty: "
+        "local edits only. Acknowledged only once a majority of JournalNodes stored an edit.",
+    )
+    journal_write_timeout_s: float = setting(
+        20.0, "A batch must be stored by a majority of JournalNodes within this (HDFS: 20 s)."
+    )
+    journal_call_timeout_s: float = setting(
+        20.0, "Deadline of every other call to JournalNodes (epochs, recovery, segments)."
+    )
+    journal_commit_notify_s: float = setting(
+        0.02, "When no batch follows, the committed txid reaches the JournalNodes this soon."
+    )
+    journal_heartbeat_interval_s: float = setting(
+        1.0, "The writer heartbeats idle JournalNodes this often (and finds out it is fenced)."
+    )
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
     )
@@ -405,6 +422,125 @@ class DataNodeConfig:
 
 
 @dataclass(frozen=True)
+class JournalNodeConfig:
+    journal_dir: str = setting("", "Where the JournalNode keeps its journals (--journal-dir).")
+    rpc_address: str = setting(
+        "127.0.0.1:8485", "Where the JournalNode serves (--rpc-address; HDFS's port)."
+    )
+    secret_file: str = setting(
+        "",
+        "File holding the journal secret: a JournalNode accepts only callers presenting it "
+        "(its writer, tailing readers); every process that talks to JournalNodes reads it "
+        "from here. Required by `xdfs journalnode`.",
+    )
+    recovery_bytes_max: int = setting(
+        256 * MiB, "Largest segment an accept_recovery upload may carry."
+    )
+    read_wait_max_s: float = setting(
+        5.0, "Longest a caught-up tailing reader's get_journaled_edits waits for new edits."
+    )
+    sync_interval_s: float = setting(
+        30.0, "How often a JournalNode fetches the finalized segments it misses from a peer."
+    )
+    read_bytes_max: int = setting(
+        1 * MiB,
+        "Most record bytes one get_journaled_edits answer carries (below rpc.frame_bytes_max).",
+    )
+
+    def validate(self) -> None:
+        _require(self.recovery_bytes_max >= 1 * MiB,
+                 "journalnode.recovery_bytes_max must be >= 1 MiB")
+        _require(self.read_bytes_max >= 64 * KiB, "journalnode.read_bytes_max must be >= 64 KiB")
+        _require(self.sync_interval_s > 0, "journalnode.sync_interval_s must be > 0")
+        _require(self.read_wait_max_s >= 0, "journalnode.read_wait_max_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class HaConfig:
+    """Automatic failover (``xdfs zkfc``) and the NameNode ids ``xdfs admin`` HA commands
+    take. Values are HDFS's defaults where HDFS has one, shortened where noted."""
+
+    nameservice: str = setting(
+        "xdfs", "Name of the HA namespace; the controllers' znodes live under "
+        "zookeeper_parent/<nameservice>."
+    )
+    namenodes: dict[str, str] = field(default_factory=dict, metadata={"doc": (
+        "NameNode id -> host:port of its RPC server, a TOML table: {nn1 = \"h1:8020\", "
+        "nn2 = \"h2:8020\"}; `xdfs admin -getServiceState nn1` and `xdfs zkfc --id nn1` "
+        "read it."
+    )})
+    automatic_failover: bool = setting(
+        False, "Controllers (xdfs zkfc) fail over by themselves; manual -transitionToActive/"
+        "-transitionToStandby are then refused (HDFS without --forcemanual)."
+    )
+    zookeeper_quorum: str = setting(
+        "", "ZooKeeper servers, host:port[,host:port...] (xdfs zkfc needs it)."
+    )
+    zookeeper_parent: str = setting("/xdfs-ha", "Parent znode of every nameservice's znodes.")
+    zookeeper_session_timeout_s: float = setting(
+        5.0, "ZooKeeper session timeout: a controller that died (or was cut off) loses the "
+        "election after this long (the server clamps it to [2, 20] of its ticks)."
+    )
+    zookeeper_connect_timeout_s: float = setting(
+        15.0, "How long a controller (or xdfs admin) waits for its first ZooKeeper session."
+    )
+    health_check_interval_s: float = setting(
+        1.0, "A controller asks its NameNode's monitor_health this often."
+    )
+    health_check_timeout_s: float = setting(
+        2.0, "Deadline of one health check (connect included); a paused NameNode fails it."
+    )
+    health_failures_max: int = setting(
+        2, "Consecutive failed health checks (no answer in time) before the NameNode counts "
+        "as not responding and its controller leaves the election; an answer saying "
+        "unhealthy counts at once."
+    )
+    graceful_fence_timeout_s: float = setting(
+        2.0, "Deadline of a transition_to_standby call: to an old active before it is fenced "
+        "by fencing_methods, and to the local NameNode when its controller steps down."
+    )
+    transition_timeout_s: float = setting(
+        60.0, "Deadline of transition_to_active on the local NameNode (journal recovery)."
+    )
+    fencing_methods: tuple[str, ...] = setting(
+        (), "Run when an old active did not step down when asked, in order until one "
+        "succeeds: shell(COMMAND) or kill(NAME_DIR). None: rely on the journal epoch."
+    )
+    fencing_timeout_s: float = setting(30.0, "Deadline of one fencing method.")
+    retry_after_failure_s: float = setting(
+        1.0, "A controller that failed to fence or to make its NameNode active leaves the "
+        "election for this long, so another may try."
+    )
+    failover_timeout_s: float = setting(
+        30.0, "Graceful failover (xdfs admin -failover): how long the old active stays out "
+        "of the election and the target waits to win it."
+    )
+    zkfc_rpc_address: str = setting(
+        "127.0.0.1:8019", "Where a controller serves its zkfc RPC (--rpc-address; HDFS's port)."
+    )
+    zkfc_secret_file: str = setting(
+        "", "File holding the controllers' shared secret: controllers and `xdfs admin "
+        "-failover` present it to each other. Required by `xdfs zkfc`."
+    )
+
+    def validate(self) -> None:
+        for key in ("zookeeper_session_timeout_s", "zookeeper_connect_timeout_s",
+                    "health_check_interval_s", "health_check_timeout_s",
+                    "graceful_fence_timeout_s", "transition_timeout_s", "fencing_timeout_s",
+                    "failover_timeout_s"):
+            _require(getattr(self, key) > 0, f"ha.{key} must be > 0")
+        _require(self.retry_after_failure_s >= 0, "ha.retry_after_failure_s must be >= 0")
+        _require(self.health_failures_max >= 1, "ha.health_failures_max must be >= 1")
+        _require(bool(self.nameservice) and "/" not in self.nameservice,
+                 "ha.nameservice must be a non-empty name without '/'")
+        _require(self.zookeeper_parent.startswith("/") and not self.zookeeper_parent.endswith("/"),
+                 "ha.zookeeper_parent must be an absolute znode path (no trailing '/')")
+        for nn_id, address in self.namenodes.items():
+            _require(bool(nn_id) and "/" not in nn_id and bool(address),
+                     f"ha.namenodes: {nn_id!r} = {address!r} is not id = \"host:port\"")
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
     user: str = setting("", "User name to log in as (or XDFS_USER).")
@@ -431,6 +567,9 @@ class DevConfig:
     ready_timeout_s: float = setting(60.0, "How long `xdfs dev` waits for each process.")
     datanodes: int = setting(3, "DataNodes `xdfs dev` starts (--datanodes).")
     backup: bool = setting(False, "Also start a BackupNode (--backup).")
+    journalnodes: int = setting(
+        0, "JournalNodes the NameNode writes its edits through (--journal; 0: local only)."
+    )
     writable_timeout_s: float = setting(
         120.0, "How long `xdfs dev` waits for its cluster to accept writes before giving up."
     )
@@ -445,6 +584,8 @@ class XdfsConfig:
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
     datanode: DataNodeConfig = field(default_factory=DataNodeConfig)
     backupnode: BackupNodeConfig = field(default_factory=BackupNodeConfig)
+    journalnode: JournalNodeConfig = field(default_factory=JournalNodeConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
 
@@ -453,6 +594,8 @@ class XdfsConfig:
         self.namenode.validate()
         self.datanode.validate()
         self.backupnode.validate()
+        self.journalnode.validate()
+        self.ha.validate()
         return self
 
 
@@ -568,6 +711,8 @@ def config_reference_markdown() -> str:
 
 
 def _toml_literal(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str):
         return f'"{value}"'
     if isinstance(value, bool):

@@ -292,6 +292,19 @@ class TakeoverRefused(ClusterStateError):
     code = 406
 
 
+class JournalOutOfSync(ClusterStateError):
+    """Records that do not follow a journal's last txid (a gap, an overlap, a reordering),
+    or a segment call that does not match the journal's segments."""
+
+    code = 407
+
+
+class NotFormatted(ClusterStateError):
+    """A journal (or storage directory) that was never formatted."""
+
+    code = 408
+
+
 # --- 5xx: data path --------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import zlib
@@ -26,6 +25,7 @@ from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig, read_toml
 from xdfs.errors import XdfsError
+from xdfs.testing.net import free_port
 from xdfs.testing.poll import eventually
 
 from .conftest import ROOT, ROOT_PW
@@ -45,13 +45,6 @@ FAST = [
 NOT_OBEYED = "it was fenced by a takeover; not obeying it"
 DELETED = "as the NameNode asked"
 FILE_BYTES = 96 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -1,20 +1,31 @@
 """Fixtures and helpers of the data-path tests: a cluster configuration with fast heartbeats,
-deterministic test data, replica files on disk, and waiting for the NameNode to converge."""
+deterministic test data, replica files on disk, and waiting for the NameNode to converge.
+
+The fsspec tests (fsspec's own conformance suites, pandas, pyarrow, dask) are synchronous:
+they call the fsspec file system, which runs its own client loop thread. They share one
+real cluster per module (``live_cluster``: a NameNode and three DataNodes in process, on a
+loop thread of their own; one per test would cost more than the tests, one per session would
+keep serving heartbeats while later, timing-sensitive tests run) and work under a fresh
+directory each (``xdfs_dir``)."""
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import fsspec
 import pytest
 
 from tests.integration.conftest import ROOT, ROOT_PW, connect
 from xdfs.client.client import AsyncClient
+from xdfs.client.fsspec_impl import XdfsFileSystem
 from xdfs.config import KiB, XdfsConfig
+from xdfs.rpc.sync import LoopThread
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
 
@@ -22,6 +33,8 @@ T = TypeVar("T")
 
 #: Small blocks make multi-block files out of little data.
 BLOCK_BYTES = 64 * KiB
+#: The default block size of ``live_cluster``.
+LIVE_BLOCK_BYTES = 256 * KiB
 
 
 def fast_config(**datanode: Any) -> XdfsConfig:
@@ -108,3 +121,72 @@ async def cluster(minicluster: MiniCluster) -> AsyncIterator[Cluster]:
         yield made
     finally:
         await made.client.close()
+
+
+@dataclass(frozen=True)
+class LiveCluster:
+    address: str
+
+    @property
+    def url(self) -> str:
+        return f"xdfs://{self.address}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """What pandas, dask and fsspec.open take to reach the cluster as root."""
+        return {"user": ROOT, "password": ROOT_PW}
+
+    def filesystem(self) -> XdfsFileSystem:
+        return XdfsFileSystem(fs=self.url, **self.storage_options)
+
+
+@pytest.fixture(scope="module")
+def live_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCluster]:
+    loop = LoopThread("xdfs-test-cluster")
+    mc = MiniCluster(tmp_path_factory.mktemp("fsspec-cluster"))
+    try:
+        config = fast_config(scan_period_s=3600.0)
+        # small blocks: the Parquet and CSV files of the tests span several
+        config = replace(config, namenode=replace(
+            config.namenode, default_block_size_bytes=LIVE_BLOCK_BYTES
+        ))
+        cluster = loop.run(start_cluster(mc, config))
+        loop.run(cluster.client.close())
+        yield LiveCluster(mc.namenodes[0].address)
+    finally:
+        _close_cached_filesystems()
+        loop.run(mc.close())
+        loop.close()
+
+
+def _close_cached_filesystems() -> None:
+    """pandas and dask make file systems through fsspec's instance cache: close their
+    clients before the cluster goes."""
+    for fs in list(XdfsFileSystem._cache.values()):
+        fs.client.close()
+    fsspec.AbstractFileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def no_ambient_xdfs_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("XDFS_CONF", "XDFS_FS", "XDFS_USER", "XDFS_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def xdfs(live_cluster: LiveCluster) -> Iterator[XdfsFileSystem]:
+    """The fsspec file system of ``live_cluster``, as root."""
+    fs = live_cluster.filesystem()
+    try:
+        yield fs
+    finally:
+        fs.client.close()
+
+
+@pytest.fixture
+def xdfs_dir(xdfs: XdfsFileSystem) -> Iterator[str]:
+    """A fresh directory for one test, removed afterwards."""
+    path = f"/t/{uuid.uuid4().hex[:12]}"
+    xdfs.makedirs(path)
+    yield path
+    xdfs.rm(path, recursive=True)

@@ -112,3 +112,50 @@ def _check_dev_cluster(processes: ProcessGroup, base: Path, tmp_path: Path) -> N
     assert dev.proc is not None
     dev.proc.send_signal(signal.SIGTERM)
     assert dev.proc.wait(60) == 0
+
+
+def test_dev_journal_runs_the_namenode_on_three_journalnodes(
+    processes: ProcessGroup, tmp_path: Path
+) -> None:
+    """``xdfs dev --journal 3``: three JournalNodes in cluster.json; a JournalNode killed
+    is invisible to clients; the cluster restarts on the same journal with its data."""
+    base = tmp_path / "dev"
+    try:
+        dev = processes.start_xdfs(
+            "dev", "dev", "--base-dir", str(base), "--port", "0", "--datanodes", "2",
+            "--journal", "3", ready_pattern=READY, deadline_s=180, env=ENV,
+        )
+        assert dev.match is not None
+        listing = json.loads((base / "cluster.json").read_text())["processes"]
+        journalnodes = [p for p in listing if p["role"] == "journalnode"]
+        assert len(journalnodes) == 3 and all(p["address"] for p in journalnodes)
+        with _client(dev.match.group(1)) as client:
+            client.mkdirs("/before")
+            os.kill(journalnodes[0]["pid"], signal.SIGKILL)
+            for n in range(20):
+                client.mkdirs(f"/with-two/{n}")
+        assert dev.terminate() == 0
+        again = processes.start_xdfs(
+            "dev-again", "dev", "--base-dir", str(base), "--port", "0", "--datanodes", "2",
+            "--journal", "3", ready_pattern=READY, deadline_s=180, env=ENV,
+        )
+        assert again.match is not None
+        with _client(again.match.group(1)) as client:
+            assert client.stat("/before").is_dir
+            assert len(client.list_dir("/with-two")) == 20
+        assert again.terminate() == 0
+    finally:
+        for pid in _listed_pids(base):
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--journal", "2"), "odd number"),
+    (("--journal", "3", "--backup"), "do not go together"),
+])
+def test_dev_journal_refuses_what_cannot_work(tmp_path: Path, args: tuple[str, ...],
+                                              message: str) -> None:
+    result = _xdfs("dev", "--base-dir", str(tmp_path / "dev"), "--port", "0", *args)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr  # a usage error

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from xdfs.protocol.journal import PrepareRecoveryResponse, SegmentState
 from xdfs.quorum.calls import QuorumCall, majority
-from xdfs.quorum.recovery import (
-    RecoveryCandidate,
-    RecoveryConflict,
-    SegmentState,
-    choose_recovery_source,
-    next_epoch,
-)
+from xdfs.quorum.recovery import RecoveryConflict, choose_recovery_source, next_epoch
 
 
 @pytest.mark.parametrize(("count", "needed"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])
@@ -65,8 +60,8 @@ def seg(start: int, end: int, *, open_: bool = True) -> SegmentState:
 
 def cand(
     segment: SegmentState | None, *, accepted: int = 0, writer: int = 1, committed: int = 0
-) -> RecoveryCandidate:
-    return RecoveryCandidate(segment, accepted, writer, committed)
+) -> PrepareRecoveryResponse:
+    return PrepareRecoveryResponse(segment, accepted, writer, committed)
 
 
 def test_nothing_to_recover_when_no_node_has_records() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xdfs.backupnode.fencing import (
+from xdfs.common.fencing import (
     FenceFailed,
     FenceMethod,
     Target,

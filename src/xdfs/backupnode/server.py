@@ -24,11 +24,11 @@ from typing import Any
 
 from xdfs.backupnode.bootstrap import open_storage
 from xdfs.backupnode.checkpoint import Checkpointer
-from xdfs.backupnode.fencing import parse_methods
 from xdfs.backupnode.follow import Follower
 from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
 from xdfs.backupnode.local import BackupState, Local
 from xdfs.backupnode.takeover import Takeover
+from xdfs.common.fencing import parse_methods
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.errors import StorageError

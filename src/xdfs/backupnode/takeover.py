@@ -1,6 +1,6 @@
 """Takeover (``transition_to_active``): refused while the NameNode answers a ping;
-otherwise the NameNode is *fenced* first (:mod:`.fencing`: a paused NameNode must never come
-back as a second active one) and the takeover is refused when no configured method
+otherwise the NameNode is *fenced* first (:mod:`xdfs.common.fencing`: a paused NameNode
+must never come back as a second active one) and the takeover is refused when no configured method
 succeeds. Then: stop following and checkpointing, sync and close the local edits log, and
 run a NameNode on the same name dir, namespace (already in memory) and RPC server, which
 logs a raised active epoch before it serves anything."""
@@ -11,8 +11,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
-from xdfs.backupnode.fencing import FenceMethod, Target, fence
 from xdfs.backupnode.local import BackupState, Local
+from xdfs.common.fencing import FenceMethod, Target, fence
 from xdfs.errors import RpcError, TakeoverRefused
 from xdfs.namenode.ha import call_once
 from xdfs.namenode.server import NameNode

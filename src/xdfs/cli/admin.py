@@ -11,13 +11,13 @@ from typing import Any
 
 import click
 
-from xdfs.cli.shell import HdfsCommand, HdfsShell, client_for
+from xdfs.cli.shell import HdfsCommand, HdfsShell, client_for, usage_error
 
 NEW_PASSWORD_ENV = "XDFS_NEW_PASSWORD"
 _PASSWORD_FROM = "password from $XDFS_NEW_PASSWORD or a prompt"
 
 admin = HdfsShell("admin", summary="Administration: -report, -safemode, -saveNamespace, "
-                                   "-rollEdits, users, backups.")
+                                   "-rollEdits, users, backups, HA.")
 _BACKUP = click.Option(["--backup", "backup"], required=True, metavar="HOST:PORT",
                        help="the BackupNode's address")
 
@@ -159,18 +159,14 @@ def _backup_command(name: str, *, help: str) -> Callable[[Any], Any]:
 
 def _call_backup(ctx: click.Context, name: str, address: str, show: Callable[[Any], None]
                  ) -> int:
-    from xdfs.cli.main import CliState
     from xdfs.client.client import AsyncClient
     from xdfs.errors import XdfsError
     from xdfs.protocol.backup import BACKUP_STATUS, TRANSITION_TO_ACTIVE
     from xdfs.rpc.loop import run
     from xdfs.rpc.messages import Empty
 
-    state = ctx.find_object(CliState)
-    assert state is not None
-
     async def call() -> Any:
-        async with AsyncClient(f"xdfs://{address}", config=state.config) as client:
+        async with AsyncClient(f"xdfs://{address}", config=_config(ctx)) as client:
             method = TRANSITION_TO_ACTIVE if name == "-transitionToActive" else BACKUP_STATUS
             return await client.rpc.call(method, Empty())
 
@@ -183,12 +179,72 @@ def _call_backup(ctx: click.Context, name: str, address: str, show: Callable[[An
     return 0
 
 
-@_backup_command("-transitionToActive", help="fence the NameNode and promote its BackupNode "
-                 "(refused while the NameNode answers or when fencing fails)")
-def transition_to_active(answer: Any) -> None:
+def _config(ctx: click.Context) -> Any:
+    from xdfs.cli.main import CliState
+
+    state = ctx.find_object(CliState)
+    assert state is not None
+    return state.config
+
+
+def _show_promotion(answer: Any) -> None:
     click.echo(f"BackupNode at {answer.address} is now the active NameNode (epoch "
                f"{answer.epoch}, fenced by {answer.fenced_by}, namespace at txid "
                f"{answer.last_txid}, took {answer.took_s:.2f} s)")
+
+
+# The HA commands (HDFS's haadmin) name NameNodes by their id in ha.namenodes; the manual
+# transitions take --forcemanual. -transitionToActive also promotes a BackupNode (--backup).
+_FORCE = click.Option(["--forcemanual", "force"], is_flag=True,
+                      help="bypass the failover controllers")
+_ID = "ID: a key of ha.namenodes"
+
+
+def _ha_command(name: str, usage: str, *params: click.Parameter, help: str) -> None:
+    """An HA command: its arguments are NameNode ids, in order."""
+
+    @click.pass_context
+    def run(ctx: click.Context, /, **values: Any) -> None:
+        from xdfs.cli.admin_ha import ha_command
+
+        force = bool(values.pop("force", False))
+        sys.exit(ha_command(_config(ctx), name, list(values.values()), force))
+
+    admin.add(HdfsCommand(name, usage=usage, prefix="xdfs admin", params=list(params),
+                          callback=run, help=help))
+
+
+_ha_command("-getServiceState", "ID", click.Argument(["nn_id"]),
+            help=f"active, standby, ... ({_ID})")
+_ha_command("-failover", "FROM TO", click.Argument(["source"]), click.Argument(["target"]),
+            help="make TO active (graceful with automatic failover)")
+_ha_command("-transitionToStandby", "ID [--forcemanual]", click.Argument(["nn_id"]), _FORCE,
+            help="manual transition (refused under automatic failover)")
+
+
+@click.pass_context
+def _transition_to_active(ctx: click.Context, /, nn_id: str | None, backup: str | None,
+                          force: bool) -> None:
+    from xdfs.cli.admin_ha import ha_command
+
+    if (nn_id is None) == (backup is None):
+        command = admin.commands["-transitionToActive"]
+        assert isinstance(command, HdfsCommand)
+        raise usage_error(f"-transitionToActive: give a NameNode ID or --backup HOST:PORT. "
+                          f"{command.usage_line()}")
+    if backup is not None:
+        sys.exit(_call_backup(ctx, "-transitionToActive", backup, _show_promotion))
+    assert nn_id is not None
+    sys.exit(ha_command(_config(ctx), "-transitionToActive", [nn_id], force))
+
+
+admin.add(HdfsCommand(
+    "-transitionToActive", usage="ID [--forcemanual] | --backup HOST:PORT",
+    prefix="xdfs admin", callback=_transition_to_active,
+    params=[click.Argument(["nn_id"], required=False),
+            click.Option(["--backup", "backup"], metavar="HOST:PORT"), _FORCE],
+    help="by hand (refused under automatic failover); --backup: fence the NameNode, "
+         "promote its BackupNode"))
 
 
 @_backup_command("-backupStatus",

@@ -34,6 +34,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from xdfs.cli.dev_journal import (
+    DevJournal,
+    dev_journal,
+    initialize_if_new,
+    journalnode_processes,
+)
 from xdfs.cli.dev_state import DEV_STATE_DEFAULT, PromotionWatch, arrange
 from xdfs.cli.main import CliState
 from xdfs.common.files import atomic_write
@@ -52,14 +58,15 @@ WAIT_REPORT_S = 5.0
 @click.option("--port", type=int, default=None, help="NameNode client port (0: any free).")
 @click.option("--datanodes", type=int, default=None, help="DataNodes to start (default 3).")
 @click.option("--backup", is_flag=True, default=None, help="Also start a BackupNode.")
+@click.option("--journal", "journalnodes", type=int, default=None, metavar="N",
+              help="Write the edits through N JournalNodes (the quorum journal; 3 or 5).")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
-    backup: bool | None,
+    backup: bool | None, journalnodes: int | None,
 ) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
     from xdfs.common.process import ServerProcess
-    from xdfs.config import write_toml
 
     config = state.config
     base = Path(base_dir or config.dev.base_dir).resolve()
@@ -72,19 +79,28 @@ def dev(
     if roles == DEV_STATE_DEFAULT and (not name_dir.exists() or not any(name_dir.iterdir())):
         _run_format(name_dir, env)
     conf = ["--conf", state.conf_path] if state.conf_path else []
+    journal_count = config.dev.journalnodes if journalnodes is None else journalnodes
+    with_backup = config.dev.backup if backup is None else backup
+    journal, journalnode_procs = _journal(base, journal_count, with_backup, conf)
     extension = f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"
     namenode = ServerProcess.xdfs(
-        *conf, "-D", extension, "namenode", "--name-dir", str(name_dir),
+        *conf, *(journal.conf() if journal else []),
+        "-D", extension, "namenode", "--name-dir", str(name_dir),
         "--rpc-address", f"127.0.0.1:{port}",
         log_path=base / "logs" / "namenode.log",
         ready_pattern=r"namenode serving on (\S+)",
         env=env, die_with_parent=True,
     )
-    children: list[tuple[str, ServerProcess]] = [("namenode", namenode)]
+    children: list[tuple[str, ServerProcess]] = [
+        *(("journalnode", proc) for proc in journalnode_procs), ("namenode", namenode)]
     watch: PromotionWatch | None = None
     try:
+        for proc in journalnode_procs:
+            _start(proc, config.dev.ready_timeout_s)
+        if journal is not None:
+            initialize_if_new(journal, name_dir, conf, env)
         address = _start(namenode, config.dev.ready_timeout_s)
-        if config.dev.backup if backup is None else backup:
+        if with_backup:
             fencing = [] if config.backupnode.fencing_methods else [
                 "-D", "backupnode.fencing_methods=" + json.dumps([f"kill({name_dir})"])]
             backupnode = ServerProcess.xdfs(
@@ -116,6 +132,18 @@ def dev(
                 child.terminate()
         raise
     uri = f"xdfs://{address}"
+    _write_cluster_files(base, uri, children, credentials)
+    click.echo(f"xdfs dev cluster ready: {uri}")
+    click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
+    sys.stdout.flush()
+    sys.exit(_supervise(children, watch.poll if watch else None))
+
+
+def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerProcess]],
+                         credentials: dict[str, str]) -> None:
+    """DIR/cluster.json (every process: role, pid, address, log) and DIR/client.toml."""
+    from xdfs.config import write_toml
+
     processes = [
         {"role": role, "pid": child.pid, "address": _address(child), "log": str(child.log_path)}
         for role, child in children
@@ -124,12 +152,21 @@ def dev(
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
     write_toml(base / "client.toml", {"client": {"fs": uri, **credentials}})
     os.chmod(base / "client.toml", 0o600)
-    click.echo(
-        f"xdfs dev cluster ready: {uri}",
-    )
-    click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
-    sys.stdout.flush()
-    sys.exit(_supervise(children, watch.poll if watch else None))
+
+
+def _journal(base: Path, count: int, with_backup: bool, conf: list[str]
+             ) -> tuple[DevJournal | None, list[ServerProcess]]:
+    if count <= 0:
+        return None, []
+    if with_backup:
+        raise click.UsageError("--journal and --backup do not go together: with a quorum "
+                               "journal, a standby NameNode takes over (HDFS drops the "
+                               "BackupNode there too)")
+    if count % 2 == 0:
+        raise click.UsageError(f"--journal {count}: use an odd number (3 or 5): a majority "
+                               "of an even number tolerates no more failures than one less")
+    journal = dev_journal(base, count)
+    return journal, journalnode_processes(journal, conf)
 
 
 def _start(process: ServerProcess, timeout_s: float) -> str:
@@ -228,6 +265,8 @@ def _supervise(
     backup left to promote."""
     procs = [child for _role, child in children]
     namenodes = [child for role, child in children if role in ("namenode", "backupnode")]
+    # JournalNodes stop last: a NameNode stopping gracefully finalizes its segment on them
+    procs.sort(key=lambda proc: proc in [c for r, c in children if r == "journalnode"])
     stopping = False
 
     def stop(signum: int, frame: object) -> None:

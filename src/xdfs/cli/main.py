@@ -19,8 +19,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "namenode": ("xdfs.cli.namenode", "namenode", "Run a NameNode (or format its storage)."),
     "datanode": ("xdfs.cli.datanode", "datanode", "Run a DataNode."),
     "backupnode": ("xdfs.cli.backupnode", "backupnode", "Run a BackupNode."),
-    "journalnode": ("xdfs.cli.placeholders", "journalnode", "Run a JournalNode."),
-    "zkfc": ("xdfs.cli.placeholders", "zkfc", "Run a ZooKeeper failover controller."),
+    "journalnode": ("xdfs.cli.journalnode", "journalnode", "Run a JournalNode."),
+    "zkfc": ("xdfs.cli.zkfc", "zkfc", "Run a ZooKeeper failover controller."),
     "logservice": ("xdfs.cli.placeholders", "logservice", "Run the replicated log service."),
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
     "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
@@ -53,7 +53,7 @@ class CliState:
 
 #: Roles whose component has not landed yet: still runnable (each says so and exits 2),
 #: but not listed by ``--help``.
-HIDDEN = frozenset({"journalnode", "zkfc", "logservice"})
+HIDDEN = frozenset({"logservice"})
 
 
 class LazyGroup(click.Group):

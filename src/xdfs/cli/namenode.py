@@ -37,7 +37,17 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Create the storage layout and the superuser, then exit.",
 )
-@click.option("-force", "--force", is_flag=True, help="With -format: wipe a non-empty dir.")
+@click.option(
+    "-initializeSharedEdits",
+    "--initialize-shared-edits",
+    "init_shared",
+    is_flag=True,
+    help="Format the quorum journal (namenode.shared_edits) on every JournalNode and copy "
+    "the local edits after the newest image into it, then exit (the NameNode is stopped).",
+)
+@click.option("-force", "--force", is_flag=True,
+              help="With -format: wipe a non-empty dir. With -initializeSharedEdits: reformat "
+              "journals that hold edits.")
 @click.option("--cluster-id", default="", help="With -format: the cluster id to use.")
 @click.pass_obj
 def namenode(
@@ -45,6 +55,7 @@ def namenode(
     name_dirs: tuple[str, ...],
     rpc_address: str | None,
     do_format: bool,
+    init_shared: bool,
     force: bool,
     cluster_id: str,
 ) -> None:
@@ -61,6 +72,13 @@ def namenode(
         return
     from xdfs.common.addresses import parse_address
     from xdfs.rpc.loop import run
+
+    if init_shared:
+        if not config.namenode.shared_edits:
+            raise click.UsageError("-initializeSharedEdits needs namenode.shared_edits "
+                                   "(-D namenode.shared_edits=qjournal://h:p;h:p;h:p/id)")
+        sys.exit(run(_initialize_shared_edits(config, dirs, force),
+                     use_uvloop=config.rpc.use_uvloop))
 
     host, port = parse_address(rpc_address or config.namenode.rpc_address)
     sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
@@ -91,3 +109,32 @@ async def _serve(config: XdfsConfig, dirs: list[Path], host: str, port: int) -> 
     from xdfs.namenode.server import NameNode
 
     return await serve("namenode", NameNode(config, dirs), host, port)
+
+
+async def _initialize_shared_edits(config: XdfsConfig, dirs: list[Path], force: bool) -> int:
+    from xdfs.errors import XdfsError
+    from xdfs.namenode.editlog.shared import SharedEdits
+    from xdfs.namenode.image.recovery import check_versions
+    from xdfs.namenode.image.storage import StorageDirectory
+    from xdfs.protocol.journal import JournalNamespace
+
+    storage = [StorageDirectory(d) for d in dirs]
+    try:
+        for d in storage:
+            d.lock()
+        version = check_versions(storage)
+        image_txid = max(max(d.images(), default=0) for d in storage)
+        shared = SharedEdits(config, JournalNamespace(version.cluster_id, version.namespace_id))
+        try:
+            last = await shared.initialize(storage[0].current, image_txid, force=force)
+        finally:
+            await shared.close()
+    except XdfsError as exc:
+        click.echo(f"initializeSharedEdits: {type(exc).__name__}: {exc.message}", err=True)
+        return 1
+    finally:
+        for d in storage:
+            d.unlock()
+    click.echo(f"initialized shared edits {config.namenode.shared_edits}: image at txid "
+               f"{image_txid}, edits copied up to txid {last}")
+    return 0

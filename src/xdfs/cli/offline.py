@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sys
+import tempfile
+from pathlib import Path
 
 import click
 import msgspec
+
+from xdfs.cli.main import CliState
 
 _JSON = msgspec.json.Encoder()
 
@@ -53,14 +57,50 @@ def _write_json_lines(rows: object) -> None:
     "source",
     required=True,
     metavar="PATH",
-    help="An edits segment file or a name dir's current/ directory.",
+    help="An edits segment file, a name dir's current/ directory, or a quorum journal "
+    "(qjournal://host:port;host:port;host:port/<id>: its committed edits).",
 )
 @click.option("--stats", is_flag=True, help="Count ops by type instead of dumping them.")
 @_FORMAT
 @_OUT
-def oev(source: str, stats: bool, fmt: str, out_dir: str | None) -> None:
+@click.pass_obj
+def oev(state: CliState, source: str, stats: bool, fmt: str, out_dir: str | None) -> None:
     """Offline edits viewer: one JSON object per record (txid, op, fields), or
     edits.parquet (txid, op, path, user, timestamp, size deltas) with --format parquet."""
+    if source.startswith("qjournal://"):
+        with tempfile.TemporaryDirectory(prefix="xdfs-oev-") as tmp:
+            _fetch_journal(state, source, Path(tmp))
+            _oev(tmp, stats, fmt, out_dir)
+        return
+    _oev(source, stats, fmt, out_dir)
+
+
+def _fetch_journal(state: CliState, uri: str, dest: Path) -> None:
+    """The journal's committed segments, copied into ``dest`` (needs the journal secret)."""
+    from xdfs.errors import XdfsError
+    from xdfs.namenode.editlog.shared import journal_channels
+    from xdfs.protocol.journal import parse_qjournal_uri
+    from xdfs.quorum.reader import copy_segments
+    from xdfs.rpc.loop import run
+
+    async def fetch() -> None:
+        addresses, journal_id = parse_qjournal_uri(uri)
+        channels = journal_channels(state.config, addresses)
+        try:
+            await copy_segments(channels, journal_id, dest)
+        finally:
+            for channel in channels:
+                await channel.close()
+
+    try:
+        run(fetch(), use_uvloop=state.config.rpc.use_uvloop)
+    except XdfsError as exc:
+        raise click.ClickException(
+            f"reading {uri}: {type(exc).__name__}: {exc.message}") from None
+
+
+
+def _oev(source: str, stats: bool, fmt: str, out_dir: str | None) -> None:
     from xdfs.namenode import tools
 
     parquet_dir = _parquet_out(fmt, out_dir)

@@ -21,6 +21,4 @@ def _placeholder(name: str, summary: str) -> click.Command:
     return command
 
 
-journalnode = _placeholder("journalnode", "Run a JournalNode")
-zkfc = _placeholder("zkfc", "Run a ZooKeeper failover controller")
 logservice = _placeholder("logservice", "Run the replicated log service")

@@ -14,7 +14,7 @@ import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from xdfs.client import transfer
 from xdfs.client.datanodes import DataNodePool
@@ -33,6 +33,7 @@ from xdfs.rpc.sync import LoopThread
 from xdfs.rpc.tls import client_context
 
 DEFAULT_MODE = p.DEFAULT_MODE
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -367,6 +368,15 @@ class Client:
             return result
 
         return call
+
+    @property
+    def async_client(self) -> AsyncClient:
+        """The async client this one drives (for helpers written against it, with :meth:`run`)."""
+        return self._async
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on this client's event loop and wait for its result."""
+        return self._loop.run(coroutine)
 
     def open_reader(self, path: str) -> SyncReader:
         return SyncReader(self._loop, self._loop.run(self._async.open_read(path)))

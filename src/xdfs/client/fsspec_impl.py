@@ -2,25 +2,43 @@
 
 ``fsspec.filesystem("xdfs", fs="xdfs://host:port", user=..., password=...)``, or with no
 arguments the ``[client]`` configuration (``XDFS_CONF``, ``XDFS_FS`` ...). Method semantics
-follow fsspec's documentation: ``info`` raises FileNotFoundError, ``mkdir`` creates parents
-by default and refuses an existing path, ``makedirs(exist_ok=...)``, ``rm(recursive=...)``.
-``rm`` deletes for good (it bypasses the trash, which is a shell-user convenience, as
-``hdfs dfs -rm -skipTrash`` does).
+are fsspec's (its local and memory file systems; ``fsspec.tests.abstract`` passes against a
+real cluster): ``info`` raises FileNotFoundError, ``mkdir`` creates parents by default and
+refuses an existing path, ``makedirs(exist_ok=...)``, ``rm(recursive=...)``, ``cp_file``
+and ``put_file``/``get_file`` replace what is at the destination and make its missing
+parent directories, ``open`` takes ``rb``, ``wb`` and ``xb`` (exclusive: FileExistsError
+when the file exists, decided atomically by the NameNode's create).
+
+Each operation is as few NameNode calls as xdfs allows: ``info``/``exists``/``isdir`` one
+stat, ``makedirs``/``mkdir`` one mkdirs (two when ``exist_ok=False`` must make missing
+parents), ``mv`` one rename (the NameNode's: nothing is copied; a directory moves whole),
+``open(..., "rb")`` one block-locations call. ``rm`` deletes for good (it bypasses the trash,
+which is a shell-user convenience, as ``hdfs dfs -rm -skipTrash`` does).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from glob import has_magic
+from pathlib import Path
 from typing import Any
 
 from fsspec import AbstractFileSystem
+from fsspec.callbacks import DEFAULT_CALLBACK, Callback
 from fsspec.spec import AbstractBufferedFile
+from fsspec.utils import isfilelike
 
+from xdfs.client import transfer
 from xdfs.client.client import Client
 from xdfs.client.sync_files import SyncReader, SyncWriter
 from xdfs.common.addresses import SCHEME, split_uri
-from xdfs.errors import NotFound
+from xdfs.errors import AlreadyExists, IsADirectory, NotFound
 from xdfs.protocol.namenode import FileStatus
+
+#: Modes of :meth:`XdfsFileSystem.open` (xdfs has no append yet).
+OPEN_MODES = ("rb", "wb", "xb")
 
 
 class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -71,8 +89,19 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
             "inode_id": status.inode_id,
         }
 
+    # -- metadata -------------------------------------------------------------------------
+
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         return self._entry(self.client.stat(self._strip_protocol(path)))
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        """One stat. Only "no such path" is False: a refused or failed call raises (an
+        authentication failure must not read as a missing file)."""
+        try:
+            self.client.stat(self._strip_protocol(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         path = self._strip_protocol(path)
@@ -80,20 +109,25 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         return entries if detail else [e["name"] for e in entries]
 
     def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        """FileExistsError when ``path`` exists; FileNotFoundError without its parent
+        unless ``create_parents``."""
         path = self._strip_protocol(path)
-        if self.client.exists(path):
-            raise FileExistsError(path)
-        self.client.mkdirs(path, parents=create_parents)
+        if create_parents:
+            self.makedirs(path, exist_ok=False)
+        else:
+            self.client.mkdirs(path, parents=False)  # refuses an existing path itself
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         path = self._strip_protocol(path)
-        try:
-            status = self.client.stat(path)
-        except NotFound:
+        if exist_ok:
+            # one call: the NameNode accepts an existing directory and refuses a file
             self.client.mkdirs(path, parents=True)
             return
-        if not exist_ok or not status.is_dir:
-            raise FileExistsError(path)
+        try:
+            # one call when the parent exists; AlreadyExists when the path does
+            self.client.mkdirs(path, parents=False)
+        except NotFound:
+            self.client.mkdirs(path, parents=True)  # missing parents: path was missing too
 
     def rmdir(self, path: str) -> None:
         path = self._strip_protocol(path)
@@ -102,27 +136,68 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         self.client.delete(path, recursive=False, skip_trash=True)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        """One delete per path (a directory with ``recursive``, at once on the NameNode);
+        glob patterns are expanded."""
         for one in path if isinstance(path, list) else [path]:
-            self.client.delete(self._strip_protocol(one), recursive=recursive, skip_trash=True)
+            matches = self.expand_path(one) if has_magic(str(one)) else [one]
+            for match in matches:
+                self.client.delete(self._strip_protocol(match), recursive=recursive,
+                                   skip_trash=True)
 
     def _rm(self, path: str) -> None:
         self.client.delete(self._strip_protocol(path), recursive=False, skip_trash=True)
 
-    def mv(self, path1: str, path2: str, recursive: bool = False, **kwargs: Any) -> None:
-        self.client.rename(self._strip_protocol(path1), self._strip_protocol(path2))
+    def mv(
+        self, path1: Any, path2: Any, recursive: bool = False, maxdepth: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The NameNode's rename: nothing is copied and a directory moves whole (as local
+        ``mv``; ``recursive`` changes nothing). Into ``path2`` when it is a directory (or
+        ends with ``/``, made if missing); a file at ``path2`` is replaced. Several sources
+        (a list or a glob) go into the directory ``path2``, or pairwise to a list."""
+        if isinstance(path2, list):
+            for source, target in zip(path1, path2, strict=True):
+                self._move(source, target)
+            return
+        if isinstance(path1, list) or has_magic(str(path1)):
+            sources = self.expand_path(path1, maxdepth=maxdepth)
+            self.makedirs(path2, exist_ok=True)
+            for source in sources:
+                self._move(source, path2)  # into the directory
+            return
+        self._move(path1, path2)
+
+    def _move(self, path1: str, path2: str) -> None:
+        src, dst = self._strip_protocol(path1), self._strip_protocol(path2)
+        if src == dst:
+            return
+        if str(path2).endswith("/"):
+            self.makedirs(dst, exist_ok=True)
+        try:
+            self.client.rename(src, dst)
+        except AlreadyExists:
+            # fsspec's (and POSIX's) mv replaces a file; the NameNode's rename refuses to.
+            # Not atomic: a crash in between leaves the source in place, the target gone.
+            final = dst + "/" + src.rsplit("/", 1)[1] if self.isdir(dst) else dst
+            if self.isdir(src) or self.isdir(final):
+                raise
+            self.client.delete(final, recursive=False, skip_trash=True)
+            self.client.rename(src, final)
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        """An empty file (``truncate``: replacing one that exists); without ``truncate``
+        an existing entry only gets a new modification time."""
         path = self._strip_protocol(path)
         if not truncate:
-            # update the modification time of an existing entry (-1 would leave it as is)
             try:
                 self.client.set_times(path, mtime_ms=int(time.time() * 1000))
                 return
             except NotFound:
                 pass
-        self.client.touchz(path)  # AlreadyExists (FileExistsError) for a non-empty file
+        self._write(path, b"", overwrite=truncate)
 
     def created(self, path: str) -> Any:
+        """xdfs keeps no creation time: the modification time stands in for it."""
         import datetime as dt
 
         return dt.datetime.fromtimestamp(self.info(path)["mtime"], tz=dt.UTC)
@@ -141,8 +216,8 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         cache_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> XdfsFile:
-        if mode not in ("rb", "wb"):
-            raise ValueError(f"xdfs files open as 'rb' or 'wb', not {mode!r}")
+        if mode not in OPEN_MODES:
+            raise ValueError(f"xdfs files open as 'rb', 'wb' or 'xb', not {mode!r}")
         return XdfsFile(
             self, self._strip_protocol(path), mode, block_size or "default",
             autocommit=autocommit, cache_options=cache_options, **kwargs,
@@ -159,30 +234,63 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         return reader.pread(first, last - first)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
-        path = self._strip_protocol(path)
-        if mode == "create" and self.client.exists(path):
-            raise FileExistsError(path)
-        self.client.write_file(path, value, overwrite=True)
+        """``mode="create"``: FileExistsError when the file exists (atomic)."""
+        self._write(self._strip_protocol(path), value, overwrite=mode != "create", **kwargs)
 
-    def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> None:
-        import os
+    def _write(self, path: str, value: bytes, overwrite: bool, **options: Any) -> None:
+        self.client.run(transfer.stream_to(
+            self.client.async_client, path, transfer.chunks_of(value), overwrite=overwrite,
+            **options,
+        ))
 
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        """A copy through the client, streamed (xdfs has no server-side copy); a directory
+        source makes the directory."""
+        self.client.run(transfer.copy_file(
+            self.client.async_client, self._strip_protocol(path1), self._strip_protocol(path2)
+        ))
+
+    def put_file(
+        self, lpath: str, rpath: str, callback: Callback = DEFAULT_CALLBACK,
+        mode: str = "overwrite", **kwargs: Any,
+    ) -> None:
+        """Upload one local file, streamed into ``rpath`` (made with its missing parents);
+        ``mode="create"``: FileExistsError when ``rpath`` exists. A failed upload leaves
+        no partial file."""
         rpath = self._strip_protocol(rpath)
         if os.path.isdir(lpath):
             self.makedirs(rpath, exist_ok=True)
             return
-        self.client.put(lpath, rpath, overwrite=True)
+        callback = callback or DEFAULT_CALLBACK
+        callback.set_size(os.path.getsize(lpath))
+        self.client.run(transfer.stream_to(
+            self.client.async_client, rpath, transfer.local_chunks(Path(lpath)),
+            progress=callback.relative_update, overwrite=mode != "create",
+        ))
 
-    def get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> None:
-        import os
-
+    def get_file(
+        self, rpath: str, lpath: Any, callback: Callback = DEFAULT_CALLBACK,
+        outfile: Any = None, **kwargs: Any,
+    ) -> None:
+        """Download one file to ``lpath`` (a local path, replaced through a ``._COPYING_``
+        file and made with its missing parent directories, or a binary file object); a
+        directory makes the local directory. One block-locations call, then the data."""
         rpath = self._strip_protocol(rpath)
-        if self.isdir(rpath):
-            os.makedirs(lpath, exist_ok=True)
-            return
-        if os.path.exists(lpath) and not os.path.isdir(lpath):
-            os.remove(lpath)  # fsspec semantics: get overwrites the local file
-        self.client.get(rpath, lpath)
+        callback = callback or DEFAULT_CALLBACK
+        sink = outfile if outfile is not None else lpath if isfilelike(lpath) else None
+        try:
+            reader = self.client.open_reader(rpath)
+        except IsADirectory:
+            if sink is None:
+                os.makedirs(lpath, exist_ok=True)
+                return
+            raise
+        callback.set_size(reader.size)
+        progress = callback.relative_update
+        if sink is not None:
+            self.client.run(transfer.copy_reader(reader.reader, sink.write, progress=progress))
+        else:
+            self.client.run(transfer.download(reader.reader, Path(lpath), progress=progress))
 
 
 def _clip_range(start: int | None, end: int | None, size: int) -> tuple[int, int]:
@@ -193,16 +301,51 @@ def _clip_range(start: int | None, end: int | None, size: int) -> tuple[int, int
 
 
 class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
-    """fsspec's buffered file over the xdfs reader (random access) or writer."""
+    """fsspec's buffered file over the xdfs reader (random access) or writer.
+
+    A file opened for writing is created at once (as HDFS's create: the lease is taken, an
+    ``xb`` open of an existing file or a ``wb`` open of a directory fails in ``open``), with
+    ``replication=`` when given. Inside an fsspec transaction (``autocommit=False``) it is
+    written to ``<path>._COPYING_`` and renamed into place by ``commit`` (``discard``
+    deletes it)."""
 
     def __init__(self, fs: XdfsFileSystem, path: str, mode: str, block_size: Any,
                  **kwargs: Any) -> None:
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
+        options = {"replication": kwargs.pop("replication")} if "replication" in kwargs else {}
         if mode == "rb":
             self._reader = fs.client.open_reader(path)
             kwargs["size"] = self._reader.size
         super().__init__(fs, path, mode, block_size, **kwargs)
+        if mode != "rb":
+            try:
+                if not self.autocommit:
+                    self._check_target()
+                self._writer = fs.client.open_writer(
+                    self._written_path, overwrite=mode == "wb" or not self.autocommit,
+                    **options,
+                )
+            except BaseException:
+                self.closed = True  # nothing to flush when collected
+                raise
+
+    def _check_target(self) -> None:
+        """What the create of ``path`` itself would refuse, checked up front for a file
+        written under another name until the transaction commits."""
+        try:
+            status = self.fs.client.stat(self.path)
+        except NotFound:
+            return
+        if status.is_dir:
+            raise IsADirectoryError(self.path)
+        if self.mode == "xb":
+            raise FileExistsError(self.path)
+
+    @property
+    def _written_path(self) -> str:
+        path: str = self.path
+        return path if self.autocommit else path + transfer.COPYING_SUFFIX
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         # Through the cursor: fsspec's read-ahead asks for consecutive ranges, which then
@@ -216,15 +359,29 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
         super().close()
 
     def _initiate_upload(self) -> None:
-        self._writer = self.fs.client.open_writer(self.path, overwrite=True)
+        """Nothing to do: the file was created when opened."""
 
     def _upload_chunk(self, final: bool = False) -> bool:
-        assert self._writer is not None, "fsspec initiates the upload before the first chunk"
+        assert self._writer is not None, "a file open for writing has its writer"
         self._writer.write(self.buffer.getbuffer())
         if final:
             self._writer.close()
         return True
 
+    def commit(self) -> None:
+        """End of a transaction: the ``._COPYING_`` file takes its name (``xb``: unless
+        the name exists by now, FileExistsError)."""
+        client = self.fs.client
+        if self.mode == "wb":
+            with contextlib.suppress(NotFound):
+                client.delete(self.path, skip_trash=True)
+        client.rename(self._written_path, self.path)
+
     def discard(self) -> None:
-        if self._writer is not None:
+        if self._writer is None:
+            return
+        if not self._writer.writer.closed:
             self._writer.abort()
+        if not self.autocommit:
+            with contextlib.suppress(NotFound):
+                self.fs.client.delete(self._written_path, skip_trash=True)

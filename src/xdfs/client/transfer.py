@@ -18,6 +18,7 @@ from xdfs.errors import AlreadyExists, NotFound, XdfsError
 
 if TYPE_CHECKING:
     from xdfs.client.client import AsyncClient
+    from xdfs.client.reader import FileReader
     from xdfs.protocol.namenode import FileStatus
 
 COPYING_SUFFIX = "._COPYING_"
@@ -54,21 +55,40 @@ async def write_stream(
     if not overwrite and await client.exists(dst):
         raise AlreadyExists(f"{dst} already exists")
     temporary = dst + COPYING_SUFFIX
-    writer = await client.open_write(temporary, overwrite=True, **options)
-    try:
-        async for chunk in chunks:
-            await writer.write(chunk)
-        await writer.close()
-    except BaseException:
-        await writer.abort()
-        with contextlib.suppress(XdfsError):
-            await client.delete(temporary, skip_trash=True)
-        raise
+    await stream_to(client, temporary, chunks, overwrite=True, **options)
     if overwrite:
         with contextlib.suppress(NotFound):
             await client.delete(dst, skip_trash=True)
     await client.rename(temporary, dst)
     return await client.stat(dst)
+
+
+async def stream_to(
+    client: AsyncClient, dst: str, chunks: AsyncIterator[bytes | memoryview],
+    progress: Callable[[int], object] | None = None, **options: Any,
+) -> FileStatus:
+    """Create ``dst`` (options as :meth:`AsyncClient.create`: ``overwrite=False`` makes the
+    create exclusive, atomically) and write ``chunks`` into it in place; ``progress`` gets
+    each chunk's length. On failure the file is abandoned and deleted, so a failed write
+    leaves no partial file behind."""
+    writer = await client.open_write(dst, **options)
+    try:
+        async for chunk in chunks:
+            await writer.write(chunk)
+            if progress is not None:
+                progress(len(chunk))
+        return await writer.close()
+    except BaseException:
+        await writer.abort()
+        with contextlib.suppress(XdfsError):
+            await client.delete(dst, skip_trash=True)
+        raise
+
+
+async def chunks_of(*values: bytes) -> AsyncIterator[bytes]:
+    """``values`` as the chunks :func:`stream_to` takes."""
+    for value in values:
+        yield value
 
 
 async def local_chunks(path: Path) -> AsyncIterator[bytes]:
@@ -122,15 +142,25 @@ async def get(client: AsyncClient, src: str, local: str | os.PathLike[str]) -> l
         return written
     if target.exists():
         raise AlreadyExists(f"{target} already exists")
+    await download(await client.open_read(src), target)
+    return [str(target)]
+
+
+async def download(
+    reader: FileReader, target: Path, progress: Callable[[int], object] | None = None
+) -> None:
+    """Write the file ``reader`` reads to the local file ``target`` (replacing it; its
+    missing parent directories are made) through a ``._COPYING_`` file renamed when
+    complete, so ``target`` is never seen truncated."""
+    await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
     temporary = target.with_name(target.name + COPYING_SUFFIX)
     try:
         with temporary.open("wb") as sink:
-            await copy_to(client, src, sink.write)
+            await copy_reader(reader, sink.write, progress=progress)
         temporary.replace(target)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return [str(target)]
 
 
 async def copy_to(
@@ -138,11 +168,20 @@ async def copy_to(
     size: int = -1,
 ) -> int:
     """Stream ``[offset, offset+size)`` of ``src`` into ``sink``; returns the bytes sent."""
-    reader = await client.open_read(src)
+    return await copy_reader(await client.open_read(src), sink, offset, size)
+
+
+async def copy_reader(
+    reader: FileReader, sink: Callable[[bytes | memoryview], object], offset: int = 0,
+    size: int = -1, progress: Callable[[int], object] | None = None,
+) -> int:
+    """Stream ``[offset, offset+size)`` of what ``reader`` reads into ``sink``."""
     sent = 0
     async for chunk in reader.iter_range(offset, size):
         sink(chunk)
         sent += len(chunk)
+        if progress is not None:
+            progress(len(chunk))
     return sent
 
 
@@ -158,3 +197,18 @@ async def copy(client: AsyncClient, src: str, dst: str, *, overwrite: bool = Fal
         replication=status.replication, block_size=status.block_size,
     )
     return target
+
+
+async def copy_file(client: AsyncClient, src: str, dst: str) -> None:
+    """fsspec's ``cp_file``: ``dst`` becomes a copy of the file ``src`` (replacing a file
+    there, written in place, same replication and block size), or a directory when ``src``
+    is one. The bytes pass through the client: xdfs has no server-side copy."""
+    status = await client.stat(src)
+    if status.is_dir:
+        await client.mkdirs(dst, parents=True)
+        return
+    if src.rstrip("/") == dst.rstrip("/"):
+        return  # overwriting would delete the source before it is read
+    reader = await client.open_read(src)
+    await stream_to(client, dst, reader.iter_range(), overwrite=True,
+                    replication=status.replication, block_size=status.block_size)

@@ -29,6 +29,7 @@ from xdfs.config import XdfsConfig
 from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replicator import EditsReplicator
+from xdfs.namenode.editlog.shared import SharedEdits
 from xdfs.namenode.ha import HaHandlers, Position, check_peers
 from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
@@ -44,6 +45,7 @@ from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.ha import HA_SERVICE, ROLE_ACTIVE, HaStatus
+from xdfs.protocol.journal import JournalNamespace
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.streams import StreamReceiver
@@ -75,6 +77,7 @@ class NameNode:
         self.auth: NameNodeAuth | None = None
         self.datanode_handlers: DataNodeHandlers | None = None
         self.replicator: EditsReplicator | None = None
+        self.shared: SharedEdits | None = None
         self.version: VersionInfo | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
@@ -82,6 +85,7 @@ class NameNode:
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
         self._checkpoint_lock = asyncio.Lock()
         self._lease_failures: set[tuple[str, str]] = set()  # logged once each
 
@@ -109,16 +113,23 @@ class NameNode:
             for d in self.dirs:
                 d.lock()
             version = self.version = check_versions(self.dirs)
-            namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
-            if not new_epoch:  # a promotion fenced the others already
+            self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
+            if self.config.namenode.shared_edits:
+                namespace, last_txid = await self._take_over_shared_edits(version)
+            else:
+                namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
+            if not new_epoch and not self.shared:  # a promotion fenced the others already
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
                                   (version.cluster_id, version.namespace_id))
-            self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
             settings = EditLogSettings.from_config(self.config.namenode)
-            self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal)
+            extra = [self.shared.journal()] if self.shared else []
+            self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal,
+                                             extra_journals=extra)
             await self.edits.open_for_write(last_txid + 1)
         except BaseException:
+            if self.shared is not None:
+                await self.shared.close()
             self._unlock()
             raise
         self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
@@ -141,6 +152,22 @@ class NameNode:
         if self.fs.safe_mode.on:
             log.info("in safe mode: %s", self.fs.safe_mode.reason)
         return self.server.address
+
+    async def _take_over_shared_edits(self, version: VersionInfo) -> tuple[Namespace, int]:
+        """Become the quorum journal's writer (fencing any older one), then load the
+        namespace from the local dirs trimmed to the journal's end and caught up with it
+        (xdfs.namenode.editlog.shared)."""
+        self.shared = SharedEdits(
+            self.config, JournalNamespace(version.cluster_id, version.namespace_id),
+            on_fatal=self._on_fatal,
+        )
+        currents = [d.current for d in self.dirs]
+        end = await self.shared.take_over(currents, self.image_txid)
+        namespace, last_txid = await asyncio.to_thread(load_namespace, self.dirs, Namespace)
+        last_txid = await self.shared.catch_up(self.dirs, namespace, last_txid)
+        log.info("shared edits %s: writer epoch %d, journal ends at txid %s",
+                 self.shared.uri, self.shared.writer.epoch, end)
+        return namespace, last_txid
 
     async def _raise_epoch(self) -> None:
         """The first op of a promoted NameNode, durable before any call is served: every
@@ -205,14 +232,17 @@ class NameNode:
 
     async def stop(self) -> None:
         """Graceful stop: no new calls, every appended edit synced, segment finalized."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._side_tasks]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
         if self.server is not None:
             await self.server.close()
         if self.edits is not None and self.fatal is None:
-            await self.edits.close()
+            await self.edits.close()  # closes the shared edits too, as one of its journals
+        elif self.shared is not None:
+            await self.shared.close()
         if self.auth is not None:
             self.auth.close()
         self._unlock()
@@ -224,6 +254,8 @@ class NameNode:
                 d.unlock()
 
     def _on_fatal(self, error: BaseException) -> None:
+        if self.fatal is not None:
+            return
         log.critical(
             "NameNode stopping: edits log failed (%s); nothing after txid %s is acknowledged",
             error,
@@ -264,7 +296,20 @@ class NameNode:
         deleted = purge(self.dirs, self.config.namenode.images_retained)
         oldest = min(self.dirs[0].images(), default=0)
         self.edits.forget_segments_before(oldest + 1)
+        if self.shared is not None:  # the journal keeps what the local dirs keep
+            self._background(self.shared.purge(oldest + 1), "purge shared edits")
         return len(deleted)
+
+    def _background(self, work: Awaitable[None], what: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except XdfsError as exc:
+                log.warning("%s: %s", what, exc.message)
+
+        task = asyncio.get_running_loop().create_task(run(), name=what)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
 
     async def newest_image(self) -> tuple[ImageHead, Path]:
         """The newest image of the first dir that has one (for fetch_image)."""

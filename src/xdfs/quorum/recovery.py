@@ -2,9 +2,10 @@
 
 A new writer first takes an epoch above every promise a majority has made
 (:func:`next_epoch`), then settles the last segment, which a crashed writer may have left
-with different lengths on different nodes. Each node answers ``prepare_recovery`` with a
-:class:`RecoveryCandidate`; :func:`choose_recovery_source` picks the copy every node will
-accept (``accept_recovery``) before the segment is finalized:
+with different lengths on different nodes. Each node answers ``prepare_recovery`` with
+what it holds (:class:`~xdfs.protocol.journal.PrepareRecoveryResponse`);
+:func:`choose_recovery_source` picks the copy every node will accept (``accept_recovery``)
+before the segment is finalized:
 
 1. a node without the segment ranks lowest;
 2. a finalized copy beats any in-progress one (finalized copies must all agree);
@@ -21,41 +22,19 @@ shorter winner would mean a broken invariant (raised as :class:`RecoveryConflict
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from xdfs.errors import StorageError
+from xdfs.protocol.journal import PrepareRecoveryResponse, SegmentState
 
 
 class RecoveryConflict(StorageError):
     """The nodes' answers contradict the protocol's invariants (never expected)."""
 
 
-@dataclass(frozen=True, order=True)
-class SegmentState:
-    start_txid: int
-    end_txid: int  # start_txid - 1 for a segment without records
-    in_progress: bool
-
-    def __post_init__(self) -> None:
-        assert self.end_txid >= self.start_txid - 1, self
-
-    @property
-    def txn_count(self) -> int:
-        return self.end_txid - self.start_txid + 1
-
-
-@dataclass(frozen=True)
-class RecoveryCandidate:
-    """One node's answer to ``prepare_recovery(segment_start)``."""
-
-    segment: SegmentState | None  # its copy of the segment, None when it has none
-    accepted_epoch: int  # epoch of the recovery it accepted for this segment, 0 for none
-    last_writer_epoch: int  # epoch of the last writer that started a segment on it
-    committed_txid: int  # highest txid it heard was committed
-
-    @property
-    def seen_epoch(self) -> int:
-        return max(self.accepted_epoch, self.last_writer_epoch)
+def seen_epoch(candidate: PrepareRecoveryResponse) -> int:
+    """The epoch a node's copy is vouched for by: the recovery that accepted it, or else
+    the writer that wrote it."""
+    return max(candidate.accepted_epoch, candidate.last_writer_epoch)
 
 
 def next_epoch(promised_epochs: Iterable[int]) -> int:
@@ -63,17 +42,17 @@ def next_epoch(promised_epochs: Iterable[int]) -> int:
     return max(promised_epochs, default=0) + 1
 
 
-def _rank(candidate: RecoveryCandidate) -> tuple[int, int, int]:
+def _rank(candidate: PrepareRecoveryResponse) -> tuple[int, int, int]:
     segment = candidate.segment
     if segment is None or segment.txn_count == 0:
         return (0, 0, 0)
     if not segment.in_progress:
         return (2, 0, segment.end_txid)
-    return (1, candidate.seen_epoch, segment.end_txid)
+    return (1, seen_epoch(candidate), segment.end_txid)
 
 
 def choose_recovery_source(
-    candidates: Mapping[str, RecoveryCandidate],
+    candidates: Mapping[str, PrepareRecoveryResponse],
 ) -> tuple[str, SegmentState] | None:
     """The node whose copy of the segment wins, and that copy (as finalized: ``in_progress``
     False); None when no node holds a record of it (nothing to recover)."""

@@ -158,10 +158,14 @@ class EditLog:
         settings: EditLogSettings | None = None,
         *,
         on_fatal: Callable[[BaseException], None] | None = None,
+        extra_journals: Sequence[Journal] = (),
     ) -> EditLog:
-        journals = [FileJournal(d.current, LAYOUT_VERSION, seen_txid=d.write_seen_txid)
-                    for d in dirs]
-        return cls(journals, settings, on_fatal=on_fatal)
+        """A FileJournal per name dir (the first one is what readers of finalized segments
+        consult), then ``extra_journals`` (the shared edits)."""
+        journals: list[Journal] = [
+            FileJournal(d.current, LAYOUT_VERSION, seen_txid=d.write_seen_txid) for d in dirs
+        ]
+        return cls([*journals, *extra_journals], settings, on_fatal=on_fatal)
 
     # -- properties --
 

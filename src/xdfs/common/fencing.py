@@ -1,12 +1,14 @@
-"""Fencing the old NameNode before a BackupNode takes over (HDFS's ``dfs.ha.fencing.methods``).
+"""Fencing an old active NameNode before another takes over (HDFS's ``dfs.ha.fencing.methods``):
+used by a BackupNode's takeover (``backupnode.fencing_methods``) and by the failover
+controller (``ha.fencing_methods``, after the old active did not step down when asked).
 
 A NameNode that stopped answering may only be paused (SIGSTOP, a long GC, a frozen VM):
 once it runs again it would acknowledge writes while the promoted backup does too. So a
 takeover first *fences* it: ``backupnode.fencing_methods`` are tried in order until one
 succeeds; none configured, or none succeeding, refuses the takeover (TakeoverRefused).
-Methods:
+``key`` arguments name the configuration key in messages. Methods:
 
-* ``shell(COMMAND)``: run ``COMMAND`` with ``sh -c`` (within ``backupnode.fencing_timeout_s``;
+* ``shell(COMMAND)``: run ``COMMAND`` with ``sh -c`` (within the fencing timeout;
   killed, with its process group, after that); exit status 0 means fenced. As in HDFS the
   target is in the environment: ``target_address`` (host:port), ``target_host``,
   ``target_port`` and, when known, ``target_pid`` (the NameNode's pid as of the backup's
@@ -68,18 +70,20 @@ class FenceFailed(Exception):
     """One method did not fence; the next one is tried."""
 
 
-def parse_methods(specs: Sequence[str]) -> list[FenceMethod]:
+def parse_methods(
+    specs: Sequence[str], key: str = "backupnode.fencing_methods"
+) -> list[FenceMethod]:
     """``["shell(cmd)", "kill(/dir)"]`` -> methods; ConfigError naming the bad entry."""
     methods = []
     for spec in specs:
         match = _METHOD_RE.match(spec)
         if match is None or match.group(1) not in METHODS:
             raise ConfigError(
-                f"backupnode.fencing_methods: {spec!r} is not shell(COMMAND) or kill(NAME_DIR)"
+                f"{key}: {spec!r} is not shell(COMMAND) or kill(NAME_DIR)"
             )
         kind, argument = match.group(1), match.group(2).strip()
         if not argument:
-            raise ConfigError(f"backupnode.fencing_methods: {spec!r} needs an argument")
+            raise ConfigError(f"{key}: {spec!r} needs an argument")
         methods.append(FenceMethod(kind, argument))
     return methods
 
@@ -93,12 +97,15 @@ def target_env(target: Target) -> dict[str, str]:
     return env
 
 
-async def fence(methods: Sequence[FenceMethod], target: Target, timeout_s: float) -> str:
+async def fence(
+    methods: Sequence[FenceMethod], target: Target, timeout_s: float,
+    key: str = "backupnode.fencing_methods",
+) -> str:
     """Try each method in order; the first that succeeds is returned (as text).
     TakeoverRefused naming every failure when none does (or none is configured)."""
     if not methods:
         raise TakeoverRefused(
-            f"no fencing method configured (backupnode.fencing_methods): the NameNode at "
+            f"no fencing method configured ({key}): the NameNode at "
             f"{target.address} may only be paused, and would come back as a second active "
             "NameNode; configure shell(COMMAND) or kill(NAME_DIR) (see docs/operations.md)"
         )
