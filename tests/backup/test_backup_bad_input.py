@@ -10,9 +10,9 @@ import crc32c
 import msgspec
 import pytest
 
-from xdfs.backupnode.replay import apply_batch, decode_batch
 from xdfs.errors import InvalidArgument, ProtocolError, StreamError, XdfsError, error_from_code
 from xdfs.namenode.editlog.codec import encode_record
+from xdfs.namenode.editlog.replay import apply_batch, decode_batch
 from xdfs.namenode.namespace.ops import MkdirOp
 from xdfs.namenode.server import NameNode
 from xdfs.protocol.backup import UPLOAD_IMAGE, ImageHead

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from xdfs.backupnode.replay import Backoff, checkpoint_due
 from xdfs.editlog.framing import record_bounds
 from xdfs.editlog.segments import FileJournal, read_segment_records
 from xdfs.namenode.editlog.codec import encode_record
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
+from xdfs.namenode.editlog.replay import Backoff, checkpoint_due
 from xdfs.namenode.editlog.replicator import CachedEdits
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, MkdirOp
 

@@ -8,10 +8,10 @@ import asyncio
 import logging
 
 from xdfs.backupnode.local import Local
-from xdfs.backupnode.replay import checkpoint_due
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.common.images import image_chunks
 from xdfs.errors import InvalidArgument, XdfsError
+from xdfs.namenode.editlog.replay import checkpoint_due
 from xdfs.namenode.image.fsimage import image_head
 from xdfs.namenode.image.recovery import purge, save_checkpoint
 from xdfs.protocol import namenode as nn_protocol

@@ -11,9 +11,9 @@ import logging
 
 from xdfs.backupnode.bootstrap import bootstrap
 from xdfs.backupnode.local import Local
-from xdfs.backupnode.replay import Backoff, apply_batch, decode_batch
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.errors import EditsPurged, InvalidArgument, RpcError, StorageError
+from xdfs.namenode.editlog.replay import Backoff, apply_batch, decode_batch
 from xdfs.protocol.backup import FETCH_EDITS, FetchEditsRequest
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,10 @@
-"""Replaying fetched edits (pure: bytes and a namespace in, no I/O, no clock).
+"""Replaying edits fetched by a follower (a BackupNode from its NameNode, a standby
+NameNode from the quorum journal): pure, bytes and a namespace in, no I/O, no clock.
 
-A fetched batch is the NameNode's own framed records (CRC32C each). The whole batch is
+A fetched batch is the writer's own framed records (CRC32C each). The whole batch is
 checked and decoded *before* anything is applied, so a corrupt or out-of-order answer
-changes nothing; then each op is applied to the backup's namespace and its record is
-appended, byte for byte, to the backup's own edits log (durable at the caller's sync).
+changes nothing; then each op is applied to the follower's namespace and its record is
+appended, byte for byte, to the follower's own edits log (durable at the caller's sync).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def apply_batch(records: list[Decoded], namespace: ReplayTarget, edits: RecordSi
             namespace.apply(rec.op)
         except XdfsError as exc:
             raise StorageError(
-                f"replaying txid {rec.txid} ({rec.op.NAME}) failed: {exc}: the backup's "
-                f"namespace no longer matches its NameNode's"
+                f"replaying txid {rec.txid} ({rec.op.NAME}) failed: {exc}: the follower's "
+                f"namespace no longer matches the writer's"
             ) from exc
         edits.append_record(rec.txid, rec.record)
         last = rec.txid
