@@ -234,6 +234,13 @@ class NameNodeConfig:
     journal_heartbeat_interval_s: float = setting(
         1.0, "The writer heartbeats idle JournalNodes this often (and finds out it is fenced)."
     )
+    standby_tail_wait_s: float = setting(
+        1.0, "A standby NameNode's long poll of the journal for committed edits (below "
+        "journalnode.read_wait_max_s and journal_call_timeout_s)."
+    )
+    standby_tail_txns_max: int = setting(
+        10000, "Most edits a standby NameNode reads and applies in one batch."
+    )
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
     )
@@ -300,6 +307,9 @@ class NameNodeConfig:
         _require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
         _require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
         _require(self.block_recovery_timeout_s > 0, "namenode.block_recovery_timeout_s must be > 0")
+        _require(0 < self.standby_tail_wait_s < self.journal_call_timeout_s,
+                 "namenode.standby_tail_wait_s must be in (0, journal_call_timeout_s)")
+        _require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")
 
 
 @dataclass(frozen=True)

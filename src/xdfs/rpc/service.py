@@ -12,12 +12,14 @@ retried blindly (``idempotent``) and whether it moves bulk data (``kind``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
+from xdfs.errors import NotActive
 
 Req = TypeVar("Req", bound=msgspec.Struct)
 Resp = TypeVar("Resp", bound=msgspec.Struct)
@@ -69,3 +71,23 @@ def method_table(services: Iterable[Service]) -> dict[str, Method[Any, Any]]:
             assert method.name not in table, f"method {method.name} declared twice"
             table[method.name] = method
     return table
+
+
+class NotActiveHandlers:
+    """Every method of a service answers ``error(why)`` (NotActive or a subclass), which
+    makes the RPC client fail over to the next address: served by a BackupNode and a
+    standby NameNode for the NameNode services they do not serve (yet)."""
+
+    def __init__(self, why: Callable[[], str],
+                 error: Callable[[str], NotActive] = NotActive) -> None:
+        self._why = why
+        self._error = error
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        async def refuse(ctx: object, request: object, chunks: object = None) -> None:
+            raise self._error(f"{name}: {self._why()}")
+
+        return refuse

@@ -236,10 +236,10 @@ def trim_local(current: Path, end: int | None, image_txid: int) -> None:
                        else "the journal has lost acknowledged edits")
                 )
             continue
-        _trim_in_progress(segment.path, segment.start, journal_end)
+        trim_in_progress(segment.path, segment.start, journal_end)
 
 
-def _trim_in_progress(path: Path, start: int, end: int) -> None:
+def trim_in_progress(path: Path, start: int, end: int) -> None:
     if start > end:  # nothing of it was acknowledged
         target = path.with_name(f"{path.name}.unacked")
         os.replace(path, target)

@@ -1,0 +1,99 @@
+"""Two real NameNodes (nn1, nn2) on a quorum journal of three JournalNodes, for the HA
+process tests; optionally a ZooKeeper ensemble and a failover controller per NameNode."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomli_w
+
+from xdfs.client.client import AsyncClient
+from xdfs.common.process import ServerProcess
+from xdfs.config import XdfsConfig
+from xdfs.testing.net import free_port
+
+from ..journal.qjm_cluster import ENV, PASSWORD, USER, QjmCluster
+
+IDS = ("nn1", "nn2")
+#: Deadline of anything a test waits for (generous: a loaded 2-core machine).
+WAIT_S = 60.0
+
+
+@dataclass
+class HaCluster:
+    qjm: QjmCluster
+    base: Path
+    ha: dict[str, object] = field(default_factory=dict)  # extra [ha] settings
+    ports: dict[str, int] = field(default_factory=lambda: {i: free_port() for i in IDS})
+    namenodes: dict[str, ServerProcess] = field(default_factory=dict)
+    controllers: dict[str, ServerProcess] = field(default_factory=dict)
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        return {nn_id: f"127.0.0.1:{port}" for nn_id, port in self.ports.items()}
+
+    @property
+    def conf_file(self) -> Path:
+        return self.base / "xdfs.toml"
+
+    def name_dir(self, nn_id: str) -> Path:
+        return self.base / nn_id
+
+    def write_conf(self) -> None:
+        ha = {"namenodes": self.addresses, "automatic_failover": False, **self.ha}
+        client = {"user": USER, "password": PASSWORD}
+        self.conf_file.write_text(tomli_w.dumps({"ha": ha, "client": client}))
+
+    def format(self) -> None:
+        """nn1's dir formatted and the journal initialized from it; nn2 starts from a
+        copy (HDFS's -bootstrapStandby copies the active's image the same way)."""
+        self.write_conf()
+        for index in range(3):
+            self.qjm.start_journalnode(index)
+        self.qjm.format(self.name_dir("nn1"))
+        shutil.copytree(self.name_dir("nn1"), self.name_dir("nn2"))
+
+    def start(self, nn_id: str) -> ServerProcess:
+        proc = self.qjm.group.start_xdfs(
+            nn_id, "--conf", str(self.conf_file), *self.qjm.conf(), "namenode",
+            "--name-dir", str(self.name_dir(nn_id)),
+            "--rpc-address", self.addresses[nn_id],
+            ready_pattern=r"namenode serving on (\S+)", env=ENV,
+        )
+        self.namenodes[nn_id] = proc
+        return proc
+
+    def xdfs(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "xdfs", "--conf", str(self.conf_file), *self.qjm.conf(),
+             *args], env={**os.environ, **ENV}, capture_output=True, text=True,
+            timeout=timeout_s)
+
+    def admin(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.xdfs("admin", *args)
+
+    def state(self, nn_id: str) -> str:
+        result = self.admin("-getServiceState", nn_id)
+        return result.stdout.strip() if result.returncode == 0 else "unreachable"
+
+    def client(self, *ids: str) -> AsyncClient:
+        uri = "xdfs://" + ",".join(self.addresses[i] for i in (ids or IDS))
+        return AsyncClient(uri, user=USER, password=PASSWORD, config=XdfsConfig())
+
+    def wait(self, predicate: Callable[[], object], what: str) -> None:
+        end = time.monotonic() + WAIT_S
+        while not predicate():
+            if time.monotonic() > end:
+                raise AssertionError(f"not within {WAIT_S} s: {what}\n{self.logs()}")
+            time.sleep(0.1)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {name}\n{proc.log_text()[-3000:]}"
+                         for name, proc in {**self.namenodes, **self.controllers}.items())
