@@ -550,6 +550,15 @@ class HaConfig:
                      f"ha.namenodes: {nn_id!r} = {address!r} is not id = \"host:port\"")
 
 
+    def nameservices(self) -> dict[str, list[str]]:
+        """``{nameservice: NameNode addresses}`` when ha.namenodes is set (for
+        ``xdfs://NAMESERVICE`` URIs), else empty."""
+        return {self.nameservice: list(self.namenodes.values())} if self.namenodes else {}
+
+    def default_fs(self) -> str:
+        """``xdfs://NAMESERVICE`` when ha.namenodes is set, else empty."""
+        return f"xdfs://{self.nameservice}" if self.namenodes else ""
+
 @dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")

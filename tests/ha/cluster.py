@@ -51,14 +51,15 @@ class HaCluster:
         client = {"user": USER, "password": PASSWORD}
         self.conf_file.write_text(tomli_w.dumps({"ha": ha, "client": client}))
 
-    def format(self) -> None:
-        """nn1's dir formatted and the journal initialized from it; nn2 starts from a
-        copy (HDFS's -bootstrapStandby copies the active's image the same way)."""
+    def format(self, copy_to_nn2: bool = True) -> None:
+        """nn1's dir formatted and the journal initialized from it; nn2's a copy of it
+        (or, without ``copy_to_nn2``, left for -bootstrapStandby)."""
         self.write_conf()
         for index in range(3):
             self.qjm.start_journalnode(index)
         self.qjm.format(self.name_dir("nn1"))
-        shutil.copytree(self.name_dir("nn1"), self.name_dir("nn2"))
+        if copy_to_nn2:
+            shutil.copytree(self.name_dir("nn1"), self.name_dir("nn2"))
 
     def start(self, nn_id: str) -> ServerProcess:
         proc = self.qjm.group.start_xdfs(

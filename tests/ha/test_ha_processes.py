@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,12 +72,19 @@ def _last_txid(ha: HaCluster, nn_id: str) -> int:
 
 
 def test_standby_tails_then_takes_over_after_the_active_is_killed(ha: HaCluster) -> None:
+    """nn2 is bootstrapped from nn1's image (-bootstrapStandby) while nn1 serves."""
+    shutil.rmtree(ha.name_dir("nn2"))
     ha.start("nn1")
-    ha.start("nn2")
-    assert ha.state("nn1") == "standby" and ha.state("nn2") == "standby"
+    assert ha.state("nn1") == "standby"
     _ok(ha.admin("-transitionToActive", "nn1"))
     assert ha.state("nn1") == "active"
-    acked = asyncio.run(_mkdirs(ha, "before", 40))
+    acked = asyncio.run(_mkdirs(ha, "before", 20))
+    _ok(ha.admin("-saveNamespace"))
+    acked += asyncio.run(_mkdirs(ha, "before-more", 20))
+    said = _ok(ha.xdfs("namenode", "--name-dir", str(ha.name_dir("nn2")), "-bootstrapStandby"))
+    assert "bootstrapped" in said
+    ha.start("nn2")
+    assert ha.state("nn2") == "standby"
     # the standby answers Standby to clients, and its namespace follows the active's
     refused = ha.xdfs("dfs", "-fs", f"xdfs://{ha.addresses['nn2']}", "-ls", "/")
     assert refused.returncode != 0 and "is standby" in refused.stderr, refused.stderr
