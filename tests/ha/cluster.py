@@ -3,6 +3,7 @@ process tests; optionally a ZooKeeper ensemble and a failover controller per Nam
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -16,7 +17,9 @@ import tomli_w
 
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
+from xdfs.common.secrets import new_secret_file
 from xdfs.config import XdfsConfig
+from xdfs.errors import XdfsError
 from xdfs.testing.net import free_port
 
 from ..journal.qjm_cluster import ENV, PASSWORD, USER, QjmCluster
@@ -50,6 +53,42 @@ class HaCluster:
         ha = {"namenodes": self.addresses, "automatic_failover": False, **self.ha}
         client = {"user": USER, "password": PASSWORD}
         self.conf_file.write_text(tomli_w.dumps({"ha": ha, "client": client}))
+
+    def automatic(self, quorum: str) -> None:
+        """Automatic failover through ZooKeeper at ``quorum`` (test-sized timeouts)."""
+        secret = self.base / "zkfc.secret"
+        new_secret_file(secret)
+        self.ha.update({
+            "automatic_failover": True, "zookeeper_quorum": quorum,
+            "nameservice": f"ns-{self.base.name}-{os.getpid()}",
+            "zookeeper_session_timeout_s": 4.0, "health_check_interval_s": 0.5,
+            "health_check_timeout_s": 2.0, "health_failures_max": 3,
+            "graceful_fence_timeout_s": 2.0, "retry_after_failure_s": 0.5,
+            "zkfc_rpc_address": "127.0.0.1:0", "zkfc_secret_file": str(secret),
+        })
+        self.write_conf()
+
+    def start_controller(self, nn_id: str) -> ServerProcess:
+        proc = self.qjm.group.start_xdfs(
+            f"zkfc-{nn_id}-{len(self.controllers)}", "--conf", str(self.conf_file),
+            *self.qjm.conf(), "zkfc", "--id", nn_id, ready_pattern=r"zkfc serving on (\S+)",
+            deadline_s=WAIT_S, env=ENV,
+        )
+        self.controllers[nn_id] = proc
+        return proc
+
+    def start_datanode(self, index: int) -> ServerProcess:
+        return self.qjm.group.start_xdfs(
+            f"dn{index}", "--conf", str(self.conf_file), *self.qjm.conf(), "datanode",
+            "--data-dir", str(self.base / f"dn{index}"), "--rpc-address", "127.0.0.1:0",
+            ready_pattern=r"datanode serving on (\S+)", env=ENV,
+        )
+
+    def active(self) -> str | None:
+        states = {nn_id: self.state(nn_id) for nn_id in IDS}
+        actives = [nn_id for nn_id, state in states.items() if state == "active"]
+        assert len(actives) <= 1, f"two active NameNodes: {states}"
+        return actives[0] if actives else None
 
     def format(self, copy_to_nn2: bool = True) -> None:
         """nn1's dir formatted and the journal initialized from it; nn2's a copy of it
@@ -96,5 +135,20 @@ class HaCluster:
             time.sleep(0.1)
 
     def logs(self) -> str:
+        procs = {**self.namenodes, **{f"zkfc-{k}": v for k, v in self.controllers.items()}}
         return "\n".join(f"--- {name}\n{proc.log_text()[-3000:]}"
-                         for name, proc in {**self.namenodes, **self.controllers}.items())
+                         for name, proc in procs.items())
+
+    def writable(self, datanodes: int = 1) -> bool:
+        """The active is out of safe mode with ``datanodes`` live DataNodes."""
+        async def ask() -> bool:
+            async with self.client() as client:
+                if (await client.safe_mode("get")).on:
+                    return False
+                report = await client.datanode_report()
+                return sum(node.state == "live" for node in report.nodes) >= datanodes
+
+        try:
+            return asyncio.run(ask())
+        except XdfsError:
+            return False
