@@ -589,6 +589,9 @@ class DevConfig:
     journalnodes: int = setting(
         0, "JournalNodes the NameNode writes its edits through (--journal; 0: local only)."
     )
+    ha: bool = setting(
+        False, "Two NameNodes with automatic failover, ZooKeeper and controllers (--ha)."
+    )
     writable_timeout_s: float = setting(
         120.0, "How long `xdfs dev` waits for its cluster to accept writes before giving up."
     )

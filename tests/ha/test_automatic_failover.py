@@ -122,3 +122,23 @@ def test_paused_active_loses_the_election_and_is_fenced(ha: HaCluster) -> None:
     assert asyncio.run(write_to_old()) != "acknowledged"
     assert _retry(ha, lambda: _read_all(ha, {**files, **more})) == []
     ha.wait(lambda: ha.active() == other, "exactly one active after the old one woke up")
+
+
+def test_back_and_forth_every_file_reads_back(ha: HaCluster) -> None:
+    """Graceful failovers both ways (xdfs admin -failover through the controllers): a
+    NameNode active for the second time has fresh replica locations (the DataNode
+    registered and reported again), so files written during the other's reign read."""
+    files: dict[str, bytes] = {}
+    for round_ in range(3):
+        active = ha.active()
+        assert active is not None
+        ha.wait(ha.writable, f"{active} takes writes")
+        written = _retry(ha, lambda round_=round_: _write(ha, f"round{round_}", 3))
+        assert isinstance(written, dict)
+        files.update(written)
+        other = "nn2" if active == "nn1" else "nn1"
+        result = ha.admin("-failover", active, other)
+        assert result.returncode == 0, result.stderr
+        assert ha.active() == other
+    ha.wait(ha.writable, "the last active takes writes")
+    assert _retry(ha, lambda: _read_all(ha, files)) == []

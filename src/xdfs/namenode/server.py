@@ -320,7 +320,25 @@ class NameNode:
         _namespace, last = await self._take_over_shared_edits(self.version,
                                                               loaded=(self.fs.ns, last))
         await self._open_edits(last)
+        self._fresh_namesystem()
         await self._serve_active(new_epoch=True)
+
+    def _fresh_namesystem(self) -> None:
+        """A new block map (and safe mode) over the namespace: what this NameNode knew of
+        replicas is from before it was standby, and deciding replications or deletions
+        on it could destroy data; DataNodes register and report again (they notice the
+        change of NameNode), and safe mode waits for their reports, as at startup."""
+        assert self.fs is not None and self.edits is not None and self.server is not None
+        assert self.version is not None and self.auth is not None
+        self.auth.close()
+        self.fs = Namesystem(self.fs.ns, self.edits, self.config.namenode, clock=self.clock)
+        self.auth = NameNodeAuth(self.fs)
+        self.server.authenticator = self.auth
+        self.server.remove_service(HA_SERVICE_PROTOCOL)
+        self.server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
+            self, self.auth, self.config.ha.automatic_failover))
+        self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, self.version.cluster_id,
+                                                  self.version.namespace_id)
 
     async def transition_to_standby(self) -> ServiceStatus:
         """Active -> standby: stop serving clients, sync and close the edits log (every
