@@ -241,6 +241,11 @@ class NameNodeConfig:
     standby_tail_txns_max: int = setting(
         10000, "Most edits a standby NameNode reads and applies in one batch."
     )
+    failover_safe_mode_extension_s: float = setting(
+        0.0, "safe_mode_extension_s of a NameNode that just became active: its DataNodes "
+        "are all running and report within a heartbeat or two, so it leaves safe mode as "
+        "soon as the threshold is reached (the extension at startup waits for slow ones)."
+    )
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
     )
@@ -310,6 +315,8 @@ class NameNodeConfig:
         _require(0 < self.standby_tail_wait_s < self.journal_call_timeout_s,
                  "namenode.standby_tail_wait_s must be in (0, journal_call_timeout_s)")
         _require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")
+        _require(self.failover_safe_mode_extension_s >= 0,
+                 "namenode.failover_safe_mode_extension_s must be >= 0")
 
 
 @dataclass(frozen=True)

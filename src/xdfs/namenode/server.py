@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -331,7 +332,10 @@ class NameNode:
         assert self.fs is not None and self.edits is not None and self.server is not None
         assert self.version is not None and self.auth is not None
         self.auth.close()
-        self.fs = Namesystem(self.fs.ns, self.edits, self.config.namenode, clock=self.clock)
+        nn = self.config.namenode
+        settings = dataclasses.replace(
+            nn, safe_mode_extension_s=nn.failover_safe_mode_extension_s)
+        self.fs = Namesystem(self.fs.ns, self.edits, settings, clock=self.clock)
         self.auth = NameNodeAuth(self.fs)
         self.server.authenticator = self.auth
         self.server.remove_service(HA_SERVICE_PROTOCOL)
