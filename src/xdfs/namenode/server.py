@@ -65,6 +65,7 @@ from xdfs.protocol.ha import (
     STATE_STANDBY,
     STATE_STOPPING,
     UNHEALTHY_FAILED,
+    UNHEALTHY_JOURNAL,
     UNHEALTHY_RESOURCES,
     UNHEALTHY_STARTING,
     HaStatus,
@@ -398,6 +399,8 @@ class NameNode:
             return HealthReport(False, UNHEALTHY_STARTING, "loading the namespace")
         if self.fs is not None and self.fs.safe_mode.resources_reason:
             return HealthReport(False, UNHEALTHY_RESOURCES, self.fs.safe_mode.resources_reason)
+        if self.standby is not None and self.standby.error:  # it could not become active
+            return HealthReport(False, UNHEALTHY_JOURNAL, self.standby.error)
         return HealthReport(True)
 
     async def _maybe_standby_checkpoint(self) -> None:
