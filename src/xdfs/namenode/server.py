@@ -64,6 +64,7 @@ from xdfs.protocol.ha import (
     STATE_INITIALIZING,
     STATE_STANDBY,
     STATE_STOPPING,
+    TRANSITION_TO_ACTIVE,
     UNHEALTHY_FAILED,
     UNHEALTHY_JOURNAL,
     UNHEALTHY_RESOURCES,
@@ -474,8 +475,10 @@ class NameNode:
             add_system_services(server, "namenode")
         server.authenticator = self.auth
         server.add_service(HA_SERVICE, HaHandlers(self.ha_status))
-        server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
-            self, self.auth, self.config.ha.automatic_failover))
+        if self.ha_enabled or not server.route(TRANSITION_TO_ACTIVE.name):
+            # (a promoted BackupNode's server keeps its own transition_to_active)
+            server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
+                self, self.auth, self.config.ha.automatic_failover))
         self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, cluster_id, namespace_id)
         return server
 
