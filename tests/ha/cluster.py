@@ -120,8 +120,20 @@ class HaCluster:
         return self.xdfs("admin", *args)
 
     def state(self, nn_id: str) -> str:
-        result = self.admin("-getServiceState", nn_id)
-        return result.stdout.strip() if result.returncode == 0 else "unreachable"
+        """What the NameNode says it is ("unreachable" when it does not answer in 2 s)."""
+        from xdfs.protocol.ha import GET_SERVICE_STATE
+        from xdfs.rpc.messages import Empty
+
+        async def ask() -> str:
+            async with self.client(nn_id) as client:
+                async with asyncio.timeout(2.0):
+                    status = await client.rpc.call(GET_SERVICE_STATE, Empty())
+                return str(status.state)
+
+        try:
+            return asyncio.run(ask())
+        except (XdfsError, TimeoutError):
+            return "unreachable"
 
     def client(self, *ids: str) -> AsyncClient:
         uri = "xdfs://" + ",".join(self.addresses[i] for i in (ids or IDS))
