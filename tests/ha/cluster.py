@@ -100,9 +100,10 @@ class HaCluster:
         if copy_to_nn2:
             shutil.copytree(self.name_dir("nn1"), self.name_dir("nn2"))
 
-    def start(self, nn_id: str) -> ServerProcess:
+    def start(self, nn_id: str, *extra: str) -> ServerProcess:
+        """Start NameNode ``nn_id`` (``extra``: its own -D settings)."""
         proc = self.qjm.group.start_xdfs(
-            nn_id, "--conf", str(self.conf_file), *self.qjm.conf(), "namenode",
+            nn_id, "--conf", str(self.conf_file), *self.qjm.conf(), *extra, "namenode",
             "--name-dir", str(self.name_dir(nn_id)),
             "--rpc-address", self.addresses[nn_id],
             ready_pattern=r"namenode serving on (\S+)", env=ENV,

@@ -148,3 +148,21 @@ def test_graceful_transitions_both_ways_lose_nothing(ha: HaCluster) -> None:
         acked += asyncio.run(_mkdirs(ha, f"round{round_}", 10))
         assert asyncio.run(_missing(ha, acked)) == []
     assert ha.state("nn1") == "standby" and ha.state("nn2") == "active"
+
+
+def test_standby_checkpoints_and_uploads_to_the_active(ha: HaCluster) -> None:
+    """The active (nn1) would checkpoint only after many more txns than its standby."""
+    ha.qjm.extra += ["-D", "namenode.checkpoint_check_interval_s=0.3"]
+    ha.start("nn1", "-D", "namenode.checkpoint_txns=100000")
+    ha.start("nn2", "-D", "namenode.checkpoint_txns=60")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    acked = asyncio.run(_mkdirs(ha, "many", 80))
+    ha.wait(lambda: "installed the checkpoint uploaded" in ha.namenodes["nn1"].log_text(),
+            "the active installs the standby's checkpoint")
+    assert "standby checkpoint written" in ha.namenodes["nn2"].log_text()
+    assert any(p.name.startswith("fsimage_") for p in (ha.name_dir("nn2") / "current").iterdir())
+    # restarted, nn1 loads the uploaded image and its edits: nothing is lost
+    ha.namenodes["nn1"].kill()
+    ha.start("nn1")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    assert asyncio.run(_missing(ha, acked)) == []

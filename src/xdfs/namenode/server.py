@@ -47,6 +47,7 @@ from xdfs.namenode.handlers.ha_service import HaServiceHandlers
 from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
+from xdfs.namenode.image.upload import upload_checkpoint
 from xdfs.namenode.namespace.ops import NewEpochOp, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
@@ -77,11 +78,13 @@ from xdfs.protocol.journal import JournalNamespace, parse_qjournal_uri
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
 from xdfs.quorum.channel import JournalChannel
 from xdfs.quorum.reader import JournalTailer
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import NotActiveHandlers, Service
 from xdfs.rpc.streams import StreamReceiver
 from xdfs.rpc.system import add_system_services
-from xdfs.rpc.tls import server_context
+from xdfs.rpc.tls import client_context, server_context
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,8 @@ class NameNode:
         self.standby: StandbyTailer | None = None
         self._standby_task: asyncio.Task[None] | None = None
         self._transition_lock = asyncio.Lock()
+        self._uploaded_txid = 0  # the newest standby image the active is known to hold
+        self._last_install_s = -1e18  # when a backup or standby last uploaded an image
 
     @property
     def address(self) -> str:
@@ -405,25 +410,50 @@ class NameNode:
         return HealthReport(True)
 
     async def _maybe_standby_checkpoint(self) -> None:
-        """A standby saves images of its namespace by the checkpoint rule, between two
-        tailed batches (the active does not pause for them), and purges its old ones."""
+        """A standby saves images of its namespace by the checkpoint rule (tailing pauses
+        while one is written, in a thread; the active does not pause at all), uploads each
+        to the active NameNode, and purges its own old ones."""
         standby, fs = self.standby, self.fs
         if standby is None or fs is None:
             return
         nn = self.config.namenode
-        if not checkpoint_due(now_s=self.clock(), last_checkpoint_s=self.last_checkpoint_s,
-                              synced_txid=standby.last_txid, image_txid=self.image_txid,
-                              period_s=nn.checkpoint_period_s, txns=nn.checkpoint_txns):
-            return
+        if checkpoint_due(now_s=self.clock(), last_checkpoint_s=self.last_checkpoint_s,
+                          synced_txid=standby.last_txid, image_txid=self.image_txid,
+                          period_s=nn.checkpoint_period_s, txns=nn.checkpoint_txns):
+            async with self._checkpoint_lock, standby.lock:
+                txid = standby.last_txid
+                await asyncio.to_thread(save_checkpoint, self.dirs, fs.ns, txid)
+                self.image_txid = txid
+                self.last_checkpoint_s = self.clock()
+            log.info("standby checkpoint written at txid %d", txid)
+        if self.image_txid > self._uploaded_txid:
+            await self._upload_to_active(self.image_txid)
         async with self._checkpoint_lock:
-            txid = standby.last_txid  # no await until the image is written
-            save_checkpoint(self.dirs, fs.ns, txid)
-            self.image_txid = txid
-            purge(self.dirs, nn.images_retained)
+            await asyncio.to_thread(purge, self.dirs, nn.images_retained)
             assert self.edits is not None
             self.edits.forget_segments_before(min(self.dirs[0].images(), default=0) + 1)
-            self.last_checkpoint_s = self.clock()
-        log.info("standby checkpoint written at txid %d", txid)
+
+    async def _upload_to_active(self, txid: int) -> None:
+        """The image goes to whichever other NameNode of ha.namenodes is active (logged in
+        as client.user, a superuser, as a BackupNode does); a failure is retried at the
+        next check."""
+        own = self.server.address if self.server else ""
+        others = [a for a in self.config.ha.namenodes.values() if a != own]
+        if not others:
+            return
+        client = self.config.client
+        hello = Hello(PROTOCOL_VERSION, client_name="xdfs-standby", user=client.user,
+                      password=client.password, token=client.token)
+        rpc = RpcClient(others, self.config.rpc, hello=hello,
+                        ssl_context=client_context(self.config.rpc))
+        try:
+            await upload_checkpoint(rpc, self.dirs[0].image_path(txid), txid)
+            self._uploaded_txid = txid
+        except XdfsError as exc:
+            log.warning("uploading the standby checkpoint %d to the active: %s", txid,
+                        exc.message)
+        finally:
+            await rpc.close()
 
     async def _raise_epoch(self) -> None:
         """The first op of a promoted NameNode, durable before any call is served: every
@@ -610,7 +640,7 @@ class NameNode:
             for d in self.dirs[1:]:  # verified again on the way: a local copy can fail too
                 await receive_image(head, image_chunks(first), d.current, check=check)
             self.image_txid = max(self.image_txid, head.txid)
-            self.last_checkpoint_s = self.clock()
+            self.last_checkpoint_s = self._last_install_s = self.clock()
             purged = self._purge()
         log.info("installed the checkpoint uploaded at txid %d (%d bytes)",
                  head.txid, head.size_bytes)
@@ -667,10 +697,13 @@ class NameNode:
         if self.fs.safe_mode.resources_reason:
             return  # an image could take the last of the space the edits log needs
         nn = self.config.namenode
-        # A backup that follows checkpoints for us (without pausing this loop); we step in
-        # only when its checkpoints are twice overdue.
-        factor = 2 if self.replicator and self.replicator.followed_within(
-            nn.backup_active_window_s) else 1
+        # A backup that follows, or a standby that uploads, checkpoints for us (without
+        # pausing this loop); we step in only when its checkpoints are twice overdue.
+        followed = self.replicator is not None and self.replicator.followed_within(
+            nn.backup_active_window_s)
+        uploading = self.clock() - self._last_install_s < max(nn.backup_active_window_s,
+                                                              2 * nn.checkpoint_period_s)
+        factor = 2 if followed or uploading else 1
         due_by_time = self.clock() - self.last_checkpoint_s >= factor * nn.checkpoint_period_s
         due_by_txns = self.edits.last_txid - self.image_txid >= factor * nn.checkpoint_txns
         if due_by_time or due_by_txns:

@@ -75,6 +75,7 @@ class StandbyTailer:
         self.last_txid = last_txid
         self.batch_txns = batch_txns
         self.last_read_s = 0.0  # loop time of the last answer from a JournalNode
+        self.lock = asyncio.Lock()  # held while a batch is applied (a checkpoint takes it)
         self.error = ""  # the last failure, for health reports
 
     async def run(self) -> None:
@@ -102,6 +103,7 @@ class StandbyTailer:
                 await self._apply(records)
 
     async def _apply(self, records: list[Decoded]) -> None:
-        last = apply_batch(records, self.namespace, self.edits)
-        await self.edits.sync(last)
-        self.last_txid = last
+        async with self.lock:
+            last = apply_batch(records, self.namespace, self.edits)
+            await self.edits.sync(last)
+            self.last_txid = last
