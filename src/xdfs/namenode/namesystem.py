@@ -12,6 +12,11 @@ Every mutation runs the same three steps (:meth:`Namesystem.mutate`):
    then are the replicas of blocks that left the namespace deleted (a crash before the
    sync must not leave a file whose replicas are gone).
 
+Non-idempotent client calls run :func:`at_most_once`: a retry of one (same client id and
+call number, :mod:`xdfs.namenode.retry_cache`) gets the first try's outcome instead of a
+second execution, and the last op such a call logs carries its key, so a restarted or
+promoted NameNode knows the answer too.
+
 Reads run inline without touching the log. They may observe a change whose sync is still
 in flight (as in HDFS); a mutation that turns out to be a no-op still waits for the log's
 current txid, so nothing is acknowledged on the strength of an unsynced change.
@@ -20,11 +25,12 @@ current txid, so nothing is acknowledged on the strength of an unsynced change.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
@@ -38,6 +44,7 @@ from xdfs.errors import (
     NotADirectory,
     NotEnoughReplicas,
     NotFound,
+    error_from_code,
 )
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
@@ -62,6 +69,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.retry_cache import RetryCache, State, with_key
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
@@ -70,9 +78,11 @@ from xdfs.protocol.namenode import (
     LocatedBlock,
     LocatedBlocks,
 )
+from xdfs.rpc.server import CallKey, current_call
 
 T = TypeVar("T")
 U = TypeVar("U")
+P = ParamSpec("P")
 
 R, W, X = 4, 2, 1
 
@@ -107,6 +117,22 @@ class Plan(Generic[T]):
         return Plan(ops, lambda: value, at)
 
 
+def at_most_once(
+    method: Callable[Concatenate[Namesystem, P], Awaitable[T]],
+) -> Callable[Concatenate[Namesystem, P], Awaitable[T]]:
+    """A client call that must not apply twice: run through the retry cache when the RPC
+    call being handled has a key (:meth:`Namesystem.run_once`), plainly otherwise."""
+
+    @functools.wraps(method)
+    async def once(self: Namesystem, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        key = current_call()
+        if key is None:
+            return await method(self, *args, **kwargs)
+        return await self.run_once(key, lambda: method(self, *args, **kwargs))
+
+    return once
+
+
 @dataclass(frozen=True, slots=True)
 class Recovered:
     """What a lease recovery decided: the files closed at once, and the block recoveries
@@ -125,7 +151,9 @@ class Namesystem:
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        retry_cache: RetryCache | None = None,
     ) -> None:
+        """``retry_cache``: one rebuilt while the edits were replayed (else a new one)."""
         self.ns = namespace
         self.edits = edits
         self.config = config
@@ -137,6 +165,10 @@ class Namesystem:
         if namespace.block_count() and self.safe_mode.wait_for_blocks():
             self.blocks.update_safe_mode()  # sets the reason: no block reported yet
         self.leases = LeaseManager()
+        self.retry_cache = retry_cache or RetryCache(
+            config.retry_cache_entries_max, config.retry_cache_expiry_s
+        )
+        self._keyed: dict[asyncio.Task[object], CallKey] = {}  # task -> key of its call
         now_s = clock()
         for holder, owner in namespace.lease_holders():
             # a restart gives every writer a fresh lease, bound to the file's creator
@@ -153,17 +185,24 @@ class Namesystem:
         plan: Callable[[], Plan[T]],
         *,
         allowed_in_safe_mode: bool = False,
+        keyed: bool = True,
     ) -> T:
         """``allowed_in_safe_mode``: for what must run in safe mode (token-key rotation:
-        logins must work while the NameNode waits for block reports)."""
+        logins must work while the NameNode waits for block reports). ``keyed=False``:
+        a mutation an at-most-once call makes on the side (a lease recovery), not its own
+        outcome."""
         await self.edits.wait_for_room()
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
         planned = plan()
+        key = self._keyed.get(cast("asyncio.Task[object]", asyncio.current_task()))
+        ops = planned.ops
+        if key is not None and keyed and ops:
+            ops = [*ops[:-1], with_key(ops[-1], key)]
         txid = self.edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
-        for op in planned.ops:
+        for op in ops:
             # apply returns the block ids that left the namespace: not orphans, and not
             # deleted either, until the sync below says the change is durable
             gone = self.ns.apply(op, planned.at)
@@ -172,9 +211,41 @@ class Namesystem:
             dropped.extend(gone)
             affected.extend(self.blocks.affected_blocks(op, planned.at))
         answer = planned.answer()
+        if key is not None and keyed:
+            # Applied and logged: from here on a retry gets this answer (once durable),
+            # even if this try is cancelled while it waits for the sync.
+            self.retry_cache.succeed(key, answer, txid)
         await self.edits.sync(txid)  # durability before acknowledgement
         self.blocks.ops_durable(dropped, affected)
         return answer
+
+    async def run_once(self, key: CallKey, run: Callable[[], Awaitable[T]]) -> T:
+        """Run the call ``key`` names unless a try of it ran already: then wait for that
+        one if it still runs, and answer its outcome (the answer once its txid is durable,
+        or the same error). An outcome that decided nothing is forgotten, and the call
+        runs again (retry_cache.forgettable)."""
+        cache = self.retry_cache
+        while (entry := cache.begin(key, self.clock())) is not None:
+            if entry.state is State.RUNNING:
+                finished = asyncio.Event()
+                entry.waiters.append(finished.set)
+                await finished.wait()
+            elif entry.error is not None:
+                raise error_from_code(entry.error.code, entry.error.message)
+            else:
+                await self.edits.sync(entry.txid)
+                return cast(T, entry.value)
+        task = cast("asyncio.Task[object]", asyncio.current_task())
+        self._keyed[task] = key
+        try:
+            value = await run()
+        except BaseException as exc:
+            cache.fail(key, exc)
+            raise
+        finally:
+            del self._keyed[task]
+        cache.succeed(key, value, self.edits.last_txid)  # a call that logged nothing
+        return value
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -318,6 +389,7 @@ class Namesystem:
     # Each resolves its path(s) first (a bad path is refused before anything waits), then
     # plans on them: ``fresh`` walks again only if the tree changed while it waited.
 
+    @at_most_once
     async def mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
         resolved = self.ns.resolve(path)
 
@@ -340,6 +412,7 @@ class Namesystem:
 
         return await self.mutate("mkdirs", plan)
 
+    @at_most_once
     async def create(
         self,
         user: str,
@@ -426,6 +499,7 @@ class Namesystem:
         if not overwrite:
             raise AlreadyExists(f"{iip.path} already exists")
 
+    @at_most_once
     async def add_block(
         self,
         user: str,
@@ -505,6 +579,7 @@ class Namesystem:
 
         await self.mutate("abandon a block", plan)
 
+    @at_most_once
     async def complete(
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> FileStatus:
@@ -569,6 +644,7 @@ class Namesystem:
     def renew_lease(self, user: str, client: str) -> None:
         self.leases.renew(client, user, self.clock())
 
+    @at_most_once
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
         """Delete ``path`` or move it to the user's trash; returns the trash path or ""."""
         resolved = self.ns.resolve(path)
@@ -613,6 +689,7 @@ class Namesystem:
                RenameOp(iip.path, target.path, now)]
         return Plan.of(ops, target.path, (iip, target))
 
+    @at_most_once
     async def rename(self, user: str, src: str, dst: str) -> str:
         resolved_src, resolved_dst = self.ns.resolve(src), self.ns.resolve(dst)
 
@@ -699,6 +776,7 @@ class Namesystem:
 
     # -- trash --------------------------------------------------------------------------
 
+    @at_most_once
     async def restore(self, user: str, trash_path: str) -> str:
         """Move a trash entry back to the path it was deleted from; returns that path."""
         resolved = self.ns.resolve(trash_path)
@@ -818,7 +896,7 @@ class Namesystem:
                 ops.append(ReassignLeaseOp(iip.path, RECOVERY_HOLDER, genstamp))
             return Plan.of(ops, recovered, tuple(at))
 
-        recovered = await self.mutate("recover leases", plan)
+        recovered = await self.mutate("recover leases", plan, keyed=False)
         for attempt in recovered.attempts:
             self.blocks.dispatch_recovery(attempt)
         return recovered.closed

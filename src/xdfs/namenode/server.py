@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -37,9 +38,10 @@ from xdfs.namenode.handlers.datanode import DataNodeHandlers
 from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
-from xdfs.namenode.namespace.ops import NewEpochOp, SetDataNodeSecretOp
+from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
+from xdfs.namenode.retry_cache import RetryCache, record_applied
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
@@ -78,6 +80,10 @@ class NameNode:
         self.datanode_handlers: DataNodeHandlers | None = None
         self.replicator: EditsReplicator | None = None
         self.shared: SharedEdits | None = None
+        #: Filled while the edits are replayed at start, then the namesystem's.
+        self.retry_cache = RetryCache(
+            config.namenode.retry_cache_entries_max, config.namenode.retry_cache_expiry_s
+        )
         self.version: VersionInfo | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
@@ -117,7 +123,9 @@ class NameNode:
             if self.config.namenode.shared_edits:
                 namespace, last_txid = await self._take_over_shared_edits(version)
             else:
-                namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
+                namespace, last_txid = loaded or load_namespace(
+                    self.dirs, Namespace, self._remember_call
+                )
             if not new_epoch and not self.shared:  # a promotion fenced the others already
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
@@ -132,7 +140,8 @@ class NameNode:
                 await self.shared.close()
             self._unlock()
             raise
-        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
+        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock,
+                             retry_cache=self.retry_cache)
         if new_epoch:
             await self._raise_epoch()
         await self._check_resources()
@@ -163,11 +172,19 @@ class NameNode:
         )
         currents = [d.current for d in self.dirs]
         end = await self.shared.take_over(currents, self.image_txid)
-        namespace, last_txid = await asyncio.to_thread(load_namespace, self.dirs, Namespace)
-        last_txid = await self.shared.catch_up(self.dirs, namespace, last_txid)
+        namespace, last_txid = await asyncio.to_thread(
+            load_namespace, self.dirs, Namespace, self._remember_call
+        )
+        last_txid = await self.shared.catch_up(
+            self.dirs, namespace, last_txid, functools.partial(self._remember_call, namespace)
+        )
         log.info("shared edits %s: writer epoch %d, journal ends at txid %s",
                  self.shared.uri, self.shared.writer.epoch, end)
         return namespace, last_txid
+
+    def _remember_call(self, namespace: Namespace, txid: int, op: Op) -> None:
+        """Replay: an op logged by an at-most-once call becomes its retry-cache entry."""
+        record_applied(self.retry_cache, op, namespace, txid, self.clock())
 
     async def _raise_epoch(self) -> None:
         """The first op of a promoted NameNode, durable before any call is served: every

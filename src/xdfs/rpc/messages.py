@@ -33,13 +33,20 @@ class Kind(IntEnum):
     CANCEL = 10  # caller abandons call `id` (no body)
 
 
-class OutEnvelope(msgspec.Struct, array_like=True, gc=False):
-    """What we send: ``body`` is any struct, encoded in the same pass as the envelope."""
+class OutEnvelope(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):
+    """What we send: ``body`` is any struct, encoded in the same pass as the envelope.
+
+    ``call`` (REQUEST and HEAD frames of an :class:`~xdfs.rpc.client.RpcClient`) numbers the
+    logical call: every retry of it, on any connection to any address, carries the same
+    number, so a server's retry cache can recognise it. Left out of the frame when 0 (it is
+    the last field), so other frames, stream chunks above all, are encoded as before.
+    """
 
     kind: int
     id: int
     method: str
-    body: Any = None
+    body: Any
+    call: int = 0
 
 
 class InEnvelope(msgspec.Struct, array_like=True, gc=False):
@@ -49,6 +56,11 @@ class InEnvelope(msgspec.Struct, array_like=True, gc=False):
     id: int
     method: str
     body: msgspec.Raw = msgspec.Raw()
+    call: int = 0
+
+
+#: Length of a client id (random bytes, as HDFS's 16-byte UUID clientId).
+CLIENT_ID_BYTES = 16
 
 
 class Hello(msgspec.Struct, forbid_unknown_fields=True):
@@ -58,6 +70,10 @@ class Hello(msgspec.Struct, forbid_unknown_fields=True):
     user: str = ""
     password: str = ""
     token: str = ""
+    #: Identifies the client process across its connections and addresses (empty, or
+    #: CLIENT_ID_BYTES random bytes): with each call's ``call`` number, the key of a
+    #: server's retry cache.
+    client_id: bytes = b""
 
 
 class Welcome(msgspec.Struct):

@@ -8,6 +8,12 @@ without a tag; the record header carries :attr:`OPCODE`, which selects the type 
 
 Opcodes and field order are part of the on-disk format (``LAYOUT_VERSION``): append new
 fields at the end with defaults, never reuse an opcode.
+
+The ops an at-most-once call logs last (mkdir, add_file, close_file, delete, rename) end
+with the call's retry-cache key, ``rpc_client_id`` and ``rpc_call``
+(:mod:`xdfs.namenode.retry_cache`). They are encoded with ``omit_defaults``: an op without
+a key is written exactly as before the key existed, and records written before it load
+with an empty key.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ class Op(msgspec.Struct, array_like=True, gc=False):
 # --- namespace ---------------------------------------------------------------------------
 
 
-class MkdirOp(Op):
+class MkdirOp(Op, omit_defaults=True):
     """Create one directory (``mkdir -p`` logs one op per directory it creates)."""
 
     OPCODE = 1
@@ -41,9 +47,12 @@ class MkdirOp(Op):
     owner: str
     group: str
     mtime_ms: int
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
-class AddFileOp(Op):
+class AddFileOp(Op, omit_defaults=True):
     """Create (or, with ``overwrite``, replace) a file, under construction by ``client``."""
 
     OPCODE = 2
@@ -58,6 +67,9 @@ class AddFileOp(Op):
     block_size: int
     client: str
     overwrite: bool = False
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class AddBlockOp(Op):
@@ -78,7 +90,7 @@ class UpdateBlocksOp(Op):
     blocks: tuple[BlockRecord, ...]
 
 
-class CloseFileOp(Op):
+class CloseFileOp(Op, omit_defaults=True):
     """Complete a file: final blocks, times; the lease is released."""
 
     OPCODE = 5
@@ -87,18 +99,24 @@ class CloseFileOp(Op):
     mtime_ms: int
     atime_ms: int
     blocks: tuple[BlockRecord, ...]
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
-class DeleteOp(Op):
+class DeleteOp(Op, omit_defaults=True):
     """Delete a file or a whole directory tree."""
 
     OPCODE = 6
     NAME = "delete"
     path: str
     mtime_ms: int
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
-class RenameOp(Op):
+class RenameOp(Op, omit_defaults=True):
     """Move ``src`` to exactly ``dst`` (resolved by the NameNode before logging)."""
 
     OPCODE = 7
@@ -106,6 +124,9 @@ class RenameOp(Op):
     src: str
     dst: str
     mtime_ms: int
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class SetPermissionOp(Op):
