@@ -27,6 +27,7 @@ from xdfs.rpc.messages import (
     ErrorInfo,
     InEnvelope,
     Kind,
+    OutCallEnvelope,
     OutEnvelope,
     Tail,
 )
@@ -60,7 +61,11 @@ def encode_frame(
 ) -> bytearray:
     """One complete frame (length prefix included) in a fresh buffer."""
     buf = bytearray(LENGTH_PREFIX.size)
-    envelope = OutEnvelope(kind, call_id, method, body, logical_call)
+    envelope = (
+        OutCallEnvelope(kind, call_id, method, body, logical_call)
+        if logical_call
+        else OutEnvelope(kind, call_id, method, body)
+    )
     _ENCODER.encode_into(envelope, buf, LENGTH_PREFIX.size)
     LENGTH_PREFIX.pack_into(buf, 0, len(buf) - LENGTH_PREFIX.size)
     return buf

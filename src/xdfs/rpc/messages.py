@@ -33,20 +33,26 @@ class Kind(IntEnum):
     CANCEL = 10  # caller abandons call `id` (no body)
 
 
-class OutEnvelope(msgspec.Struct, array_like=True, gc=False, omit_defaults=True):
-    """What we send: ``body`` is any struct, encoded in the same pass as the envelope.
+class OutEnvelope(msgspec.Struct, array_like=True, gc=False):
+    """What we send: ``body`` is any struct, encoded in the same pass as the envelope."""
 
-    ``call`` (REQUEST and HEAD frames of an :class:`~xdfs.rpc.client.RpcClient`) numbers the
-    logical call: every retry of it, on any connection to any address, carries the same
-    number, so a server's retry cache can recognise it. Left out of the frame when 0 (it is
-    the last field), so other frames, stream chunks above all, are encoded as before.
-    """
+    kind: int
+    id: int
+    method: str
+    body: Any = None
+
+
+class OutCallEnvelope(msgspec.Struct, array_like=True, gc=False):
+    """A REQUEST or HEAD frame of an :class:`~xdfs.rpc.client.RpcClient`: ``call`` numbers
+    the logical call, and every retry of it (any connection, any address) carries the same
+    number, so a server's retry cache can recognise it. Other frames, stream chunks above
+    all, use :class:`OutEnvelope` and stay as they were (the body last)."""
 
     kind: int
     id: int
     method: str
     body: Any
-    call: int = 0
+    call: int
 
 
 class InEnvelope(msgspec.Struct, array_like=True, gc=False):
@@ -56,7 +62,7 @@ class InEnvelope(msgspec.Struct, array_like=True, gc=False):
     id: int
     method: str
     body: msgspec.Raw = msgspec.Raw()
-    call: int = 0
+    call: int = 0  # OutCallEnvelope's; 0 when the frame has none
 
 
 #: Length of a client id (random bytes, as HDFS's 16-byte UUID clientId).

@@ -11,9 +11,8 @@ fields at the end with defaults, never reuse an opcode.
 
 The ops an at-most-once call logs last (mkdir, add_file, close_file, delete, rename) end
 with the call's retry-cache key, ``rpc_client_id`` and ``rpc_call``
-(:mod:`xdfs.namenode.retry_cache`). They are encoded with ``omit_defaults``: an op without
-a key is written exactly as before the key existed, and records written before it load
-with an empty key.
+(:mod:`xdfs.namenode.retry_cache`): appended fields, so records written before the key
+existed load with an empty one (no key: nothing to remember).
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ class Op(msgspec.Struct, array_like=True, gc=False):
 # --- namespace ---------------------------------------------------------------------------
 
 
-class MkdirOp(Op, omit_defaults=True):
+class MkdirOp(Op):
     """Create one directory (``mkdir -p`` logs one op per directory it creates)."""
 
     OPCODE = 1
@@ -52,7 +51,7 @@ class MkdirOp(Op, omit_defaults=True):
     rpc_call: int = 0
 
 
-class AddFileOp(Op, omit_defaults=True):
+class AddFileOp(Op):
     """Create (or, with ``overwrite``, replace) a file, under construction by ``client``."""
 
     OPCODE = 2
@@ -90,7 +89,7 @@ class UpdateBlocksOp(Op):
     blocks: tuple[BlockRecord, ...]
 
 
-class CloseFileOp(Op, omit_defaults=True):
+class CloseFileOp(Op):
     """Complete a file: final blocks, times; the lease is released."""
 
     OPCODE = 5
@@ -104,7 +103,7 @@ class CloseFileOp(Op, omit_defaults=True):
     rpc_call: int = 0
 
 
-class DeleteOp(Op, omit_defaults=True):
+class DeleteOp(Op):
     """Delete a file or a whole directory tree."""
 
     OPCODE = 6
@@ -116,7 +115,7 @@ class DeleteOp(Op, omit_defaults=True):
     rpc_call: int = 0
 
 
-class RenameOp(Op, omit_defaults=True):
+class RenameOp(Op):
     """Move ``src`` to exactly ``dst`` (resolved by the NameNode before logging)."""
 
     OPCODE = 7
@@ -272,8 +271,13 @@ def op_to_dict(op: Op) -> dict[str, object]:
     out: dict[str, object] = {"op": op.NAME}
     for field in op.__struct_fields__:
         value = getattr(op, field)
+        if field in _RPC_KEY_FIELDS and not value:
+            continue  # no retry-cache key: nothing worth a column
         out[field] = _jsonable(value)
     return out
+
+
+_RPC_KEY_FIELDS = frozenset({"rpc_client_id", "rpc_call"})
 
 
 def _jsonable(value: object) -> object:
