@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
+from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
     AccessDenied,
@@ -69,7 +70,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
-from xdfs.namenode.retry_cache import RetryCache, State, with_key
+from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
@@ -216,6 +217,8 @@ class Namesystem:
             # even if this try is cancelled while it waits for the sync.
             self.retry_cache.succeed(key, answer, txid)
         await self.edits.sync(txid)  # durability before acknowledgement
+        if key is not None and keyed:
+            fault_point(KEYED_DURABLE)
         self.blocks.ops_durable(dropped, affected)
         return answer
 

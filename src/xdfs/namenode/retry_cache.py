@@ -26,6 +26,7 @@ from enum import Enum
 
 import msgspec.structs
 
+from xdfs.common.faults import FAULTS
 from xdfs.errors import Cancelled, InternalError, XdfsError
 from xdfs.namenode.namespace.ops import (
     AddFileOp,
@@ -40,6 +41,10 @@ from xdfs.rpc.server import CallKey
 
 #: The ops that carry a call's key: the last op of each at-most-once mutation.
 KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp)
+
+#: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
+KEYED_DURABLE = "namenode.keyed_call_durable"
+FAULTS.register(KEYED_DURABLE, "an at-most-once call's ops are durable, no answer sent yet")
 
 
 class State(Enum):
