@@ -26,7 +26,7 @@ from enum import Enum
 
 import msgspec.structs
 
-from xdfs.common.faults import FAULTS
+from xdfs.common.faults import FAULT_POINTS
 from xdfs.errors import Cancelled, InternalError, XdfsError
 from xdfs.namenode.namespace.ops import (
     AddFileOp,
@@ -44,7 +44,7 @@ KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp)
 
 #: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
 KEYED_DURABLE = "namenode.keyed_call_durable"
-FAULTS.register(KEYED_DURABLE, "an at-most-once call's ops are durable, no answer sent yet")
+assert KEYED_DURABLE in FAULT_POINTS
 
 
 class State(Enum):
