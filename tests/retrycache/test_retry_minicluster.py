@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from xdfs.errors import AlreadyExists, NotFound
+from xdfs.namenode.retry_cache import RetryCache
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import ClientConnection, RpcClient
@@ -31,6 +32,11 @@ async def connection(client: RpcClient, nn: NameNode) -> ClientConnection:
 async def send(conn: ClientConnection, method: Method[Any, Any], request: Any, call: int) -> Any:
     """One try of logical call ``call`` (what RpcClient sends on each retry of it)."""
     return await conn.call(method, request, TIMEOUT_S, call)
+
+
+def cache_of(nn: NameNode) -> RetryCache:
+    assert nn.fs is not None
+    return nn.fs.retry_cache
 
 
 @pytest.fixture
@@ -109,7 +115,7 @@ async def test_a_retry_while_the_first_try_runs_waits_for_it(
     request = p.CreateRequest("/tmp/h", "writer-1", overwrite=False)
     answers = await asyncio.gather(*(send(conn, p.CREATE, request, 9) for _ in range(5)))
     assert all(answer == answers[0] for answer in answers)
-    assert len(nn.fs.retry_cache) == 1
+    assert len(cache_of(nn)) == 1
 
 
 async def test_calls_without_a_call_number_are_not_cached(
@@ -119,7 +125,7 @@ async def test_calls_without_a_call_number_are_not_cached(
     await send(conn, p.MKDIRS, p.MkdirsRequest("/tmp/n", parents=False), 0)
     with pytest.raises(AlreadyExists):
         await send(conn, p.MKDIRS, p.MkdirsRequest("/tmp/n", parents=False), 0)
-    assert len(nn.fs.retry_cache) == 0
+    assert len(cache_of(nn)) == 0
 
 
 async def test_the_rpc_client_numbers_calls_and_keeps_the_number_on_retries(
@@ -137,13 +143,15 @@ async def test_the_rpc_client_numbers_calls_and_keeps_the_number_on_retries(
     original_send = server_conn.send
     lost: list[int] = []
 
-    def lose_the_answer(kind: int, call_id: int, method: str, body: Any, call: int = 0) -> None:
+    def lose_the_answer(
+        kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
+    ) -> None:
         if isinstance(body, p.RenameResponse) and not lost:
             lost.append(call_id)
             assert server_conn.transport is not None
             server_conn.transport.abort()
             return
-        original_send(kind, call_id, method, body, call)
+        original_send(kind, call_id, method, body, logical_call)
 
     server_conn.send = lose_the_answer  # type: ignore[method-assign]
     answer = await client.call(p.RENAME, p.RenameRequest("/tmp/r", "/tmp/s"))
@@ -168,7 +176,7 @@ async def test_a_restarted_namenode_answers_a_retry_from_its_edits(
     assert deleted.trash_path  # to the trash: a rename whose answer is the trash path
     await minicluster.stop_namenode(nn)
     restarted = await minicluster.start_namenode(format_dirs=False)
-    assert len(restarted.fs.retry_cache) == 5
+    assert len(cache_of(restarted)) == 5
     again = minicluster.client(restarted.address, hello=client.hello)  # same client id
     conn = await connection(again, restarted)
     assert await send(conn, p.CREATE, p.CreateRequest("/tmp/new", "w"), 2) == created

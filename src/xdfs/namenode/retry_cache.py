@@ -145,10 +145,14 @@ class RetryCache:
             if oldest.expires_s > now_s or oldest.state is State.RUNNING:
                 break
             del entries[key]
-        if len(entries) < self.entries_max:
-            return
-        finished = [k for k, e in entries.items() if e.state is not State.RUNNING]
-        for key in finished[: len(entries) - self.entries_max + 1]:
+        excess = len(entries) - self.entries_max + 1
+        victims: list[CallKey] = []
+        for key, entry in entries.items():  # oldest first; stops as soon as it has enough
+            if len(victims) >= excess:
+                break
+            if entry.state is not State.RUNNING:
+                victims.append(key)
+        for key in victims:
             del entries[key]
 
 
