@@ -13,10 +13,12 @@ from xdfs.errors import AlreadyExists, NotFound
 from xdfs.namenode.retry_cache import RetryCache
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.client import ClientConnection, RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.service import Method
 from xdfs.testing.minicluster import MiniCluster
+from xdfs.testing.poll import eventually
 
 TIMEOUT_S = 30.0
 
@@ -186,3 +188,32 @@ async def test_a_restarted_namenode_answers_a_retry_from_its_edits(
         == deleted
     )
     assert await send(conn, p.MKDIRS, p.MkdirsRequest("/tmp/m/n", parents=True), 5) == made
+
+
+async def test_an_add_block_retry_unknown_to_the_cache_gets_the_same_block(
+    minicluster: MiniCluster, nn: NameNode
+) -> None:
+    """add_block is remembered in memory only; a retry the cache does not know (a restarted
+    or new active NameNode) is recognised from the file itself, as HDFS's onRetryBlock."""
+    await minicluster.start_datanode()
+    fs = nn.fs
+    assert fs is not None
+    await eventually(lambda: fs.blocks.datanodes.live_count() == 1, what="a live DataNode")
+    conn = await connection(minicluster.client(nn.address, hello=root_hello()), nn)
+    await send(conn, p.CREATE, p.CreateRequest("/tmp/w", "w", replication=1), 1)
+    first_block = p.AddBlockRequest("/tmp/w", "w", None)
+    first = await send(conn, p.ADD_BLOCK, first_block, 2)
+    assert await send(conn, p.ADD_BLOCK, first_block, 2) == first  # from the cache
+    again = await send(conn, p.ADD_BLOCK, first_block, 3)  # not in the cache
+    assert (again.block, again.offset, again.locations) == (
+        first.block, first.offset, first.locations)
+    assert list(fs.ns.get_blocks("/tmp/w")) == [first.block]
+    # the next block names the first one as previous; its retry gets the same second block
+    written = BlockRecord(first.block.block_id, first.block.genstamp, 1024)
+    next_block = p.AddBlockRequest("/tmp/w", "w", written)
+    second = await send(conn, p.ADD_BLOCK, next_block, 4)
+    assert second.block.block_id != first.block.block_id and second.offset == 1024
+    retried = await send(conn, p.ADD_BLOCK, next_block, 5)
+    assert (retried.block, retried.offset) == (second.block, 1024)
+    assert [b.block_id for b in fs.ns.get_blocks("/tmp/w")] == [
+        first.block.block_id, second.block.block_id]

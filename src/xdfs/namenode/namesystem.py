@@ -47,6 +47,7 @@ from xdfs.errors import (
     NotFound,
     error_from_code,
 )
+from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
 from xdfs.namenode.blocks.safemode import SafeMode
@@ -132,6 +133,16 @@ def at_most_once(
         return await self.run_once(key, lambda: method(self, *args, **kwargs))
 
     return once
+
+
+def _retried_add_block(blocks: Sequence[BlockRecord], previous: BlockRecord | None) -> bool:
+    """Whether an add_block repeats one that already added the file's last block: that
+    block is still empty and ``previous`` is the one before it (none: it is the only one).
+    A first try names the last block (or none of an empty file), never the one before."""
+    if not blocks or blocks[-1].num_bytes != 0:
+        return False
+    before = blocks[-2].block_id if len(blocks) > 1 else None
+    return (previous.block_id if previous is not None else None) == before
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,13 +523,22 @@ class Namesystem:
         excluded: Sequence[str] = (),
     ) -> LocatedBlock:
         """Allocate the next block and its targets (``excluded``: addresses the writer
-        failed with). No live target: NotEnoughReplicas before anything is logged."""
+        failed with). No live target: NotEnoughReplicas before anything is logged.
+
+        A retry whose first try's answer was lost and is not in the retry cache (add_block
+        is kept in memory only: its targets are not in the edits, so a restarted or new
+        active NameNode does not know them) is recognised as HDFS's onRetryBlock does: the
+        file ends in an empty block right after ``previous``. It gets that block again,
+        with targets chosen anew, instead of a second block or an error."""
         resolved = self.ns.resolve(path)
 
         def plan() -> Plan[LocatedBlock]:
             iip = self.ns.fresh(resolved)
             node = self._writable_file(user, client, iip)
             blocks = list(node.blocks)
+            if _retried_add_block(blocks, previous):
+                offset = sum(b.num_bytes for b in blocks[:-1])
+                return Plan.of((), self._locate_new(user, node, blocks[-1], offset, excluded))
             ops: list[Op] = []
             if previous is not None:
                 if not blocks or blocks[-1].block_id != previous.block_id:
@@ -527,15 +547,31 @@ class Namesystem:
                 blocks[-1] = previous
                 ops.append(UpdateBlocksOp(iip.path, tuple(blocks)))
             offset = sum(b.num_bytes for b in blocks)
+            # targets first: no live target fails the call before an id is allocated
             chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
-            self.blocks.expect(block.block_id, (n.node_id for n in chosen))
             ops.append(AddBlockOp(iip.path, block))
-            located = LocatedBlock(block, offset, [n.address for n in chosen],
-                                   self.blocks.block_token(user, block.block_id, "w"))
+            located = self._locate_new(user, node, block, offset, excluded, chosen)
             return Plan.of(ops, located, (iip,))
 
         return await self.mutate("add a block", plan)
+
+    def _locate_new(
+        self,
+        user: str,
+        node: FileInode,
+        block: BlockRecord,
+        offset: int,
+        excluded: Sequence[str],
+        chosen: Sequence[DataNode] | None = None,
+    ) -> LocatedBlock:
+        """A new block of ``node`` with its write targets (``chosen``, or chosen now), which
+        the block map then expects replicas on."""
+        if chosen is None:
+            chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
+        self.blocks.expect(block.block_id, (n.node_id for n in chosen))
+        return LocatedBlock(block, offset, [n.address for n in chosen],
+                            self.blocks.block_token(user, block.block_id, "w"))
 
     def additional_datanode(
         self,
