@@ -269,9 +269,19 @@ class NameNodeConfig:
     peer_check_required: bool = setting(
         False, "Refuse to start when a peer cannot be asked (default: start with a warning)."
     )
+    retry_cache_expiry_s: float = setting(
+        600.0,
+        "How long the NameNode remembers the outcome of a non-idempotent call, so a client's "
+        "retry of it gets that outcome instead of a second execution (HDFS: 10 min).",
+    )
+    retry_cache_entries_max: int = setting(
+        100_000, "Most calls the retry cache remembers (the oldest finished go first)."
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
+        _require(self.retry_cache_expiry_s > 0, "namenode.retry_cache_expiry_s must be > 0")
+        _require(self.retry_cache_entries_max > 0, "namenode.retry_cache_entries_max must be > 0")
         _require(self.heartbeat_misses_dead >= 1, "namenode.heartbeat_misses_dead must be >= 1")
         _require(self.block_report_batch_max >= 1, "namenode.block_report_batch_max must be >= 1")
         _require(self.min_replication >= 1, "namenode.min_replication must be >= 1")

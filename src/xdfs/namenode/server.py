@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -48,9 +49,10 @@ from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint
-from xdfs.namenode.namespace.ops import NewEpochOp, SetDataNodeSecretOp
+from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
+from xdfs.namenode.retry_cache import RetryCache, record_applied
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.namenode.standby import StandbyTailer, committed_txid, trim_unconfirmed
@@ -112,6 +114,10 @@ class NameNode:
         self.datanode_handlers: DataNodeHandlers | None = None
         self.replicator: EditsReplicator | None = None
         self.shared: SharedEdits | None = None
+        #: Filled while the edits are replayed at start, then the namesystem's.
+        self.retry_cache = RetryCache(
+            config.namenode.retry_cache_entries_max, config.namenode.retry_cache_expiry_s
+        )
         self.version: VersionInfo | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
@@ -161,7 +167,9 @@ class NameNode:
             elif self.config.namenode.shared_edits:
                 namespace, last_txid = await self._take_over_shared_edits(version)
             else:
-                namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
+                namespace, last_txid = loaded or load_namespace(
+                    self.dirs, Namespace, self._remember_call
+                )
             if not new_epoch and not self.shared:  # a promotion fenced the others already
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
@@ -173,7 +181,8 @@ class NameNode:
             self._unlock()
             raise
         assert self.edits is not None
-        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
+        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock,
+                             retry_cache=self.retry_cache)
         self.auth = NameNodeAuth(self.fs)
         self.server = self._make_server(version.cluster_id, version.namespace_id, server)
         if self.ha_state == STATE_STANDBY:
@@ -231,9 +240,12 @@ class NameNode:
         currents = [d.current for d in self.dirs]
         end = await self.shared.take_over(currents, self.image_txid)
         if loaded is None:
-            loaded = await asyncio.to_thread(load_namespace, self.dirs, Namespace)
+            loaded = await asyncio.to_thread(
+                load_namespace, self.dirs, Namespace, self._remember_call)
         namespace, last_txid = loaded
-        last_txid = await self.shared.catch_up(self.dirs, namespace, last_txid)
+        last_txid = await self.shared.catch_up(
+            self.dirs, namespace, last_txid, functools.partial(self._remember_call, namespace)
+        )
         log.info("shared edits %s: writer epoch %d, journal ends at txid %s",
                  self.shared.uri, self.shared.writer.epoch, end)
         return namespace, last_txid
@@ -252,7 +264,8 @@ class NameNode:
                 await channel.close()
         for d in self.dirs:
             trim_unconfirmed(d.current, max(committed, self.image_txid))
-        return await asyncio.to_thread(load_namespace, self.dirs, Namespace)
+        return await asyncio.to_thread(load_namespace, self.dirs, Namespace,
+                                       self._remember_call)
 
     def _journal_channels(self) -> list[JournalChannel]:
         addresses, _journal_id = parse_qjournal_uri(self.config.namenode.shared_edits)
@@ -273,8 +286,9 @@ class NameNode:
         tailer = JournalTailer(self._journal_channels(), self._journal_id(),
                                batch_bytes=nn.edits_fetch_bytes_max,
                                wait_s=nn.standby_tail_wait_s)
-        self.standby = StandbyTailer(tailer, self.fs.ns, self.edits, last_txid,
-                                     batch_txns=nn.standby_tail_txns_max)
+        self.standby = StandbyTailer(
+            tailer, self.fs.ns, self.edits, last_txid, batch_txns=nn.standby_tail_txns_max,
+            on_applied=functools.partial(self._remember_call, self.fs.ns))
         self._standby_task = asyncio.get_running_loop().create_task(
             self._run_standby(self.standby), name="standby tailer")
         self._tasks = [asyncio.get_running_loop().create_task(
@@ -342,7 +356,8 @@ class NameNode:
         nn = self.config.namenode
         settings = dataclasses.replace(
             nn, safe_mode_extension_s=nn.failover_safe_mode_extension_s)
-        self.fs = Namesystem(self.fs.ns, self.edits, settings, clock=self.clock)
+        self.fs = Namesystem(self.fs.ns, self.edits, settings, clock=self.clock,
+                             retry_cache=self.retry_cache)
         self.auth = NameNodeAuth(self.fs)
         self.server.authenticator = self.auth
         self.server.remove_service(HA_SERVICE_PROTOCOL)
@@ -454,6 +469,9 @@ class NameNode:
                         exc.message)
         finally:
             await rpc.close()
+    def _remember_call(self, namespace: Namespace, txid: int, op: Op) -> None:
+        """Replay: an op logged by an at-most-once call becomes its retry-cache entry."""
+        record_applied(self.retry_cache, op, namespace, txid, self.clock())
 
     async def _raise_epoch(self) -> None:
         """The first op of a promoted NameNode, durable before any call is served: every

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from xdfs.editlog.segments import segment_index
@@ -33,6 +33,7 @@ from xdfs.namenode.editlog.replay import (
     decode_batch,
 )
 from xdfs.namenode.editlog.shared import trim_in_progress
+from xdfs.namenode.namespace.ops import Op
 from xdfs.quorum.channel import JournalChannel
 from xdfs.quorum.reader import JournalTailer
 
@@ -68,12 +69,15 @@ class StandbyTailer:
     """Applies the journal's committed records to the namespace and the local log."""
 
     def __init__(self, tailer: JournalTailer, namespace: ReplayTarget, edits: EditLog,
-                 last_txid: int, *, batch_txns: int) -> None:
+                 last_txid: int, *, batch_txns: int,
+                 on_applied: Callable[[int, Op], None] | None = None) -> None:
+        """``on_applied(txid, op)`` after each op (the retry cache learns its calls)."""
         self.tailer = tailer
         self.namespace = namespace
         self.edits = edits
         self.last_txid = last_txid
         self.batch_txns = batch_txns
+        self.on_applied = on_applied
         self.last_read_s = 0.0  # loop time of the last answer from a JournalNode
         self.lock = asyncio.Lock()  # held while a batch is applied (a checkpoint takes it)
         self.error = ""  # the last failure, for health reports
@@ -104,6 +108,6 @@ class StandbyTailer:
 
     async def _apply(self, records: list[Decoded]) -> None:
         async with self.lock:
-            last = apply_batch(records, self.namespace, self.edits)
+            last = apply_batch(records, self.namespace, self.edits, self.on_applied)
             await self.edits.sync(last)
             self.last_txid = last

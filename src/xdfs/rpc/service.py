@@ -1,7 +1,9 @@
 """Method tables: each service declares its methods once; servers and clients share them.
 
 A :class:`Method` names the call, its request and response structs, whether it may be
-retried blindly (``idempotent``) and whether it moves bulk data (``kind``):
+retried blindly (``idempotent``), whether the server answers a retry of it from its retry
+cache (``at_most_once``: not idempotent, yet safe to retry with the same call number) and
+whether it moves bulk data (``kind``):
 
 * ``UNARY``: request -> response.
 * ``UPLOAD``: the request is the head of a stream the caller sends (chunks, tail); the
@@ -39,6 +41,10 @@ class Method(Generic[Req, Resp]):
     idempotent: bool
     kind: MethodKind = MethodKind.UNARY
     doc: str = ""
+    #: The server keeps the outcome of each call of this method in a retry cache keyed by
+    #: (client id, call number), so a retried call gets the first outcome, never a second
+    #: execution: the client may retry it like an idempotent one.
+    at_most_once: bool = False
     request_decoder: msgspec.msgpack.Decoder[Req] = field(init=False, repr=False)
     response_decoder: msgspec.msgpack.Decoder[Resp] = field(init=False, repr=False)
 
@@ -46,6 +52,11 @@ class Method(Generic[Req, Resp]):
         # Decoders are built once per method: building one costs far more than using it.
         object.__setattr__(self, "request_decoder", msgspec.msgpack.Decoder(self.request_type))
         object.__setattr__(self, "response_decoder", msgspec.msgpack.Decoder(self.response_type))
+
+    @property
+    def retry_safe(self) -> bool:
+        """Whether a try that may have run on the server may be repeated."""
+        return self.idempotent or self.at_most_once
 
 
 @dataclass(frozen=True)
