@@ -1,14 +1,17 @@
 """A nemesis against an HA cluster of real processes: a 3-server ZooKeeper, three
 JournalNodes, nn1 and nn2 with their controllers, and a DataNode.
 
-Each seeded round runs clients doing acknowledged mkdirs while one fault hits: SIGKILL of
+Each seeded round runs clients doing acknowledged mkdirs and file creates (create refusing
+an existing path, then complete) while one fault hits: SIGKILL of
 the active NameNode, SIGSTOP of it past the ZooKeeper session then SIGCONT, SIGKILL of
 the active's controller, SIGSTOP of that controller past its session (the active cut off
 from ZooKeeper), or SIGKILL of a JournalNode. Then everything killed is restarted and the
-round is checked: exactly one NameNode is active and takes writes, and every mkdirs a
-client saw acknowledged, in any round so far, is there. At the end, the JournalNodes'
-finalized segments agree byte for byte wherever two hold the same one (no writer ever
-split the history).
+round is checked: exactly one NameNode is active and takes writes, every mkdirs and
+create a client saw acknowledged, in any round so far, is there, and no client ever got
+AlreadyExists for a fresh path (which only a retried call applied twice can cause: the
+retry cache answers a retry with its first result, on the new active too). At the end,
+the JournalNodes' finalized segments agree byte for byte wherever two hold the same one
+(no writer ever split the history).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.client.client import AsyncClient
 from xdfs.common.zookeeper import ZooKeeperEnsemble
 from xdfs.editlog.segments import segment_index
-from xdfs.errors import XdfsError
+from xdfs.errors import AlreadyExists, XdfsError
 
 from ..journal.qjm_cluster import JOURNAL_ID, make_cluster
 from .cluster import WAIT_S, HaCluster
@@ -70,6 +74,7 @@ class Load:
         self.ha = ha
         self.round = round_
         self.acked: list[str] = []
+        self.twice: list[str] = []  # AlreadyExists for a fresh path: applied twice
         self.stop = asyncio.Event()
 
     async def worker(self, w: int) -> None:
@@ -78,13 +83,25 @@ class Load:
             try:
                 async with self.ha.client() as client:
                     while not self.stop.is_set():
-                        path = f"/r{self.round}/w{w}/d{i}"
+                        path = f"/r{self.round}/w{w}/p{i}"
                         i += 1  # a failed try's path is never reused: it may exist or not
                         async with asyncio.timeout(5):
-                            await client.mkdirs(path)
+                            await self.one(client, path, i % 2 == 0)
                         self.acked.append(path)
+            except AlreadyExists as exc:  # only a retry applied twice can say so
+                self.twice.append(exc.message)
             except (XdfsError, TimeoutError):
                 await asyncio.sleep(0.1)
+
+    @staticmethod
+    async def one(client: AsyncClient, path: str, directory: bool) -> None:
+        """mkdirs, or an empty file (create refusing an existing path, then complete):
+        the client retries both across a failover with the same call number."""
+        if directory:
+            await client.mkdirs(path)
+        else:
+            await client.create(path, overwrite=False)
+            await client.complete(path, [])
 
     def start(self) -> list[asyncio.Task[None]]:
         return [asyncio.ensure_future(self.worker(w)) for w in range(WORKERS)]
@@ -149,6 +166,7 @@ async def _round(ha: HaCluster, round_: int, kind: str, rng: random.Random
     await asyncio.sleep(rng.uniform(0.5, 2.0))
     load.stop.set()
     await asyncio.gather(*workers)
+    assert load.twice == [], f"round {round_} ({kind}): a retry was applied twice: {load.twice}"
     return load.acked, restart
 
 
