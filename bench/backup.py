@@ -59,11 +59,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_env import Table, load_average, machine, percentile, proc_cpu_s
-from xdfs.backupnode.replay import decode_batch
 from xdfs.client.client import AsyncClient
 from xdfs.common.images import image_chunks
 from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
+from xdfs.namenode.editlog.replay import decode_batch
 from xdfs.namenode.image.fsimage import image_head
 from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory

@@ -234,6 +234,18 @@ class NameNodeConfig:
     journal_heartbeat_interval_s: float = setting(
         1.0, "The writer heartbeats idle JournalNodes this often (and finds out it is fenced)."
     )
+    standby_tail_wait_s: float = setting(
+        1.0, "A standby NameNode's long poll of the journal for committed edits (below "
+        "journalnode.read_wait_max_s and journal_call_timeout_s)."
+    )
+    standby_tail_txns_max: int = setting(
+        10000, "Most edits a standby NameNode reads and applies in one batch."
+    )
+    failover_safe_mode_extension_s: float = setting(
+        0.0, "safe_mode_extension_s of a NameNode that just became active: its DataNodes "
+        "are all running and report within a heartbeat or two, so it leaves safe mode as "
+        "soon as the threshold is reached (the extension at startup waits for slow ones)."
+    )
     edits_fetch_bytes_max: int = setting(
         2 * MiB, "Most bytes of edits one fetch_edits answer carries (below frame_bytes_max)."
     )
@@ -257,9 +269,19 @@ class NameNodeConfig:
     peer_check_required: bool = setting(
         False, "Refuse to start when a peer cannot be asked (default: start with a warning)."
     )
+    retry_cache_expiry_s: float = setting(
+        600.0,
+        "How long the NameNode remembers the outcome of a non-idempotent call, so a client's "
+        "retry of it gets that outcome instead of a second execution (HDFS: 10 min).",
+    )
+    retry_cache_entries_max: int = setting(
+        100_000, "Most calls the retry cache remembers (the oldest finished go first)."
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
+        _require(self.retry_cache_expiry_s > 0, "namenode.retry_cache_expiry_s must be > 0")
+        _require(self.retry_cache_entries_max > 0, "namenode.retry_cache_entries_max must be > 0")
         _require(self.heartbeat_misses_dead >= 1, "namenode.heartbeat_misses_dead must be >= 1")
         _require(self.block_report_batch_max >= 1, "namenode.block_report_batch_max must be >= 1")
         _require(self.min_replication >= 1, "namenode.min_replication must be >= 1")
@@ -300,6 +322,11 @@ class NameNodeConfig:
         _require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
         _require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
         _require(self.block_recovery_timeout_s > 0, "namenode.block_recovery_timeout_s must be > 0")
+        _require(0 < self.standby_tail_wait_s < self.journal_call_timeout_s,
+                 "namenode.standby_tail_wait_s must be in (0, journal_call_timeout_s)")
+        _require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")
+        _require(self.failover_safe_mode_extension_s >= 0,
+                 "namenode.failover_safe_mode_extension_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -540,6 +567,15 @@ class HaConfig:
                      f"ha.namenodes: {nn_id!r} = {address!r} is not id = \"host:port\"")
 
 
+    def nameservices(self) -> dict[str, list[str]]:
+        """``{nameservice: NameNode addresses}`` when ha.namenodes is set (for
+        ``xdfs://NAMESERVICE`` URIs), else empty."""
+        return {self.nameservice: list(self.namenodes.values())} if self.namenodes else {}
+
+    def default_fs(self) -> str:
+        """``xdfs://NAMESERVICE`` when ha.namenodes is set, else empty."""
+        return f"xdfs://{self.nameservice}" if self.namenodes else ""
+
 @dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
@@ -569,6 +605,9 @@ class DevConfig:
     backup: bool = setting(False, "Also start a BackupNode (--backup).")
     journalnodes: int = setting(
         0, "JournalNodes the NameNode writes its edits through (--journal; 0: local only)."
+    )
+    ha: bool = setting(
+        False, "Two NameNodes with automatic failover, ZooKeeper and controllers (--ha)."
     )
     writable_timeout_s: float = setting(
         120.0, "How long `xdfs dev` waits for its cluster to accept writes before giving up."

@@ -155,6 +155,12 @@ class NotActive(RpcError):
     retriable = True
 
 
+class Standby(NotActive):
+    """This NameNode is the standby of an HA pair: ask the other (clients move on at once)."""
+
+    code = 409
+
+
 # --- 2xx: security ---------------------------------------------------------------------
 
 

@@ -279,4 +279,8 @@ async def test_the_client_sends_a_well_formed_hello(minicluster: MiniCluster) ->
         )
         conn = await client.connection(fake.address)
         assert conn.welcome == Welcome(PROTOCOL_VERSION, "c", "fake", "alice")
-    assert seen == [Hello(PROTOCOL_VERSION, cluster_id="c", user="alice")]
+    # the client adds its id (random, one per RpcClient: the retry-cache key's first half)
+    assert len(client.hello.client_id) == 16
+    assert seen == [
+        Hello(PROTOCOL_VERSION, cluster_id="c", user="alice", client_id=client.hello.client_id)
+    ]

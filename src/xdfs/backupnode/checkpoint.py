@@ -9,14 +9,10 @@ import logging
 
 from xdfs.backupnode.local import Local
 from xdfs.common.faults import FAULTS, fault_point
-from xdfs.common.images import image_chunks
-from xdfs.errors import InvalidArgument, XdfsError
+from xdfs.errors import XdfsError
 from xdfs.namenode.editlog.replay import checkpoint_due
-from xdfs.namenode.image.fsimage import image_head
 from xdfs.namenode.image.recovery import purge, save_checkpoint
-from xdfs.protocol import namenode as nn_protocol
-from xdfs.protocol.backup import UPLOAD_IMAGE
-from xdfs.rpc.messages import Empty
+from xdfs.namenode.image.upload import upload_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +60,6 @@ class Checkpointer:
 
     async def _upload(self, txid: int) -> None:
         local = self.local
-        status = await local.namenode.call(nn_protocol.STATUS, Empty())
-        if status.image_txid >= txid:
-            local.uploaded_txid = txid  # it has this image (or a newer one) already
-            return
-        path = local.dir.image_path(txid)
-        head = await asyncio.to_thread(image_head, path, txid)
-        try:
-            answer = await local.namenode.upload(UPLOAD_IMAGE, head, image_chunks(path))
-        except InvalidArgument as exc:
-            if "stale" not in exc.message:
-                raise
-            log.info("checkpoint %d not needed by the NameNode: %s", txid, exc.message)
-        else:
+        if await upload_checkpoint(local.namenode, local.dir.image_path(txid), txid):
             local.checkpoints_uploaded += 1
-            log.info("checkpoint %d uploaded (%d bytes); the NameNode purged %d files",
-                     txid, head.size_bytes, answer.purged_files)
         local.uploaded_txid = txid

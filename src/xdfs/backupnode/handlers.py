@@ -1,12 +1,12 @@
-"""RPC handlers of the BackupNode: its own service, and NotActive for the NameNode's."""
+"""RPC handlers of the BackupNode's own service (the NameNode's answer NotActive:
+:class:`xdfs.rpc.service.NotActiveHandlers`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from xdfs.backupnode.local import Local
-from xdfs.errors import AccessDenied, NotActive, NotAuthenticated
+from xdfs.errors import AccessDenied, NotAuthenticated
 from xdfs.namenode.security.auth import ANONYMOUS
 from xdfs.protocol.backup import BackupStatus, TakeoverResponse
 from xdfs.rpc.messages import Empty
@@ -41,20 +41,3 @@ class BackupHandlers:
     async def transition_to_active(self, ctx: CallContext, req: Empty) -> TakeoverResponse:
         self._superuser(ctx, "promote a backup")
         return await self.node.transition_to_active()
-
-
-class NotActiveHandlers:
-    """Every method answers NotActive, which makes the RPC client fail over to the next
-    address: clients and DataNodes list the NameNode first and its backup second."""
-
-    def __init__(self, why: Callable[[], str]) -> None:
-        self._why = why
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        async def refuse(ctx: CallContext, request: object, chunks: object = None) -> None:
-            raise NotActive(f"{name}: {self._why()}")
-
-        return refuse

@@ -25,7 +25,7 @@ from typing import Any
 from xdfs.backupnode.bootstrap import open_storage
 from xdfs.backupnode.checkpoint import Checkpointer
 from xdfs.backupnode.follow import Follower
-from xdfs.backupnode.handlers import BackupHandlers, NotActiveHandlers
+from xdfs.backupnode.handlers import BackupHandlers
 from xdfs.backupnode.local import BackupState, Local
 from xdfs.backupnode.takeover import Takeover
 from xdfs.common.fencing import parse_methods
@@ -48,6 +48,7 @@ from xdfs.protocol.ha import HA_SERVICE, ROLE_BACKUP, HaStatus
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
+from xdfs.rpc.service import NotActiveHandlers
 from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 

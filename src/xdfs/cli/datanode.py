@@ -38,10 +38,10 @@ def datanode(
     directory = data_dir or config.datanode.data_dir
     if not directory:
         raise click.UsageError("give --data-dir DIR (or set datanode.data_dir)")
-    namenodes = namenode or config.datanode.namenode
+    namenodes = namenode or config.datanode.namenode or config.ha.default_fs()
     if not namenodes:
         raise click.UsageError("give --namenode HOST:PORT (or set datanode.namenode)")
-    addresses = parse_fs_uri(namenodes)
+    addresses = parse_fs_uri(namenodes, config.ha.nameservices())
     host, port = parse_address(rpc_address or config.datanode.rpc_address)
     sys.exit(run(_serve(config, Path(directory), addresses, host, port),
                  use_uvloop=config.rpc.use_uvloop))

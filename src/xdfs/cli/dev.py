@@ -29,18 +29,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from xdfs.cli.dev_ha import CONF_FILE, DevHa, dev_ha, namenode_processes, start_zookeeper
 from xdfs.cli.dev_journal import (
     DevJournal,
     dev_journal,
     initialize_if_new,
     journalnode_processes,
 )
-from xdfs.cli.dev_state import DEV_STATE_DEFAULT, PromotionWatch, arrange
+from xdfs.cli.dev_state import DEV_STATE_DEFAULT, DevState, PromotionWatch, arrange
 from xdfs.cli.main import CliState
 from xdfs.common.files import atomic_write
 
@@ -60,97 +62,167 @@ WAIT_REPORT_S = 5.0
 @click.option("--backup", is_flag=True, default=None, help="Also start a BackupNode.")
 @click.option("--journal", "journalnodes", type=int, default=None, metavar="N",
               help="Write the edits through N JournalNodes (the quorum journal; 3 or 5).")
+@click.option("--ha", is_flag=True, default=None,
+              help="Two NameNodes with automatic failover: ZooKeeper, a controller per "
+                   "NameNode, and the quorum journal (3 JournalNodes unless --journal).")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
-    backup: bool | None, journalnodes: int | None,
+    backup: bool | None, journalnodes: int | None, ha: bool | None,
 ) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
-    from xdfs.common.process import ServerProcess
-
     config = state.config
     base = Path(base_dir or config.dev.base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
-    port = config.dev.port if port is None else port
     credentials = _credentials(base)
-    env = {"XDFS_USER": credentials["user"], "XDFS_PASSWORD": credentials["password"]}
+    pair = dev_ha(base) if (config.dev.ha if ha is None else ha) else None
     roles = arrange(base)
-    name_dir = base / roles.active
-    if roles == DEV_STATE_DEFAULT and (not name_dir.exists() or not any(name_dir.iterdir())):
-        _run_format(name_dir, env)
-    conf = ["--conf", state.conf_path] if state.conf_path else []
+    launch = Launch(state, base, roles, pair, credentials)
+    if roles == DEV_STATE_DEFAULT and not any(launch.name_dir.glob("*")):
+        _run_format(launch.name_dir, launch.env)
     journal_count = config.dev.journalnodes if journalnodes is None else journalnodes
+    if pair is not None and journal_count <= 0:
+        journal_count = 3
     with_backup = config.dev.backup if backup is None else backup
-    journal, journalnode_procs = _journal(base, journal_count, with_backup, conf)
-    extension = f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"
-    namenode = ServerProcess.xdfs(
-        *conf, *(journal.conf() if journal else []),
-        "-D", extension, "namenode", "--name-dir", str(name_dir),
-        "--rpc-address", f"127.0.0.1:{port}",
-        log_path=base / "logs" / "namenode.log",
-        ready_pattern=r"namenode serving on (\S+)",
-        env=env, die_with_parent=True,
-    )
-    children: list[tuple[str, ServerProcess]] = [
-        *(("journalnode", proc) for proc in journalnode_procs), ("namenode", namenode)]
+    journal, journalnode_procs = _journal(base, journal_count, with_backup, launch.conf)
+    launch.children += [("journalnode", proc) for proc in journalnode_procs]
     watch: PromotionWatch | None = None
     try:
-        for proc in journalnode_procs:
-            _start(proc, config.dev.ready_timeout_s)
-        if journal is not None:
-            initialize_if_new(journal, name_dir, conf, env)
-        address = _start(namenode, config.dev.ready_timeout_s)
+        address = launch.namenodes(journal, config.dev.port if port is None else port)
         if with_backup:
-            fencing = [] if config.backupnode.fencing_methods else [
-                "-D", "backupnode.fencing_methods=" + json.dumps([f"kill({name_dir})"])]
-            backupnode = ServerProcess.xdfs(
-                *conf, *fencing, "backupnode", "--name-dir", str(base / roles.standby),
-                "--namenode", address, "--rpc-address", "127.0.0.1:0",
-                log_path=base / "logs" / "backupnode.log",
-                ready_pattern=r"backupnode serving on (\S+)",
-                env=env, die_with_parent=True,
-            )
-            children.append(("backupnode", backupnode))
-            address = f"{address},{_start(backupnode, config.dev.ready_timeout_s)}"
-            watch = PromotionWatch(base, roles, backupnode.log_path)
+            address, watch = launch.backup(address)
         count = config.dev.datanodes if datanodes is None else datanodes
-        for index in range(count):
-            datanode = ServerProcess.xdfs(
-                *conf, *_datanode_login(name_dir), "datanode",
-                "--data-dir", str(base / f"datanode{index}"),
-                "--namenode", address, "--rpc-address", "127.0.0.1:0",
-                log_path=base / "logs" / f"datanode{index}.log",
-                ready_pattern=r"datanode serving on (\S+)",
-                env={"XDFS_USER": "", "XDFS_PASSWORD": ""}, die_with_parent=True,
-            )
-            children.append(("datanode", datanode))
-            _start(datanode, config.dev.ready_timeout_s)
+        launch.datanodes(address, count)
         _wait_writable(state, f"xdfs://{address}", credentials, count)
     except BaseException:
-        for _role, child in children:
-            if child.alive():
-                child.terminate()
+        launch.stop()
         raise
     uri = f"xdfs://{address}"
-    _write_cluster_files(base, uri, children, credentials)
+    known = {"zookeeper": pair.zookeeper_address} if pair else {}
+    _write_cluster_files(base, uri, launch.children, credentials, known)
     click.echo(f"xdfs dev cluster ready: {uri}")
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
     sys.stdout.flush()
-    sys.exit(_supervise(children, watch.poll if watch else None))
+    sys.exit(_supervise(launch.children, watch.poll if watch else None))
+
+
+@dataclass
+class Launch:
+    """The processes of one ``xdfs dev`` run, started in order; stopped on a failure."""
+
+    state: CliState
+    base: Path
+    roles: DevState
+    pair: DevHa | None
+    credentials: dict[str, str]
+    children: list[tuple[str, ServerProcess]] = field(default_factory=list)
+    conf: list[str] = field(init=False)  # --conf for every process
+
+    def __post_init__(self) -> None:
+        if self.pair is not None:
+            self.conf = self.pair.write_conf(self.state.conf_path)
+        else:
+            self.conf = ["--conf", self.state.conf_path] if self.state.conf_path else []
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"XDFS_USER": self.credentials["user"],
+                "XDFS_PASSWORD": self.credentials["password"]}
+
+    @property
+    def name_dir(self) -> Path:
+        return self.pair.name_dir("nn1") if self.pair else self.base / self.roles.active
+
+    @property
+    def ready_timeout_s(self) -> float:
+        return float(self.state.config.dev.ready_timeout_s)
+
+    def namenodes(self, journal: DevJournal | None, port: int) -> str:
+        """Start ZooKeeper (HA), the JournalNodes, the NameNode(s) and controllers; the
+        NameNode addresses, comma-separated."""
+        from xdfs.common.process import ServerProcess
+
+        conf = self.conf
+        dev = self.state.config.dev
+        extension = f"namenode.safe_mode_extension_s={dev.safe_mode_extension_s}"
+        nn_conf = [*conf, *(journal.conf() if journal else []), "-D", extension]
+        if self.pair is not None:
+            self.children.insert(0, ("zookeeper",
+                                     start_zookeeper(self.pair, self.ready_timeout_s)))
+        for role, proc in self.children:
+            if role == "journalnode":
+                _start(proc, self.ready_timeout_s)
+        if journal is not None:
+            initialize_if_new(journal, self.name_dir, conf, self.env)
+        if self.pair is not None:
+            self.pair.prepare_standby_dir()
+            self.children += namenode_processes(self.pair, nn_conf, self.env)
+        else:
+            self.children.append(("namenode", ServerProcess.xdfs(
+                *nn_conf, "namenode", "--name-dir", str(self.name_dir),
+                "--rpc-address", f"127.0.0.1:{port}",
+                log_path=self.base / "logs" / "namenode.log",
+                ready_pattern=r"namenode serving on (\S+)", env=self.env,
+                die_with_parent=True)))
+        started = [(role, _start(proc, self.ready_timeout_s))
+                   for role, proc in self.children if role in ("namenode", "zkfc")]
+        return ",".join(address for role, address in started if role == "namenode")
+
+    def backup(self, address: str) -> tuple[str, PromotionWatch]:
+        from xdfs.common.process import ServerProcess
+
+        config = self.state.config
+        fencing = [] if config.backupnode.fencing_methods else [
+            "-D", "backupnode.fencing_methods=" + json.dumps([f"kill({self.name_dir})"])]
+        backupnode = ServerProcess.xdfs(
+            *self.conf, *fencing, "backupnode",
+            "--name-dir", str(self.base / self.roles.standby),
+            "--namenode", address, "--rpc-address", "127.0.0.1:0",
+            log_path=self.base / "logs" / "backupnode.log",
+            ready_pattern=r"backupnode serving on (\S+)", env=self.env, die_with_parent=True,
+        )
+        self.children.append(("backupnode", backupnode))
+        address = f"{address},{_start(backupnode, self.ready_timeout_s)}"
+        return address, PromotionWatch(self.base, self.roles, backupnode.log_path)
+
+    def datanodes(self, address: str, count: int) -> None:
+        from xdfs.common.process import ServerProcess
+
+        for index in range(count):
+            datanode = ServerProcess.xdfs(
+                *self.conf, *_datanode_login(self.name_dir), "datanode",
+                "--data-dir", str(self.base / f"datanode{index}"),
+                "--namenode", address, "--rpc-address", "127.0.0.1:0",
+                log_path=self.base / "logs" / f"datanode{index}.log",
+                ready_pattern=r"datanode serving on (\S+)",
+                env={"XDFS_USER": "", "XDFS_PASSWORD": ""}, die_with_parent=True,
+            )
+            self.children.append(("datanode", datanode))
+            _start(datanode, self.ready_timeout_s)
+
+    def stop(self) -> None:
+        for _role, child in self.children:
+            if child.alive():
+                child.terminate()
 
 
 def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerProcess]],
-                         credentials: dict[str, str]) -> None:
+                         credentials: dict[str, str], known: dict[str, str]) -> None:
     """DIR/cluster.json (every process: role, pid, address, log) and DIR/client.toml."""
-    from xdfs.config import write_toml
+    from xdfs.config import read_toml, write_toml
 
     processes = [
-        {"role": role, "pid": child.pid, "address": _address(child), "log": str(child.log_path)}
+        {"role": role, "pid": child.pid, "address": _address(child) or known.get(role, ""),
+         "log": str(child.log_path)}
         for role, child in children
     ]
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    write_toml(base / "client.toml", {"client": {"fs": uri, **credentials}})
+    client: dict[str, object] = {"client": {"fs": uri, **credentials}}
+    if (base / CONF_FILE).exists() and any(role == "zkfc" for role, _c in children):
+        # xdfs admin -getServiceState/-failover need the pair's ids and ZooKeeper
+        client["ha"] = read_toml(base / CONF_FILE)["ha"]
+    write_toml(base / "client.toml", client)
     os.chmod(base / "client.toml", 0o600)
 
 
@@ -213,8 +285,10 @@ def _wait_writable(state: CliState, uri: str, credentials: dict[str, str], datan
 
 
 def _address(process: ServerProcess) -> str:
+    """Where a started process serves, as its ready line said ("" when it says nothing:
+    ZooKeeper, whose readiness is polled)."""
     assert process.match is not None, "a started process has matched its ready pattern"
-    return process.match.group(1)
+    return process.match.group(1) if process.match.re.groups else ""
 
 
 def _datanode_login(name_dir: Path) -> list[str]:
@@ -265,8 +339,10 @@ def _supervise(
     backup left to promote."""
     procs = [child for _role, child in children]
     namenodes = [child for role, child in children if role in ("namenode", "backupnode")]
-    # JournalNodes stop last: a NameNode stopping gracefully finalizes its segment on them
-    procs.sort(key=lambda proc: proc in [c for r, c in children if r == "journalnode"])
+    # JournalNodes (and ZooKeeper) stop last: a NameNode stopping gracefully finalizes its
+    # segment on them
+    last = [c for r, c in children if r in ("journalnode", "zookeeper")]
+    procs.sort(key=lambda proc: proc in last)
     stopping = False
 
     def stop(signum: int, frame: object) -> None:

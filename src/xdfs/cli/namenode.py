@@ -45,9 +45,17 @@ if TYPE_CHECKING:
     help="Format the quorum journal (namenode.shared_edits) on every JournalNode and copy "
     "the local edits after the newest image into it, then exit (the NameNode is stopped).",
 )
+@click.option(
+    "-bootstrapStandby",
+    "--bootstrap-standby",
+    "bootstrap_standby",
+    is_flag=True,
+    help="Format the name dirs like the active NameNode of ha.namenodes and download its "
+    "newest image, then exit (the second NameNode of an HA pair).",
+)
 @click.option("-force", "--force", is_flag=True,
-              help="With -format: wipe a non-empty dir. With -initializeSharedEdits: reformat "
-              "journals that hold edits.")
+              help="With -format or -bootstrapStandby: wipe a non-empty dir. With "
+              "-initializeSharedEdits: reformat journals that hold edits.")
 @click.option("--cluster-id", default="", help="With -format: the cluster id to use.")
 @click.pass_obj
 def namenode(
@@ -56,6 +64,7 @@ def namenode(
     rpc_address: str | None,
     do_format: bool,
     init_shared: bool,
+    bootstrap_standby: bool,
     force: bool,
     cluster_id: str,
 ) -> None:
@@ -80,6 +89,9 @@ def namenode(
         sys.exit(run(_initialize_shared_edits(config, dirs, force),
                      use_uvloop=config.rpc.use_uvloop))
 
+    if bootstrap_standby:
+        sys.exit(run(_bootstrap_standby(config, dirs, force),
+                     use_uvloop=config.rpc.use_uvloop))
     host, port = parse_address(rpc_address or config.namenode.rpc_address)
     sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
 
@@ -137,4 +149,18 @@ async def _initialize_shared_edits(config: XdfsConfig, dirs: list[Path], force: 
             d.unlock()
     click.echo(f"initialized shared edits {config.namenode.shared_edits}: image at txid "
                f"{image_txid}, edits copied up to txid {last}")
+    return 0
+
+
+async def _bootstrap_standby(config: XdfsConfig, dirs: list[Path], force: bool) -> int:
+    from xdfs.errors import XdfsError
+    from xdfs.namenode.image.bootstrap import bootstrap_standby
+
+    try:
+        txid = await bootstrap_standby(config, dirs, force=force)
+    except XdfsError as exc:
+        click.echo(f"bootstrapStandby: {type(exc).__name__}: {exc.message}", err=True)
+        return 1
+    click.echo(f"bootstrapped {', '.join(map(str, dirs))} from the active NameNode's image "
+               f"at txid {txid}")
     return 0

@@ -48,10 +48,10 @@ class AsyncClient:
         client_name: str | None = None,
     ) -> None:
         self.config = config or load_config()
-        uri = fs or self.config.client.fs
+        uri = fs or self.config.client.fs or self.config.ha.default_fs()
         if not uri:
             raise ConfigError("no file system given: pass fs=, set XDFS_FS or client.fs")
-        self.addresses = parse_fs_uri(uri)
+        self.addresses = parse_fs_uri(uri, self.config.ha.nameservices())
         self.user = user if user is not None else self.config.client.user
         self.client_name = client_name or f"xdfs-client-{uuid.uuid4().hex[:12]}"
         hello = Hello(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from xdfs.errors import ConfigError
 
 SCHEME = "xdfs://"
@@ -30,8 +32,11 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def parse_fs_uri(uri: str) -> list[str]:
-    """``xdfs://h1:p1,h2:p2[/ignored/path]`` (or bare ``h:p,...``) -> list of addresses.
+def parse_fs_uri(uri: str, nameservices: Mapping[str, Sequence[str]] | None = None
+                 ) -> list[str]:
+    """``xdfs://h1:p1,h2:p2[/ignored/path]`` (or bare ``h:p,...``) -> list of addresses;
+    ``xdfs://NAMESERVICE`` -> the addresses ``nameservices`` gives it (HA: ``ha.nameservice``
+    names the pair of ``ha.namenodes``, as ``hdfs://mycluster``).
 
     Several addresses name one file system served by several NameNodes (active first);
     clients fail over between them in order.
@@ -42,6 +47,8 @@ def parse_fs_uri(uri: str) -> list[str]:
     elif "://" in text:
         raise ConfigError(f"file system URI {uri!r} must start with {SCHEME}")
     authority = text.split("/", 1)[0]
+    if nameservices and authority in nameservices:
+        return list(nameservices[authority])
     addresses = [part for part in authority.split(",") if part]
     if not addresses:
         raise ConfigError(f"file system URI {uri!r} names no address")

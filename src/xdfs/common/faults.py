@@ -32,6 +32,7 @@ FAULT_POINTS: dict[str, str] = {
     "image.after_rename": "fsimage_<txid> is in place",
     "recovery.before_truncate": "recovery found a torn tail and is about to truncate it",
     "purge.before_delete": "purge decided what to delete and is about to delete it",
+    "namenode.keyed_call_durable": "an at-most-once call's ops are durable, no answer sent",
 }
 
 FAULTS_ENV = "XDFS_FAULTS"

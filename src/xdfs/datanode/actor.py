@@ -85,6 +85,7 @@ class NameNodeActor:
         self.rpc = rpc
         self.settings: RegisterResponse | None = None
         self.registered = False
+        self._registered_with = ""  # the NameNode address of the registration
         self.full_reports_sent = 0
         self._report_needed = True
         self._last_full_report_s = 0.0
@@ -150,6 +151,13 @@ class NameNodeActor:
             await self._sleep(self._next_heartbeat_s - time.monotonic())
 
     async def _step(self) -> None:
+        if self.registered and self.rpc.current_address != self._registered_with:
+            # A failover moved us to another NameNode (a standby become active, a promoted
+            # backup): whatever it remembers of us is from an earlier time of its own, so
+            # register and report everything again.
+            log.info("NameNode is now %s (registered with %s): registering again",
+                     self.rpc.current_address, self._registered_with)
+            self.registered = False
         if not self.registered:
             await self._register()
         if self._report_needed or self._full_report_due():
@@ -209,6 +217,7 @@ class NameNodeActor:
         self.settings = response
         self._install_keys(response.block_keys)
         self.registered = True
+        self._registered_with = self.rpc.current_address
         self._report_needed = True
         log.info("registered with NameNode %s as %s (%s)", self.rpc.current_address,
                  storage.node_id, node.address)

@@ -12,6 +12,11 @@ Every mutation runs the same three steps (:meth:`Namesystem.mutate`):
    then are the replicas of blocks that left the namespace deleted (a crash before the
    sync must not leave a file whose replicas are gone).
 
+Non-idempotent client calls run :func:`at_most_once`: a retry of one (same client id and
+call number, :mod:`xdfs.namenode.retry_cache`) gets the first try's outcome instead of a
+second execution, and the last op such a call logs carries its key, so a restarted or
+promoted NameNode knows the answer too.
+
 Reads run inline without touching the log. They may observe a change whose sync is still
 in flight (as in HDFS); a mutation that turns out to be a no-op still waits for the log's
 current txid, so nothing is acknowledged on the strength of an unsynced change.
@@ -20,12 +25,14 @@ current txid, so nothing is acknowledged on the strength of an unsynced change.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
+from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
     AccessDenied,
@@ -38,7 +45,9 @@ from xdfs.errors import (
     NotADirectory,
     NotEnoughReplicas,
     NotFound,
+    error_from_code,
 )
+from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
 from xdfs.namenode.blocks.safemode import SafeMode
@@ -62,6 +71,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
@@ -70,9 +80,11 @@ from xdfs.protocol.namenode import (
     LocatedBlock,
     LocatedBlocks,
 )
+from xdfs.rpc.server import CallKey, current_call
 
 T = TypeVar("T")
 U = TypeVar("U")
+P = ParamSpec("P")
 
 R, W, X = 4, 2, 1
 
@@ -107,6 +119,32 @@ class Plan(Generic[T]):
         return Plan(ops, lambda: value, at)
 
 
+def at_most_once(
+    method: Callable[Concatenate[Namesystem, P], Awaitable[T]],
+) -> Callable[Concatenate[Namesystem, P], Awaitable[T]]:
+    """A client call that must not apply twice: run through the retry cache when the RPC
+    call being handled has a key (:meth:`Namesystem.run_once`), plainly otherwise."""
+
+    @functools.wraps(method)
+    async def once(self: Namesystem, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        key = current_call()
+        if key is None:
+            return await method(self, *args, **kwargs)
+        return await self.run_once(key, lambda: method(self, *args, **kwargs))
+
+    return once
+
+
+def _retried_add_block(blocks: Sequence[BlockRecord], previous: BlockRecord | None) -> bool:
+    """Whether an add_block repeats one that already added the file's last block: that
+    block is still empty and ``previous`` is the one before it (none: it is the only one).
+    A first try names the last block (or none of an empty file), never the one before."""
+    if not blocks or blocks[-1].num_bytes != 0:
+        return False
+    before = blocks[-2].block_id if len(blocks) > 1 else None
+    return (previous.block_id if previous is not None else None) == before
+
+
 @dataclass(frozen=True, slots=True)
 class Recovered:
     """What a lease recovery decided: the files closed at once, and the block recoveries
@@ -125,7 +163,9 @@ class Namesystem:
         *,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        retry_cache: RetryCache | None = None,
     ) -> None:
+        """``retry_cache``: one rebuilt while the edits were replayed (else a new one)."""
         self.ns = namespace
         self.edits = edits
         self.config = config
@@ -137,6 +177,10 @@ class Namesystem:
         if namespace.block_count() and self.safe_mode.wait_for_blocks():
             self.blocks.update_safe_mode()  # sets the reason: no block reported yet
         self.leases = LeaseManager()
+        self.retry_cache = retry_cache or RetryCache(
+            config.retry_cache_entries_max, config.retry_cache_expiry_s
+        )
+        self._keyed: dict[asyncio.Task[object], CallKey] = {}  # task -> key of its call
         now_s = clock()
         for holder, owner in namespace.lease_holders():
             # a restart gives every writer a fresh lease, bound to the file's creator
@@ -153,17 +197,24 @@ class Namesystem:
         plan: Callable[[], Plan[T]],
         *,
         allowed_in_safe_mode: bool = False,
+        keyed: bool = True,
     ) -> T:
         """``allowed_in_safe_mode``: for what must run in safe mode (token-key rotation:
-        logins must work while the NameNode waits for block reports)."""
+        logins must work while the NameNode waits for block reports). ``keyed=False``:
+        a mutation an at-most-once call makes on the side (a lease recovery), not its own
+        outcome."""
         await self.edits.wait_for_room()
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
         planned = plan()
+        key = self._keyed.get(cast("asyncio.Task[object]", asyncio.current_task()))
+        ops = planned.ops
+        if key is not None and keyed and ops:
+            ops = [*ops[:-1], with_key(ops[-1], key)]
         txid = self.edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
-        for op in planned.ops:
+        for op in ops:
             # apply returns the block ids that left the namespace: not orphans, and not
             # deleted either, until the sync below says the change is durable
             gone = self.ns.apply(op, planned.at)
@@ -172,9 +223,43 @@ class Namesystem:
             dropped.extend(gone)
             affected.extend(self.blocks.affected_blocks(op, planned.at))
         answer = planned.answer()
+        if key is not None and keyed:
+            # Applied and logged: from here on a retry gets this answer (once durable),
+            # even if this try is cancelled while it waits for the sync.
+            self.retry_cache.succeed(key, answer, txid)
         await self.edits.sync(txid)  # durability before acknowledgement
+        if key is not None and keyed:
+            fault_point(KEYED_DURABLE)
         self.blocks.ops_durable(dropped, affected)
         return answer
+
+    async def run_once(self, key: CallKey, run: Callable[[], Awaitable[T]]) -> T:
+        """Run the call ``key`` names unless a try of it ran already: then wait for that
+        one if it still runs, and answer its outcome (the answer once its txid is durable,
+        or the same error). An outcome that decided nothing is forgotten, and the call
+        runs again (retry_cache.forgettable)."""
+        cache = self.retry_cache
+        while (entry := cache.begin(key, self.clock())) is not None:
+            if entry.state is State.RUNNING:
+                finished = asyncio.Event()
+                entry.waiters.append(finished.set)
+                await finished.wait()
+            elif entry.error is not None:
+                raise error_from_code(entry.error.code, entry.error.message)
+            else:
+                await self.edits.sync(entry.txid)
+                return cast(T, entry.value)
+        task = cast("asyncio.Task[object]", asyncio.current_task())
+        self._keyed[task] = key
+        try:
+            value = await run()
+        except BaseException as exc:
+            cache.fail(key, exc)
+            raise
+        finally:
+            del self._keyed[task]
+        cache.succeed(key, value, self.edits.last_txid)  # a call that logged nothing
+        return value
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -318,6 +403,7 @@ class Namesystem:
     # Each resolves its path(s) first (a bad path is refused before anything waits), then
     # plans on them: ``fresh`` walks again only if the tree changed while it waited.
 
+    @at_most_once
     async def mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
         resolved = self.ns.resolve(path)
 
@@ -340,6 +426,7 @@ class Namesystem:
 
         return await self.mutate("mkdirs", plan)
 
+    @at_most_once
     async def create(
         self,
         user: str,
@@ -426,6 +513,7 @@ class Namesystem:
         if not overwrite:
             raise AlreadyExists(f"{iip.path} already exists")
 
+    @at_most_once
     async def add_block(
         self,
         user: str,
@@ -435,13 +523,22 @@ class Namesystem:
         excluded: Sequence[str] = (),
     ) -> LocatedBlock:
         """Allocate the next block and its targets (``excluded``: addresses the writer
-        failed with). No live target: NotEnoughReplicas before anything is logged."""
+        failed with). No live target: NotEnoughReplicas before anything is logged.
+
+        A retry whose first try's answer was lost and is not in the retry cache (add_block
+        is kept in memory only: its targets are not in the edits, so a restarted or new
+        active NameNode does not know them) is recognised as HDFS's onRetryBlock does: the
+        file ends in an empty block right after ``previous``. It gets that block again,
+        with targets chosen anew, instead of a second block or an error."""
         resolved = self.ns.resolve(path)
 
         def plan() -> Plan[LocatedBlock]:
             iip = self.ns.fresh(resolved)
             node = self._writable_file(user, client, iip)
             blocks = list(node.blocks)
+            if _retried_add_block(blocks, previous):
+                offset = sum(b.num_bytes for b in blocks[:-1])
+                return Plan.of((), self._locate_new(user, node, blocks[-1], offset, excluded))
             ops: list[Op] = []
             if previous is not None:
                 if not blocks or blocks[-1].block_id != previous.block_id:
@@ -450,15 +547,31 @@ class Namesystem:
                 blocks[-1] = previous
                 ops.append(UpdateBlocksOp(iip.path, tuple(blocks)))
             offset = sum(b.num_bytes for b in blocks)
+            # targets first: no live target fails the call before an id is allocated
             chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
-            self.blocks.expect(block.block_id, (n.node_id for n in chosen))
             ops.append(AddBlockOp(iip.path, block))
-            located = LocatedBlock(block, offset, [n.address for n in chosen],
-                                   self.blocks.block_token(user, block.block_id, "w"))
+            located = self._locate_new(user, node, block, offset, excluded, chosen)
             return Plan.of(ops, located, (iip,))
 
         return await self.mutate("add a block", plan)
+
+    def _locate_new(
+        self,
+        user: str,
+        node: FileInode,
+        block: BlockRecord,
+        offset: int,
+        excluded: Sequence[str],
+        chosen: Sequence[DataNode] | None = None,
+    ) -> LocatedBlock:
+        """A new block of ``node`` with its write targets (``chosen``, or chosen now), which
+        the block map then expects replicas on."""
+        if chosen is None:
+            chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
+        self.blocks.expect(block.block_id, (n.node_id for n in chosen))
+        return LocatedBlock(block, offset, [n.address for n in chosen],
+                            self.blocks.block_token(user, block.block_id, "w"))
 
     def additional_datanode(
         self,
@@ -505,6 +618,7 @@ class Namesystem:
 
         await self.mutate("abandon a block", plan)
 
+    @at_most_once
     async def complete(
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> FileStatus:
@@ -569,6 +683,7 @@ class Namesystem:
     def renew_lease(self, user: str, client: str) -> None:
         self.leases.renew(client, user, self.clock())
 
+    @at_most_once
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
         """Delete ``path`` or move it to the user's trash; returns the trash path or ""."""
         resolved = self.ns.resolve(path)
@@ -613,6 +728,7 @@ class Namesystem:
                RenameOp(iip.path, target.path, now)]
         return Plan.of(ops, target.path, (iip, target))
 
+    @at_most_once
     async def rename(self, user: str, src: str, dst: str) -> str:
         resolved_src, resolved_dst = self.ns.resolve(src), self.ns.resolve(dst)
 
@@ -699,6 +815,7 @@ class Namesystem:
 
     # -- trash --------------------------------------------------------------------------
 
+    @at_most_once
     async def restore(self, user: str, trash_path: str) -> str:
         """Move a trash entry back to the path it was deleted from; returns that path."""
         resolved = self.ns.resolve(trash_path)
@@ -818,7 +935,7 @@ class Namesystem:
                 ops.append(ReassignLeaseOp(iip.path, RECOVERY_HOLDER, genstamp))
             return Plan.of(ops, recovered, tuple(at))
 
-        recovered = await self.mutate("recover leases", plan)
+        recovered = await self.mutate("recover leases", plan, keyed=False)
         for attempt in recovered.attempts:
             self.blocks.dispatch_recovery(attempt)
         return recovered.closed

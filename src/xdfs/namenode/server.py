@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -26,31 +28,65 @@ from pathlib import Path
 from xdfs.common.files import atomic_write
 from xdfs.common.images import image_chunks, receive_image
 from xdfs.config import XdfsConfig
-from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
+from xdfs.errors import (
+    InvalidArgument,
+    NotActive,
+    SafeModeError,
+    Standby,
+    StorageError,
+    XdfsError,
+)
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
+from xdfs.namenode.editlog.replay import checkpoint_due
 from xdfs.namenode.editlog.replicator import EditsReplicator
-from xdfs.namenode.editlog.shared import SharedEdits
+from xdfs.namenode.editlog.shared import SharedEdits, journal_channels
 from xdfs.namenode.ha import HaHandlers, Position, check_peers
 from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
 from xdfs.namenode.handlers.datanode import DataNodeHandlers
+from xdfs.namenode.handlers.ha_service import HaServiceHandlers
 from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
-from xdfs.namenode.namespace.ops import NewEpochOp, SetDataNodeSecretOp
+from xdfs.namenode.image.upload import upload_checkpoint
+from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
+from xdfs.namenode.retry_cache import RetryCache, record_applied
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
+from xdfs.namenode.standby import StandbyTailer, committed_txid, trim_unconfirmed
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
-from xdfs.protocol.ha import HA_SERVICE, ROLE_ACTIVE, HaStatus
-from xdfs.protocol.journal import JournalNamespace
+from xdfs.protocol.ha import (
+    HA_SERVICE,
+    HA_SERVICE_PROTOCOL,
+    ROLE_ACTIVE,
+    ROLE_STANDBY,
+    STATE_ACTIVE,
+    STATE_INITIALIZING,
+    STATE_STANDBY,
+    STATE_STOPPING,
+    TRANSITION_TO_ACTIVE,
+    UNHEALTHY_FAILED,
+    UNHEALTHY_JOURNAL,
+    UNHEALTHY_RESOURCES,
+    UNHEALTHY_STARTING,
+    HaStatus,
+    HealthReport,
+    ServiceStatus,
+)
+from xdfs.protocol.journal import JournalNamespace, parse_qjournal_uri
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
+from xdfs.quorum.channel import JournalChannel
+from xdfs.quorum.reader import JournalTailer
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
+from xdfs.rpc.service import NotActiveHandlers, Service
 from xdfs.rpc.streams import StreamReceiver
 from xdfs.rpc.system import add_system_services
-from xdfs.rpc.tls import server_context
+from xdfs.rpc.tls import client_context, server_context
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +114,10 @@ class NameNode:
         self.datanode_handlers: DataNodeHandlers | None = None
         self.replicator: EditsReplicator | None = None
         self.shared: SharedEdits | None = None
+        #: Filled while the edits are replayed at start, then the namesystem's.
+        self.retry_cache = RetryCache(
+            config.namenode.retry_cache_entries_max, config.namenode.retry_cache_expiry_s
+        )
         self.version: VersionInfo | None = None
         self.image_txid = 0
         self.last_checkpoint_s = clock()
@@ -88,6 +128,14 @@ class NameNode:
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._checkpoint_lock = asyncio.Lock()
         self._lease_failures: set[tuple[str, str]] = set()  # logged once each
+        # HA (a NameNode of ha.namenodes on a quorum journal): starts standby
+        self.ha_enabled = bool(config.namenode.shared_edits and config.ha.namenodes)
+        self.ha_state = STATE_INITIALIZING
+        self.standby: StandbyTailer | None = None
+        self._standby_task: asyncio.Task[None] | None = None
+        self._transition_lock = asyncio.Lock()
+        self._uploaded_txid = 0  # the newest standby image the active is known to hold
+        self._last_install_s = -1e18  # when a backup or standby last uploaded an image
 
     @property
     def address(self) -> str:
@@ -114,60 +162,316 @@ class NameNode:
                 d.lock()
             version = self.version = check_versions(self.dirs)
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
-            if self.config.namenode.shared_edits:
+            if self.ha_enabled and loaded is None and not new_epoch:
+                namespace, last_txid = await self._load_as_standby(version)
+            elif self.config.namenode.shared_edits:
                 namespace, last_txid = await self._take_over_shared_edits(version)
             else:
-                namespace, last_txid = loaded or load_namespace(self.dirs, Namespace)
+                namespace, last_txid = loaded or load_namespace(
+                    self.dirs, Namespace, self._remember_call
+                )
             if not new_epoch and not self.shared:  # a promotion fenced the others already
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
                                   (version.cluster_id, version.namespace_id))
-            settings = EditLogSettings.from_config(self.config.namenode)
-            extra = [self.shared.journal()] if self.shared else []
-            self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal,
-                                             extra_journals=extra)
-            await self.edits.open_for_write(last_txid + 1)
+            await self._open_edits(last_txid)
         except BaseException:
             if self.shared is not None:
                 await self.shared.close()
             self._unlock()
             raise
-        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock)
+        assert self.edits is not None
+        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock,
+                             retry_cache=self.retry_cache)
+        self.auth = NameNodeAuth(self.fs)
+        self.server = self._make_server(version.cluster_id, version.namespace_id, server)
+        if self.ha_state == STATE_STANDBY:
+            self._serve_standby(last_txid)
+        else:
+            await self._serve_active(new_epoch=new_epoch)
+        if server is None:
+            await self.server.start(host, port)
+        log.info("namespace loaded: %d inodes, last txid %d; %s", namespace.inode_count(),
+                 last_txid, self.ha_state)
+        if self.fs.safe_mode.on:
+            log.info("in safe mode: %s", self.fs.safe_mode.reason)
+        return self.server.address
+
+    async def _open_edits(self, last_txid: int) -> None:
+        """The edits log from ``last_txid + 1``: local dirs, and the shared journal when
+        this NameNode is its writer."""
+        settings = EditLogSettings.from_config(self.config.namenode)
+        extra = [self.shared.journal()] if self.shared else []
+        self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal,
+                                         extra_journals=extra)
+        await self.edits.open_for_write(last_txid + 1)
+
+    async def _serve_active(self, *, new_epoch: bool) -> None:
+        """Serve as the active NameNode: log a raised epoch first when this is a
+        promotion, then the services and duties of an active one."""
+        assert self.fs is not None and self.edits is not None and self.auth is not None
+        assert self.server is not None
+        self.fs.edits = self.edits
         if new_epoch:
             await self._raise_epoch()
         await self._check_resources()
-        self.auth = NameNodeAuth(self.fs)
         nn = self.config.namenode
         self.replicator = EditsReplicator(
             self.edits, self.dirs, nn.edits_fetch_bytes_max, nn.edits_fetch_wait_max_s,
             self.clock,
         )
-        self.server = self._make_server(version.cluster_id, version.namespace_id, server)
-        if server is None:
-            await self.server.start(host, port)
+        self._add_active_services(self.server)
         await self.auth.rotate_keys()
         await self._publish_datanode_secret()
         self._start_duties()
-        log.info("namespace loaded: %d inodes, last txid %d", namespace.inode_count(), last_txid)
-        if self.fs.safe_mode.on:
-            log.info("in safe mode: %s", self.fs.safe_mode.reason)
-        return self.server.address
+        self.ha_state = STATE_ACTIVE
 
-    async def _take_over_shared_edits(self, version: VersionInfo) -> tuple[Namespace, int]:
+    async def _take_over_shared_edits(
+        self, version: VersionInfo, loaded: tuple[Namespace, int] | None = None
+    ) -> tuple[Namespace, int]:
         """Become the quorum journal's writer (fencing any older one), then load the
-        namespace from the local dirs trimmed to the journal's end and caught up with it
-        (xdfs.namenode.editlog.shared)."""
+        namespace from the local dirs trimmed to the journal's end (or take the ``loaded``
+        one: a standby's, whose dirs hold only committed txids) and catch it up with the
+        journal (xdfs.namenode.editlog.shared)."""
         self.shared = SharedEdits(
             self.config, JournalNamespace(version.cluster_id, version.namespace_id),
             on_fatal=self._on_fatal,
         )
         currents = [d.current for d in self.dirs]
         end = await self.shared.take_over(currents, self.image_txid)
-        namespace, last_txid = await asyncio.to_thread(load_namespace, self.dirs, Namespace)
-        last_txid = await self.shared.catch_up(self.dirs, namespace, last_txid)
+        if loaded is None:
+            loaded = await asyncio.to_thread(
+                load_namespace, self.dirs, Namespace, self._remember_call)
+        namespace, last_txid = loaded
+        last_txid = await self.shared.catch_up(
+            self.dirs, namespace, last_txid, functools.partial(self._remember_call, namespace)
+        )
         log.info("shared edits %s: writer epoch %d, journal ends at txid %s",
                  self.shared.uri, self.shared.writer.epoch, end)
         return namespace, last_txid
+
+    # -- HA: standby and transitions -------------------------------------------------------
+
+    async def _load_as_standby(self, version: VersionInfo) -> tuple[Namespace, int]:
+        """A standby loads what its dirs hold of the committed history (xdfs.namenode.standby)
+        and tails the rest from the journal."""
+        self.ha_state = STATE_STANDBY
+        channels = self._journal_channels()
+        try:
+            committed = await committed_txid(channels, self._journal_id())
+        finally:
+            for channel in channels:
+                await channel.close()
+        for d in self.dirs:
+            trim_unconfirmed(d.current, max(committed, self.image_txid))
+        return await asyncio.to_thread(load_namespace, self.dirs, Namespace,
+                                       self._remember_call)
+
+    def _journal_channels(self) -> list[JournalChannel]:
+        addresses, _journal_id = parse_qjournal_uri(self.config.namenode.shared_edits)
+        return journal_channels(self.config, addresses)
+
+    def _journal_id(self) -> str:
+        return parse_qjournal_uri(self.config.namenode.shared_edits)[1]
+
+    def _serve_standby(self, last_txid: int) -> None:
+        """Answer Standby to clients, DataNodes and backups; tail the journal."""
+        assert self.server is not None and self.fs is not None and self.edits is not None
+        stub = NotActiveHandlers(lambda: "this NameNode is standby", Standby)
+        for service in (CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
+                        NAMENODE_BACKUP_PROTOCOL):
+            self.server.remove_service(service)
+            self.server.add_service(service, stub)
+        nn = self.config.namenode
+        tailer = JournalTailer(self._journal_channels(), self._journal_id(),
+                               batch_bytes=nn.edits_fetch_bytes_max,
+                               wait_s=nn.standby_tail_wait_s)
+        self.standby = StandbyTailer(
+            tailer, self.fs.ns, self.edits, last_txid, batch_txns=nn.standby_tail_txns_max,
+            on_applied=functools.partial(self._remember_call, self.fs.ns))
+        self._standby_task = asyncio.get_running_loop().create_task(
+            self._run_standby(self.standby), name="standby tailer")
+        self._tasks = [asyncio.get_running_loop().create_task(
+            _every("standby checkpointer", nn.checkpoint_check_interval_s,
+                   self._maybe_standby_checkpoint))]
+        self.ha_state = STATE_STANDBY
+
+    async def _run_standby(self, standby: StandbyTailer) -> None:
+        try:
+            await standby.run()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the copy diverged or the local log failed
+            self._on_fatal(exc)
+
+    async def _stop_standby(self) -> int:
+        """Stop tailing; the local log synced and finalized; returns the last txid."""
+        assert self.standby is not None and self.edits is not None
+        task, self._standby_task = self._standby_task, None
+        await _cancel([*self._tasks, *([task] if task else [])])
+        self._tasks = []
+        last = self.standby.last_txid
+        await self.edits.close()
+        await self.standby.tailer.close()
+        self.standby = None
+        return last
+
+    async def transition_to_active(self) -> ServiceStatus:
+        """Standby -> active: fence every older writer through a new journal epoch,
+        recover and catch up, raise the namespace epoch, serve. A failure on the way
+        stops this NameNode (it may be half way: its controller sees it unhealthy)."""
+        async with self._transition_lock:
+            if self.ha_state == STATE_ACTIVE:
+                return self.service_status()
+            if self.ha_state != STATE_STANDBY or self.fatal is not None:
+                raise NotActive(f"cannot become active from {self.ha_state}")
+            started = time.monotonic()
+            try:
+                await self._become_active()
+            except BaseException as exc:
+                self._on_fatal(exc)
+                raise
+            log.warning("transitioned to active in %.2f s (epoch %d, txid %d)",
+                        time.monotonic() - started, self.fs.ns.epoch if self.fs else 0,
+                        self.edits.last_txid if self.edits else 0)
+            return self.service_status()
+
+    async def _become_active(self) -> None:
+        assert self.fs is not None and self.version is not None
+        last = await self._stop_standby()
+        _namespace, last = await self._take_over_shared_edits(self.version,
+                                                              loaded=(self.fs.ns, last))
+        await self._open_edits(last)
+        self._fresh_namesystem()
+        await self._serve_active(new_epoch=True)
+
+    def _fresh_namesystem(self) -> None:
+        """A new block map (and safe mode) over the namespace: what this NameNode knew of
+        replicas is from before it was standby, and deciding replications or deletions
+        on it could destroy data; DataNodes register and report again (they notice the
+        change of NameNode), and safe mode waits for their reports, as at startup."""
+        assert self.fs is not None and self.edits is not None and self.server is not None
+        assert self.version is not None and self.auth is not None
+        self.auth.close()
+        nn = self.config.namenode
+        settings = dataclasses.replace(
+            nn, safe_mode_extension_s=nn.failover_safe_mode_extension_s)
+        self.fs = Namesystem(self.fs.ns, self.edits, settings, clock=self.clock,
+                             retry_cache=self.retry_cache)
+        self.auth = NameNodeAuth(self.fs)
+        self.server.authenticator = self.auth
+        self.server.remove_service(HA_SERVICE_PROTOCOL)
+        self.server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
+            self, self.auth, self.config.ha.automatic_failover))
+        self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, self.version.cluster_id,
+                                                  self.version.namespace_id)
+
+    async def transition_to_standby(self) -> ServiceStatus:
+        """Active -> standby: stop serving clients, sync and close the edits log (every
+        edit in it is then on a majority), and tail the journal from there."""
+        async with self._transition_lock:
+            if self.ha_state == STATE_STANDBY:
+                return self.service_status()
+            if self.ha_state != STATE_ACTIVE or not self.ha_enabled:
+                raise NotActive(f"cannot become standby from {self.ha_state}"
+                                + ("" if self.ha_enabled else " (HA is not configured)"))
+            try:
+                await self._become_standby()
+            except BaseException as exc:
+                self._on_fatal(exc)
+                raise
+            log.warning("transitioned to standby at txid %d",
+                        self.standby.last_txid if self.standby else 0)
+            return self.service_status()
+
+    async def _become_standby(self) -> None:
+        assert self.edits is not None and self.server is not None
+        self.ha_state = STATE_STANDBY
+        stub = NotActiveHandlers(lambda: "this NameNode is standby", Standby)
+        for service in (CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
+                        NAMENODE_BACKUP_PROTOCOL):
+            self.server.remove_service(service)
+            self.server.add_service(service, stub)
+        await _cancel([*self._tasks, *self._side_tasks])
+        self._tasks = []
+        await self.edits.sync()
+        last = self.edits.synced_txid
+        await self.edits.close()  # closes the shared edits writer too
+        self.shared = None
+        self.replicator = None
+        await self._open_edits(last)
+        self._serve_standby(last)
+
+    def service_status(self) -> ServiceStatus:
+        last = (self.standby.last_txid if self.standby is not None
+                else self.edits.synced_txid if self.edits is not None else 0)
+        epoch = self.fs.ns.epoch if self.fs is not None else 0
+        ready, reason = True, ""
+        if self.fatal is not None:
+            ready, reason = False, f"stopped: {self.fatal}"
+        elif self.ha_state == STATE_STANDBY and self.standby is not None and self.standby.error:
+            ready, reason = False, f"cannot read the journal: {self.standby.error}"
+        return ServiceStatus(self.ha_state, epoch, last, ready, reason)
+
+    def health(self) -> HealthReport:
+        if self.fatal is not None:
+            return HealthReport(False, UNHEALTHY_FAILED, str(self.fatal))
+        if self.ha_state == STATE_INITIALIZING:
+            return HealthReport(False, UNHEALTHY_STARTING, "loading the namespace")
+        if self.fs is not None and self.fs.safe_mode.resources_reason:
+            return HealthReport(False, UNHEALTHY_RESOURCES, self.fs.safe_mode.resources_reason)
+        if self.standby is not None and self.standby.error:  # it could not become active
+            return HealthReport(False, UNHEALTHY_JOURNAL, self.standby.error)
+        return HealthReport(True)
+
+    async def _maybe_standby_checkpoint(self) -> None:
+        """A standby saves images of its namespace by the checkpoint rule (tailing pauses
+        while one is written, in a thread; the active does not pause at all), uploads each
+        to the active NameNode, and purges its own old ones."""
+        standby, fs = self.standby, self.fs
+        if standby is None or fs is None:
+            return
+        nn = self.config.namenode
+        if checkpoint_due(now_s=self.clock(), last_checkpoint_s=self.last_checkpoint_s,
+                          synced_txid=standby.last_txid, image_txid=self.image_txid,
+                          period_s=nn.checkpoint_period_s, txns=nn.checkpoint_txns):
+            async with self._checkpoint_lock, standby.lock:
+                txid = standby.last_txid
+                await asyncio.to_thread(save_checkpoint, self.dirs, fs.ns, txid)
+                self.image_txid = txid
+                self.last_checkpoint_s = self.clock()
+            log.info("standby checkpoint written at txid %d", txid)
+        if self.image_txid > self._uploaded_txid:
+            await self._upload_to_active(self.image_txid)
+        async with self._checkpoint_lock:
+            await asyncio.to_thread(purge, self.dirs, nn.images_retained)
+            assert self.edits is not None
+            self.edits.forget_segments_before(min(self.dirs[0].images(), default=0) + 1)
+
+    async def _upload_to_active(self, txid: int) -> None:
+        """The image goes to whichever other NameNode of ha.namenodes is active (logged in
+        as client.user, a superuser, as a BackupNode does); a failure is retried at the
+        next check."""
+        own = self.server.address if self.server else ""
+        others = [a for a in self.config.ha.namenodes.values() if a != own]
+        if not others:
+            return
+        client = self.config.client
+        hello = Hello(PROTOCOL_VERSION, client_name="xdfs-standby", user=client.user,
+                      password=client.password, token=client.token)
+        rpc = RpcClient(others, self.config.rpc, hello=hello,
+                        ssl_context=client_context(self.config.rpc))
+        try:
+            await upload_checkpoint(rpc, self.dirs[0].image_path(txid), txid)
+            self._uploaded_txid = txid
+        except XdfsError as exc:
+            log.warning("uploading the standby checkpoint %d to the active: %s", txid,
+                        exc.message)
+        finally:
+            await rpc.close()
+    def _remember_call(self, namespace: Namespace, txid: int, op: Op) -> None:
+        """Replay: an op logged by an at-most-once call becomes its retry-cache entry."""
+        record_applied(self.retry_cache, op, namespace, txid, self.clock())
 
     async def _raise_epoch(self) -> None:
         """The first op of a promoted NameNode, durable before any call is served: every
@@ -182,7 +486,8 @@ class NameNode:
     def ha_status(self) -> HaStatus:
         assert self.edits is not None and self.fs is not None and self.version is not None
         version = self.version
-        return HaStatus(ROLE_ACTIVE, self.fs.ns.epoch, self.edits.synced_txid,
+        role = ROLE_STANDBY if self.ha_state == STATE_STANDBY else ROLE_ACTIVE
+        return HaStatus(role, self.fs.ns.epoch, self.service_status().last_txid,
                         version.cluster_id, version.namespace_id, os.getpid())
 
     async def _publish_datanode_secret(self) -> None:
@@ -209,7 +514,7 @@ class NameNode:
     def _make_server(
         self, cluster_id: str, namespace_id: int, server: RpcServer | None
     ) -> RpcServer:
-        assert self.fs is not None and self.auth is not None and self.replicator is not None
+        assert self.fs is not None and self.auth is not None
         if server is None:
             rpc = self.config.rpc
             server = RpcServer(
@@ -218,25 +523,36 @@ class NameNode:
             add_system_services(server, "namenode")
         server.authenticator = self.auth
         server.add_service(HA_SERVICE, HaHandlers(self.ha_status))
-        server.add_service(CLIENT_SERVICE, ClientHandlers(self.fs, self.auth))
-        server.add_service(
-            ADMIN_SERVICE,
-            AdminHandlers(self.fs, self.auth, self.save_namespace, self.roll_edits, self.status),
-        )
+        if self.ha_enabled or not server.route(TRANSITION_TO_ACTIVE.name):
+            # (a promoted BackupNode's server keeps its own transition_to_active)
+            server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
+                self, self.auth, self.config.ha.automatic_failover))
         self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, cluster_id, namespace_id)
-        server.add_service(DATANODE_PROTOCOL, self.datanode_handlers)
-        server.add_service(NAMENODE_BACKUP_PROTOCOL, BackupProtocolHandlers(
-            self.fs, self.auth, self.replicator, self.newest_image, self.install_image
-        ))
         return server
+
+    def _add_active_services(self, server: RpcServer) -> None:
+        assert self.fs is not None and self.auth is not None and self.replicator is not None
+        assert self.datanode_handlers is not None
+        services: list[tuple[Service, object]] = [
+            (CLIENT_SERVICE, ClientHandlers(self.fs, self.auth)),
+            (ADMIN_SERVICE, AdminHandlers(self.fs, self.auth, self.save_namespace,
+                                          self.roll_edits, self.status)),
+            (DATANODE_PROTOCOL, self.datanode_handlers),
+            (NAMENODE_BACKUP_PROTOCOL, BackupProtocolHandlers(
+                self.fs, self.auth, self.replicator, self.newest_image, self.install_image)),
+        ]
+        for service, impl in services:
+            server.remove_service(service)
+            server.add_service(service, impl)
 
     async def stop(self) -> None:
         """Graceful stop: no new calls, every appended edit synced, segment finalized."""
-        tasks = [*self._tasks, *self._side_tasks]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        self.ha_state = STATE_STOPPING
+        standby_task = [self._standby_task] if self._standby_task else []
+        await _cancel([*self._tasks, *self._side_tasks, *standby_task])
         self._tasks.clear()
+        if self.standby is not None:
+            await self.standby.tailer.close()
         if self.server is not None:
             await self.server.close()
         if self.edits is not None and self.fatal is None:
@@ -342,7 +658,7 @@ class NameNode:
             for d in self.dirs[1:]:  # verified again on the way: a local copy can fail too
                 await receive_image(head, image_chunks(first), d.current, check=check)
             self.image_txid = max(self.image_txid, head.txid)
-            self.last_checkpoint_s = self.clock()
+            self.last_checkpoint_s = self._last_install_s = self.clock()
             purged = self._purge()
         log.info("installed the checkpoint uploaded at txid %d (%d bytes)",
                  head.txid, head.size_bytes)
@@ -399,10 +715,13 @@ class NameNode:
         if self.fs.safe_mode.resources_reason:
             return  # an image could take the last of the space the edits log needs
         nn = self.config.namenode
-        # A backup that follows checkpoints for us (without pausing this loop); we step in
-        # only when its checkpoints are twice overdue.
-        factor = 2 if self.replicator and self.replicator.followed_within(
-            nn.backup_active_window_s) else 1
+        # A backup that follows, or a standby that uploads, checkpoints for us (without
+        # pausing this loop); we step in only when its checkpoints are twice overdue.
+        followed = self.replicator is not None and self.replicator.followed_within(
+            nn.backup_active_window_s)
+        uploading = self.clock() - self._last_install_s < max(nn.backup_active_window_s,
+                                                              2 * nn.checkpoint_period_s)
+        factor = 2 if followed or uploading else 1
         due_by_time = self.clock() - self.last_checkpoint_s >= factor * nn.checkpoint_period_s
         due_by_txns = self.edits.last_txid - self.image_txid >= factor * nn.checkpoint_txns
         if due_by_time or due_by_txns:
@@ -469,6 +788,12 @@ class NameNode:
         assert self.auth is not None
         with contextlib.suppress(SafeModeError):
             await self.auth.rotate_keys()
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _every(name: str, interval_s: float, duty: Callable[[], Awaitable[None]]) -> None:

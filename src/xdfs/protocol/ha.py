@@ -15,10 +15,11 @@ from xdfs.rpc.service import Method, Service
 
 ROLE_ACTIVE = "active"
 ROLE_BACKUP = "backup"
+ROLE_STANDBY = "standby"  # an HA NameNode tailing the quorum journal
 
 
 class HaStatus(msgspec.Struct):
-    role: str  # "active" (serves clients) or "backup" (follows one)
+    role: str  # "active" (serves clients), "backup" or "standby" (follows one)
     epoch: int  # the namespace's active epoch (raised by every promotion)
     last_txid: int  # the last txid durable on this server
     cluster_id: str

@@ -332,11 +332,17 @@ def _m(
     return Method(name, req, resp, idempotent=idempotent, doc=doc)
 
 
+def _once(name: str, req: type[Req], resp: type[Resp], doc: str) -> Method[Req, Resp]:
+    """A non-idempotent method the NameNode runs at most once per (client id, call number):
+    a retry gets the first outcome from its retry cache (xdfs.namenode.retry_cache)."""
+    return Method(name, req, resp, idempotent=False, doc=doc, at_most_once=True)
+
+
 LOGIN = _m("login", LoginRequest, LoginResponse, True, "Password -> expiring token.")
-MKDIRS = _m("mkdirs", MkdirsRequest, FileStatus, False, "Create a directory (and parents).")
-CREATE = _m("create", CreateRequest, FileStatus, False, "Create a file; take its lease.")
-ADD_BLOCK = _m("add_block", AddBlockRequest, LocatedBlock, False, "Allocate the next block.")
-COMPLETE = _m("complete", CompleteRequest, FileStatus, False, "Close a file being written.")
+MKDIRS = _once("mkdirs", MkdirsRequest, FileStatus, "Create a directory (and parents).")
+CREATE = _once("create", CreateRequest, FileStatus, "Create a file; take its lease.")
+ADD_BLOCK = _once("add_block", AddBlockRequest, LocatedBlock, "Allocate the next block.")
+COMPLETE = _once("complete", CompleteRequest, FileStatus, "Close a file being written.")
 RENEW_LEASE = _m("renew_lease", RenewLeaseRequest, Empty, True, "Keep a writer's leases.")
 RECOVER_LEASE = _m(
     "recover_lease", RecoverLeaseRequest, RecoverLeaseResponse, True,
@@ -347,14 +353,14 @@ BLOCK_LOCATIONS = _m(
 )
 STAT = _m("stat", PathRequest, FileStatus, True, "Status of one path.")
 LIST = _m("list", ListRequest, Listing, True, "One page of a directory listing.")
-DELETE = _m("delete", DeleteRequest, DeleteResponse, False, "Delete (to the trash by default).")
-RENAME = _m("rename", RenameRequest, RenameResponse, False, "Atomic move of a file or tree.")
+DELETE = _once("delete", DeleteRequest, DeleteResponse, "Delete (to the trash by default).")
+RENAME = _once("rename", RenameRequest, RenameResponse, "Atomic move of a file or tree.")
 SET_PERMISSION = _m("set_permission", SetPermissionRequest, Empty, True, "chmod.")
 SET_OWNER = _m("set_owner", SetOwnerRequest, Empty, True, "chown / chgrp.")
 SET_REPLICATION = _m("set_replication", SetReplicationRequest, Empty, True, "setrep.")
 SET_TIMES = _m("set_times", SetTimesRequest, Empty, True, "touch: mtime/atime.")
 CONTENT_SUMMARY = _m("content_summary", PathRequest, ContentSummary, True, "du / count.")
-RESTORE = _m("restore", RestoreRequest, RestoreResponse, False, "Move a trash entry back.")
+RESTORE = _once("restore", RestoreRequest, RestoreResponse, "Move a trash entry back.")
 EXPUNGE = _m("expunge", ExpungeRequest, Empty, False, "Checkpoint / empty the caller's trash.")
 SAFE_MODE = _m("safe_mode", SafeModeRequest, SafeModeStatus, True, "Get, enter, leave.")
 SAVE_NAMESPACE = _m("save_namespace", Empty, TxidResponse, False, "Write an fsimage now.")

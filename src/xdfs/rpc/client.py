@@ -6,7 +6,10 @@
 * a try that never reached the server (connect or handshake failed, ``Overloaded``) is
   always safe to repeat;
 * a try that may have run (connection lost mid-call, timeout) is repeated only for
-  methods declared ``idempotent``;
+  methods declared ``idempotent`` or ``at_most_once``; every try of one logical call
+  carries the same call number (and every connection the client's id, in the handshake),
+  so the server's retry cache answers a repeated ``at_most_once`` call with its first
+  outcome instead of running it again;
 * ``NotActive`` (a standby or backup answered) moves on to the next address at once;
 * a timeout is a server that may be paused (TCP open, nothing answered): like a broken
   connection, it moves on to the next address at once, and the next call starts there too,
@@ -19,11 +22,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.structs
 
 from xdfs.common.addresses import parse_address
 from xdfs.config import RpcConfig
@@ -39,7 +45,14 @@ from xdfs.errors import (
     error_from_code,
 )
 from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.messages import (
+    CLIENT_ID_BYTES,
+    PROTOCOL_VERSION,
+    Hello,
+    InEnvelope,
+    Kind,
+    Welcome,
+)
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
 from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
 
@@ -247,20 +260,28 @@ class ClientConnection(RpcProtocol):
             entry[0].set_exception(RpcTimeout(f"{name} got no answer within {timeout_s} s"))
             self.send(Kind.CANCEL, call_id, "", None)
 
-    async def call(self, method: Method[Req, Resp], request: Req, timeout_s: float) -> Resp:
+    async def call(
+        self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
+    ) -> Resp:
+        """``logical_call``: the number all tries of this call carry (see RpcClient)."""
         assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
         call_id, future = self._new_call(method)
-        self.send(Kind.REQUEST, call_id, method.name, request)
+        self.send(Kind.REQUEST, call_id, method.name, request, logical_call)
         return await self._await_answer(call_id, future, method, timeout_s)
 
     async def upload(
-        self, method: Method[Req, Resp], request: Req, chunks: ChunkSource, timeout_s: float
+        self,
+        method: Method[Req, Resp],
+        request: Req,
+        chunks: ChunkSource,
+        timeout_s: float,
+        logical_call: int = 0,
     ) -> Resp:
         assert method.kind is MethodKind.UPLOAD, f"{method.name} is not an upload method"
         call_id, future = self._new_call(method)
         sender = StreamSender(self, call_id, timeout_s)
         self.senders[call_id] = sender
-        self.send(Kind.HEAD, call_id, method.name, request)
+        self.send(Kind.HEAD, call_id, method.name, request, logical_call)
         try:
             await sender.send_all(chunks, self.config.stream_chunk_bytes)
         except XdfsError:
@@ -277,13 +298,13 @@ class ClientConnection(RpcProtocol):
         return await self._await_answer(call_id, future, method, timeout_s)
 
     async def download(
-        self, method: Method[Req, Resp], request: Req, timeout_s: float
+        self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
     ) -> DownloadStream:
         assert method.kind is MethodKind.DOWNLOAD, f"{method.name} is not a download method"
         call_id, future = self._new_call(method)
         receiver = StreamReceiver(self, call_id, self.config.stream_window_chunks)
         self.receivers[call_id] = receiver
-        self.send(Kind.REQUEST, call_id, method.name, request)
+        self.send(Kind.REQUEST, call_id, method.name, request, logical_call)
         receiver.grant_window()
         try:
             head = await self._await_answer(call_id, future, method, timeout_s)
@@ -307,7 +328,13 @@ class RpcClient:
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
         assert self.addresses, "RpcClient needs at least one address"
         self.config = config
-        self.hello = hello or Hello(PROTOCOL_VERSION)
+        hello = hello or Hello(PROTOCOL_VERSION)
+        if not hello.client_id:  # one id per client: all its connections, all addresses
+            hello = msgspec.structs.replace(hello, client_id=os.urandom(CLIENT_ID_BYTES))
+        self.hello = hello
+        #: Numbers logical calls; every try of one call (any connection, any address)
+        #: carries the same number.
+        self._call_numbers = itertools.count(1)
         self.ssl_context = ssl_context
         self._preferred = 0
         self._connections: dict[str, ClientConnection] = {}
@@ -353,8 +380,9 @@ class RpcClient:
         self, method: Method[Req, Resp], request: Req, *, timeout_s: float | None = None
     ) -> Resp:
         deadline = timeout_s or self.config.call_timeout_s
+        number = next(self._call_numbers)
         return await self._with_failover(
-            method, lambda conn: conn.call(method, request, deadline), restartable=True
+            method, lambda conn: conn.call(method, request, deadline, number), restartable=True
         )
 
     async def upload(
@@ -366,11 +394,12 @@ class RpcClient:
         timeout_s: float | None = None,
     ) -> Resp:
         """Stream ``chunks`` to the server. Retried only when ``chunks`` can be replayed
-        (a list or tuple) and the method is idempotent."""
+        (a list or tuple) and the method is idempotent or at most once."""
         deadline = timeout_s or self.config.call_timeout_s
+        number = next(self._call_numbers)
         return await self._with_failover(
             method,
-            lambda conn: conn.upload(method, request, chunks, deadline),
+            lambda conn: conn.upload(method, request, chunks, deadline, number),
             restartable=isinstance(chunks, list | tuple),
         )
 
@@ -379,8 +408,10 @@ class RpcClient:
     ) -> DownloadStream:
         """Start a download; failover applies until the head has arrived."""
         deadline = timeout_s or self.config.call_timeout_s
+        number = next(self._call_numbers)
         return await self._with_failover(
-            method, lambda conn: conn.download(method, request, deadline), restartable=True
+            method, lambda conn: conn.download(method, request, deadline, number),
+            restartable=True,
         )
 
     async def _with_failover(
@@ -418,14 +449,14 @@ class RpcClient:
                     continue
                 except RpcTimeout as exc:
                     self._skip(index)  # paused or overloaded: the next call starts elsewhere
-                    if not (method.idempotent and restartable):
+                    if not (method.retry_safe and restartable):
                         raise
                     failures.append(f"{address}: {exc.message}")
                     if count > 1:
                         break
                     continue
                 except ConnectionLost as exc:
-                    if not (method.idempotent and restartable):
+                    if not (method.retry_safe and restartable):
                         raise
                     failures.append(f"{address}: {exc.message}")
                     continue

@@ -27,6 +27,7 @@ from xdfs.rpc.messages import (
     ErrorInfo,
     InEnvelope,
     Kind,
+    OutCallEnvelope,
     OutEnvelope,
     Tail,
 )
@@ -55,10 +56,17 @@ def decode_error(exc: Exception, error_type: type[XdfsError], what: str) -> Xdfs
     return error_type(f"{what}: {exc}")
 
 
-def encode_frame(kind: int, call_id: int, method: str, body: Any) -> bytearray:
+def encode_frame(
+    kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
+) -> bytearray:
     """One complete frame (length prefix included) in a fresh buffer."""
     buf = bytearray(LENGTH_PREFIX.size)
-    _ENCODER.encode_into(OutEnvelope(kind, call_id, method, body), buf, LENGTH_PREFIX.size)
+    envelope = (
+        OutCallEnvelope(kind, call_id, method, body, logical_call)
+        if logical_call
+        else OutEnvelope(kind, call_id, method, body)
+    )
+    _ENCODER.encode_into(envelope, buf, LENGTH_PREFIX.size)
     LENGTH_PREFIX.pack_into(buf, 0, len(buf) - LENGTH_PREFIX.size)
     return buf
 
@@ -199,7 +207,10 @@ class RpcProtocol(asyncio.BufferedProtocol):
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
-    def send(self, kind: int, call_id: int, method: str, body: Any) -> None:
+    def send(
+        self, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
+    ) -> None:
+        """``logical_call``: the number every retry of this call carries (REQUEST, HEAD)."""
         if self.is_closing:
             return  # connection_lost fails whoever is waiting
         assert self.transport is not None
@@ -208,7 +219,7 @@ class RpcProtocol(asyncio.BufferedProtocol):
             # (one writelines: a single writev, as one frame was).
             self.transport.writelines((encode_chunk_head(call_id, body), body.data))
             return
-        self.transport.write(encode_frame(kind, call_id, method, body))
+        self.transport.write(encode_frame(kind, call_id, method, body, logical_call))
 
     def send_error(self, call_id: int, error: XdfsError) -> None:
         self.send(Kind.ERROR, call_id, "", ErrorInfo(error.code, error.message))

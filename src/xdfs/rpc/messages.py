@@ -42,6 +42,19 @@ class OutEnvelope(msgspec.Struct, array_like=True, gc=False):
     body: Any = None
 
 
+class OutCallEnvelope(msgspec.Struct, array_like=True, gc=False):
+    """A REQUEST or HEAD frame of an :class:`~xdfs.rpc.client.RpcClient`: ``call`` numbers
+    the logical call, and every retry of it (any connection, any address) carries the same
+    number, so a server's retry cache can recognise it. Other frames, stream chunks above
+    all, use :class:`OutEnvelope` and stay as they were (the body last)."""
+
+    kind: int
+    id: int
+    method: str
+    body: Any
+    call: int
+
+
 class InEnvelope(msgspec.Struct, array_like=True, gc=False):
     """What we receive: ``body`` stays raw msgpack until its type is known."""
 
@@ -49,6 +62,11 @@ class InEnvelope(msgspec.Struct, array_like=True, gc=False):
     id: int
     method: str
     body: msgspec.Raw = msgspec.Raw()
+    call: int = 0  # OutCallEnvelope's; 0 when the frame has none
+
+
+#: Length of a client id (random bytes, as HDFS's 16-byte UUID clientId).
+CLIENT_ID_BYTES = 16
 
 
 class Hello(msgspec.Struct, forbid_unknown_fields=True):
@@ -58,6 +76,10 @@ class Hello(msgspec.Struct, forbid_unknown_fields=True):
     user: str = ""
     password: str = ""
     token: str = ""
+    #: Identifies the client process across its connections and addresses (empty, or
+    #: CLIENT_ID_BYTES random bytes): with each call's ``call`` number, the key of a
+    #: server's retry cache.
+    client_id: bytes = b""
 
 
 class Welcome(msgspec.Struct):

@@ -29,6 +29,7 @@ to finish, pausing could deadlock, so the new call is refused with ``Overloaded`
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import ssl
@@ -55,7 +56,7 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.messages import CLIENT_ID_BYTES, PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
 
@@ -70,6 +71,20 @@ UNAUTHENTICATED_BUFFER_BYTES = 4096
 
 #: How long RpcServer.close() lets peers take their last replies before dropping them.
 _CLOSE_GRACE_S = 1.0
+
+
+#: (client id, call number) of the call a handler task runs, when the client sent both: the
+#: key of a retry cache (as HDFS's Server.getClientId/getCallId). Set in each async call's
+#: own task, so whatever the handler awaits sees its own call's key.
+CallKey = tuple[bytes, int]
+_CURRENT_CALL: contextvars.ContextVar[CallKey | None] = contextvars.ContextVar(
+    "xdfs_rpc_current_call", default=None
+)
+
+
+def current_call() -> CallKey | None:
+    """The retry-cache key of the call being handled, None when there is none."""
+    return _CURRENT_CALL.get()
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,8 @@ class CallContext:
     principal: Principal
     peer: str
     connection: ServerConnection
+    #: The client's number for this logical call (the same on each retry), 0 when unsent.
+    call: int = 0
 
 
 @dataclass(frozen=True)
@@ -245,6 +262,7 @@ class ServerConnection(RpcProtocol):
         self._frames = 0  # frames dispatched so far; tells buffer_updated one completed
         self._frames_noted = 0
         self.principal: Principal | None = None
+        self.client_id = b""  # from the handshake: with a call's number, its retry key
         self._hello_task: asyncio.Task[None] | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._unary_calls: set[int] = set()  # ids of running unary calls (they need no input)
@@ -407,6 +425,10 @@ class ServerConnection(RpcProtocol):
                 raise VersionMismatch(
                     f"client speaks protocol {hello.protocol_version}, server {PROTOCOL_VERSION}"
                 )
+            if len(hello.client_id) not in (0, CLIENT_ID_BYTES):
+                raise BadRequest(
+                    f"client id has {len(hello.client_id)} bytes, not {CLIENT_ID_BYTES}"
+                )
             cluster = self.server.cluster_id
             if cluster and hello.cluster_id and hello.cluster_id != cluster:
                 raise WrongCluster(f"server is in cluster {cluster}, not {hello.cluster_id}")
@@ -419,6 +441,7 @@ class ServerConnection(RpcProtocol):
             self.abort_with(AuthenticationFailed(f"authentication error: {exc}"))
             return
         self.principal = principal
+        self.client_id = hello.client_id
         if not principal.anonymous:
             self._reader.grow(self.config.receive_buffer_bytes, self.config.frame_bytes_max)
         self.last_active_s = self._loop.time()
@@ -440,6 +463,8 @@ class ServerConnection(RpcProtocol):
             return None
         if envelope.id in self._calls or envelope.id <= 0:
             raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
+        if envelope.call < 0:
+            raise ProtocolError(f"call number {envelope.call} is negative")
         try:
             request = route.method.request_decoder.decode(envelope.body)
         except DECODE_ERRORS as exc:
@@ -447,9 +472,16 @@ class ServerConnection(RpcProtocol):
             return None
         return route, request
 
-    def _context(self) -> CallContext:
+    def _context(self, call: int = 0) -> CallContext:
         assert self.principal is not None
-        return CallContext(self.principal, self.peer, self)
+        return CallContext(self.principal, self.peer, self, call)
+
+    def _enter_call(self, call: int) -> CallContext:
+        """The context of an async call, and its retry key for whatever it awaits (this
+        runs in the call's own task, whose context variables are its own)."""
+        if call > 0 and self.client_id:
+            _CURRENT_CALL.set((self.client_id, call))
+        return self._context(call)
 
     def _on_request(self, envelope: InEnvelope) -> None:
         resolved = self._resolve(envelope, MethodKind.UNARY)
@@ -466,7 +498,9 @@ class ServerConnection(RpcProtocol):
         elif route.is_async:
             if self._admit(envelope):
                 self._unary_calls.add(envelope.id)
-                self._spawn(envelope.id, self._run_unary(envelope.id, route, request))
+                self._spawn(
+                    envelope.id, self._run_unary(envelope.id, envelope.call, route, request)
+                )
         else:
             try:
                 response = route.handler(self._context(), request)
@@ -485,7 +519,9 @@ class ServerConnection(RpcProtocol):
         receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
         self.receivers[envelope.id] = receiver
         receiver.grant_window()
-        self._spawn(envelope.id, self._run_upload(envelope.id, route, request, receiver))
+        self._spawn(
+            envelope.id, self._run_upload(envelope.id, envelope.call, route, request, receiver)
+        )
 
     def _admit(self, envelope: InEnvelope) -> bool:
         """Whether a new call may start now; otherwise it is parked or refused."""
@@ -503,7 +539,9 @@ class ServerConnection(RpcProtocol):
         # The body may view the shared receive buffer: keep a copy. Reading stops, so at
         # most the rest of one receive buffer (or one large frame) is ever parked.
         body = msgspec.Raw(bytes(envelope.body))
-        self._parked.append(InEnvelope(envelope.kind, envelope.id, envelope.method, body))
+        self._parked.append(
+            InEnvelope(envelope.kind, envelope.id, envelope.method, body, envelope.call)
+        )
         self._update_reading()
 
     def _unpark(self) -> None:
@@ -552,9 +590,9 @@ class ServerConnection(RpcProtocol):
             log.exception("handler %s failed", route.method.name, exc_info=exc)
             self.send_error(call_id, InternalError(f"{route.method.name}: {exc!r}"))
 
-    async def _run_unary(self, call_id: int, route: _Route, request: Any) -> None:
+    async def _run_unary(self, call_id: int, call: int, route: _Route, request: Any) -> None:
         try:
-            response = await route.handler(self._context(), request)
+            response = await route.handler(self._enter_call(call), request)
         except BaseException as exc:
             self._reply_error(call_id, route, exc)
             if isinstance(exc, asyncio.CancelledError):
@@ -563,10 +601,10 @@ class ServerConnection(RpcProtocol):
             self.send(Kind.RESPONSE, call_id, "", response)
 
     async def _run_upload(
-        self, call_id: int, route: _Route, request: Any, receiver: StreamReceiver
+        self, call_id: int, call: int, route: _Route, request: Any, receiver: StreamReceiver
     ) -> None:
         try:
-            response = await route.handler(self._context(), request, receiver)
+            response = await route.handler(self._enter_call(call), request, receiver)
             if not receiver.exhausted:
                 raise ProtocolError(f"{route.method.name} returned before the stream ended")
         except BaseException as exc:

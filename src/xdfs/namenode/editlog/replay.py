@@ -9,6 +9,7 @@ appended, byte for byte, to the follower's own edits log (durable at the caller'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,9 +57,11 @@ def decode_batch(first_txid: int, count: int, data: bytes) -> list[Decoded]:
     return out
 
 
-def apply_batch(records: list[Decoded], namespace: ReplayTarget, edits: RecordSink) -> int:
+def apply_batch(records: list[Decoded], namespace: ReplayTarget, edits: RecordSink,
+                on_applied: Callable[[int, Op], None] | None = None) -> int:
     """Apply and log checked records; returns the last txid applied. A record the
-    namespace refuses means the copy has diverged: StorageError (the caller stops)."""
+    namespace refuses means the copy has diverged: StorageError (the caller stops).
+    ``on_applied(txid, op)`` runs after each op (a standby's retry cache)."""
     last = 0
     for rec in records:
         try:
@@ -69,6 +72,8 @@ def apply_batch(records: list[Decoded], namespace: ReplayTarget, edits: RecordSi
                 f"namespace no longer matches the writer's"
             ) from exc
         edits.append_record(rec.txid, rec.record)
+        if on_applied is not None:
+            on_applied(rec.txid, rec.op)
         last = rec.txid
     return last
 

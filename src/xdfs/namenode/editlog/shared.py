@@ -103,9 +103,10 @@ class SharedEdits:
         return self.end
 
     async def catch_up(self, dirs: Sequence[NameDir], namespace: NamespaceTarget,
-                       local_last: int) -> int:
+                       local_last: int,
+                       on_applied: Callable[[int, Op], None] | None = None) -> int:
         """Apply and store locally the journal's txids after ``local_last``; returns the last
-        txid the namespace now holds."""
+        txid the namespace now holds. ``on_applied(txid, op)`` after each op."""
         end = self.end
         if end is None or end <= local_last:
             return local_last
@@ -119,6 +120,8 @@ class SharedEdits:
             except XdfsError as exc:
                 raise StorageError(f"replaying txid {txid} ({op.NAME}) from the shared "
                                    f"journal failed: {exc}") from exc
+            if on_applied is not None:
+                on_applied(txid, op)
         for directory in dirs:
             write_finalized(directory, local_last + 1, end, records)
         log.info("caught the local dirs up with the shared journal: txids %d..%d",
@@ -236,10 +239,10 @@ def trim_local(current: Path, end: int | None, image_txid: int) -> None:
                        else "the journal has lost acknowledged edits")
                 )
             continue
-        _trim_in_progress(segment.path, segment.start, journal_end)
+        trim_in_progress(segment.path, segment.start, journal_end)
 
 
-def _trim_in_progress(path: Path, start: int, end: int) -> None:
+def trim_in_progress(path: Path, start: int, end: int) -> None:
     if start > end:  # nothing of it was acknowledged
         target = path.with_name(f"{path.name}.unacked")
         os.replace(path, target)

@@ -26,9 +26,10 @@ and deletes the rest (older images and their md5, ``.ckpt`` leftovers, older seg
 from __future__ import annotations
 
 import filecmp
+import functools
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -168,10 +169,14 @@ def analyze_dir_log(storage: StorageDirectory, image_txid: int) -> DirLog:
 
 
 def load_namespace(
-    storage_dirs: Sequence[StorageDirectory], namespace_factory: NamespaceFactory[N]
+    storage_dirs: Sequence[StorageDirectory],
+    namespace_factory: NamespaceFactory[N],
+    on_applied: Callable[[N, int, Op], None] | None = None,
 ) -> tuple[N, int]:
     """Load the newest valid image and replay the edits after it; returns the namespace and
-    the last txid applied. Repairs what a crash may leave (torn tail, lagging dir)."""
+    the last txid applied. Repairs what a crash may leave (torn tail, lagging dir).
+    ``on_applied(namespace, txid, op)`` is called after each replayed op (the retry cache
+    is rebuilt that way)."""
     version = check_versions(storage_dirs)
     candidates = sorted(
         ((txid, i, d) for i, d in enumerate(storage_dirs) for txid in d.images()),
@@ -195,12 +200,20 @@ def load_namespace(
             problems.append(str(exc))
             continue
         log.info("loaded image %s (%d inodes)", path, header.inode_count)
-        last = _replay_after(storage_dirs, namespace, txid)
+        last = _replay_after(
+            storage_dirs, namespace, txid,
+            None if on_applied is None else functools.partial(on_applied, namespace),
+        )
         return namespace, last
     raise StorageError("no usable fsimage: " + "; ".join(problems))
 
 
-def _replay_after(dirs: Sequence[StorageDirectory], namespace: ReplayTarget, txid: int) -> int:
+def _replay_after(
+    dirs: Sequence[StorageDirectory],
+    namespace: ReplayTarget,
+    txid: int,
+    on_applied: Callable[[int, Op], None] | None = None,
+) -> int:
     logs = [analyze_dir_log(d, txid) for d in dirs]
     valid = [dl for dl in logs if dl.error is None]
     if not valid:
@@ -233,6 +246,8 @@ def _replay_after(dirs: Sequence[StorageDirectory], namespace: ReplayTarget, txi
                 f"replaying txid {applied_txid} ({op.NAME}) from {path} at byte offset "
                 f"{offset} failed: {exc}"
             ) from exc
+        if on_applied is not None:
+            on_applied(applied_txid, op)
         applied = applied_txid
     if applied != best.last_txid:
         raise StorageError(f"replay of {best.storage.current} stopped at txid {applied}, "

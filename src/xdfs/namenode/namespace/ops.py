@@ -8,6 +8,11 @@ without a tag; the record header carries :attr:`OPCODE`, which selects the type 
 
 Opcodes and field order are part of the on-disk format (``LAYOUT_VERSION``): append new
 fields at the end with defaults, never reuse an opcode.
+
+The ops an at-most-once call logs last (mkdir, add_file, close_file, delete, rename) end
+with the call's retry-cache key, ``rpc_client_id`` and ``rpc_call``
+(:mod:`xdfs.namenode.retry_cache`): appended fields, so records written before the key
+existed load with an empty one (no key: nothing to remember).
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ class MkdirOp(Op):
     owner: str
     group: str
     mtime_ms: int
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class AddFileOp(Op):
@@ -58,6 +66,9 @@ class AddFileOp(Op):
     block_size: int
     client: str
     overwrite: bool = False
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class AddBlockOp(Op):
@@ -87,6 +98,9 @@ class CloseFileOp(Op):
     mtime_ms: int
     atime_ms: int
     blocks: tuple[BlockRecord, ...]
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class DeleteOp(Op):
@@ -96,6 +110,9 @@ class DeleteOp(Op):
     NAME = "delete"
     path: str
     mtime_ms: int
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class RenameOp(Op):
@@ -106,6 +123,9 @@ class RenameOp(Op):
     src: str
     dst: str
     mtime_ms: int
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class SetPermissionOp(Op):
@@ -251,8 +271,13 @@ def op_to_dict(op: Op) -> dict[str, object]:
     out: dict[str, object] = {"op": op.NAME}
     for field in op.__struct_fields__:
         value = getattr(op, field)
+        if field in _RPC_KEY_FIELDS and not value:
+            continue  # no retry-cache key: nothing worth a column
         out[field] = _jsonable(value)
     return out
+
+
+_RPC_KEY_FIELDS = frozenset({"rpc_client_id", "rpc_call"})
 
 
 def _jsonable(value: object) -> object:

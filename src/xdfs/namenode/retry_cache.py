@@ -1,0 +1,191 @@
+"""The NameNode's retry cache (HDFS's RetryCache): at most once for non-idempotent calls.
+
+A client that lost its connection, timed out, or moved to another NameNode repeats a call
+with the same key, (client id, call number) (:func:`xdfs.rpc.server.current_call`). The
+cache remembers each such call of the methods declared ``at_most_once``: a repeat of a call
+still running waits for it; a repeat of a finished one gets the first outcome (the answer,
+or the same error) and applies nothing. Entries live ``retry_cache_expiry_s`` from their
+first try (HDFS: 10 min); at most ``retry_cache_entries_max`` are kept, oldest finished
+first out.
+
+The ids travel in the edits: the last op a call logs carries its key (as HDFS logs
+rpcClientId/rpcCallId), so a NameNode replaying edits at startup, or a standby applying
+them as it tails the journal, rebuilds the entries with :func:`record_applied`, and a retry
+after a restart or a failover is answered from the log instead of being applied twice.
+
+This module is the pure core: no clock reads (times are passed in), no I/O. The asyncio
+side (waiting for a running first try, durability) is :meth:`Namesystem.at_most_once`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import msgspec.structs
+
+from xdfs.common.faults import FAULT_POINTS
+from xdfs.errors import Cancelled, InternalError, XdfsError
+from xdfs.namenode.namespace.ops import (
+    AddFileOp,
+    CloseFileOp,
+    DeleteOp,
+    MkdirOp,
+    Op,
+    RenameOp,
+)
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.rpc.server import CallKey
+
+#: The ops that carry a call's key: the last op of each at-most-once mutation.
+KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp)
+
+#: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
+KEYED_DURABLE = "namenode.keyed_call_durable"
+assert KEYED_DURABLE in FAULT_POINTS
+
+
+class State(Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class Entry:
+    """One call: its outcome once known. ``txid``: the last txid of its ops (a retry is
+    answered once that is durable). ``waiters`` are told when the first try ends."""
+
+    expires_s: float
+    state: State = State.RUNNING
+    value: object = None
+    error: XdfsError | None = None
+    txid: int = 0
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+
+    def _settle(self, state: State) -> None:
+        self.state = state
+        waiters, self.waiters = self.waiters, []
+        for wake in waiters:
+            wake()
+
+
+def forgettable(error: BaseException) -> bool:
+    """An outcome that decided nothing (the call did not run here, or not to its end): the
+    entry is dropped so a retry runs the call again instead of getting this answer."""
+    if not isinstance(error, XdfsError):
+        return True
+    return error.retriable or isinstance(error, Cancelled | InternalError)
+
+
+class RetryCache:
+    def __init__(self, entries_max: int, expiry_s: float) -> None:
+        self.entries_max = entries_max
+        self.expiry_s = expiry_s
+        self._entries: OrderedDict[CallKey, Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: CallKey, now_s: float) -> Entry | None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.expires_s <= now_s and entry.state is not State.RUNNING:
+            del self._entries[key]
+            return None
+        return entry
+
+    def begin(self, key: CallKey, now_s: float) -> Entry | None:
+        """The entry of an earlier try of ``key`` if there is one (running or finished);
+        else None, after recording this try as running."""
+        entry = self.get(key, now_s)
+        if entry is not None:
+            return entry
+        self._insert(key, Entry(now_s + self.expiry_s), now_s)
+        return None
+
+    def succeed(self, key: CallKey, value: object, txid: int) -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry.state is State.RUNNING:
+            entry.value, entry.txid = value, txid
+            entry._settle(State.SUCCEEDED)
+
+    def fail(self, key: CallKey, error: BaseException) -> None:
+        """The first try failed: remember the error, or forget the call when the error
+        decided nothing (:func:`forgettable`)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.state is not State.RUNNING:
+            return
+        if forgettable(error):
+            del self._entries[key]
+            entry._settle(State.FAILED)  # waiters find no entry and run the call themselves
+            return
+        assert isinstance(error, XdfsError)
+        entry.error = error
+        entry._settle(State.FAILED)
+
+    def add_applied(self, key: CallKey, value: object, txid: int, now_s: float) -> None:
+        """A call whose ops were applied from the edits (startup replay, a standby's
+        tailing): a retry of it gets ``value``."""
+        entry = Entry(now_s + self.expiry_s, State.SUCCEEDED, value, None, txid)
+        self._entries.pop(key, None)
+        self._insert(key, entry, now_s)
+
+    def _insert(self, key: CallKey, entry: Entry, now_s: float) -> None:
+        self._evict(now_s)
+        self._entries[key] = entry
+
+    def _evict(self, now_s: float) -> None:
+        """Drop expired entries from the old end, then the oldest finished ones while the
+        cache is full. A running entry is never dropped (a retry must find it)."""
+        entries = self._entries
+        while entries:
+            key, oldest = next(iter(entries.items()))
+            if oldest.expires_s > now_s or oldest.state is State.RUNNING:
+                break
+            del entries[key]
+        excess = len(entries) - self.entries_max + 1
+        victims: list[CallKey] = []
+        for key, entry in entries.items():  # oldest first; stops as soon as it has enough
+            if len(victims) >= excess:
+                break
+            if entry.state is not State.RUNNING:
+                victims.append(key)
+        for key in victims:
+            del entries[key]
+
+
+def key_of(op: Op) -> CallKey | None:
+    """The call key an op was logged with, None when it has none."""
+    client_id: bytes = getattr(op, "rpc_client_id", b"")
+    call: int = getattr(op, "rpc_call", 0)
+    return (client_id, call) if client_id and call else None
+
+
+def with_key(op: Op, key: CallKey) -> Op:
+    """``op`` carrying ``key``; ops that cannot carry one are returned as they are."""
+    if not isinstance(op, KEYED_OPS):
+        return op
+    return msgspec.structs.replace(op, rpc_client_id=key[0], rpc_call=key[1])
+
+
+def answer_of(op: Op, ns: Namespace) -> object:
+    """What the call that logged ``op`` answered, read right after ``op`` is applied (so a
+    replay yields exactly the first answer): the status of the directory or file it made
+    or closed, the destination of a rename (and of a delete to the trash), "" for a
+    delete."""
+    if isinstance(op, RenameOp):
+        return op.dst
+    if isinstance(op, DeleteOp):
+        return ""
+    assert isinstance(op, MkdirOp | AddFileOp | CloseFileOp)
+    return ns.stat(op.path)
+
+
+def record_applied(cache: RetryCache, op: Op, ns: Namespace, txid: int, now_s: float) -> None:
+    """Call after applying each op from the edits (startup replay, or a standby NameNode
+    tailing the journal): an op that carries a call key becomes that call's entry."""
+    key = key_of(op)
+    if key is not None:
+        cache.add_applied(key, answer_of(op, ns), txid, now_s)

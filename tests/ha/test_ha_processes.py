@@ -1,0 +1,168 @@
+"""HA with real processes: two NameNodes on a quorum journal of three JournalNodes.
+
+A NameNode of ``ha.namenodes`` starts standby and tails the journal; ``xdfs admin``
+makes one active. What must hold: the standby's namespace follows the active's; after
+the active is SIGKILLed, or paused (SIGSTOP) and later resumed, the other becomes active
+with every acknowledged edit, and the old one never acknowledges anything more (its next
+journal write is fenced by the new epoch); graceful transitions both ways lose nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from xdfs.errors import XdfsError
+
+from ..journal.qjm_cluster import make_cluster
+from .cluster import HaCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def ha(tmp_path: Path) -> Iterator[HaCluster]:
+    qjm = make_cluster(tmp_path, tmp_path)
+    cluster = HaCluster(qjm, tmp_path)
+    try:
+        cluster.format()
+        yield cluster
+    finally:
+        qjm.group.kill_all()
+
+
+def _ok(result: object) -> str:
+    assert getattr(result, "returncode", 1) == 0, (getattr(result, "stdout", ""),
+                                                   getattr(result, "stderr", ""))
+    return str(getattr(result, "stdout", ""))
+
+
+async def _mkdirs(ha: HaCluster, prefix: str, count: int, *ids: str) -> list[str]:
+    async with ha.client(*ids) as client:
+        done = []
+        for i in range(count):
+            path = f"/{prefix}/d{i}"
+            await client.mkdirs(path)
+            done.append(path)
+        return done
+
+
+async def _missing(ha: HaCluster, paths: list[str], *ids: str) -> list[str]:
+    async with ha.client(*ids) as client:
+        return [p for p in paths if not await client.exists(p)]
+
+
+def _last_txid(ha: HaCluster, nn_id: str) -> int:
+    from xdfs.protocol.ha import GET_SERVICE_STATE
+    from xdfs.rpc.loop import run
+    from xdfs.rpc.messages import Empty
+
+    async def ask() -> int:
+        async with ha.client(nn_id) as client:
+            status = await client.rpc.call(GET_SERVICE_STATE, Empty())
+            return int(status.last_txid)
+
+    return run(ask())
+
+
+def test_standby_tails_then_takes_over_after_the_active_is_killed(ha: HaCluster) -> None:
+    """nn2 is bootstrapped from nn1's image (-bootstrapStandby) while nn1 serves."""
+    shutil.rmtree(ha.name_dir("nn2"))
+    ha.start("nn1")
+    assert ha.state("nn1") == "standby"
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    assert ha.state("nn1") == "active"
+    acked = asyncio.run(_mkdirs(ha, "before", 20))
+    _ok(ha.admin("-saveNamespace"))
+    acked += asyncio.run(_mkdirs(ha, "before-more", 20))
+    said = _ok(ha.xdfs("namenode", "--name-dir", str(ha.name_dir("nn2")), "-bootstrapStandby"))
+    assert "bootstrapped" in said
+    ha.start("nn2")
+    assert ha.state("nn2") == "standby"
+    # the standby answers Standby to clients, and its namespace follows the active's
+    refused = ha.xdfs("dfs", "-fs", f"xdfs://{ha.addresses['nn2']}", "-ls", "/")
+    assert refused.returncode != 0 and "is standby" in refused.stderr, refused.stderr
+    active_txid = _last_txid(ha, "nn1")
+    ha.wait(lambda: _last_txid(ha, "nn2") >= active_txid, "nn2 tails nn1")
+
+    ha.namenodes["nn1"].kill()
+    _ok(ha.admin("-transitionToActive", "nn2"))
+    assert ha.state("nn2") == "active"
+    assert asyncio.run(_missing(ha, acked)) == []
+    acked += asyncio.run(_mkdirs(ha, "after", 20))
+    # nn1 restarts as a standby and catches up from the journal
+    ha.start("nn1")
+    assert ha.state("nn1") == "standby"
+    txid = _last_txid(ha, "nn2")
+    ha.wait(lambda: _last_txid(ha, "nn1") >= txid, "nn1 tails nn2")
+    assert asyncio.run(_missing(ha, acked)) == []
+
+
+def test_a_paused_active_is_fenced_when_it_wakes_up(ha: HaCluster) -> None:
+    ha.start("nn1")
+    ha.start("nn2")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    acked = asyncio.run(_mkdirs(ha, "before", 10))
+    old = ha.namenodes["nn1"]
+    os.kill(old.pid, signal.SIGSTOP)
+    try:
+        _ok(ha.admin("-transitionToActive", "nn2"))
+        acked += asyncio.run(_mkdirs(ha, "during", 10, "nn2"))
+    finally:
+        os.kill(old.pid, signal.SIGCONT)
+
+    async def write_to_old() -> str:
+        async with ha.client("nn1") as client:
+            try:
+                await client.mkdirs("/from-the-old-active")
+            except XdfsError as exc:
+                return type(exc).__name__
+            return "acknowledged"
+
+    assert asyncio.run(write_to_old()) != "acknowledged"
+    assert asyncio.run(_missing(ha, ["/from-the-old-active"], "nn2")) == [
+        "/from-the-old-active"]
+    assert asyncio.run(_missing(ha, acked, "nn2")) == []
+    ha.wait(lambda: not old.alive() or ha.state("nn1") != "active",
+            "the fenced NameNode stops being active")
+
+
+def test_graceful_transitions_both_ways_lose_nothing(ha: HaCluster) -> None:
+    ha.start("nn1")
+    ha.start("nn2")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    acked = asyncio.run(_mkdirs(ha, "first", 5))
+    # a second active is refused while the first answers
+    refused = ha.admin("-transitionToActive", "nn2")
+    assert refused.returncode == 1 and "TakeoverRefused" in refused.stderr, refused.stderr
+    for round_, (old, new) in enumerate((("nn1", "nn2"), ("nn2", "nn1"), ("nn1", "nn2"))):
+        _ok(ha.admin("-transitionToStandby", old))
+        assert ha.state(old) == "standby"
+        _ok(ha.admin("-transitionToActive", new))
+        acked += asyncio.run(_mkdirs(ha, f"round{round_}", 10))
+        assert asyncio.run(_missing(ha, acked)) == []
+    assert ha.state("nn1") == "standby" and ha.state("nn2") == "active"
+
+
+def test_standby_checkpoints_and_uploads_to_the_active(ha: HaCluster) -> None:
+    """The active (nn1) would checkpoint only after many more txns than its standby."""
+    ha.qjm.extra += ["-D", "namenode.checkpoint_check_interval_s=0.3"]
+    ha.start("nn1", "-D", "namenode.checkpoint_txns=100000")
+    ha.start("nn2", "-D", "namenode.checkpoint_txns=60")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    acked = asyncio.run(_mkdirs(ha, "many", 80))
+    ha.wait(lambda: "installed the checkpoint uploaded" in ha.namenodes["nn1"].log_text(),
+            "the active installs the standby's checkpoint")
+    assert "standby checkpoint written" in ha.namenodes["nn2"].log_text()
+    assert any(p.name.startswith("fsimage_") for p in (ha.name_dir("nn2") / "current").iterdir())
+    # restarted, nn1 loads the uploaded image and its edits: nothing is lost
+    ha.namenodes["nn1"].kill()
+    ha.start("nn1")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    assert asyncio.run(_missing(ha, acked)) == []
