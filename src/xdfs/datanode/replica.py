@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xdfs.common.faults import FAULTS, fault_point
-from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
 from xdfs.datanode import checksums
 from xdfs.datanode.layout import data_name, meta_name
 from xdfs.errors import BlockNotFound, CorruptReplica, StorageError
@@ -48,6 +48,9 @@ class Replica:
     finalized: bool = True
     #: The newest block recovery that claimed this replica (0: none; HDFS's RUR state).
     recovery_genstamp: int = 0
+    #: Being appended to: ``num_bytes`` and ``meta_path`` describe the part written before
+    #: (finalized, or hflushed), readable while the data file grows in ``rbw/``.
+    appending: bool = False
 
     @property
     def record(self) -> BlockRecord:
@@ -103,12 +106,64 @@ class ReplicaWriter:
         self._meta_fd = -1
         #: Set once the replica is in finalized/ (the writer is then done).
         self.finalized: Replica | None = None
+        #: An append's old checksum file, kept for readers of the part written before and
+        #: removed once the writer is done (see :meth:`reopen`).
+        self.stale_meta: Path | None = None
 
     def open(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         self._data_fd = _open(self.data_path, flags)
         self._meta_fd = _open(self.meta_path, flags)
         self._write_meta(checksums.meta_header(self._builder.bytes_per_checksum))
+
+    def reopen(self, replica: Replica) -> Replica:
+        """Append: continue the finalized ``replica`` (HDFS's append to a finalized
+        replica). Its checksum file is copied, whole and durably, to ``rbw/`` under the new
+        genstamp, then its data file moves there (a crash from then on leaves an rbw
+        replica of every byte it had); writing continues at its end, the checksums from
+        its partial last chunk. Returns the replica as readers see it meanwhile: the part
+        written before, checked against the old checksum file (kept until the end)."""
+        name = f"block {replica.block_id} ({replica.data_path})"
+        length = replica.num_bytes
+        try:
+            meta = replica.meta_path.read_bytes()
+            step = checksums.parse_meta_header(meta[: checksums.META_HEADER.size], name)
+            whole = length // step
+            with open(replica.data_path, "rb") as data:
+                data.seek(whole * step)
+                tail = data.read(length - whole * step)
+        except FileNotFoundError:
+            raise BlockNotFound(f"block {replica.block_id}: replica was removed") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {name}: {exc}") from exc
+        if len(meta) != checksums.meta_file_bytes(length, step) or (
+            tail and checksums.first_bad_chunk(tail, meta[checksums.crc_offset(whole):], step)
+            is not None
+        ):
+            raise CorruptReplica(f"{name}: its last chunk does not match its checksum file")
+        atomic_write(self.meta_path, meta)
+        try:
+            os.replace(replica.data_path, self.data_path)
+        except OSError as exc:
+            raise StorageError(f"cannot move {name} to {self.rbw_dir}: {exc}") from exc
+        fsync_dir(self.rbw_dir)
+        fsync_dir(replica.data_path.parent)
+        self._data_fd = _open(self.data_path, os.O_WRONLY | os.O_APPEND)
+        self._meta_fd = _open(self.meta_path, os.O_WRONLY)
+        os.lseek(self._meta_fd, checksums.crc_offset(whole), os.SEEK_SET)  # the tail's CRC
+        self._builder = checksums.ChecksumBuilder(step)
+        self._builder.update(tail)
+        self.num_bytes = length
+        self.meta_bytes = checksums.crc_offset(whole)
+        self.stale_meta = replica.meta_path
+        return Replica(replica.block_id, self.genstamp, length, self.data_path,
+                       replica.meta_path, replica.meta_bytes, finalized=False, appending=True)
+
+    def _drop_stale_meta(self, keep: Path) -> None:
+        if self.stale_meta is not None and self.stale_meta != keep:
+            unlink_quietly(self.stale_meta)
+            fsync_dir(self.stale_meta.parent)
+        self.stale_meta = None
 
     def _write_meta(self, data: bytes) -> None:
         if data:
@@ -127,6 +182,7 @@ class ReplicaWriter:
         self._finish_and_sync()
         fault_point("datanode.before_finalize")
         data_dest, meta_dest = move_files(self.data_path, self.meta_path, dest_dir)
+        self._drop_stale_meta(meta_dest)
         self.finalized = Replica(
             self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
         )
@@ -143,6 +199,7 @@ class ReplicaWriter:
             return None
         self._finish_and_sync()
         fsync_dir(self.rbw_dir)
+        self._drop_stale_meta(self.meta_path)
         return Replica(self.block_id, self.genstamp, self.num_bytes, self.data_path,
                        self.meta_path, self.meta_bytes, finalized=False)
 
@@ -198,7 +255,10 @@ class ReplicaReader:
         try:
             self.chunk_bytes = checksums.parse_meta_header(header, self._name)
             expected_meta = checksums.meta_file_bytes(replica.num_bytes, self.chunk_bytes)
-            if data_size != replica.num_bytes or meta_size != expected_meta:
+            # an appended replica's data file grows past the part readers may see
+            short = data_size < replica.num_bytes if replica.appending else (
+                data_size != replica.num_bytes)
+            if short or meta_size != expected_meta:
                 raise CorruptReplica(
                     f"{self._name}: data file has {data_size} bytes and checksum file "
                     f"{meta_size}; expected {replica.num_bytes} and {expected_meta}"

@@ -58,6 +58,7 @@ async def receive_replica(
     genstamp: int,
     chunks: AsyncIterable[bytes | memoryview],
     on_kept: Callable[[Replica], None],
+    append_to: Replica | None = None,
 ) -> Replica:
     """Write the stream to rbw/ and finalize it once the stream ended normally.
 
@@ -66,14 +67,20 @@ async def receive_replica(
     block recovery stopped the write), what was written is kept in state rbw, checksummed
     and fsynced, put in the map and handed to ``on_kept`` (a block recovery may finalize
     it); a disk error deletes the rbw files instead. A finalize that completed is kept even
-    if the caller was cancelled meanwhile (the replica is whole)."""
+    if the caller was cancelled meanwhile (the replica is whole).
+
+    ``append_to``: the finalized replica the stream continues (``ReplicaWriter.reopen``);
+    until the end, the map holds what readers may see of it."""
     writer = storage.new_writer(block_id, genstamp)
     disk_failed = False
     try:
-        await in_thread(writer.open)
+        if append_to is None:
+            await in_thread(writer.open)
+        else:
+            storage.add(await in_thread(writer.reopen, append_to))
         async for data in chunks:
             await in_thread(writer.write, data)
-        replaced = storage.get(block_id)
+        replaced = None if append_to is not None else storage.get(block_id)
         await in_thread(storage.commit, writer, replaced)
     except StorageError:
         disk_failed = True

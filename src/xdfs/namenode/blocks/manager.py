@@ -270,11 +270,27 @@ class BlockManager:
         replacement target): a recovery asks them even if they never report it."""
         self._expected.setdefault(block_id, set()).update(node_ids)
 
-    def plan_lease_recovery(self, blocks: Sequence[BlockRecord]) -> CloseNow | RecoverBlock:
-        """How to close an open file with these blocks (see block_recovery.py)."""
+    def plan_lease_recovery(
+        self, blocks: Sequence[BlockRecord], truncating: bool = False
+    ) -> CloseNow | RecoverBlock:
+        """How to close an open file with these blocks (see block_recovery.py). A file
+        being truncated always recovers its last block to the namespace's length (its
+        replicas are longer), unless nobody holds it."""
         if not blocks:
             return CloseNow(())
+        if truncating:
+            holders = self.holders(blocks[-1])
+            return RecoverBlock(blocks[-1], holders) if holders else CloseNow(tuple(blocks[:-1]))
         return plan_lease_recovery(blocks, *self._live_replicas(blocks[-1].block_id))
+
+    def holders(self, block: BlockRecord) -> tuple[str, ...]:
+        """Node ids a recovery of ``block`` would ask (live holders, then expected)."""
+        return recovery_holders(block, *self._live_replicas(block.block_id))
+
+    def expect_holders(self, block_id: int) -> None:
+        """A block reopened for append is written where its replicas are: a recovery asks
+        those nodes even while they hold it under its old genstamp."""
+        self.expect(block_id, [r.node_id for r in self.map.replicas(block_id)])
 
     def _live_replicas(
         self, block_id: int
@@ -323,7 +339,9 @@ class BlockManager:
         holders = recovery_holders(state.record, *self._live_replicas(work.block_id))
         token = self.block_token(self.ns.superuser, work.block_id, "w")
         targets = [self.address(node_id) for node_id in holders]
-        return RecoverBlockTask(state.record, attempt.genstamp, targets, token)
+        # a truncate cuts to the namespace's length; a lease recovery agrees on one
+        new_length = state.record.num_bytes if self.ns.is_truncating(state.file) else -1
+        return RecoverBlockTask(state.record, attempt.genstamp, targets, token, new_length)
 
     def report_bad_replica(self, block_id: int, address: str) -> bool:
         """A reader found a checksum error; ignored unless that node holds the replica."""
