@@ -207,7 +207,6 @@ async def test_namenode_restart_replays_append_truncate_and_concat(cluster: Clus
     nn = cluster.mc.namenodes[0]
     assert nn.fs is not None
     dump = nn.fs.ns.canonical_dump()
-    expected = {path: await client.read_file(path) for path in ("/r/a", "/r/c")}
     await client.close()
     await cluster.mc.stop_namenode(nn)
     restarted = await cluster.mc.start_namenode(format_dirs=False, config=cluster.config)
