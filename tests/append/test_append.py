@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.datapath.conftest import BLOCK_BYTES, Cluster, payload
+from tests.datapath.conftest import BLOCK_BYTES, Cluster, payload, replication_settled
 from xdfs.errors import InvalidArgument, LeaseError, NotFound, RecoveryInProgress
 from xdfs.testing.poll import eventually
 
@@ -212,3 +212,15 @@ async def test_namenode_restart_replays_append_truncate_and_concat(cluster: Clus
     restarted = await cluster.mc.start_namenode(format_dirs=False, config=cluster.config)
     assert restarted.fs is not None
     assert restarted.fs.ns.canonical_dump() == dump
+
+
+async def test_concatenated_blocks_take_the_targets_replication(cluster: Cluster) -> None:
+    client = cluster.client
+    await client.write_file("/c3/t", payload(1000, seed=40), replication=3,
+                            block_size=BLOCK_BYTES)
+    await client.write_file("/c3/s", payload(2000, seed=41), replication=1,
+                            block_size=BLOCK_BYTES)
+    await client.concat("/c3/t", ["/c3/s"])
+    await eventually(lambda: replication_settled(client, "/c3/t"), what="3 replicas each")
+    located = (await client.block_locations("/c3/t")).blocks
+    assert [len(b.locations) for b in located] == [3, 3]

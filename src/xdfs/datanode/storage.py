@@ -213,14 +213,20 @@ class DataStorage:
         return self.replicas.get(block_id)
 
     def report_records(self) -> list[BlockRecord]:
-        """Finalized, healthy replicas in block-id order (for full block reports)."""
+        """Finalized, healthy replicas in block-id order (for full block reports). A
+        replica being appended to counts with the part readers see: it is still where
+        readers find that part (were it reported rbw, the NameNode would stop naming it)."""
         return [
-            r.record for _, r in sorted(self.replicas.items()) if r.finalized and not r.corrupt
+            r.record for _, r in sorted(self.replicas.items())
+            if (r.finalized or r.appending) and not r.corrupt
         ]
 
     def rbw_records(self) -> list[BlockRecord]:
         """Replicas in state rbw, in block-id order (for full block reports)."""
-        return [r.record for _, r in sorted(self.replicas.items()) if not r.finalized]
+        return [
+            r.record for _, r in sorted(self.replicas.items())
+            if not r.finalized and not r.appending
+        ]
 
     def claim(self, block_id: int) -> None:
         """Mark ``block_id`` busy (a write or delete is starting); AlreadyExists if it is."""

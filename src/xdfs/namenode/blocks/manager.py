@@ -52,7 +52,13 @@ from xdfs.namenode.blocks.replication import (
     replica_flags,
 )
 from xdfs.namenode.blocks.safemode import SafeMode
-from xdfs.namenode.namespace.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
+from xdfs.namenode.namespace.ops import (
+    CloseFileOp,
+    ConcatOp,
+    Op,
+    SetReplicationOp,
+    UpdateBlocksOp,
+)
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
@@ -379,6 +385,8 @@ class BlockManager:
             return tuple(b.block_id for b in op.blocks[-2:])  # the committed and the new last
         if isinstance(op, SetReplicationOp):
             return tuple(b.block_id for b in self.ns.get_blocks(self.ns.resolved(op.path, at)))
+        if isinstance(op, ConcatOp):  # the moved blocks take the target's replication
+            return tuple(b.block_id for b in self.ns.get_blocks(self.ns.resolved(op.target, at)))
         return ()
 
     def leaving(self, block_ids: Iterable[int]) -> None:
