@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tests.datapath.conftest import BLOCK_BYTES, Cluster, payload, replication_settled
-from xdfs.errors import InvalidArgument, LeaseError, NotFound, RecoveryInProgress
+from tests.integration.conftest import connect
+from xdfs.errors import AccessDenied, InvalidArgument, LeaseError, NotFound, RecoveryInProgress
 from xdfs.testing.poll import eventually
 
 
@@ -224,3 +225,35 @@ async def test_concatenated_blocks_take_the_targets_replication(cluster: Cluster
     await eventually(lambda: replication_settled(client, "/c3/t"), what="3 replicas each")
     located = (await client.block_locations("/c3/t")).blocks
     assert [len(b.locations) for b in located] == [3, 3]
+
+
+async def test_truncate_into_a_middle_block_drops_the_rest(cluster: Cluster) -> None:
+    client = cluster.client
+    data = payload(3 * BLOCK_BYTES, seed=50)
+    await client.write_file("/t/m", data, block_size=BLOCK_BYTES)
+    assert await client.truncate("/t/m", BLOCK_BYTES + 7) is False
+    await eventually(lambda: _closed(cluster, "/t/m"), what="truncate recovery")
+    assert await client.read_file("/t/m") == data[: BLOCK_BYTES + 7]
+    assert [b.block.num_bytes for b in (await client.block_locations("/t/m")).blocks] == [
+        BLOCK_BYTES, 7,
+    ]
+
+
+async def test_append_truncate_concat_need_write_permission(cluster: Cluster) -> None:
+    client = cluster.client
+    await client.add_user("alice", "alice-pw")
+    await client.mkdirs("/p")
+    await client.set_permission("/p", 0o777)
+    for name in ("f", "g"):
+        await client.write_file(f"/p/{name}", b"root's", mode=0o644)
+    alice = connect(cluster.mc.namenodes[0], "alice", "alice-pw")
+    async with alice:
+        with pytest.raises(AccessDenied):
+            await alice.append("/p/f")
+        with pytest.raises(AccessDenied):
+            await alice.truncate("/p/f", 1)
+        with pytest.raises(AccessDenied):
+            await alice.concat("/p/f", ["/p/g"])
+    assert await client.read_file("/p/f") == b"root's"
+    assert await client.read_file("/p/g") == b"root's"
+    assert not (await client.stat("/p/f")).under_construction
