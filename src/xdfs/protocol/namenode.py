@@ -389,7 +389,7 @@ RECOVER_LEASE = _m(
 APPEND = _m(
     "append", AppendRequest, AppendResponse, False, "Reopen a file to append; take its lease."
 )
-FSYNC = _m("fsync", FsyncRequest, Empty, False, "hflush: new readers see the open file's bytes.")
+FSYNC = _m("fsync", FsyncRequest, Empty, True, "hflush: new readers see the open file's bytes.")
 TRUNCATE = _m("truncate", TruncateRequest, TruncateResponse, False, "Cut a file to a length.")
 CONCAT = _m("concat", ConcatRequest, Empty, False, "Move the sources' blocks to the target.")
 BLOCK_LOCATIONS = _m(
