@@ -4,6 +4,8 @@ subprocesses, SIGKILLed and restarted):
 * every DataNode killed while a block is continued after an hflush: once they are back
   and the lease is recovered, the file holds every byte acknowledged (closed before the
   append, or hflushed) -- the continued replicas kept them in rbw;
+* the appending writer killed after an hflush (and more bytes): lease recovery closes the
+  file with at least every byte it hflushed;
 * a truncate inside a block whose DataNodes are paused, then killed and restarted: the
   NameNode starts the block recovery again and the file ends at the new length.
 """
@@ -13,15 +15,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.datapath.conftest import BLOCK_BYTES, payload
-from tests.datapath.test_processes import ProcessCluster
+from tests.datapath.test_processes import ENV, ProcessCluster
 from xdfs.client.client import AsyncClient
-from xdfs.common.process import ProcessGroup
+from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.testing.poll import eventually
 
 pytestmark = pytest.mark.slow
@@ -84,6 +87,43 @@ async def test_hflushed_bytes_survive_every_datanode_killed_mid_append(
     acknowledged = closed + flushed
     assert data[: len(acknowledged)] == acknowledged
     assert data == (acknowledged + unflushed)[: len(data)]  # nothing but what was written
+
+
+APPENDER = """
+import asyncio, os, sys
+from xdfs.client.client import AsyncClient
+from xdfs.config import XdfsConfig
+
+async def main(address, path):
+    async with AsyncClient(f"xdfs://{address}", user=os.environ["XDFS_USER"],
+                           password=os.environ["XDFS_PASSWORD"], config=XdfsConfig()) as client:
+        writer = await client.append(path)
+        await writer.write(b"F" * 3000)
+        await writer.hflush()
+        await writer.write(b"U" * 2000)
+        print("flushed", flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_hflushed_bytes_survive_the_appender_killed(procs: ProcessCluster) -> None:
+    closed = payload(5000, seed=5)
+    async with procs.client() as client:
+        await client.write_file("/w", closed, block_size=BLOCK_BYTES, replication=3)
+        appender = ServerProcess(
+            [sys.executable, "-c", APPENDER, procs.nn_address, "/w"],
+            log_path=procs.base / "appender.log", ready_pattern=r"flushed", env=ENV,
+        )
+        await asyncio.to_thread(procs.group.start, appender, 60.0)
+        assert await client.read_file("/w") == closed + b"F" * 3000  # visible: hflushed
+        appender.kill()
+        await eventually(lambda: client.recover_lease("/w"), timeout_s=60,
+                         what="the lease recovered")
+        data = await client.read_file("/w")
+    written = closed + b"F" * 3000 + b"U" * 2000
+    assert len(data) >= len(closed) + 3000 and data == written[: len(data)]
 
 
 async def test_truncate_recovery_finishes_after_the_datanodes_restart(
