@@ -661,29 +661,23 @@ class Namesystem:
                     f"cannot truncate {iip.path} to {new_length} bytes: it has {length}")
             if new_length == length:
                 return Plan.of((), done)
-            kept: list[BlockRecord] = []
-            position = 0
-            for block in node.blocks:
-                if position >= new_length:
-                    break
-                kept.append(block)
-                position += block.num_bytes
+            kept = _kept_blocks(node.blocks, new_length)
             now = self.now_ms()
-            if position == new_length:
-                return Plan.of([TruncateOp(iip.path, new_length, now, tuple(kept))], done,
-                               (iip,))
-            last = kept[-1]
-            kept[-1] = BlockRecord(last.block_id, last.genstamp,
-                                   last.num_bytes - (position - new_length))
-            decision = RecoverBlock(kept[-1], self.blocks.holders(kept[-1]))
+            if sum(b.num_bytes for b in kept) == new_length:
+                return Plan.of([TruncateOp(iip.path, new_length, now, kept)], done, (iip,))
+            # inside a block: the block keeps its id and stamp, cut to the new length
+            cut = BlockRecord(kept[-1].block_id, kept[-1].genstamp,
+                              new_length - sum(b.num_bytes for b in kept[:-1]))
+            decision = RecoverBlock(cut, self.blocks.holders(cut))
             if not decision.holders:
                 raise NotEnoughReplicas(
                     f"cannot truncate {iip.path}: no live DataNode holds its block "
-                    f"{last.block_id}")
+                    f"{cut.block_id}")
             genstamp = self.ns.allocate_genstamp()
-            attempt = self.blocks.begin_recovery(decision, genstamp)
-            op = TruncateOp(iip.path, new_length, now, tuple(kept), RECOVERY_HOLDER, genstamp)
-            started: tuple[bool, Attempt | None] = (False, attempt)
+            started: tuple[bool, Attempt | None] = (
+                False, self.blocks.begin_recovery(decision, genstamp))
+            op = TruncateOp(iip.path, new_length, now, (*kept[:-1], cut), RECOVERY_HOLDER,
+                            genstamp)
             return Plan.of([op], started, (iip,))
 
         finished, attempt = await self.mutate("truncate", plan)
@@ -1040,3 +1034,15 @@ class Namesystem:
                 "is under way (superseded, or the file is gone)"
             )
         return iip
+
+
+def _kept_blocks(blocks: Sequence[BlockRecord], new_length: int) -> tuple[BlockRecord, ...]:
+    """The blocks a file cut to ``new_length`` keeps, whole (the last may hold more)."""
+    kept: list[BlockRecord] = []
+    position = 0
+    for block in blocks:
+        if position >= new_length:
+            break
+        kept.append(block)
+        position += block.num_bytes
+    return tuple(kept)
