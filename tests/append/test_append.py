@@ -5,11 +5,22 @@ the block to the new length, concat moves blocks."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from tests.datapath.conftest import BLOCK_BYTES, Cluster, payload, replication_settled
 from tests.integration.conftest import connect
-from xdfs.errors import AccessDenied, InvalidArgument, LeaseError, NotFound, RecoveryInProgress
+from xdfs.errors import (
+    AccessDenied,
+    BlockNotFound,
+    InvalidArgument,
+    LeaseError,
+    NotFound,
+    RecoveryInProgress,
+)
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest
 from xdfs.testing.poll import eventually
 
 
@@ -257,3 +268,33 @@ async def test_append_truncate_concat_need_write_permission(cluster: Cluster) ->
     assert await client.read_file("/p/f") == b"root's"
     assert await client.read_file("/p/g") == b"root's"
     assert not (await client.stat("/p/f")).under_construction
+
+
+async def test_a_datanode_continues_only_the_replica_the_token_is_for(cluster: Cluster) -> None:
+    """An append stream names the replica it continues: another block (whose token the
+    writer lacks), or a replica that moved on, is refused and left as it was."""
+    client = cluster.client
+    await client.write_file("/a/x", b"x" * 100, replication=3)
+    await client.write_file("/a/y", b"y" * 100, replication=3)
+    x = (await client.block_locations("/a/x")).blocks[0]
+    y = (await client.block_locations("/a/y")).blocks[0]
+    address = x.locations[0]
+    node = next(dn for dn in cluster.mc.datanodes if dn.address == address)
+    rpc = client.datanodes.get(address)
+    fs = cluster.mc.namenodes[0].fs
+    assert fs is not None
+    token = fs.blocks.block_token("root", x.block.block_id, "w")  # a writer's, for x only
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"intruder"
+
+    for target, append_to, error in (
+        (x.block, y.block, InvalidArgument),  # x's token, y's replica
+        (x.block, BlockRecord(x.block.block_id, x.block.genstamp, 99), BlockNotFound),
+    ):
+        request = WriteBlockRequest(target, token, "t", append_to)
+        with pytest.raises(error):
+            await rpc.upload(WRITE_BLOCK, request, chunks())
+    assert node.storage.get(y.block.block_id) is not None
+    assert await client.read_file("/a/x") == b"x" * 100
+    assert await client.read_file("/a/y") == b"y" * 100

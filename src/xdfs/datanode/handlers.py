@@ -73,6 +73,8 @@ class DataNodeHandlers:
         node = self.node
         expected = request.append_to
         assert expected is not None
+        if expected.block_id != request.block.block_id:  # the token is for request.block
+            raise InvalidArgument(f"append_to {expected} is not block {request.block.block_id}")
         replica = node.storage.get(expected.block_id)
         if (replica is None or replica.corrupt or not replica.finalized
                 or replica.record != expected):
