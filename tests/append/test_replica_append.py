@@ -42,7 +42,8 @@ def _reopen(storage: DataStorage, genstamp: int) -> tuple[ReplicaWriter, Replica
     assert old is not None
     storage.claim(BLOCK)
     writer = storage.new_writer(BLOCK, genstamp)
-    visible = writer.reopen(old)
+    visible = writer.reopen(old, writer.prepare_reopen(old))
+    writer.sync_reopened(old.data_path.parent)
     storage.add(visible)
     return writer, visible
 
@@ -59,8 +60,9 @@ def test_append_continues_checksums_and_finalizes(
     assert _read(visible) == data[:first]  # readers see the part written before
     writer.write(data[first + 10 :])
     assert _read(visible) == data[:first]
-    replica = storage.commit(writer, None)
+    replica = writer.move_appended(storage.finish_append(writer))
     storage.add(replica)
+    writer.sync_appended()
     storage.release(BLOCK)
     assert replica.record.genstamp == genstamp and replica.finalized
     assert _read(replica) == data
@@ -105,6 +107,6 @@ def test_reopen_refuses_a_damaged_last_chunk(storage: DataStorage) -> None:
     storage.claim(BLOCK)
     writer = storage.new_writer(BLOCK, 1001)
     with pytest.raises(CorruptReplica):
-        writer.reopen(old)
+        writer.prepare_reopen(old)
     assert os.path.exists(old.data_path)  # nothing moved
     assert not writer.meta_path.exists()

@@ -78,6 +78,14 @@ def move_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, 
     """Move a replica's fsynced files into ``dest_dir`` (which exists, durably); returns
     their new paths. The checksum file moves first: a data file in ``finalized/`` is the
     commit point, and a checksum file without one is a leftover that startup removes."""
+    moved = rename_files(data_path, meta_path, dest_dir)
+    fsync_dir(dest_dir)
+    fsync_dir(data_path.parent)
+    return moved
+
+
+def rename_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, Path]:
+    """The renames of :func:`move_files`, not yet durable."""
     data_dest = dest_dir / data_path.name
     meta_dest = dest_dir / meta_path.name
     try:
@@ -85,8 +93,6 @@ def move_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, 
         os.replace(data_path, data_dest)
     except OSError as exc:
         raise StorageError(f"cannot move {data_path.name} to {dest_dir}: {exc}") from exc
-    fsync_dir(dest_dir)
-    fsync_dir(data_path.parent)
     return data_dest, meta_dest
 
 
@@ -109,6 +115,8 @@ class ReplicaWriter:
         #: An append's old checksum file, kept for readers of the part written before and
         #: removed once the writer is done (see :meth:`reopen`).
         self.stale_meta: Path | None = None
+        #: An append finished and synced, not moved yet (see :meth:`finish_append`).
+        self.synced = False
 
     def open(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
@@ -116,13 +124,12 @@ class ReplicaWriter:
         self._meta_fd = _open(self.meta_path, flags)
         self._write_meta(checksums.meta_header(self._builder.bytes_per_checksum))
 
-    def reopen(self, replica: Replica) -> Replica:
-        """Append: continue the finalized ``replica`` (HDFS's append to a finalized
-        replica). Its checksum file is copied, whole and durably, to ``rbw/`` under the new
-        genstamp, then its data file moves there (a crash from then on leaves an rbw
-        replica of every byte it had); writing continues at its end, the checksums from
-        its partial last chunk. Returns the replica as readers see it meanwhile: the part
-        written before, checked against the old checksum file (kept until the end)."""
+    def prepare_reopen(self, replica: Replica) -> bytes:
+        """Append, step 1 of 3 (worker thread; HDFS's append to a finalized replica): copy
+        the replica's checksum file, whole and durably, to ``rbw/`` under the new genstamp;
+        returns the replica's partial last chunk, which the checksums go on from. The
+        replica itself is untouched (a crash now leaves only a checksum file that startup
+        removes)."""
         name = f"block {replica.block_id} ({replica.data_path})"
         length = replica.num_bytes
         try:
@@ -142,22 +149,36 @@ class ReplicaWriter:
         ):
             raise CorruptReplica(f"{name}: its last chunk does not match its checksum file")
         atomic_write(self.meta_path, meta)
+        self._builder = checksums.ChecksumBuilder(step)
+        return tail
+
+    def reopen(self, replica: Replica, tail: bytes) -> Replica:
+        """Append, step 2 (on the event loop, where readers open replicas: a rename and
+        two opens, no data is copied): move the data file to ``rbw/`` and open both files
+        to go on at the end. Returns the replica as readers see it meanwhile, to put in the
+        map at once: the part written before, checked against the old checksum file (kept
+        until the writer is done)."""
         try:
             os.replace(replica.data_path, self.data_path)
         except OSError as exc:
-            raise StorageError(f"cannot move {name} to {self.rbw_dir}: {exc}") from exc
-        fsync_dir(self.rbw_dir)
-        fsync_dir(replica.data_path.parent)
+            raise StorageError(f"cannot move block {replica.block_id} to rbw/: {exc}") from exc
+        self.stale_meta = replica.meta_path
         self._data_fd = _open(self.data_path, os.O_WRONLY | os.O_APPEND)
         self._meta_fd = _open(self.meta_path, os.O_WRONLY)
-        os.lseek(self._meta_fd, checksums.crc_offset(whole), os.SEEK_SET)  # the tail's CRC
-        self._builder = checksums.ChecksumBuilder(step)
+        whole = replica.num_bytes - len(tail)
+        chunk = whole // self._builder.bytes_per_checksum
+        os.lseek(self._meta_fd, checksums.crc_offset(chunk), os.SEEK_SET)  # the tail's CRC
         self._builder.update(tail)
-        self.num_bytes = length
-        self.meta_bytes = checksums.crc_offset(whole)
-        self.stale_meta = replica.meta_path
-        return Replica(replica.block_id, self.genstamp, length, self.data_path,
+        self.num_bytes = replica.num_bytes
+        self.meta_bytes = checksums.crc_offset(chunk)
+        return Replica(replica.block_id, self.genstamp, replica.num_bytes, self.data_path,
                        replica.meta_path, replica.meta_bytes, finalized=False, appending=True)
+
+    def sync_reopened(self, old_dir: Path) -> None:
+        """Append, step 3 (worker thread), before any new byte: make the move durable. A
+        crash from then on leaves an rbw replica of every byte it had."""
+        fsync_dir(self.rbw_dir)
+        fsync_dir(old_dir)
 
     def _drop_stale_meta(self, keep: Path) -> None:
         if self.stale_meta is not None and self.stale_meta != keep:
@@ -189,15 +210,39 @@ class ReplicaWriter:
         fault_point("datanode.after_finalize")
         return self.finalized
 
+    def finish_append(self) -> None:
+        """End of an append, step 1 of 3 (worker thread): the last chunk's checksum, both
+        files durable. Steps 2 and 3 are :meth:`move_appended` and :meth:`sync_appended`."""
+        self._finish_and_sync()
+        self.synced = True
+
+    def move_appended(self, dest_dir: Path) -> Replica:
+        """Step 2, on the event loop with the replica map (readers never open a path
+        between the move and the map's update): into ``dest_dir``, which exists durably."""
+        data_dest, meta_dest = rename_files(self.data_path, self.meta_path, dest_dir)
+        self.finalized = Replica(
+            self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
+        )
+        return self.finalized
+
+    def sync_appended(self) -> None:
+        """Step 3 (worker thread): the move made durable, the old checksum file gone."""
+        assert self.finalized is not None
+        fsync_dir(self.finalized.data_path.parent)
+        fsync_dir(self.rbw_dir)
+        self._drop_stale_meta(self.finalized.meta_path)
+
     def keep(self) -> Replica | None:
         """The stream broke: complete the checksum file up to the last byte written, fsync
         both files and return them as a replica in state rbw (None, and no files, when
-        nothing was written). Only for a writer still open (not past ``finalize``)."""
-        assert self._data_fd >= 0, "only an open writer is kept"
+        nothing was written). Only for a writer still open, or an append's synced but not
+        moved yet (not past ``finalize``)."""
+        assert self._data_fd >= 0 or self.synced, "only an open writer is kept"
         if self.num_bytes == 0:
             self.abort()
             return None
-        self._finish_and_sync()
+        if not self.synced:
+            self._finish_and_sync()
         fsync_dir(self.rbw_dir)
         self._drop_stale_meta(self.meta_path)
         return Replica(self.block_id, self.genstamp, self.num_bytes, self.data_path,

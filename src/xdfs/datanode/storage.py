@@ -253,6 +253,12 @@ class DataStorage:
             self._unlink(replaced)
         return writer.finalize(self._finalized_dir(writer.block_id))
 
+    def finish_append(self, writer: ReplicaWriter) -> Path:
+        """An append's files made durable (worker thread); returns the directory its
+        replica moves to (made, durably) by ``writer.move_appended`` on the event loop."""
+        writer.finish_append()
+        return self._finalized_dir(writer.block_id)
+
     def _finalized_dir(self, block_id: int) -> Path:
         dest = Path(layout.finalized_dir(self.finalized, block_id))
         self._ensure_dir(dest)

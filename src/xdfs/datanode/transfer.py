@@ -69,19 +69,27 @@ async def receive_replica(
     it); a disk error deletes the rbw files instead. A finalize that completed is kept even
     if the caller was cancelled meanwhile (the replica is whole).
 
-    ``append_to``: the finalized replica the stream continues (``ReplicaWriter.reopen``);
-    until the end, the map holds what readers may see of it."""
+    ``append_to``: the finalized replica the stream continues (``ReplicaWriter``'s
+    ``prepare_reopen``, ``reopen``, ``sync_reopened``); until the end, the map holds what
+    readers may see of it."""
     writer = storage.new_writer(block_id, genstamp)
     disk_failed = False
     try:
         if append_to is None:
             await in_thread(writer.open)
         else:
-            storage.add(await in_thread(writer.reopen, append_to))
+            tail = await in_thread(writer.prepare_reopen, append_to)
+            # on the loop, with the map: no reader opens the replica between the two
+            storage.add(writer.reopen(append_to, tail))
+            await in_thread(writer.sync_reopened, append_to.data_path.parent)
         async for data in chunks:
             await in_thread(writer.write, data)
-        replaced = None if append_to is not None else storage.get(block_id)
-        await in_thread(storage.commit, writer, replaced)
+        if append_to is None:
+            await in_thread(storage.commit, writer, storage.get(block_id))
+        else:
+            dest = await in_thread(storage.finish_append, writer)
+            storage.add(writer.move_appended(dest))  # with the map, as reopen
+            await in_thread(writer.sync_appended)
     except StorageError:
         disk_failed = True
         raise
@@ -101,7 +109,7 @@ async def _keep_or_abort(
     on_kept: Callable[[Replica], None],
 ) -> None:
     kept = None
-    if writer.is_open and not disk_failed:
+    if (writer.is_open or writer.synced) and not disk_failed:
         try:
             kept = await in_thread(writer.keep)
         except StorageError as exc:

@@ -973,6 +973,8 @@ class Namesystem:
                     ops.append(CloseFileOp(iip.path, now, now, decision.blocks))
                     recovered.closed.add(iip.path)
                     continue
+                if not decision.holders:
+                    continue  # acknowledged bytes, nobody to ask yet: the next check tries
                 genstamp = self.ns.allocate_genstamp()
                 recovered.attempts.append(self.blocks.begin_recovery(decision, genstamp))
                 ops.append(ReassignLeaseOp(iip.path, RECOVERY_HOLDER, genstamp))

@@ -279,15 +279,17 @@ class BlockManager:
     def plan_lease_recovery(
         self, blocks: Sequence[BlockRecord], truncating: bool = False
     ) -> CloseNow | RecoverBlock:
-        """How to close an open file with these blocks (see block_recovery.py). A file
-        being truncated always recovers its last block to the namespace's length (its
-        replicas are longer), unless nobody holds it."""
+        """How to close an open file with these blocks (see block_recovery.py). A last
+        block with acknowledged bytes (the namespace has a length for it: hflushed, reopened
+        by append, or cut by a truncate) is only closed by a block recovery, from what its
+        holders have now: replicas reported finalized may have been reopened since. With
+        no holder to ask, the answer has no holders: the caller waits for one."""
         if not blocks:
             return CloseNow(())
-        if truncating:
-            holders = self.holders(blocks[-1])
-            return RecoverBlock(blocks[-1], holders) if holders else CloseNow(tuple(blocks[:-1]))
-        return plan_lease_recovery(blocks, *self._live_replicas(blocks[-1].block_id))
+        last = blocks[-1]
+        if truncating or last.num_bytes > 0:
+            return RecoverBlock(last, self.holders(last))
+        return plan_lease_recovery(blocks, *self._live_replicas(last.block_id))
 
     def holders(self, block: BlockRecord) -> tuple[str, ...]:
         """Node ids a recovery of ``block`` would ask (live holders, then expected)."""
