@@ -298,3 +298,23 @@ async def test_a_datanode_continues_only_the_replica_the_token_is_for(cluster: C
     assert node.storage.get(y.block.block_id) is not None
     assert await client.read_file("/a/x") == b"x" * 100
     assert await client.read_file("/a/y") == b"y" * 100
+
+
+async def test_lease_recovery_after_hflush_keeps_the_flushed_bytes_readable(
+    cluster: Cluster,
+) -> None:
+    """The writer goes away while continuing an hflushed block: the NameNode may still
+    believe the replicas finalized at the flushed length, but they were reopened, so only
+    a block recovery may close the file (a close at once would name replicas that are no
+    longer there)."""
+    client = cluster.client
+    writer = await client.open_write("/a/gone", block_size=BLOCK_BYTES, replication=3)
+    flushed = payload(6000, seed=60)
+    await writer.write(flushed)
+    await writer.hflush()
+    await writer.write(payload(1000, seed=61))
+    await writer.abort()  # the streams break: the replicas are kept in rbw
+    assert await client.recover_lease("/a/gone") is False  # a block recovery, not a close
+    await eventually(lambda: client.recover_lease("/a/gone"), what="lease recovered")
+    data = await client.read_file("/a/gone")
+    assert data[: len(flushed)] == flushed and len(data) in (6000, 7000)
