@@ -253,6 +253,14 @@ class LeaseError(NamespaceError):
     code = 308
 
 
+class RecoveryInProgress(LeaseError):
+    """The file's last block is being recovered (after a truncate, or a writer that went
+    away): append, truncate or concat may succeed once it is closed (HDFS's
+    RecoveryInProgressException)."""
+
+    code = 640
+
+
 # --- 4xx: cluster state ----------------------------------------------------------------
 
 

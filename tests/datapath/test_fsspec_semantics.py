@@ -169,8 +169,11 @@ def test_open_modes(xdfs: XdfsFileSystem, xdfs_dir: str) -> None:
     assert xdfs.cat_file(f"{d}/g") == b"g"
     with pytest.raises(IsADirectoryError):
         xdfs.open(d, "wb")
+    with xdfs.open(f"{d}/f", "ab") as appended:  # through HDFS-style append
+        appended.write(b"+more")
+    assert xdfs.cat_file(f"{d}/f") == b"first+more"
     with pytest.raises(ValueError, match="'ab'"):
-        xdfs.open(f"{d}/f", "ab")
+        xdfs.open(f"{d}/f", "r+b")
     # text mode and a replication of one's own
     with xdfs.open(f"{d}/t.txt", "w", replication=3) as text:
         text.write("héllo\n")

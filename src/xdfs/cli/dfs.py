@@ -2,12 +2,13 @@
 
 ``xdfs dfs [-fs URI] -COMMAND [flags] ARGS``; exit status 0 on success, 1 when an
 operation failed (the message says which path and why), 2 on a usage error. The metadata
-commands are in :mod:`.dfs_commands`, the data commands in :mod:`.dfs_data`.
+commands are in :mod:`.dfs_commands`, the data commands in :mod:`.dfs_data`, the commands
+changing a file in place (append, truncate, concat) in :mod:`.dfs_append`.
 """
 
 from __future__ import annotations
 
-from xdfs.cli import dfs_commands, dfs_data  # noqa: F401  (their commands fill COMMANDS)
+from xdfs.cli import dfs_append, dfs_commands, dfs_data  # noqa: F401  (fill COMMANDS)
 from xdfs.cli.dfs_base import COMMANDS
 from xdfs.cli.shell import HdfsShell
 

@@ -203,6 +203,32 @@ class AsyncClient:
         status = await self.create(path, **options)
         return FileWriter(self.rpc, self.datanodes, self.config.client, self.client_name, status)
 
+    async def append(self, path: str) -> FileWriter:
+        """Reopen ``path`` to write at its end (HDFS's append): the writer continues a
+        partial last block where it is, ``await writer.hflush()`` makes what was written
+        visible to new readers, ``await writer.close()`` completes the file."""
+        path = await self.absolute(path)
+        reopened = await self.rpc.call(p.APPEND, p.AppendRequest(path, self.client_name))
+        return FileWriter.appending(
+            self.rpc, self.datanodes, self.config.client, self.client_name, reopened
+        )
+
+    async def truncate(self, path: str, length: int) -> bool:
+        """Cut ``path`` to ``length`` bytes (HDFS's truncate). True when done at once; False
+        when its last block is being recovered to the new length: the file stays open
+        (append and truncate refuse it with RecoveryInProgress) until that is done."""
+        path = await self.absolute(path)
+        response = await self.rpc.call(p.TRUNCATE, p.TruncateRequest(path, length,
+                                                                     self.client_name))
+        return response.done
+
+    async def concat(self, target: str, sources: list[str]) -> None:
+        """Move the blocks of ``sources`` to the end of ``target`` and delete the sources
+        (HDFS's concat: closed files of one directory with the same block size)."""
+        target = await self.absolute(target)
+        sources = [await self.absolute(source) for source in sources]
+        await self.rpc.call(p.CONCAT, p.ConcatRequest(target, sources))
+
     async def read_file(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         reader = await self.open_read(path)
         return await reader.pread(offset, size)
@@ -385,14 +411,21 @@ class Client:
         """A blocking writer (options as :meth:`AsyncClient.open_write`)."""
         return SyncWriter(self._loop, self._loop.run(self._async.open_write(path, **options)))
 
+    def append(self, path: str) -> SyncWriter:
+        """A blocking writer at the end of ``path`` (see :meth:`AsyncClient.append`)."""
+        return SyncWriter(self._loop, self._loop.run(self._async.append(path)))
+
     def open(self, path: str, mode: str = "rb", **options: Any) -> io.BufferedIOBase:
-        """A binary file object: ``"rb"`` (seekable) or ``"wb"`` (``overwrite=True`` to
-        replace an existing file); closing a written file completes it."""
+        """A binary file object: ``"rb"`` (seekable), ``"wb"`` (``overwrite=True`` to
+        replace an existing file) or ``"ab"`` (append); closing a written file completes
+        it."""
         if mode == "rb":
             return buffered_reader(self.open_reader(path), path)
         if mode == "wb":
             return buffered_writer(self.open_writer(path, **options), path)
-        raise ValueError(f"mode must be 'rb' or 'wb', not {mode!r}")
+        if mode == "ab":
+            return buffered_writer(self.append(path), path)
+        raise ValueError(f"mode must be 'rb', 'wb' or 'ab', not {mode!r}")
 
     def close(self) -> None:
         if not self._loop.loop.is_closed():

@@ -38,7 +38,7 @@ from xdfs.errors import AlreadyExists, IsADirectory, NotFound
 from xdfs.protocol.namenode import FileStatus
 
 #: Modes of :meth:`XdfsFileSystem.open` (xdfs has no append yet).
-OPEN_MODES = ("rb", "wb", "xb")
+OPEN_MODES = ("rb", "wb", "xb", "ab")
 
 
 class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -217,7 +217,7 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
         **kwargs: Any,
     ) -> XdfsFile:
         if mode not in OPEN_MODES:
-            raise ValueError(f"xdfs files open as 'rb', 'wb' or 'xb', not {mode!r}")
+            raise ValueError(f"xdfs files open as 'rb', 'wb', 'xb' or 'ab', not {mode!r}")
         return XdfsFile(
             self, self._strip_protocol(path), mode, block_size or "default",
             autocommit=autocommit, cache_options=cache_options, **kwargs,
@@ -320,6 +320,9 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
         super().__init__(fs, path, mode, block_size, **kwargs)
         if mode != "rb":
             try:
+                if mode == "ab":
+                    self._writer = self._appender(path, options)
+                    return
                 if not self.autocommit:
                     self._check_target()
                 self._writer = fs.client.open_writer(
@@ -329,6 +332,17 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
             except BaseException:
                 self.closed = True  # nothing to flush when collected
                 raise
+
+    def _appender(self, path: str, options: dict[str, Any]) -> SyncWriter:
+        """``ab``: append through xdfs's append (a missing file is created, as POSIX)."""
+        if not self.autocommit:
+            raise ValueError("xdfs cannot append inside a transaction (open 'ab' outside it)")
+        client = self.fs.client
+        try:
+            writer: SyncWriter = client.append(path)
+        except NotFound:
+            writer = client.open_writer(path, overwrite=False, **options)
+        return writer
 
     def _check_target(self) -> None:
         """What the create of ``path`` itself would refuse, checked up front for a file

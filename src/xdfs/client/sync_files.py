@@ -55,6 +55,10 @@ class SyncWriter:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         return self._loop.run(self.writer.write(data))
 
+    def hflush(self) -> None:
+        """What was written so far becomes visible to new readers (HDFS's hflush)."""
+        self._loop.run(self.writer.hflush())
+
     def close(self) -> FileStatus:
         return self._loop.run(self.writer.close())
 

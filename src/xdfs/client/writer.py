@@ -77,12 +77,21 @@ class BlockBuffer:
 
 
 class _BlockWrite:
-    """One block in flight: its buffer and one upload task per target."""
+    """One block in flight: its buffer and one upload task per target. An appended block
+    continues replicas of ``base`` bytes (``append_to``) that the buffer does not hold."""
 
-    def __init__(self, located: p.LocatedBlock, buffer: BlockBuffer) -> None:
+    def __init__(
+        self, located: p.LocatedBlock, buffer: BlockBuffer, append_to: BlockRecord | None = None
+    ) -> None:
         self.located = located
         self.buffer = buffer
+        self.append_to = append_to
+        self.base = append_to.num_bytes if append_to is not None else 0
         self.uploads: dict[str, asyncio.Task[WriteBlockResponse]] = {}
+
+    @property
+    def num_bytes(self) -> int:
+        return self.base + self.buffer.num_bytes
 
 
 class FileWriter:
@@ -93,6 +102,7 @@ class FileWriter:
         config: ClientConfig,
         client_name: str,
         status: p.FileStatus,
+        blocks: list[BlockRecord] | None = None,
     ) -> None:
         self.nn = nn
         self.pool = pool
@@ -101,12 +111,32 @@ class FileWriter:
         self.path = status.path
         self.block_size = status.block_size
         self.replication = status.replication
-        self.blocks: list[BlockRecord] = []
+        #: The file's blocks so far (an appended file starts with the ones it had).
+        self.blocks: list[BlockRecord] = list(blocks or ())
         self.bytes_written = 0
         self.closed = False
         self._current: _BlockWrite | None = None
+        #: A partial last block (reopened by append, or cut by hflush) the next write
+        #: continues on the replicas that hold it: where they are, and what they hold.
+        self._continue: tuple[p.LocatedBlock, BlockRecord] | None = None
         self._excluded: set[str] = set()
         self._renewer = asyncio.get_running_loop().create_task(self._renew_lease())
+
+    @classmethod
+    def appending(
+        cls, nn: RpcClient, pool: DataNodePool, config: ClientConfig, client_name: str,
+        reopened: p.AppendResponse,
+    ) -> FileWriter:
+        """The writer of a file reopened by ``append``: a partial last block is continued
+        at once, so its replicas take the new genstamp before anyone reads them again."""
+        writer = cls(nn, pool, config, client_name, reopened.status, reopened.blocks)
+        last = reopened.last
+        if last is not None:
+            block = last.block
+            held = BlockRecord(block.block_id, reopened.old_genstamp, block.num_bytes)
+            writer._continue = (last, held)
+            writer._current = writer._continue_block()
+        return writer
 
     async def __aenter__(self) -> FileWriter:
         return self
@@ -125,20 +155,39 @@ class FileWriter:
         view = memoryview(data).cast("B")
         while view:
             if self._current is None:
-                self._current = await self._start_block()
+                self._current = (self._continue_block() if self._continue is not None
+                                 else await self._start_block())
             buffer = self._current.buffer
-            take = view[: self.block_size - buffer.num_bytes]
+            take = view[: self.block_size - self._current.num_bytes]
             # The block keeps what it is given until stored: immutable bytes are kept as
             # they are, anything else (or a part) is copied once.
             kept = data if isinstance(data, bytes) and len(take) == len(data) else bytes(take)
             buffer.append(kept)
             view = view[len(take) :]
             self.bytes_written += len(take)
-            if buffer.num_bytes >= self.block_size:
+            if self._current.num_bytes >= self.block_size:
                 await self._finish_block()
             else:
                 await asyncio.sleep(0)  # let the uploads take what arrived
         return len(data)
+
+    async def hflush(self) -> None:
+        """Make every byte written so far visible to new readers (HDFS's hflush): the
+        block being written is finalized on its targets at its current length and the
+        NameNode learns that length; the next write continues the block there."""
+        if self.closed:
+            raise ValueError("hflush of a closed xdfs file")
+        block = self._current
+        if block is not None:
+            stored = await self._finish_block()
+            record = self.blocks[-1]
+            if record.num_bytes < self.block_size:
+                located = p.LocatedBlock(record, block.located.offset, stored,
+                                         block.located.token)
+                self._continue = (located, record)
+        if self.blocks:
+            request = p.FsyncRequest(self.path, self.client_name, self.blocks[-1])
+            await self.nn.call(p.FSYNC, request)
 
     async def close(self) -> p.FileStatus:
         """Store the last block and close the file; returns its final status."""
@@ -182,14 +231,27 @@ class FileWriter:
             self._upload(block, address, block.located.token)
         return block
 
+    def _continue_block(self) -> _BlockWrite:
+        """Continue the partial last block on the replicas that hold it (see _continue)."""
+        assert self._continue is not None
+        located, held = self._continue
+        self._continue = None
+        self.blocks.pop()  # back once it is finished, with its new length
+        block = _BlockWrite(located, BlockBuffer(), held)
+        for address in located.locations:
+            self._upload(block, address, located.token)
+        return block
+
     def _upload(self, block: _BlockWrite, address: str, token: str) -> None:
-        request = WriteBlockRequest(block.located.block, token, self.client_name)
+        request = WriteBlockRequest(block.located.block, token, self.client_name,
+                                    block.append_to)
         node = self.pool.get(address)
         block.uploads[address] = asyncio.get_running_loop().create_task(
             node.upload(WRITE_BLOCK, request, block.buffer.replay())
         )
 
-    async def _finish_block(self) -> None:
+    async def _finish_block(self) -> list[str]:
+        """Store the current block; returns the addresses that hold it."""
         block = self._current
         assert block is not None
         block.buffer.close()
@@ -197,6 +259,13 @@ class FileWriter:
             stored = await self._wait_uploads(block)
             if stored:
                 break
+            if block.append_to is not None:
+                # its first bytes are on the DataNodes only: there is nothing to resend
+                raise NotEnoughReplicas(
+                    f"{self.path}: no DataNode could continue block "
+                    f"{block.located.block.block_id} (excluded: "
+                    f"{', '.join(sorted(self._excluded))})"
+                )
             log.warning(
                 "%s: every target of block %d failed (try %d of %d)",
                 self.path, block.located.block.block_id, attempt, self.config.block_write_tries,
@@ -207,11 +276,13 @@ class FileWriter:
                     f"on any DataNode (excluded: {', '.join(sorted(self._excluded))})"
                 )
             block = await self._resend(block)
-        if len(stored) < len(block.located.locations) and self.config.replace_failed_target:
+        if (len(stored) < len(block.located.locations) and self.config.replace_failed_target
+                and block.append_to is None):  # a replacement needs the whole block
             stored += await self._replace_failed(block, stored)
         record = block.located.block
-        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.buffer.num_bytes))
+        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
         self._current = None
+        return stored
 
     async def _wait_uploads(self, block: _BlockWrite) -> list[str]:
         """Addresses that stored the block; the others are excluded from now on."""

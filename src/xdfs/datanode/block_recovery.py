@@ -117,7 +117,7 @@ class BlockRecovery:
             elif not isinstance(result, BlockNotFound):  # BlockNotFound: it has none
                 everyone = False
                 log_failure(f"recovery of block {block.block_id}", address, result)
-        plan = plan_recovery(block.block_id, block.genstamp, answers, everyone)
+        plan = plan_recovery(block.block_id, block.genstamp, answers, everyone, task.new_length)
         stored = [] if plan.delete_block else await self._update_all(task, plan)
         fault_point("datanode.recovery_before_commit")
         assert self.node.actor is not None

@@ -49,6 +49,8 @@ class DataNodeHandlers:
         block = request.block
         node.check_token(request.token, block.block_id, "w")
         existing = node.storage.get(block.block_id)
+        if request.append_to is not None:
+            return await self._receive(ctx, request, chunks, self._appendable(request))
         if existing is not None and not existing.corrupt:
             if existing.recovery_genstamp:
                 raise Unavailable(f"block {block.block_id} is being recovered")
@@ -63,15 +65,44 @@ class DataNodeHandlers:
                     f"block {block.block_id}: genstamp {block.genstamp} is older than the "
                     f"stored replica's {existing.genstamp}"
                 )
+        return await self._receive(ctx, request, chunks, None)
+
+    def _appendable(self, request: WriteBlockRequest) -> Replica:
+        """The finalized replica an append continues: exactly the one the writer names
+        (a replica that moved on, or is being written or recovered, is not continued)."""
+        node = self.node
+        expected = request.append_to
+        assert expected is not None
+        if expected.block_id != request.block.block_id:  # the token is for request.block
+            raise InvalidArgument(f"append_to {expected} is not block {request.block.block_id}")
+        replica = node.storage.get(expected.block_id)
+        if (replica is None or replica.corrupt or not replica.finalized
+                or replica.record != expected):
+            have = "none" if replica is None else str(replica.record)
+            raise BlockNotFound(f"cannot append: no finalized replica {expected} here ({have})")
+        if replica.recovery_genstamp or node.storage.is_busy(expected.block_id):
+            raise Unavailable(f"block {expected.block_id} is being written or recovered here")
+        if request.block.genstamp < expected.genstamp:
+            raise InvalidArgument(f"block {expected.block_id}: append with an older genstamp")
+        return replica
+
+    async def _receive(
+        self, ctx: CallContext, request: WriteBlockRequest, chunks: StreamReceiver,
+        append_to: Replica | None,
+    ) -> WriteBlockResponse:
+        node = self.node
+        block = request.block
         node.storage.claim(block.block_id)
         this_call = asyncio.current_task()
         assert this_call is not None
         node.writers[block.block_id] = this_call
         try:
-            await self._drop_rbw(block.block_id)
+            if append_to is None:
+                await self._drop_rbw(block.block_id)
             with node.transfers.track():
                 replica = await receive_replica(
-                    node.storage, block.block_id, block.genstamp, chunks, node.on_kept
+                    node.storage, block.block_id, block.genstamp, chunks, node.on_kept,
+                    append_to,
                 )
         finally:
             node.writers.pop(block.block_id, None)
@@ -95,7 +126,8 @@ class DataNodeHandlers:
         block = request.block
         node.check_token(request.token, block.block_id, "r")
         replica = node.storage.get(block.block_id)
-        if (replica is None or replica.corrupt or not replica.finalized
+        if (replica is None or replica.corrupt
+                or not (replica.finalized or replica.appending)
                 or replica.genstamp != block.genstamp):
             raise BlockNotFound(f"no replica of block {block.block_id} genstamp "
                                 f"{block.genstamp} here")

@@ -6,8 +6,9 @@ Synchronous file I/O, run in worker threads (or at startup, before serving).
 * **Startup** (HDFS's validateIntegrityAndSetLength): a replica left in ``rbw/`` is as long
   as its checksum file covers, the last covered chunk verified against the data; a last
   chunk that fails (its CRC was for fewer or other bytes: the write was cut between the two
-  files) is dropped. Both files are truncated to that length and fsynced, so what is kept
-  is consistent and reads back verified.
+  files) is kept only as far as its CRC covers a prefix of it (an append cut short before
+  summing the chunk again), else dropped. Both files are truncated to that length and
+  fsynced, so what is kept is consistent and reads back verified.
 * **Recovery**: the new checksum file (named after the new genstamp) is written atomically
   and durably before the data file is cut and the old checksum file removed. A crash in
   between leaves an rbw replica whose next startup finds the consistent prefix again.
@@ -76,7 +77,21 @@ def _valid_length(data_path: Path, meta_path: Path) -> tuple[int, int]:
         crc = os.pread(meta_fd, checksums.CRC_BYTES, checksums.crc_offset(chunks - 1))
     if checksums.first_bad_chunk(data, crc, chunk_bytes) is None:
         return start + len(data), chunk_bytes
-    return start, chunk_bytes
+    return start + _checksummed_prefix(data, crc), chunk_bytes
+
+
+def _checksummed_prefix(data: bytes, crc: bytes) -> int:
+    """How much of a last chunk its CRC covers (0: none). An append cut short leaves the
+    CRC of the chunk as it was before (it is rewritten when the chunk is summed again), so
+    the bytes written before the append are still covered and kept."""
+    (expected,) = checksums.unpack_crcs(crc)
+    running = 0
+    covered = 0
+    for end in range(1, len(data) + 1):
+        running = crc32c.crc32c(data[end - 1 : end], running)
+        if running == expected:
+            covered = end
+    return covered
 
 
 def _truncated_meta(replica: Replica, length: int) -> bytes:

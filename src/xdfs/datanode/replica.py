@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xdfs.common.faults import FAULTS, fault_point
-from xdfs.common.files import datasync, fsync_dir, write_all
+from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
 from xdfs.datanode import checksums
 from xdfs.datanode.layout import data_name, meta_name
 from xdfs.errors import BlockNotFound, CorruptReplica, StorageError
@@ -48,6 +48,9 @@ class Replica:
     finalized: bool = True
     #: The newest block recovery that claimed this replica (0: none; HDFS's RUR state).
     recovery_genstamp: int = 0
+    #: Being appended to: ``num_bytes`` and ``meta_path`` describe the part written before
+    #: (finalized, or hflushed), readable while the data file grows in ``rbw/``.
+    appending: bool = False
 
     @property
     def record(self) -> BlockRecord:
@@ -75,6 +78,14 @@ def move_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, 
     """Move a replica's fsynced files into ``dest_dir`` (which exists, durably); returns
     their new paths. The checksum file moves first: a data file in ``finalized/`` is the
     commit point, and a checksum file without one is a leftover that startup removes."""
+    moved = rename_files(data_path, meta_path, dest_dir)
+    fsync_dir(dest_dir)
+    fsync_dir(data_path.parent)
+    return moved
+
+
+def rename_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, Path]:
+    """The renames of :func:`move_files`, not yet durable."""
     data_dest = dest_dir / data_path.name
     meta_dest = dest_dir / meta_path.name
     try:
@@ -82,8 +93,6 @@ def move_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, 
         os.replace(data_path, data_dest)
     except OSError as exc:
         raise StorageError(f"cannot move {data_path.name} to {dest_dir}: {exc}") from exc
-    fsync_dir(dest_dir)
-    fsync_dir(data_path.parent)
     return data_dest, meta_dest
 
 
@@ -103,12 +112,79 @@ class ReplicaWriter:
         self._meta_fd = -1
         #: Set once the replica is in finalized/ (the writer is then done).
         self.finalized: Replica | None = None
+        #: An append's old checksum file, kept for readers of the part written before and
+        #: removed once the writer is done (see :meth:`reopen`).
+        self.stale_meta: Path | None = None
+        #: An append finished and synced, not moved yet (see :meth:`finish_append`).
+        self.synced = False
 
     def open(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         self._data_fd = _open(self.data_path, flags)
         self._meta_fd = _open(self.meta_path, flags)
         self._write_meta(checksums.meta_header(self._builder.bytes_per_checksum))
+
+    def prepare_reopen(self, replica: Replica) -> bytes:
+        """Append, step 1 of 3 (worker thread; HDFS's append to a finalized replica): copy
+        the replica's checksum file, whole and durably, to ``rbw/`` under the new genstamp;
+        returns the replica's partial last chunk, which the checksums go on from. The
+        replica itself is untouched (a crash now leaves only a checksum file that startup
+        removes)."""
+        name = f"block {replica.block_id} ({replica.data_path})"
+        length = replica.num_bytes
+        try:
+            meta = replica.meta_path.read_bytes()
+            step = checksums.parse_meta_header(meta[: checksums.META_HEADER.size], name)
+            whole = length // step
+            with open(replica.data_path, "rb") as data:
+                data.seek(whole * step)
+                tail = data.read(length - whole * step)
+        except FileNotFoundError:
+            raise BlockNotFound(f"block {replica.block_id}: replica was removed") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {name}: {exc}") from exc
+        if len(meta) != checksums.meta_file_bytes(length, step) or (
+            tail and checksums.first_bad_chunk(tail, meta[checksums.crc_offset(whole):], step)
+            is not None
+        ):
+            raise CorruptReplica(f"{name}: its last chunk does not match its checksum file")
+        atomic_write(self.meta_path, meta)
+        self._builder = checksums.ChecksumBuilder(step)
+        return tail
+
+    def reopen(self, replica: Replica, tail: bytes) -> Replica:
+        """Append, step 2 (on the event loop, where readers open replicas: a rename and
+        two opens, no data is copied): move the data file to ``rbw/`` and open both files
+        to go on at the end. Returns the replica as readers see it meanwhile, to put in the
+        map at once: the part written before, checked against the old checksum file (kept
+        until the writer is done)."""
+        try:
+            os.replace(replica.data_path, self.data_path)
+        except OSError as exc:
+            raise StorageError(f"cannot move block {replica.block_id} to rbw/: {exc}") from exc
+        self.stale_meta = replica.meta_path
+        self._data_fd = _open(self.data_path, os.O_WRONLY | os.O_APPEND)
+        self._meta_fd = _open(self.meta_path, os.O_WRONLY)
+        whole = replica.num_bytes - len(tail)
+        chunk = whole // self._builder.bytes_per_checksum
+        os.lseek(self._meta_fd, checksums.crc_offset(chunk), os.SEEK_SET)  # the tail's CRC
+        self._builder.update(tail)
+        self.num_bytes = replica.num_bytes
+        self.meta_bytes = checksums.crc_offset(chunk)
+        return Replica(replica.block_id, self.genstamp, replica.num_bytes, self.data_path,
+                       replica.meta_path, replica.meta_bytes, finalized=False, appending=True)
+
+    def sync_reopened(self, old_dir: Path) -> None:
+        """Append, step 3 (worker thread), before any new byte: make the move durable. A
+        crash from then on leaves an rbw replica of every byte it had."""
+        fsync_dir(self.rbw_dir)
+        fsync_dir(old_dir)
+
+    def _drop_stale_meta(self, keep: Path) -> None:
+        if self.stale_meta is not None and self.stale_meta != keep:
+            unlink_quietly(self.stale_meta)
+            fsync_dir(self.stale_meta.parent)
+        self.stale_meta = None
 
     def _write_meta(self, data: bytes) -> None:
         if data:
@@ -127,22 +203,48 @@ class ReplicaWriter:
         self._finish_and_sync()
         fault_point("datanode.before_finalize")
         data_dest, meta_dest = move_files(self.data_path, self.meta_path, dest_dir)
+        self._drop_stale_meta(meta_dest)
         self.finalized = Replica(
             self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
         )
         fault_point("datanode.after_finalize")
         return self.finalized
 
+    def finish_append(self) -> None:
+        """End of an append, step 1 of 3 (worker thread): the last chunk's checksum, both
+        files durable. Steps 2 and 3 are :meth:`move_appended` and :meth:`sync_appended`."""
+        self._finish_and_sync()
+        self.synced = True
+
+    def move_appended(self, dest_dir: Path) -> Replica:
+        """Step 2, on the event loop with the replica map (readers never open a path
+        between the move and the map's update): into ``dest_dir``, which exists durably."""
+        data_dest, meta_dest = rename_files(self.data_path, self.meta_path, dest_dir)
+        self.finalized = Replica(
+            self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
+        )
+        return self.finalized
+
+    def sync_appended(self) -> None:
+        """Step 3 (worker thread): the move made durable, the old checksum file gone."""
+        assert self.finalized is not None
+        fsync_dir(self.finalized.data_path.parent)
+        fsync_dir(self.rbw_dir)
+        self._drop_stale_meta(self.finalized.meta_path)
+
     def keep(self) -> Replica | None:
         """The stream broke: complete the checksum file up to the last byte written, fsync
         both files and return them as a replica in state rbw (None, and no files, when
-        nothing was written). Only for a writer still open (not past ``finalize``)."""
-        assert self._data_fd >= 0, "only an open writer is kept"
+        nothing was written). Only for a writer still open, or an append's synced but not
+        moved yet (not past ``finalize``)."""
+        assert self._data_fd >= 0 or self.synced, "only an open writer is kept"
         if self.num_bytes == 0:
             self.abort()
             return None
-        self._finish_and_sync()
+        if not self.synced:
+            self._finish_and_sync()
         fsync_dir(self.rbw_dir)
+        self._drop_stale_meta(self.meta_path)
         return Replica(self.block_id, self.genstamp, self.num_bytes, self.data_path,
                        self.meta_path, self.meta_bytes, finalized=False)
 
@@ -198,7 +300,10 @@ class ReplicaReader:
         try:
             self.chunk_bytes = checksums.parse_meta_header(header, self._name)
             expected_meta = checksums.meta_file_bytes(replica.num_bytes, self.chunk_bytes)
-            if data_size != replica.num_bytes or meta_size != expected_meta:
+            # an appended replica's data file grows past the part readers may see
+            short = data_size < replica.num_bytes if replica.appending else (
+                data_size != replica.num_bytes)
+            if short or meta_size != expected_meta:
                 raise CorruptReplica(
                     f"{self._name}: data file has {data_size} bytes and checksum file "
                     f"{meta_size}; expected {replica.num_bytes} and {expected_meta}"

@@ -213,14 +213,20 @@ class DataStorage:
         return self.replicas.get(block_id)
 
     def report_records(self) -> list[BlockRecord]:
-        """Finalized, healthy replicas in block-id order (for full block reports)."""
+        """Finalized, healthy replicas in block-id order (for full block reports). A
+        replica being appended to counts with the part readers see: it is still where
+        readers find that part (were it reported rbw, the NameNode would stop naming it)."""
         return [
-            r.record for _, r in sorted(self.replicas.items()) if r.finalized and not r.corrupt
+            r.record for _, r in sorted(self.replicas.items())
+            if (r.finalized or r.appending) and not r.corrupt
         ]
 
     def rbw_records(self) -> list[BlockRecord]:
         """Replicas in state rbw, in block-id order (for full block reports)."""
-        return [r.record for _, r in sorted(self.replicas.items()) if not r.finalized]
+        return [
+            r.record for _, r in sorted(self.replicas.items())
+            if not r.finalized and not r.appending
+        ]
 
     def claim(self, block_id: int) -> None:
         """Mark ``block_id`` busy (a write or delete is starting); AlreadyExists if it is."""
@@ -246,6 +252,12 @@ class DataStorage:
         if replaced is not None:
             self._unlink(replaced)
         return writer.finalize(self._finalized_dir(writer.block_id))
+
+    def finish_append(self, writer: ReplicaWriter) -> Path:
+        """An append's files made durable (worker thread); returns the directory its
+        replica moves to (made, durably) by ``writer.move_appended`` on the event loop."""
+        writer.finish_append()
+        return self._finalized_dir(writer.block_id)
 
     def _finalized_dir(self, block_id: int) -> Path:
         dest = Path(layout.finalized_dir(self.finalized, block_id))

@@ -58,6 +58,7 @@ async def receive_replica(
     genstamp: int,
     chunks: AsyncIterable[bytes | memoryview],
     on_kept: Callable[[Replica], None],
+    append_to: Replica | None = None,
 ) -> Replica:
     """Write the stream to rbw/ and finalize it once the stream ended normally.
 
@@ -66,15 +67,29 @@ async def receive_replica(
     block recovery stopped the write), what was written is kept in state rbw, checksummed
     and fsynced, put in the map and handed to ``on_kept`` (a block recovery may finalize
     it); a disk error deletes the rbw files instead. A finalize that completed is kept even
-    if the caller was cancelled meanwhile (the replica is whole)."""
+    if the caller was cancelled meanwhile (the replica is whole).
+
+    ``append_to``: the finalized replica the stream continues (``ReplicaWriter``'s
+    ``prepare_reopen``, ``reopen``, ``sync_reopened``); until the end, the map holds what
+    readers may see of it."""
     writer = storage.new_writer(block_id, genstamp)
     disk_failed = False
     try:
-        await in_thread(writer.open)
+        if append_to is None:
+            await in_thread(writer.open)
+        else:
+            tail = await in_thread(writer.prepare_reopen, append_to)
+            # on the loop, with the map: no reader opens the replica between the two
+            storage.add(writer.reopen(append_to, tail))
+            await in_thread(writer.sync_reopened, append_to.data_path.parent)
         async for data in chunks:
             await in_thread(writer.write, data)
-        replaced = storage.get(block_id)
-        await in_thread(storage.commit, writer, replaced)
+        if append_to is None:
+            await in_thread(storage.commit, writer, storage.get(block_id))
+        else:
+            dest = await in_thread(storage.finish_append, writer)
+            storage.add(writer.move_appended(dest))  # with the map, as reopen
+            await in_thread(writer.sync_appended)
     except StorageError:
         disk_failed = True
         raise
@@ -94,7 +109,7 @@ async def _keep_or_abort(
     on_kept: Callable[[Replica], None],
 ) -> None:
     kept = None
-    if writer.is_open and not disk_failed:
+    if (writer.is_open or writer.synced) and not disk_failed:
         try:
             kept = await in_thread(writer.keep)
         except StorageError as exc:

@@ -45,11 +45,12 @@ from xdfs.errors import (
     NotADirectory,
     NotEnoughReplicas,
     NotFound,
+    RecoveryInProgress,
     error_from_code,
 )
 from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.manager import BlockManager
-from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
+from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow, RecoverBlock
 from xdfs.namenode.blocks.safemode import SafeMode
 from xdfs.namenode.namespace import paths, trash
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
@@ -57,7 +58,9 @@ from xdfs.namenode.namespace.leases import LeaseManager
 from xdfs.namenode.namespace.ops import (
     AddBlockOp,
     AddFileOp,
+    AppendOp,
     CloseFileOp,
+    ConcatOp,
     DeleteOp,
     MkdirOp,
     Op,
@@ -67,6 +70,7 @@ from xdfs.namenode.namespace.ops import (
     SetPermissionOp,
     SetReplicationOp,
     SetTimesOp,
+    TruncateOp,
     UpdateBlocksOp,
 )
 from xdfs.namenode.namespace.resolved import INodesInPath
@@ -75,6 +79,7 @@ from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
+    AppendResponse,
     ContentSummary,
     FileStatus,
     LocatedBlock,
@@ -674,6 +679,158 @@ class Namesystem:
             finally:
                 self.blocks.unwatch(block.block_id, wake.set)
 
+    # -- append, hflush, truncate, concat (HDFS semantics) -----------------------------
+
+    def _closed_for_change(self, user: str, iip: INodesInPath, what: str) -> FileInode:
+        """A closed file ``user`` may write (HDFS: WRITE on the file); a file still open
+        is refused with the reason (a writer, or a block recovery, holds it)."""
+        self.ns.check_access(user, iip, access=W)
+        node = iip.get()
+        if not isinstance(node, FileInode):
+            raise IsADirectory(f"{iip.path} is a directory")
+        holder = self.ns.lease_holder(iip)
+        if holder == RECOVERY_HOLDER:
+            raise RecoveryInProgress(
+                f"cannot {what} {iip.path}: its last block is being recovered; try again later"
+            )
+        if holder:
+            raise LeaseError(
+                f"cannot {what} {iip.path}: it is being written by "
+                f"{self._holder_text(user, holder)}"
+            )
+        return node
+
+    async def append(self, user: str, client: str, path: str) -> AppendResponse:
+        """Reopen a closed file for ``client`` (HDFS's append): a partial last block gets a
+        new generation stamp and is handed back with its replicas' locations."""
+        if client == RECOVERY_HOLDER or not client:
+            raise InvalidArgument(f"append needs a client name (not {client!r})")
+        resolved = self.ns.resolve(path)
+
+        def plan() -> Plan[AppendResponse]:
+            iip = self.ns.fresh(resolved)
+            node = self._closed_for_change(user, iip, "append to")
+            blocks = list(node.blocks)
+            last: LocatedBlock | None = None
+            old_genstamp = 0
+            reopened: BlockRecord | None = None
+            if blocks and blocks[-1].num_bytes < node.block_size:
+                old = blocks[-1]
+                locations = self.blocks.locations(old.block_id)
+                if not locations:
+                    raise NotEnoughReplicas(
+                        f"cannot append to {iip.path}: no replica of its last block "
+                        f"{old.block_id} is known")
+                reopened = BlockRecord(old.block_id, self.ns.allocate_genstamp(), old.num_bytes)
+                blocks[-1] = reopened
+                old_genstamp = old.genstamp
+                last = LocatedBlock(reopened, sum(b.num_bytes for b in blocks[:-1]), locations,
+                                    self.blocks.block_token(user, old.block_id, "w"))
+                self.blocks.expect_holders(old.block_id)
+            self.leases.take(client, user, self.clock())
+            return Plan(
+                [AppendOp(iip.path, client, reopened)],
+                lambda: AppendResponse(self.ns.stat(iip), blocks, last, old_genstamp),
+                (iip,),
+            )
+
+        return await self.mutate("append", plan)
+
+    async def fsync(self, user: str, client: str, path: str, last_block: BlockRecord) -> None:
+        """hflush: every target finalized the open file's last block at this length; new
+        readers see it (HDFS's fsync with the last block's length)."""
+        resolved = self.ns.resolve(path)
+        if last_block.num_bytes < 0:
+            raise InvalidArgument("block lengths must be >= 0")
+
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            blocks = list(self._writable_file(user, client, iip).blocks)
+            if not blocks or (blocks[-1].block_id, blocks[-1].genstamp) != (
+                    last_block.block_id, last_block.genstamp):
+                raise InvalidArgument(f"{last_block} is not the last block of {iip.path}")
+            if blocks[-1] == last_block:
+                return Plan.of((), None)
+            blocks[-1] = last_block
+            return Plan.of([UpdateBlocksOp(iip.path, tuple(blocks))], None, (iip,))
+
+        await self.mutate("fsync", plan)
+
+    async def truncate(self, user: str, path: str, new_length: int) -> bool:
+        """Cut a closed file to ``new_length`` (HDFS's truncate): True when done at once
+        (the cut is at a block boundary); False when the last block is recovered to the
+        new length first (the file stays open, held by the NameNode, until it is)."""
+        resolved = self.ns.resolve(path)
+        if new_length < 0:
+            raise InvalidArgument(f"cannot truncate to a negative length ({new_length})")
+
+        done: tuple[bool, Attempt | None] = (True, None)
+
+        def plan() -> Plan[tuple[bool, Attempt | None]]:
+            iip = self.ns.fresh(resolved)
+            node = self._closed_for_change(user, iip, "truncate")
+            length = sum(b.num_bytes for b in node.blocks)
+            if new_length > length:
+                raise InvalidArgument(
+                    f"cannot truncate {iip.path} to {new_length} bytes: it has {length}")
+            if new_length == length:
+                return Plan.of((), done)
+            kept = _kept_blocks(node.blocks, new_length)
+            now = self.now_ms()
+            if sum(b.num_bytes for b in kept) == new_length:
+                return Plan.of([TruncateOp(iip.path, new_length, now, kept)], done, (iip,))
+            # inside a block: the block keeps its id and stamp, cut to the new length
+            cut = BlockRecord(kept[-1].block_id, kept[-1].genstamp,
+                              new_length - sum(b.num_bytes for b in kept[:-1]))
+            decision = RecoverBlock(cut, self.blocks.holders(cut))
+            if not decision.holders:
+                raise NotEnoughReplicas(
+                    f"cannot truncate {iip.path}: no live DataNode holds its block "
+                    f"{cut.block_id}")
+            genstamp = self.ns.allocate_genstamp()
+            started: tuple[bool, Attempt | None] = (
+                False, self.blocks.begin_recovery(decision, genstamp))
+            op = TruncateOp(iip.path, new_length, now, (*kept[:-1], cut), RECOVERY_HOLDER,
+                            genstamp)
+            return Plan.of([op], started, (iip,))
+
+        finished, attempt = await self.mutate("truncate", plan)
+        if attempt is not None:
+            self.blocks.dispatch_recovery(attempt)  # its genstamp is durable now
+        return finished
+
+    async def concat(self, user: str, target: str, sources: Sequence[str]) -> None:
+        """Move the blocks of ``sources`` (in order) to the end of ``target`` and delete
+        the sources (HDFS's concat): all closed files of one directory and one block size,
+        each named once."""
+        if not sources:
+            raise InvalidArgument("concat needs at least one source")
+        resolved_target = self.ns.resolve(target)
+        resolved_sources = [self.ns.resolve(source) for source in sources]
+
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved_target)
+            node = self._closed_for_change(user, iip, "concat to")
+            srcs = [self.ns.fresh(source) for source in resolved_sources]
+            paths_seen = {iip.path}
+            for src in srcs:
+                if src.path in paths_seen:
+                    raise InvalidArgument(f"concat: {src.path} is named twice (or is the target)")
+                paths_seen.add(src.path)
+                if src.prefix(len(src.parts) - 1) != iip.prefix(len(iip.parts) - 1):
+                    raise InvalidArgument(
+                        f"concat: {src.path} is not in the directory of {iip.path}")
+                source = self._closed_for_change(user, src, "concat")
+                if source.block_size != node.block_size:
+                    raise InvalidArgument(
+                        f"concat: {src.path} has block size {source.block_size}, "
+                        f"{iip.path} {node.block_size}: they must be the same")
+            self.ns.check_access(user, iip, parent_access=W | X)
+            op = ConcatOp(iip.path, tuple(src.path for src in srcs), self.now_ms())
+            return Plan.of([op], None, (iip, *srcs))
+
+        await self.mutate("concat", plan)
+
     def report_bad_replicas(self, replicas: Sequence[tuple[int, str]]) -> None:
         """Replicas that failed their checksums, (block id, address), from a reader or a
         DataNode (the handler checked the caller may report them)."""
@@ -925,11 +1082,16 @@ class Namesystem:
                 if not iip.exists or not self.ns.lease_holder(iip):
                     continue  # deleted or closed meanwhile
                 at.append(iip)
-                decision = self.blocks.plan_lease_recovery(self.ns.get_blocks(iip))
+                node = iip.get()
+                assert isinstance(node, FileInode)
+                decision = self.blocks.plan_lease_recovery(node.blocks,
+                                                           self.ns.is_truncating(node))
                 if isinstance(decision, CloseNow):
                     ops.append(CloseFileOp(iip.path, now, now, decision.blocks))
                     recovered.closed.add(iip.path)
                     continue
+                if not decision.holders:
+                    continue  # acknowledged bytes, nobody to ask yet: the next check tries
                 genstamp = self.ns.allocate_genstamp()
                 recovered.attempts.append(self.blocks.begin_recovery(decision, genstamp))
                 ops.append(ReassignLeaseOp(iip.path, RECOVERY_HOLDER, genstamp))
@@ -955,6 +1117,13 @@ class Namesystem:
                 return Plan.of((), None)  # committed already: a retried call
             iip = self._under_recovery(block.block_id, recovery_genstamp)
             blocks = list(self.ns.get_blocks(iip))
+            file = iip.get()
+            assert isinstance(file, FileInode)
+            if self.ns.is_truncating(file) and not delete_block and (
+                    length != blocks[-1].num_bytes):
+                raise InvalidArgument(
+                    f"block {block.block_id}: a truncate recovers it to "
+                    f"{blocks[-1].num_bytes} bytes, not {length}")
             if delete_block:
                 blocks.pop()
             else:
@@ -984,3 +1153,15 @@ class Namesystem:
                 "is under way (superseded, or the file is gone)"
             )
         return iip
+
+
+def _kept_blocks(blocks: Sequence[BlockRecord], new_length: int) -> tuple[BlockRecord, ...]:
+    """The blocks a file cut to ``new_length`` keeps, whole (the last may hold more)."""
+    kept: list[BlockRecord] = []
+    position = 0
+    for block in blocks:
+        if position >= new_length:
+            break
+        kept.append(block)
+        position += block.num_bytes
+    return tuple(kept)

@@ -100,6 +100,9 @@ class RecoverBlockTask(msgspec.Struct, array_like=True):
     recovery_genstamp: int  # the new generation stamp of the recovered block
     targets: list[str]  # addresses of the DataNodes that may hold a replica (self included)
     token: str  # block token (write scope) for the calls to the targets
+    #: A truncate's recovery: the block's new length (every participant cuts to it); -1:
+    #: a lease recovery, which agrees on what the holders have.
+    new_length: int = -1
 
 
 class HeartbeatResponse(msgspec.Struct):
@@ -177,6 +180,9 @@ class WriteBlockRequest(msgspec.Struct):
     block: BlockRecord  # num_bytes is ignored: the stream's length decides it
     token: str  # block token with write scope for block.block_id
     client: str = ""  # who writes (a client name, or "datanode:<id>" for replication)
+    #: Append: the finalized replica this node holds (id, genstamp, length); the stream's
+    #: bytes follow it, and the replica takes ``block.genstamp``. None: a new replica.
+    append_to: BlockRecord | None = None
 
 
 class WriteBlockResponse(msgspec.Struct):

@@ -92,6 +92,50 @@ class AddBlockRequest(msgspec.Struct):
     excluded: list[str] = []
 
 
+class AppendRequest(msgspec.Struct):
+    path: str
+    client: str  # the writer's name: it holds the lease until complete
+
+
+class AppendResponse(msgspec.Struct):
+    """The reopened file: its blocks (the last with its new genstamp when it was partial)
+    and, when it was partial, where its replicas are: the writer continues it there."""
+
+    status: FileStatus
+    blocks: list[BlockRecord]
+    #: The partial last block reopened (new genstamp, current length); None: the writer
+    #: starts a new block.
+    last: LocatedBlock | None = None
+    #: The genstamp the replicas of ``last`` have on the DataNodes until they reopen it.
+    old_genstamp: int = 0
+
+
+class FsyncRequest(msgspec.Struct):
+    """hflush: the last block of the open file holds ``last_block.num_bytes`` bytes that
+    every DataNode of it has finalized; new readers see them (HDFS's fsync)."""
+
+    path: str
+    client: str
+    last_block: BlockRecord
+
+
+class TruncateRequest(msgspec.Struct):
+    path: str
+    new_length: int
+    client: str = ""  # who asks (HDFS names the client; the NameNode recovers the block)
+
+
+class TruncateResponse(msgspec.Struct):
+    #: True: the file has the new length now; False: its last block is being recovered to
+    #: it and the file stays open until that is done (HDFS's truncate result).
+    done: bool
+
+
+class ConcatRequest(msgspec.Struct):
+    target: str
+    sources: list[str]
+
+
 class AbandonBlockRequest(msgspec.Struct):
     """Drop the file's last block (every target failed); the client asks for a new one."""
 
@@ -348,6 +392,12 @@ RECOVER_LEASE = _m(
     "recover_lease", RecoverLeaseRequest, RecoverLeaseResponse, True,
     "Start lease recovery of an open file; whether it is closed now (debug -recoverLease).",
 )
+APPEND = _m(
+    "append", AppendRequest, AppendResponse, False, "Reopen a file to append; take its lease."
+)
+FSYNC = _m("fsync", FsyncRequest, Empty, True, "hflush: new readers see the open file's bytes.")
+TRUNCATE = _m("truncate", TruncateRequest, TruncateResponse, False, "Cut a file to a length.")
+CONCAT = _m("concat", ConcatRequest, Empty, False, "Move the sources' blocks to the target.")
 BLOCK_LOCATIONS = _m(
     "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."
 )
@@ -441,6 +491,10 @@ CLIENT_SERVICE = Service(
         ABANDON_BLOCK,
         ADDITIONAL_DATANODE,
         REPORT_BAD_REPLICAS,
+        APPEND,
+        FSYNC,
+        TRUNCATE,
+        CONCAT,
     ),
 )
 ADMIN_SERVICE = Service(

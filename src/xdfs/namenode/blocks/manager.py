@@ -52,7 +52,13 @@ from xdfs.namenode.blocks.replication import (
     replica_flags,
 )
 from xdfs.namenode.blocks.safemode import SafeMode
-from xdfs.namenode.namespace.ops import CloseFileOp, Op, SetReplicationOp, UpdateBlocksOp
+from xdfs.namenode.namespace.ops import (
+    CloseFileOp,
+    ConcatOp,
+    Op,
+    SetReplicationOp,
+    UpdateBlocksOp,
+)
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
@@ -270,11 +276,29 @@ class BlockManager:
         replacement target): a recovery asks them even if they never report it."""
         self._expected.setdefault(block_id, set()).update(node_ids)
 
-    def plan_lease_recovery(self, blocks: Sequence[BlockRecord]) -> CloseNow | RecoverBlock:
-        """How to close an open file with these blocks (see block_recovery.py)."""
+    def plan_lease_recovery(
+        self, blocks: Sequence[BlockRecord], truncating: bool = False
+    ) -> CloseNow | RecoverBlock:
+        """How to close an open file with these blocks (see block_recovery.py). A last
+        block with acknowledged bytes (the namespace has a length for it: hflushed, reopened
+        by append, or cut by a truncate) is only closed by a block recovery, from what its
+        holders have now: replicas reported finalized may have been reopened since. With
+        no holder to ask, the answer has no holders: the caller waits for one."""
         if not blocks:
             return CloseNow(())
-        return plan_lease_recovery(blocks, *self._live_replicas(blocks[-1].block_id))
+        last = blocks[-1]
+        if truncating or last.num_bytes > 0:
+            return RecoverBlock(last, self.holders(last))
+        return plan_lease_recovery(blocks, *self._live_replicas(last.block_id))
+
+    def holders(self, block: BlockRecord) -> tuple[str, ...]:
+        """Node ids a recovery of ``block`` would ask (live holders, then expected)."""
+        return recovery_holders(block, *self._live_replicas(block.block_id))
+
+    def expect_holders(self, block_id: int) -> None:
+        """A block reopened for append is written where its replicas are: a recovery asks
+        those nodes even while they hold it under its old genstamp."""
+        self.expect(block_id, [r.node_id for r in self.map.replicas(block_id)])
 
     def _live_replicas(
         self, block_id: int
@@ -323,7 +347,9 @@ class BlockManager:
         holders = recovery_holders(state.record, *self._live_replicas(work.block_id))
         token = self.block_token(self.ns.superuser, work.block_id, "w")
         targets = [self.address(node_id) for node_id in holders]
-        return RecoverBlockTask(state.record, attempt.genstamp, targets, token)
+        # a truncate cuts to the namespace's length; a lease recovery agrees on one
+        new_length = state.record.num_bytes if self.ns.is_truncating(state.file) else -1
+        return RecoverBlockTask(state.record, attempt.genstamp, targets, token, new_length)
 
     def report_bad_replica(self, block_id: int, address: str) -> bool:
         """A reader found a checksum error; ignored unless that node holds the replica."""
@@ -361,6 +387,8 @@ class BlockManager:
             return tuple(b.block_id for b in op.blocks[-2:])  # the committed and the new last
         if isinstance(op, SetReplicationOp):
             return tuple(b.block_id for b in self.ns.get_blocks(self.ns.resolved(op.path, at)))
+        if isinstance(op, ConcatOp):  # the moved blocks take the target's replication
+            return tuple(b.block_id for b in self.ns.get_blocks(self.ns.resolved(op.target, at)))
         return ()
 
     def leaving(self, block_ids: Iterable[int]) -> None:

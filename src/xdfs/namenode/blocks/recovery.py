@@ -8,6 +8,8 @@ from what the DataNodes hold of its last block:
   without that block (nothing of it was ever stored);
 * a last block whose replicas are all finalized with the file's genstamp and one length:
   the writer streamed it whole, so close with that length at once;
+* a last block with acknowledged bytes (hflushed, appended to, truncated: the manager's
+  plan_lease_recovery) always goes through block recovery, or waits for a holder;
 * otherwise **block recovery**: the lease passes to :data:`RECOVERY_HOLDER` and the block
   gets a new generation stamp (both logged, so a restarted NameNode never reuses the
   stamp); a *primary* DataNode among the holders is asked (in its next heartbeat reply) to

@@ -100,6 +100,21 @@ class ClientHandlers:
     async def complete(self, ctx: CallContext, req: p.CompleteRequest) -> p.FileStatus:
         return await self.fs.complete(caller(ctx, self.fs), req.client, req.path, req.blocks)
 
+    async def append(self, ctx: CallContext, req: p.AppendRequest) -> p.AppendResponse:
+        return await self.fs.append(caller(ctx, self.fs), req.client, req.path)
+
+    async def fsync(self, ctx: CallContext, req: p.FsyncRequest) -> Empty:
+        await self.fs.fsync(caller(ctx, self.fs), req.client, req.path, req.last_block)
+        return Empty()
+
+    async def truncate(self, ctx: CallContext, req: p.TruncateRequest) -> p.TruncateResponse:
+        done = await self.fs.truncate(caller(ctx, self.fs), req.path, req.new_length)
+        return p.TruncateResponse(done)
+
+    async def concat(self, ctx: CallContext, req: p.ConcatRequest) -> Empty:
+        await self.fs.concat(caller(ctx, self.fs), req.target, req.sources)
+        return Empty()
+
     def renew_lease(self, ctx: CallContext, req: p.RenewLeaseRequest) -> Empty:
         self.fs.renew_lease(caller(ctx, self.fs), req.client)
         return Empty()

@@ -115,6 +115,8 @@ def _load_inodes(ns: Namespace, records: Iterator[InodeRecord], next_inode_id: i
                     raise corrupt(f"block {block.block_id} belongs to two files")
             if rec.client:
                 uc[node] = rec.client
+            if rec.truncating:
+                ns._truncating.add(node)
         children[name] = node
         count += 1
     return count
@@ -126,21 +128,21 @@ def inode_records(ns: Namespace) -> Iterator[InodeRecord]:
     checkpoint must not pay for sorting every directory."""
     uc = ns._uc
     stack: list[DirInode] = [ns._root]
-    yield _record(ns._root, uc)
+    yield _record(ns._root, uc, ns._truncating)
     while stack:
         directory = stack.pop()
         for child in directory.children.values():
-            yield _record(child, uc)
+            yield _record(child, uc, ns._truncating)
             if isinstance(child, DirInode):
                 stack.append(child)
 
 
-def _record(node: Inode, uc: dict[FileInode, str]) -> InodeRecord:
+def _record(node: Inode, uc: dict[FileInode, str], truncating: set[FileInode]) -> InodeRecord:
     if isinstance(node, FileInode):
         return InodeRecord(
             node.id, node.parent, node.name, False, node.mode, node.owner, node.group,
             node.mtime_ms, node.atime_ms, node.replication, node.block_size, node.blocks,
-            uc.get(node, ""),
+            uc.get(node, ""), node in truncating,
         )
     return InodeRecord(
         node.id, node.parent, node.name, True, node.mode, node.owner, node.group,
@@ -159,7 +161,8 @@ def canonical_dump(ns: Namespace) -> list[tuple[object, ...]]:
         if isinstance(node, FileInode):
             blocks = tuple((b.block_id, b.genstamp, b.num_bytes) for b in node.blocks)
             extra: tuple[object, ...] = (
-                node.replication, node.block_size, blocks, ns._uc.get(node, "")
+                node.replication, node.block_size, blocks, ns._uc.get(node, ""),
+                node in ns._truncating,
             )
         else:
             extra = ()

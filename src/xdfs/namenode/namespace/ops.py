@@ -175,6 +175,46 @@ class ReassignLeaseOp(Op):
     recovery_genstamp: int = 0  # 0: no block recovery
 
 
+class AppendOp(Op):
+    """Reopen a closed file for appending by ``client`` (HDFS's OP_APPEND). A partial last
+    block is reopened with a new generation stamp (``last_block``: its record with that
+    stamp); None when the file is empty or its last block is full (the writer adds one)."""
+
+    OPCODE = 13
+    NAME = "append"
+    path: str
+    client: str
+    last_block: BlockRecord | None = None
+
+
+class TruncateOp(Op):
+    """Cut a closed file to ``new_length`` (HDFS's OP_TRUNCATE): ``blocks`` are the blocks
+    it keeps. At a block boundary the file stays closed; otherwise its last block keeps
+    the id and old stamp with the new length, and the file is held by ``client`` (the
+    NameNode's recovery holder) until a block recovery with ``recovery_genstamp`` cuts the
+    replicas and commits."""
+
+    OPCODE = 14
+    NAME = "truncate"
+    path: str
+    new_length: int
+    mtime_ms: int
+    blocks: tuple[BlockRecord, ...]
+    client: str = ""
+    recovery_genstamp: int = 0  # 0: at a block boundary, nothing to recover
+
+
+class ConcatOp(Op):
+    """Move the blocks of ``sources`` (in order) to the end of ``target`` and delete the
+    sources (HDFS's OP_CONCAT_DELETE)."""
+
+    OPCODE = 15
+    NAME = "concat"
+    target: str
+    sources: tuple[str, ...]
+    mtime_ms: int
+
+
 # --- security ----------------------------------------------------------------------------
 
 
@@ -248,7 +288,7 @@ ALL_OPS: tuple[type[Op], ...] = (
     MkdirOp, AddFileOp, AddBlockOp, UpdateBlocksOp, CloseFileOp, DeleteOp, RenameOp,
     SetPermissionOp, SetOwnerOp, SetReplicationOp, SetTimesOp, ReassignLeaseOp,
     AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp, NewEpochOp,
-    SetDataNodeSecretOp,
+    SetDataNodeSecretOp, AppendOp, TruncateOp, ConcatOp,
 )
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
 assert len(OPS_BY_CODE) == len(ALL_OPS), "duplicate opcode"
@@ -331,6 +371,9 @@ class InodeRecord(msgspec.Struct, array_like=True, gc=False):
     block_size: int = 0
     blocks: tuple[BlockRecord, ...] = ()
     client: str = ""  # lease holder while under construction
+    #: Under construction because of a truncate (TruncateOp): its block recovery cuts the
+    #: last block to the length the namespace gives it.
+    truncating: bool = False
 
 
 class UserRecord(msgspec.Struct, array_like=True):

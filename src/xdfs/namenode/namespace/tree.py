@@ -46,7 +46,9 @@ from xdfs.namenode.namespace.ops import (
     AddFileOp,
     AddTokenKeyOp,
     AddUserOp,
+    AppendOp,
     CloseFileOp,
+    ConcatOp,
     DeleteOp,
     ImageHeader,
     InodeRecord,
@@ -64,6 +66,7 @@ from xdfs.namenode.namespace.ops import (
     SetReplicationOp,
     SetTimesOp,
     TokenKeyRecord,
+    TruncateOp,
     UpdateBlocksOp,
     UserRecord,
 )
@@ -138,6 +141,9 @@ class Namespace:
         self._dirs: dict[int, DirInode] = {ROOT_ID: self._root}
         # Files under construction -> lease holder (client name).
         self._uc: dict[FileInode, str] = {}
+        # Files under construction because of a truncate (their recovery cuts the last
+        # block to the namespace's length; see TruncateOp).
+        self._truncating: set[FileInode] = set()
         # Every block id -> the file holding it: the block manager's way from a reported
         # replica to its expected replication and committed length. Rename keeps it valid
         # (inodes move, they are not copied); each op below that adds or drops a block
@@ -251,6 +257,7 @@ class Namespace:
             dropped = tuple(block.block_id for block in old.blocks)
             self._unindex_blocks(dropped)
             self._uc.pop(old, None)
+            self._truncating.discard(old)
             parent.children[name] = node  # same name: the sorted-name cache stays valid
             self._reshaped(at, replaced, depth, old, node)
         self._uc[node] = op.client
@@ -284,7 +291,83 @@ class Namespace:
         node.mtime_ms = op.mtime_ms
         node.atime_ms = op.mtime_ms if op.atime_ms == op.mtime_ms else op.atime_ms
         del self._uc[node]
+        self._truncating.discard(node)
         return dropped
+
+    @_handles(AppendOp)
+    def _append(self, op: AppendOp, at: At) -> tuple[int, ...]:
+        node = self._closed_file(self.resolved(op.path, at))
+        if not op.client:
+            raise InvalidArgument("a file under construction needs a client name")
+        last = op.last_block
+        if last is not None:
+            old = node.blocks[-1] if node.blocks else None
+            if old is None or (old.block_id, old.num_bytes) != (last.block_id, last.num_bytes):
+                raise InvalidArgument(f"{op.path}: {last} is not its last block")
+            if last.genstamp <= old.genstamp:
+                raise InvalidArgument(f"{op.path}: append needs a newer genstamp than {old}")
+        # --- validated; mutate
+        if last is not None:
+            self._replace_blocks(node, (*node.blocks[:-1], last))
+        self._uc[node] = op.client
+        return ()
+
+    @_handles(TruncateOp)
+    def _truncate(self, op: TruncateOp, at: At) -> tuple[int, ...]:
+        node = self._closed_file(self.resolved(op.path, at))
+        _check_blocks(op.blocks)
+        kept = len(op.blocks)
+        if kept and (
+            kept > len(node.blocks)
+            or op.blocks[:-1] != node.blocks[: kept - 1]
+            or op.blocks[-1].block_id != node.blocks[kept - 1].block_id
+            or op.blocks[-1].num_bytes > node.blocks[kept - 1].num_bytes
+        ):
+            raise InvalidArgument(f"{op.path}: truncate keeps blocks it does not have")
+        if sum(b.num_bytes for b in op.blocks) != op.new_length or op.new_length < 0:
+            raise InvalidArgument(f"{op.path}: blocks do not add up to {op.new_length}")
+        if op.recovery_genstamp and not op.client:
+            raise InvalidArgument("a truncate under recovery needs a lease holder")
+        # --- validated; mutate
+        dropped = self._replace_blocks(node, op.blocks)
+        node.mtime_ms = op.mtime_ms
+        if op.recovery_genstamp:
+            self._uc[node] = op.client
+            self._truncating.add(node)
+            self.next_genstamp = max(self.next_genstamp, op.recovery_genstamp + 1)
+        return dropped
+
+    @_handles(ConcatOp)
+    def _concat(self, op: ConcatOp, at: At) -> tuple[int, ...]:
+        target_iip = self.resolved(op.target, at)
+        target = self._closed_file(target_iip)
+        sources = [self.resolved(path, at) for path in op.sources]
+        nodes = [self._closed_file(iip) for iip in sources]
+        if len(set(map(id, nodes))) != len(nodes) or target in nodes:
+            raise InvalidArgument("concat: a file appears twice")
+        if any(iip.inodes[-2] is not target_iip.inodes[-2] for iip in sources):
+            raise InvalidArgument("concat: sources must be in the target's directory")
+        # --- validated; mutate
+        parent = target_iip.parent_dir()
+        blocks = list(target.blocks)
+        for iip, node in zip(sources, nodes, strict=True):
+            blocks.extend(node.blocks)
+            unlink(parent, node.name, SORTED_PATCH_MAX)
+            self._inode_count -= 1
+            self._reshaped(at, unlinked, len(iip.parts), node)
+        target.blocks = tuple(blocks)
+        for block in blocks:
+            self._blocks[block.block_id] = target
+        target.mtime_ms = parent.mtime_ms = op.mtime_ms
+        return ()
+
+    def _closed_file(self, iip: INodesInPath) -> FileInode:
+        node = iip.get()
+        if not isinstance(node, FileInode):
+            raise IsADirectory(f"{iip.path} is a directory")
+        if node in self._uc:
+            raise LeaseError(f"{iip.path} is open for writing")
+        return node
 
     @_handles(DeleteOp)
     def _delete(self, op: DeleteOp, at: At) -> tuple[int, ...]:
@@ -314,6 +397,7 @@ class Namespace:
                 assert isinstance(node, FileInode)
                 block_ids.extend(block.block_id for block in node.blocks)
                 self._uc.pop(node, None)
+                self._truncating.discard(node)
         assert self._inode_count >= 1
         self._unindex_blocks(block_ids)
         return tuple(block_ids)
@@ -718,6 +802,10 @@ class Namespace:
     def lease_holder(self, path: PathArg) -> str:
         node = self._at(path).get()
         return self._uc.get(node, "") if isinstance(node, FileInode) else ""
+
+    def is_truncating(self, node: FileInode) -> bool:
+        """True while the file waits for the block recovery of a truncate (TruncateOp)."""
+        return node in self._truncating
 
     def lease_holders(self) -> list[tuple[str, str]]:
         """(client, owner) of every file under construction (no path is built or checked)."""
