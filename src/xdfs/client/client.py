@@ -301,6 +301,14 @@ class AsyncClient:
     async def set_password(self, name: str, password: str) -> None:
         await self.rpc.call(p.SET_PASSWORD, p.UserRequest(name, password))
 
+    async def set_quota(
+        self, path: str, ns_quota: int | None = None, ds_quota: int | None = None
+    ) -> None:
+        """Set (a number) or clear (-1) a directory's name and/or space quota; None leaves
+        that one as it is (superuser only)."""
+        path = await self.absolute(path)
+        await self.rpc.call(p.SET_QUOTA, p.SetQuotaRequest(path, ns_quota, ds_quota))
+
     async def status(self) -> p.NameNodeStatus:
         return await self.rpc.call(p.STATUS, Empty())
 

@@ -56,6 +56,7 @@ from xdfs.namenode.namespace.ops import (
     RenameOp,
     SetOwnerOp,
     SetPermissionOp,
+    SetQuotaOp,
     SetReplicationOp,
     SetTimesOp,
     UpdateBlocksOp,
@@ -681,6 +682,28 @@ class Namesystem:
             return Plan.of([SetReplicationOp(iip.path, replication)], None, (iip,))
 
         await self.mutate("set replication", plan)
+
+    async def set_quota(
+        self, user: str, path: str, ns_quota: int | None, ds_quota: int | None
+    ) -> None:
+        """Set (>= 0) or clear (-1) a directory's quotas; None leaves one unchanged. The
+        caller is a superuser (checked by the handler, as HDFS's dfsadmin)."""
+        resolved = self.ns.resolve(path)
+        for value in (ns_quota, ds_quota):
+            if value is not None and value < -1:
+                raise InvalidArgument(f"a quota is >= 0, or -1 to clear it; got {value}")
+
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            if not isinstance(iip.get(), DirInode):
+                raise InvalidArgument(f"Cannot set quota on a file: {iip.path}")
+            known = self.ns.quota_of(iip)
+            ns_now, ds_now = (known.ns_quota, known.ds_quota) if known else (-1, -1)
+            op = SetQuotaOp(iip.path, ns_now if ns_quota is None else ns_quota,
+                            ds_now if ds_quota is None else ds_quota)
+            return Plan.of([op], None, (iip,))
+
+        await self.mutate("set quota", plan)
 
     async def set_times(self, user: str, path: str, mtime_ms: int, atime_ms: int) -> None:
         resolved = self.ns.resolve(path)

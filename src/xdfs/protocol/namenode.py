@@ -35,6 +35,8 @@ class ContentSummary(msgspec.Struct, gc=False):
     file_count: int
     directory_count: int  # includes the path itself when it is a directory
     space_consumed: int  # bytes times each file's replication
+    ns_quota: int = -1  # the path's name quota (dfs -count -q); -1: none
+    ds_quota: int = -1  # the path's space quota, bytes; -1: none
 
 
 # --- requests and responses --------------------------------------------------------------
@@ -221,6 +223,14 @@ class TxidResponse(msgspec.Struct):
     txid: int
 
 
+class SetQuotaRequest(msgspec.Struct):
+    """``admin -setQuota`` and friends: None leaves that quota as it is, -1 clears it."""
+
+    path: str
+    ns_quota: int | None = None  # most names (files and directories, itself included)
+    ds_quota: int | None = None  # most bytes, counted times replication
+
+
 class UserRequest(msgspec.Struct):
     name: str
     password: str = ""
@@ -373,6 +383,10 @@ REPORT_BAD_REPLICAS = _m(
 )
 DATANODE_REPORT = _m("datanode_report", Empty, DataNodeReport, True, "admin -report.")
 FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
+SET_QUOTA = _m(
+    "set_quota", SetQuotaRequest, Empty, True,
+    "Set or clear a directory's name and space quotas (superuser only).",
+)
 
 
 class BlockMapHead(msgspec.Struct):
@@ -450,5 +464,6 @@ ADMIN_SERVICE = Service(
         DATANODE_REPORT,
         FSCK,
         BLOCK_MAP,
+        SET_QUOTA,
     ),
 )

@@ -227,6 +227,11 @@ class AdminHandlers:
             files=req.files, with_blocks=req.blocks, locations=req.locations,
         )
 
+    async def set_quota(self, ctx: CallContext, req: p.SetQuotaRequest) -> Empty:
+        user = self._superuser(ctx, "set quotas")
+        await self.fs.set_quota(user, req.path, req.ns_quota, req.ds_quota)
+        return Empty()
+
     def block_map(self, ctx: CallContext, req: Empty) -> Download:
         self._superuser(ctx, "dump the block map")
         head, block_ids = blockmap_export.snapshot(self.fs.ns, self.fs.blocks)

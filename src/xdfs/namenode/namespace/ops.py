@@ -155,6 +155,20 @@ class ReassignLeaseOp(Op):
     recovery_genstamp: int = 0  # 0: no block recovery
 
 
+# --- quotas (opcodes 40-49) -----------------------------------------------------------------
+
+
+class SetQuotaOp(Op):
+    """A directory's name and space quotas, as they are from now on (-1: none; both -1
+    clears them). Usage is not logged: it follows from the tree."""
+
+    OPCODE = 40
+    NAME = "set_quota"
+    path: str
+    ns_quota: int
+    ds_quota: int
+
+
 # --- security ----------------------------------------------------------------------------
 
 
@@ -228,7 +242,7 @@ ALL_OPS: tuple[type[Op], ...] = (
     MkdirOp, AddFileOp, AddBlockOp, UpdateBlocksOp, CloseFileOp, DeleteOp, RenameOp,
     SetPermissionOp, SetOwnerOp, SetReplicationOp, SetTimesOp, ReassignLeaseOp,
     AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp, NewEpochOp,
-    SetDataNodeSecretOp,
+    SetDataNodeSecretOp, SetQuotaOp,
 )
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
 assert len(OPS_BY_CODE) == len(ALL_OPS), "duplicate opcode"
@@ -306,6 +320,8 @@ class InodeRecord(msgspec.Struct, array_like=True, gc=False):
     block_size: int = 0
     blocks: tuple[BlockRecord, ...] = ()
     client: str = ""  # lease holder while under construction
+    ns_quota: int = -1  # directories only; -1: no quota (images before quotas: none)
+    ds_quota: int = -1
 
 
 class UserRecord(msgspec.Struct, array_like=True):
