@@ -7,7 +7,7 @@ commands are in :mod:`.dfs_commands`, the data commands in :mod:`.dfs_data`.
 
 from __future__ import annotations
 
-from xdfs.cli import dfs_commands, dfs_data  # noqa: F401  (their commands fill COMMANDS)
+from xdfs.cli import dfs_commands, dfs_data, dfs_files, dfs_more  # noqa: F401  (they fill COMMANDS)
 from xdfs.cli.dfs_base import COMMANDS
 from xdfs.cli.shell import HdfsShell
 

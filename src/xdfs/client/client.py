@@ -182,6 +182,12 @@ class AsyncClient:
         path = await self.absolute(path)
         return await self.rpc.call(p.BLOCK_LOCATIONS, p.BlockLocationsRequest(path, offset, length))
 
+    async def access(self, path: str, access: int) -> None:
+        """AccessDenied unless this user may access ``path`` with the permission bits
+        ``access`` (4 read, 2 write, 1 execute)."""
+        path = await self.absolute(path)
+        await self.rpc.call(p.ACCESS, p.AccessRequest(path, access))
+
     async def restore(self, trash_path: str) -> str:
         trash_path = await self.absolute(trash_path)
         return (await self.rpc.call(p.RESTORE, p.RestoreRequest(trash_path))).path

@@ -290,6 +290,13 @@ class Namesystem:
         self.ns.check_access(user, iip, access=access, sub_access=access)
         return self.ns.content_summary(iip)
 
+    def access(self, user: str, path: str, bits: int) -> None:
+        """AccessDenied unless ``user`` may access ``path`` with ``bits`` (r=4, w=2, x=1);
+        NotFound when it does not exist (HDFS's checkAccess)."""
+        iip = self.ns.resolve(path)
+        iip.get()
+        self.ns.check_access(user, iip, access=bits)
+
     def block_locations(self, user: str, path: str, offset: int, length: int) -> LocatedBlocks:
         """The blocks overlapping the range, each with its good replicas in random order
         and a read token."""

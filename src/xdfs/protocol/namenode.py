@@ -223,6 +223,13 @@ class TxidResponse(msgspec.Struct):
     txid: int
 
 
+class AccessRequest(msgspec.Struct):
+    """Whether the caller may access ``path`` so (HDFS's ``checkAccess``)."""
+
+    path: str
+    access: int  # permission bits wanted: 4 read, 2 write, 1 execute (any sum)
+
+
 class SetQuotaRequest(msgspec.Struct):
     """``admin -setQuota`` and friends: None leaves that quota as it is, -1 clears it."""
 
@@ -383,6 +390,10 @@ REPORT_BAD_REPLICAS = _m(
 )
 DATANODE_REPORT = _m("datanode_report", Empty, DataNodeReport, True, "admin -report.")
 FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
+ACCESS = _m(
+    "access", AccessRequest, Empty, True,
+    "Check the caller's access to a path: AccessDenied if refused (dfs -test -r/-w).",
+)
 SET_QUOTA = _m(
     "set_quota", SetQuotaRequest, Empty, True,
     "Set or clear a directory's name and space quotas (superuser only).",
@@ -449,6 +460,7 @@ CLIENT_SERVICE = Service(
         ABANDON_BLOCK,
         ADDITIONAL_DATANODE,
         REPORT_BAD_REPLICAS,
+        ACCESS,
     ),
 )
 ADMIN_SERVICE = Service(

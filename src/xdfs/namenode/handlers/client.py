@@ -148,6 +148,10 @@ class ClientHandlers:
     def content_summary(self, ctx: CallContext, req: p.PathRequest) -> p.ContentSummary:
         return self.fs.content_summary(caller(ctx, self.fs), req.path)
 
+    def access(self, ctx: CallContext, req: p.AccessRequest) -> Empty:
+        self.fs.access(caller(ctx, self.fs), req.path, req.access)
+        return Empty()
+
     async def restore(self, ctx: CallContext, req: p.RestoreRequest) -> p.RestoreResponse:
         return p.RestoreResponse(await self.fs.restore(caller(ctx, self.fs), req.trash_path))
 
