@@ -6,8 +6,12 @@ from the edits log and after one from an image."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
+from tests.datapath.test_processes import ProcessCluster
 from tests.integration.conftest import (
     ROOT,
     ROOT_PW,
@@ -18,6 +22,7 @@ from tests.integration.conftest import (
 )
 from tests.integration.fake_datanodes import FakeDataNodes
 from xdfs.client.client import AsyncClient
+from xdfs.common.process import ProcessGroup
 from xdfs.errors import AccessDenied, DSQuotaExceeded, InvalidArgument, NSQuotaExceeded
 from xdfs.namenode.server import NameNode
 from xdfs.testing.minicluster import MiniCluster
@@ -182,3 +187,24 @@ async def test_quotas_and_usage_survive_a_restart(
             await root.mkdirs("/a/b/d")
         await root.mkdirs("/a/d")
         assert _usage(nn, "/a")[2] == expected["/a"][2] + 1
+
+
+async def test_acknowledged_quotas_survive_kill_9(processes: ProcessGroup, tmp_path: Path) -> None:
+    """A real NameNode process: quotas set and usage counted before a SIGKILL are there,
+    and enforced, after it."""
+    cluster = ProcessCluster(processes, tmp_path)
+    await asyncio.to_thread(cluster.start_namenode)
+    async with cluster.client() as client:
+        await client.mkdirs("/q/a")
+        await client.set_quota("/q", 3, 1 << 20)
+        await client.mkdirs("/q/b")
+    assert cluster.nn is not None
+    cluster.nn.kill()  # SIGKILL
+    await asyncio.to_thread(cluster.start_namenode)
+    async with cluster.client() as client:
+        summary = await client.content_summary("/q")
+        assert (summary.ns_quota, summary.ds_quota, summary.directory_count) == (3, 1 << 20, 3)
+        with pytest.raises(NSQuotaExceeded):
+            await client.mkdirs("/q/c")
+        await client.set_quota("/q", -1, None)
+        await client.mkdirs("/q/c")

@@ -35,11 +35,14 @@ def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = Fa
 
     if not os.path.lexists(src):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src)
+    # read before the upload: reading the files changes their access times
+    local_stats = {}
+    if preserve:
+        local_stats = {rel: os.stat(path) for rel, path in _local_files(src).items()}
     try:
         written = client.put(src, dst, overwrite=overwrite, create_parents=False)
-        if preserve:
-            for remote, local in _pairs(written, _local_files(src)):
-                _preserve_remote(client, remote, os.stat(local))
+        for remote, local in _pairs(written, local_stats):
+            _preserve_remote(client, remote, local)
     except XdfsError as exc:
         raise PathFailure(dst, exc) from exc
 
