@@ -25,6 +25,7 @@ from xdfs.client.client import AsyncClient
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import AccessDenied, DSQuotaExceeded, InvalidArgument, NSQuotaExceeded
 from xdfs.namenode.server import NameNode
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.testing.minicluster import MiniCluster
 
 BLOCK = 4096  # the smallest block size a file may ask for
@@ -33,7 +34,7 @@ ROOT_ENV = {"XDFS_USER": ROOT, "XDFS_PASSWORD": ROOT_PW}
 
 async def _write(client: AsyncClient, path: str, sizes: list[int], replication: int) -> None:
     await client.create(path, replication=replication, block_size=BLOCK)
-    blocks = []
+    blocks: list[BlockRecord] = []
     for size in sizes:
         blocks.append(await add_stored_block(client, path, size, blocks[-1] if blocks else None))
     await client.complete(path, blocks)
