@@ -235,3 +235,21 @@ def test_df(dfs: Dfs, live_cluster: LiveCluster) -> None:
     assert int(size) >= int(used) + int(available) > 0
     assert share.endswith("%")
     assert human[1].splitlines()[1].split()[0] == live_cluster.url
+
+
+def test_put_over_a_space_quota_is_one_line_and_leaves_nothing(
+    client: Client, dfs: Dfs, base: str, tmp_path: Path
+) -> None:
+    """Real DataNodes: the upload is refused at its second block (each charged at the full
+    block size times replication), the error is one line, and no file is left behind."""
+    local = tmp_path / "big"
+    local.write_bytes(payload(LIVE_BLOCK_BYTES + 10, seed=9))
+    client.mkdirs(f"{base}/q")
+    client.set_quota(f"{base}/q", None, 3 * LIVE_BLOCK_BYTES)  # one block x 3 replicas
+    (put,) = dfs.run(dfs("-put", str(local), f"{base}/q/big"))
+    assert put[0] == 1, put
+    assert put[2].count("\n") == 1 and "Traceback" not in put[2]
+    assert put[2].startswith(f"put: `{base}/q/big': The DiskSpace quota of {base}/q is exceeded")
+    assert client.list_dir(f"{base}/q") == []
+    summary = client.content_summary(f"{base}/q")
+    assert (summary.file_count, summary.ds_quota) == (0, 3 * LIVE_BLOCK_BYTES)

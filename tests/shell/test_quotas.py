@@ -118,8 +118,11 @@ async def test_every_adding_operation_is_checked(nn: NameNode) -> None:
         first = await add_stored_block(root, "/q/d/f", BLOCK)
         second = await add_stored_block(root, "/q/d/f", BLOCK, first)
         third = await add_stored_block(root, "/q/d/f", BLOCK, second)
+        assert nn.fs is not None
+        next_block_id = nn.fs.ns.next_block_id
         with pytest.raises(DSQuotaExceeded, match="The DiskSpace quota of /q is exceeded"):
             await add_stored_block(root, "/q/d/f", 10, third)
+        assert nn.fs.ns.next_block_id == next_block_id  # refused before allocating
         await root.complete("/q/d/f", [first, second, third])
         assert _usage(nn, "/q") == (3, 3 * BLOCK, 3, 3 * BLOCK)
 

@@ -458,6 +458,8 @@ class Namesystem:
                 blocks[-1] = previous
                 ops.append(UpdateBlocksOp(iip.path, tuple(blocks)))
             offset = sum(b.num_bytes for b in blocks)
+            # quota first (as HDFS): a refused block allocates nothing and asks no DataNode
+            self.ns.check_block_quota(iip, (*blocks, BlockRecord(0, 0, 0)))
             chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
             self.blocks.expect(block.block_id, (n.node_id for n in chosen))

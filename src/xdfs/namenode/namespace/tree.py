@@ -801,6 +801,14 @@ class Namespace:
                 )
         return depth_max, bytes_max
 
+    def check_block_quota(self, path: PathArg, blocks: Sequence[BlockRecord]) -> None:
+        """Raise DSQuotaExceeded if the open file at ``path`` may not have ``blocks`` (its
+        next block included): what ``add_block`` checks before choosing targets, as HDFS."""
+        iip = self._at(path)
+        node = iip.get()
+        if isinstance(node, FileInode):
+            self._blocks_charge(iip, node, blocks, True)
+
     def quota_of(self, path: PathArg) -> quota.Quota | None:
         """The quota of a directory (with its usage), None when it has none."""
         return self._quotas.get(self._at(path).get().id)
