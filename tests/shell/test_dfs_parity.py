@@ -86,6 +86,7 @@ def test_head_text_checksum_getmerge(client: Client, dfs: Dfs, base: str, tmp_pa
     client.write_file(f"{base}/plain.txt", text)
     client.write_file(f"{base}/two.gz", gzip.compress(text[:100]) + gzip.compress(text[100:]))
     client.write_file(f"{base}/big", big)
+    client.write_file(f"{base}/bad.gz", b"\x1f\x8b" + b"not deflate at all")
     client.write_file(f"{base}/m/1", b"one")
     client.write_file(f"{base}/m/2", b"")
     client.write_file(f"{base}/m/3", b"three")
@@ -98,8 +99,10 @@ def test_head_text_checksum_getmerge(client: Client, dfs: Dfs, base: str, tmp_pa
         dfs("-getmerge", "-nl", "-skip-empty-file", f"{base}/m", str(merged)),
         dfs("-head", f"{base}/m"),
         dfs("-checksum", f"{base}/missing"),
+        dfs("-text", f"{base}/bad.gz"),
+        dfs("-getmerge", f"{base}/m", str(tmp_path / "no" / "such" / "dir")),
     )
-    assert [code for code, _out, _err in results] == [0, 0, 0, 0, 0, 1, 1], results
+    assert [code for code, _out, _err in results] == [0, 0, 0, 0, 0, 1, 1, 1, 1], results
     assert results[0][1].encode() == text[:1024]
     assert results[1][1].encode() == text
     assert results[2][1].encode() == text
@@ -113,6 +116,10 @@ def test_head_text_checksum_getmerge(client: Client, dfs: Dfs, base: str, tmp_pa
     assert merged.read_bytes() == b"one\nthree\n"
     assert results[5][2].strip() == f"head: `{base}/m': {base}/m is a directory"
     assert results[6][2].strip() == f"checksum: `{base}/missing': No such file or directory"
+    for _code, _out, err in results[7:]:  # one line each, never a traceback
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert results[7][2].startswith(f"text: `{base}/bad.gz': corrupt gzip data")
+    assert results[8][2].startswith("getmerge: `") and "No such file or directory" in results[8][2]
 
 
 def test_find_touch_and_ls_orders(client: Client, dfs: Dfs, base: str) -> None:

@@ -75,7 +75,10 @@ class _TextSink:
 
     def _gunzip(self, data: bytes) -> None:
         while data:
-            self.out.write(self.gunzip.decompress(data))
+            try:
+                self.out.write(self.gunzip.decompress(data))
+            except zlib.error as exc:
+                raise OSError(f"corrupt gzip data: {exc}") from None
             if not self.gunzip.eof:
                 return
             data = self.gunzip.unused_data  # the next gzip member
@@ -155,15 +158,17 @@ def getmerge(client: Any, args: Args) -> int:
         entries = client.list_dir(path) if status.is_dir else [status]
         files.extend(entry for entry in entries if not entry.is_dir)
 
+    def merge(_local: str) -> None:
+        with open(local, "wb") as out:
+            for entry in files:
+                if entry.length == 0 and "-skip-empty-file" in args.flags:
+                    continue
+                client.copy_to(entry.path, out.write)
+                if "-nl" in args.flags:
+                    out.write(b"\n")
+
     status = each_path(client, "getmerge", sources, collect)
-    with open(local, "wb") as out:
-        for entry in files:
-            if entry.length == 0 and "-skip-empty-file" in args.flags:
-                continue
-            client.copy_to(entry.path, out.write)
-            if "-nl" in args.flags:
-                out.write(b"\n")
-    return status
+    return each_path(client, "getmerge", [local], merge) or status
 
 
 @command("-moveFromLocal", "[-f] <localsrc> ... <dst>", "-f", min_args=2)
