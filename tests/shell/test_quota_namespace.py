@@ -128,8 +128,12 @@ def test_space_quota_charges_a_whole_block_while_writing() -> None:
     second_full = BlockRecord(second.block_id, second.genstamp, BS)
     log.do(UpdateBlocksOp("/q/f", (full, second_full)))
     third = log.block()
-    with pytest.raises(DSQuotaExceeded, match="The DiskSpace quota of /q is exceeded"):
+    with pytest.raises(DSQuotaExceeded) as refused:
         log.ns.apply(AddBlockOp("/q/f", third))
+    assert refused.value.message == (
+        "The DiskSpace quota of /q is exceeded: quota = 4000 B = 3.91 KB but diskspace "
+        "consumed = 6000 B = 5.86 KB"
+    )
     assert log.ns.get_blocks("/q/f") == (full, second_full)
     # closing with a short last block pays back what it did not use
     log.do(CloseFileOp("/q/f", T, T, (full, BlockRecord(second.block_id, second.genstamp, 10))))

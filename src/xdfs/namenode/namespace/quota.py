@@ -68,10 +68,24 @@ def check(chain: Chain, names: int, space: int) -> None:
                 f"exceeded: quota={quota.ns_quota} file count={quota.names + names}"
             )
         if space > 0 and quota.ds_quota != NO_QUOTA and quota.space + space > quota.ds_quota:
+            used = quota.space + space
             raise DSQuotaExceeded(
-                f"The DiskSpace quota of {path} is exceeded: quota = {quota.ds_quota} B "
-                f"but diskspace consumed = {quota.space + space} B"
+                f"The DiskSpace quota of {path} is exceeded: quota = {quota.ds_quota} B = "
+                f"{byte_desc(quota.ds_quota)} but diskspace consumed = {used} B = "
+                f"{byte_desc(used)}"
             )
+
+
+def byte_desc(n: int) -> str:
+    """``402653184`` -> ``384 MB`` (HDFS's StringUtils.byteDesc: binary units, at most two
+    decimals)."""
+    value = float(n)
+    units = ("B", "KB", "MB", "GB", "TB", "PB", "EB")
+    for unit in units:
+        if abs(value) < 1024 or unit == units[-1]:
+            return f"{value:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
 
 
 def add(chain: Chain, names: int, space: int) -> None:
