@@ -110,6 +110,14 @@ async def test_every_adding_operation_is_checked(nn: NameNode) -> None:
             await root.mkdirs("/q/e")
         with pytest.raises(NSQuotaExceeded):
             await root.create("/q/g")
+        # several names at once: all or none (nothing logged before the refusal)
+        await root.set_quota("/q", 5, 3 * BLOCK)
+        with pytest.raises(NSQuotaExceeded):
+            await root.mkdirs("/q/x/y/z")
+        with pytest.raises(NSQuotaExceeded):
+            await root.create("/q/x/y/f")
+        assert not await root.exists("/q/x")
+        await root.set_quota("/q", 3, 3 * BLOCK)
         with pytest.raises(NSQuotaExceeded):  # 3 names into a tree with none left
             await root.rename("/free/sub", "/q/sub")
         assert await root.exists("/free/sub/a") and not await root.exists("/q/sub")

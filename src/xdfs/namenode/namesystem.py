@@ -344,6 +344,7 @@ class Namesystem:
                                   self._default_mode(True, DEFAULT_MODE), final_mode)
             if len(ops) > 1 and not parents:
                 raise NotFound(f"parent of {iip.path} does not exist")
+            self.ns.check_name_quota(iip, len(ops))  # all or none of the directories
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
         return await self.mutate("mkdirs", plan)
@@ -404,6 +405,7 @@ class Namesystem:
                     overwrite,
                 )
             )
+            self.ns.check_name_quota(iip, len(ops) - (1 if iip.exists else 0))
             self.leases.take(client, user, self.clock())
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 

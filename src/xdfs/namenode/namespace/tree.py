@@ -801,6 +801,13 @@ class Namespace:
                 )
         return depth_max, bytes_max
 
+    def check_name_quota(self, path: PathArg, names: int) -> None:
+        """Raise NSQuotaExceeded if ``names`` new names on the way to ``path`` (below its
+        deepest existing directory) would take a quota over: what a plan of several ops
+        (``mkdir -p``, a create with parents) checks first, so a refusal logs none of them."""
+        iip = self._at(path)
+        quota.check(self._chain(iip, len(iip.inodes)), names, 0)
+
     def check_block_quota(self, path: PathArg, blocks: Sequence[BlockRecord]) -> None:
         """Raise DSQuotaExceeded if the open file at ``path`` may not have ``blocks`` (its
         next block included): what ``add_block`` checks before choosing targets, as HDFS."""
