@@ -334,6 +334,28 @@ class CorruptReplica(DataError):
     code = 502
 
 
+# --- 67x: quotas (hdfs dfs / dfsadmin) ------------------------------------------------
+
+
+class QuotaExceeded(XdfsError, OSError):
+    """An operation would take a directory tree over its quota; nothing changed (HDFS's
+    QuotaExceededException)."""
+
+    code = 670
+
+
+class NSQuotaExceeded(QuotaExceeded):
+    """Too many names (files and directories) under a directory with a name quota."""
+
+    code = 671
+
+
+class DSQuotaExceeded(QuotaExceeded):
+    """Too many bytes (length times replication) under a directory with a space quota."""
+
+    code = 672
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

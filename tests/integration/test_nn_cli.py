@@ -264,7 +264,7 @@ async def test_dfs_count_du_test_chmod_chown_setrep(nn: NameNode, sh: Shell) -> 
     wrong = Shell(nn, {"XDFS_USER": "alice", "XDFS_PASSWORD": "nope"})
     (bad_mode, bad_rep, big_rep), alice_results, (wrong_pw,) = await asyncio.gather(
         sh.run(
-            sh.d("-chmod", "u+x", "/q/a"),
+            sh.d("-chmod", "u+q", "/q/a"),  # not a mode (u+x is one: symbolic modes)
             sh.d("-setrep", "x", "/q/a"),
             sh.d("-setrep", "99", "/q/a/f1"),
         ),

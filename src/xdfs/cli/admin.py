@@ -319,3 +319,70 @@ def _datanode_report(report: Any) -> None:
             click.echo(f"Xceivers: {node.transfers_in_progress}")
             click.echo(f"Last contact: {node.last_contact_s:.1f} s ago")
         click.echo("")
+
+
+# --- quotas (hdfs dfsadmin -setQuota ...) ------------------------------------------------
+
+_DIRS = click.Argument(["dirs"], nargs=-1, required=True)
+
+
+def _quota_command(
+    name: str, usage: str, *params: click.Parameter, help: str
+) -> Callable[[Callable[..., tuple[int | None, int | None]]], Any]:
+    """A quota command: ``body(**values)`` says what to set (None: leave as is, -1:
+    clear), then it is applied to every directory; a failure is one line naming the
+    command, the others still run (exit status 1)."""
+
+    def declare(body: Callable[..., tuple[int | None, int | None]]) -> Any:
+        @click.pass_context
+        def run(ctx: click.Context, /, dirs: tuple[str, ...], **values: str) -> None:
+            from xdfs.errors import XdfsError
+
+            try:
+                ns_quota, ds_quota = body(**values)
+            except ValueError as exc:
+                raise usage_error(f"{name}: {exc}. Usage: xdfs admin {name} {usage}") from None
+            status = 0
+            with client_for(ctx) as client:
+                for path in dirs:
+                    try:
+                        client.set_quota(path, ns_quota, ds_quota)
+                    except XdfsError as exc:
+                        click.echo(f"{name[1:]}: {exc.message}", err=True)
+                        status = 1
+            sys.exit(status)
+
+        admin.add(HdfsCommand(name, usage=usage, prefix="xdfs admin",
+                              params=[*params, _DIRS], callback=run, help=help))
+        return body
+
+    return declare
+
+
+@_quota_command("-setQuota", "<quota> <dirname>...<dirname>", click.Argument(["quota"]),
+                help="most names (files and directories, itself included)")
+def set_quota(quota: str) -> tuple[int | None, int | None]:
+    if not quota.isdigit() or int(quota) < 1:
+        raise ValueError(f'"{quota}" is not a valid value for a quota')
+    return int(quota), None
+
+
+@_quota_command("-clrQuota", "<dirname>...<dirname>", help="remove the name quota")
+def clear_quota() -> tuple[int | None, int | None]:
+    return -1, None
+
+
+@_quota_command("-setSpaceQuota", "<quota> <dirname>...<dirname>", click.Argument(["quota"]),
+                help="most bytes times replication (1g, 500m ...)")
+def set_space_quota(quota: str) -> tuple[int | None, int | None]:
+    from xdfs.cli.format import parse_size
+
+    try:
+        return None, parse_size(quota)
+    except ValueError:
+        raise ValueError(f'"{quota}" is not a valid value for a quota') from None
+
+
+@_quota_command("-clrSpaceQuota", "<dirname>...<dirname>", help="remove the space quota")
+def clear_space_quota() -> tuple[int | None, int | None]:
+    return None, -1

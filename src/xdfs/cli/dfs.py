@@ -8,7 +8,13 @@ changing a file in place (append, truncate, concat) in :mod:`.dfs_append`.
 
 from __future__ import annotations
 
-from xdfs.cli import dfs_append, dfs_commands, dfs_data  # noqa: F401  (fill COMMANDS)
+from xdfs.cli import (  # noqa: F401  (they fill COMMANDS)
+    dfs_append,
+    dfs_commands,
+    dfs_data,
+    dfs_files,
+    dfs_more,
+)
 from xdfs.cli.dfs_base import COMMANDS
 from xdfs.cli.shell import HdfsShell
 

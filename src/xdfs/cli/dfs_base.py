@@ -8,7 +8,7 @@ operation failed (the message says which path and why), 2 on a usage error.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -24,24 +24,33 @@ COMMANDS: dict[str, click.Command] = {}
 class Args:
     flags: set[str]
     values: list[str]
+    #: The options that take a value (``-t STAMP``, ``-name PATTERN``) that were given.
+    options: dict[str, str] = field(default_factory=dict)
 
 
 def command(
-    name: str, usage: str, flags: str = "", min_args: int = 1, max_args: int | None = None
+    name: str, usage: str, flags: str = "", min_args: int = 1, max_args: int | None = None,
+    options: str = "",
 ) -> Callable[[Handler], Handler]:
-    """Declare a command: its single-dash ``flags`` (click options) and how many values
-    (paths, mostly) it takes; ``handler(client, args)`` returns the exit status."""
+    """Declare a command: its single-dash ``flags`` (click options), ``options`` that take
+    a value, and how many values (paths, mostly) it takes; ``handler(client, args)``
+    returns the exit status."""
 
     def register(handler: Handler) -> Handler:
         names = {f"flag{index}": flag for index, flag in enumerate(flags.split())}
+        valued = {f"option{index}": option for index, option in enumerate(options.split())}
         params: list[click.Parameter] = [
             click.Option([flag, key], is_flag=True) for key, flag in names.items()
         ]
+        params.extend(click.Option([option, key]) for key, option in valued.items())
         params.append(click.Argument(["values"], nargs=-1))
 
         @click.pass_context
-        def run(ctx: click.Context, /, values: tuple[str, ...], **chosen: bool) -> None:
-            args = Args({names[key] for key, on in chosen.items() if on}, list(values))
+        def run(ctx: click.Context, /, values: tuple[str, ...], **chosen: Any) -> None:
+            given = {valued[key]: value for key, value in chosen.items()
+                     if key in valued and value is not None}
+            args = Args({names[key] for key, on in chosen.items() if key in names and on},
+                        list(values), given)
             with client_for(ctx, args.values) as client:
                 ctx.exit(handler(client, args))
 

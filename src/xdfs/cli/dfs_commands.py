@@ -14,31 +14,48 @@ from xdfs.cli.format import human_size, ls_lines
 from xdfs.common.modes import permission_string
 
 
-@command("-ls", "[-d] [-h] [-R] [<path> ...]", "-d -h -R", min_args=0)
+@command("-ls", "[-d] [-h] [-R] [-t] [-S] [-r] [-u] [<path> ...]", "-d -h -R -t -S -r -u",
+         min_args=0)
 def ls(client: Any, args: Args) -> int:
     """As ``hdfs dfs -ls``: no path lists the home directory; the entries of a relative
-    path are shown relative to the home directory."""
+    path are shown relative to the home directory. -t sorts by modification time (newest
+    first), -S by size (largest first), -r reverses, -u shows (and -t sorts by) the access
+    time instead."""
     human = "-h" in args.flags
 
     def show(path: str) -> None:
-        shown = _shown_as(client, path)
+        shown = _shown_as(client, path, "-u" in args.flags)
         status = client.stat(path)
         if not status.is_dir or "-d" in args.flags:
             _echo_lines(ls_lines([shown(status)], human))
             return
         if "-R" in args.flags:
-            _ls_recursive(client, status.path, human, shown)
+            _ls_recursive(client, status.path, human, shown, args.flags)
             return
-        entries = client.list_dir(status.path)
+        entries = _ordered(client.list_dir(status.path), args.flags)
         click.echo(f"Found {len(entries)} items")
         _echo_lines(ls_lines([shown(e) for e in entries], human))
 
     return each_path(client, "ls", args.values or ["."], show)
 
 
-def _shown_as(client: Any, path: str) -> Callable[[Any], Any]:
+def _ordered(entries: list[Any], flags: set[str]) -> list[Any]:
+    """A listing in the order -t, -S, -r and -u ask for (by name otherwise, as listed)."""
+    if "-t" in flags:
+        time_of = (lambda e: e.atime_ms) if "-u" in flags else (lambda e: e.mtime_ms)
+        entries = sorted(entries, key=time_of, reverse=True)
+    elif "-S" in flags:
+        entries = sorted(entries, key=lambda e: e.length, reverse=True)
+    return entries[::-1] if "-r" in flags else entries
+
+
+def _shown_as(client: Any, path: str, atime: bool = False) -> Callable[[Any], Any]:
     """Statuses with the path to print: relative to the home directory when the argument
-    was relative (as hdfs prints them), else as they are."""
+    was relative (as hdfs prints them), else as they are; ``atime``: with the access time
+    in the place of the modification time (-u)."""
+    if atime:
+        plain = _shown_as(client, path)
+        return lambda status: plain(msgspec.structs.replace(status, mtime_ms=status.atime_ms))
     if path.startswith("/") or "://" in path:
         return lambda status: status
     home = client.home()
@@ -54,14 +71,16 @@ def _shown_as(client: Any, path: str) -> Callable[[Any], Any]:
     return relative
 
 
-def _ls_recursive(client: Any, path: str, human: bool, shown: Callable[[Any], Any]) -> None:
+def _ls_recursive(
+    client: Any, path: str, human: bool, shown: Callable[[Any], Any], flags: set[str]
+) -> None:
     """Depth first, each directory's entries right below it (as ``hdfs dfs -ls -R``);
-    columns are sized per directory listing."""
-    entries = client.list_dir(path)
+    columns are sized per directory listing, which is ordered as the flags say."""
+    entries = _ordered(client.list_dir(path), flags)
     for entry, line in zip(entries, ls_lines([shown(e) for e in entries], human), strict=True):
         click.echo(line)
         if entry.is_dir:
-            _ls_recursive(client, entry.path, human, shown)
+            _ls_recursive(client, entry.path, human, shown, flags)
 
 
 def _echo_lines(lines: list[str]) -> None:
@@ -173,30 +192,61 @@ def du(client: Any, args: Args) -> int:
     return each_path(client, "du", args.values, show)
 
 
-@command("-count", "[-h] <path> ...", "-h")
+@command("-count", "[-q] [-h] [-v] <path> ...", "-q -h -v")
 def count(client: Any, args: Args) -> int:
+    """As ``hdfs dfs -count``: DIR_COUNT FILE_COUNT CONTENT_SIZE PATHNAME; -q puts the
+    quotas first (QUOTA REM_QUOTA SPACE_QUOTA REM_SPACE_QUOTA: ``none``/``inf`` when there
+    is none); -v prints a header line; -h shows sizes in binary units."""
     human = "-h" in args.flags
+    quotas = "-q" in args.flags
+    if "-v" in args.flags:
+        head = _QUOTA_HEAD if quotas else ""
+        click.echo(f"{head}{'DIR_COUNT':>12} {'FILE_COUNT':>12} {'CONTENT_SIZE':>18} PATHNAME")
+
+    def size(n: int) -> str:
+        return human_size(n) if human else str(n)
 
     def show(path: str) -> None:
         s = client.content_summary(path)
-        length = human_size(s.length) if human else str(s.length)
-        click.echo(f"{s.directory_count:>12} {s.file_count:>12} {length:>18} {path}")
+        head = _quota_columns(s, size) if quotas else ""
+        click.echo(f"{head}{s.directory_count:>12} {s.file_count:>12} {size(s.length):>18} {path}")
 
     return each_path(client, "count", args.values, show)
 
 
-@command("-test", "-[defsz] <path>", "-d -e -f -s -z", min_args=1, max_args=1)
+_QUOTA_HEAD = f"{'QUOTA':>12} {'REM_QUOTA':>15} {'SPACE_QUOTA':>15} {'REM_SPACE_QUOTA':>15} "
+
+
+def _quota_columns(s: Any, size: Callable[[int], str]) -> str:
+    """HDFS's quota columns: the name quota counts files and directories."""
+    names, remaining = "none", "inf"
+    if s.ns_quota >= 0:
+        names = str(s.ns_quota)
+        remaining = str(s.ns_quota - s.directory_count - s.file_count)
+    space, space_left = "none", "inf"
+    if s.ds_quota >= 0:
+        space, space_left = size(s.ds_quota), size(s.ds_quota - s.space_consumed)
+    return f"{names:>12} {remaining:>15} {space:>15} {space_left:>15} "
+
+
+@command("-test", "-[defsrwz] <path>", "-d -e -f -s -r -w -z", min_args=1, max_args=1)
 def test(client: Any, args: Args) -> int:
-    from xdfs.errors import NotFound
+    """0 when true, 1 when not (or the path is missing): -r/-w ask the NameNode whether
+    this user may read/write the path (as HDFS's access check)."""
+    from xdfs.errors import AccessDenied, NotFound
 
     if len(args.flags) != 1:
-        click.echo("Usage: xdfs dfs -test -[defsz] <path>", err=True)
+        click.echo("Usage: xdfs dfs -test -[defsrwz] <path>", err=True)
         return 2
-    try:
-        status = client.stat(args.values[0])
-    except NotFound:
-        return 1
     flag = next(iter(args.flags))
+    path = args.values[0]
+    try:
+        if flag in ("-r", "-w"):
+            client.access(path, 4 if flag == "-r" else 2)
+            return 0
+        status = client.stat(path)
+    except (NotFound, AccessDenied):
+        return 1
     ok = {
         "-e": True,
         "-d": status.is_dir,
@@ -212,15 +262,22 @@ def touchz(client: Any, args: Args) -> int:
     return each_path(client, "touchz", args.values, client.touchz)
 
 
-@command("-chmod", "[-R] <octal mode> <path> ...", "-R", min_args=2)
+@command("-chmod", "[-R] <mode[,mode]... | octalmode> <path> ...", "-R", min_args=2)
 def chmod(client: Any, args: Args) -> int:
+    from xdfs.cli.dfs_modes import parse_mode
+
     mode_text, *targets = args.values
     try:
-        mode = int(mode_text, 8)
-    except ValueError:
-        click.echo(f"chmod: {mode_text}: only octal modes are supported", err=True)
+        change = parse_mode(mode_text)
+    except ValueError as exc:
+        click.echo(str(exc), err=True)
         return 2
-    return _each_recursive(client, "chmod", args, targets, lambda p: client.set_permission(p, mode))
+
+    def apply(path: str) -> None:
+        status = client.stat(path)
+        client.set_permission(path, change(status.mode, status.is_dir))
+
+    return _each_recursive(client, "chmod", args, targets, apply)
 
 
 @command("-chown", "[-R] <owner>[:<group>] <path> ...", "-R", min_args=2)

@@ -19,32 +19,100 @@ SETREP_WAIT_INTERVAL_S = 1.0
 
 def _put(client: Any, args: Args) -> int:
     """As ``hdfs dfs -put``: a missing local source is reported against itself, anything
-    else against the destination; the destination's parent must exist."""
-    from xdfs.errors import XdfsError
-
+    else against the destination; the destination's parent must exist. -p keeps each
+    file's access and modification times and permission bits."""
     *sources, dst = args.values
     overwrite = "-f" in args.flags
+    preserve = "-p" in args.flags
+    return each_path(
+        client, "put", sources, lambda src: upload(client, src, dst, overwrite, preserve)
+    )
 
-    def upload(src: str) -> None:
-        if not os.path.lexists(src):
-            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src)
-        try:
-            client.put(src, dst, overwrite=overwrite, create_parents=False)
-        except XdfsError as exc:
-            raise PathFailure(dst, exc) from exc
 
-    return each_path(client, "put", sources, upload)
+def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = False) -> None:
+    """One source of -put (and -moveFromLocal); see :func:`_put`."""
+    from xdfs.errors import XdfsError
+
+    if not os.path.lexists(src):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src)
+    # read before the upload: reading the files changes their access times
+    local_stats = {}
+    if preserve:
+        local_stats = {rel: os.stat(path) for rel, path in _local_files(src).items()}
+    try:
+        written = client.put(src, dst, overwrite=overwrite, create_parents=False)
+        for remote, local in _pairs(written, local_stats):
+            _preserve_remote(client, remote, local)
+    except XdfsError as exc:
+        raise PathFailure(dst, exc) from exc
 
 
 def _get(client: Any, args: Args) -> int:
+    """-get; -p keeps each file's access and modification times and permission bits."""
     *sources, dst = args.values
-    return each_path(client, "get", sources, lambda src: client.get(src, dst))
+    preserve = "-p" in args.flags
+
+    def download(src: str) -> None:
+        written = client.get(src, dst)
+        if preserve:
+            for local, remote in _pairs(written, _remote_files(client, src)):
+                os.utime(local, ns=(remote.atime_ms * 1_000_000, remote.mtime_ms * 1_000_000))
+                os.chmod(local, remote.mode & 0o7777)
+
+    return each_path(client, "get", sources, download)
 
 
-command("-put", "[-f] <localsrc> ... <dst>", "-f", min_args=2)(_put)
-command("-copyFromLocal", "[-f] <localsrc> ... <dst>", "-f", min_args=2)(_put)
-command("-get", "<src> ... <localdst>", min_args=2)(_get)
-command("-copyToLocal", "<src> ... <localdst>", min_args=2)(_get)
+command("-put", "[-f] [-p] <localsrc> ... <dst>", "-f -p", min_args=2)(_put)
+command("-copyFromLocal", "[-f] [-p] <localsrc> ... <dst>", "-f -p", min_args=2)(_put)
+command("-get", "[-p] <src> ... <localdst>", "-p", min_args=2)(_get)
+command("-copyToLocal", "[-p] <src> ... <localdst>", "-p", min_args=2)(_get)
+
+
+def _local_files(src: str) -> dict[str, str]:
+    """The files of a local source by their path relative to its parent (``dir/a/b``)."""
+    if not os.path.isdir(src):
+        return {os.path.basename(src): src}
+    base = os.path.dirname(os.path.abspath(src))
+    found = {}
+    for root, _dirs, names in os.walk(src):
+        for name in names:
+            full = os.path.join(root, name)
+            found[os.path.relpath(full, base).replace(os.sep, "/")] = full
+    return found
+
+
+def _remote_files(client: Any, src: str) -> dict[str, Any]:
+    """The statuses of the files of an xdfs source, as :func:`_local_files`."""
+    top = client.stat(src)
+    base = top.path.rsplit("/", 1)[0]
+    found: dict[str, Any] = {}
+    pending = [top]
+    while pending:
+        status = pending.pop()
+        if status.is_dir:
+            pending.extend(client.list_dir(status.path))
+        else:
+            found[status.path[len(base) + 1 :]] = status
+    return found
+
+
+def _pairs(written: list[str], sources: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Each written path with the source it copies: the source whose relative path is the
+    longest tail of it (a single file source matches whatever name it was written as)."""
+    pairs = []
+    for path in written:
+        text = path.replace(os.sep, "/")
+        tails = [rel for rel in sources if text == rel or text.endswith("/" + rel)]
+        if not tails and len(sources) == 1:
+            tails = list(sources)
+        if tails:
+            pairs.append((path, sources[max(tails, key=len)]))
+    return pairs
+
+
+def _preserve_remote(client: Any, remote: str, local: os.stat_result) -> None:
+    client.set_times(remote, local.st_mtime_ns // 1_000_000, local.st_atime_ns // 1_000_000)
+    client.set_permission(remote, local.st_mode & 0o7777)
 
 
 @command("-cat", "<src> ...")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from xdfs.common.modes import permission_string
 from xdfs.protocol.namenode import FileStatus
@@ -56,3 +57,17 @@ def ls_lines(entries: list[FileStatus], human: bool = False) -> list[str]:
         f"{r[4]:>{widths[4]}} {r[5]} {r[6]}"
         for r in rows
     ]
+
+
+_PREFIXES = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
+
+
+def parse_size(text: str) -> int:
+    """``10``, ``1k``, ``2.5g``: bytes, binary prefixes, any case (HDFS's
+    TraditionalBinaryPrefix, as ``dfsadmin -setSpaceQuota`` takes them). ValueError when
+    ``text`` is not such a size."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtpe]?)", text.strip().lower())
+    value = float(found[1]) * 1024 ** _PREFIXES[found[2]] if found else -1.0
+    if not 0 <= value < 2**63:
+        raise ValueError(f"not a size: {text}")
+    return int(value)

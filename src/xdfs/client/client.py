@@ -182,6 +182,12 @@ class AsyncClient:
         path = await self.absolute(path)
         return await self.rpc.call(p.BLOCK_LOCATIONS, p.BlockLocationsRequest(path, offset, length))
 
+    async def access(self, path: str, access: int) -> None:
+        """AccessDenied unless this user may access ``path`` with the permission bits
+        ``access`` (4 read, 2 write, 1 execute)."""
+        path = await self.absolute(path)
+        await self.rpc.call(p.ACCESS, p.AccessRequest(path, access))
+
     async def restore(self, trash_path: str) -> str:
         trash_path = await self.absolute(trash_path)
         return (await self.rpc.call(p.RESTORE, p.RestoreRequest(trash_path))).path
@@ -326,6 +332,14 @@ class AsyncClient:
 
     async def set_password(self, name: str, password: str) -> None:
         await self.rpc.call(p.SET_PASSWORD, p.UserRequest(name, password))
+
+    async def set_quota(
+        self, path: str, ns_quota: int | None = None, ds_quota: int | None = None
+    ) -> None:
+        """Set (a number) or clear (-1) a directory's name and/or space quota; None leaves
+        that one as it is (superuser only)."""
+        path = await self.absolute(path)
+        await self.rpc.call(p.SET_QUOTA, p.SetQuotaRequest(path, ns_quota, ds_quota))
 
     async def status(self) -> p.NameNodeStatus:
         return await self.rpc.call(p.STATUS, Empty())

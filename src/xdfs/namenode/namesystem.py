@@ -68,6 +68,7 @@ from xdfs.namenode.namespace.ops import (
     RenameOp,
     SetOwnerOp,
     SetPermissionOp,
+    SetQuotaOp,
     SetReplicationOp,
     SetTimesOp,
     TruncateOp,
@@ -379,6 +380,13 @@ class Namesystem:
         self.ns.check_access(user, iip, access=access, sub_access=access)
         return self.ns.content_summary(iip)
 
+    def access(self, user: str, path: str, bits: int) -> None:
+        """AccessDenied unless ``user`` may access ``path`` with ``bits`` (r=4, w=2, x=1);
+        NotFound when it does not exist (HDFS's checkAccess)."""
+        iip = self.ns.resolve(path)
+        iip.get()
+        self.ns.check_access(user, iip, access=bits)
+
     def block_locations(self, user: str, path: str, offset: int, length: int) -> LocatedBlocks:
         """The blocks overlapping the range, each with its good replicas in random order
         and a read token."""
@@ -427,6 +435,7 @@ class Namesystem:
                                   self._default_mode(True, DEFAULT_MODE), final_mode)
             if len(ops) > 1 and not parents:
                 raise NotFound(f"parent of {iip.path} does not exist")
+            self.ns.check_name_quota(iip, len(ops))  # all or none of the directories
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
         return await self.mutate("mkdirs", plan)
@@ -488,6 +497,7 @@ class Namesystem:
                     overwrite,
                 )
             )
+            self.ns.check_name_quota(iip, len(ops) - (1 if iip.exists else 0))
             self.leases.take(client, user, self.clock())
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
@@ -553,6 +563,8 @@ class Namesystem:
                 ops.append(UpdateBlocksOp(iip.path, tuple(blocks)))
             offset = sum(b.num_bytes for b in blocks)
             # targets first: no live target fails the call before an id is allocated
+            # quota first (as HDFS): a refused block allocates nothing and asks no DataNode
+            self.ns.check_block_quota(iip, (*blocks, BlockRecord(0, 0, 0)))
             chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
             ops.append(AddBlockOp(iip.path, block))
@@ -954,6 +966,28 @@ class Namesystem:
             return Plan.of([SetReplicationOp(iip.path, replication)], None, (iip,))
 
         await self.mutate("set replication", plan)
+
+    async def set_quota(
+        self, user: str, path: str, ns_quota: int | None, ds_quota: int | None
+    ) -> None:
+        """Set (>= 0) or clear (-1) a directory's quotas; None leaves one unchanged. The
+        caller is a superuser (checked by the handler, as HDFS's dfsadmin)."""
+        resolved = self.ns.resolve(path)
+        for value in (ns_quota, ds_quota):
+            if value is not None and value < -1:
+                raise InvalidArgument(f"a quota is >= 0, or -1 to clear it; got {value}")
+
+        def plan() -> Plan[None]:
+            iip = self.ns.fresh(resolved)
+            if not isinstance(iip.get(), DirInode):
+                raise InvalidArgument(f"Cannot set quota on a file: {iip.path}")
+            known = self.ns.quota_of(iip)
+            ns_now, ds_now = (known.ns_quota, known.ds_quota) if known else (-1, -1)
+            op = SetQuotaOp(iip.path, ns_now if ns_quota is None else ns_quota,
+                            ds_now if ds_quota is None else ds_quota)
+            return Plan.of([op], None, (iip,))
+
+        await self.mutate("set quota", plan)
 
     async def set_times(self, user: str, path: str, mtime_ms: int, atime_ms: int) -> None:
         resolved = self.ns.resolve(path)

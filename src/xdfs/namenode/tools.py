@@ -41,6 +41,7 @@ from xdfs.namenode.namespace.ops import (
     SetOwnerOp,
     SetPasswordOp,
     SetPermissionOp,
+    SetQuotaOp,
     SetReplicationOp,
     SetTimesOp,
     UpdateBlocksOp,
@@ -159,7 +160,8 @@ def _size_change(op: Op, sizes: _FileSizes) -> tuple[int | None, int | None]:
         if moved is not None:
             sizes.known[op.dst] = moved
         return 0, 0
-    if isinstance(op, MkdirOp | SetOwnerOp | SetPermissionOp | SetTimesOp | SetReplicationOp):
+    if isinstance(op, MkdirOp | SetOwnerOp | SetPermissionOp | SetTimesOp | SetReplicationOp
+                  | SetQuotaOp):
         return 0, 0
     return None, None
 

@@ -35,6 +35,8 @@ class ContentSummary(msgspec.Struct, gc=False):
     file_count: int
     directory_count: int  # includes the path itself when it is a directory
     space_consumed: int  # bytes times each file's replication
+    ns_quota: int = -1  # the path's name quota (dfs -count -q); -1: none
+    ds_quota: int = -1  # the path's space quota, bytes; -1: none
 
 
 # --- requests and responses --------------------------------------------------------------
@@ -265,6 +267,21 @@ class TxidResponse(msgspec.Struct):
     txid: int
 
 
+class AccessRequest(msgspec.Struct):
+    """Whether the caller may access ``path`` so (HDFS's ``checkAccess``)."""
+
+    path: str
+    access: int  # permission bits wanted: 4 read, 2 write, 1 execute (any sum)
+
+
+class SetQuotaRequest(msgspec.Struct):
+    """``admin -setQuota`` and friends: None leaves that quota as it is, -1 clears it."""
+
+    path: str
+    ns_quota: int | None = None  # most names (files and directories, itself included)
+    ds_quota: int | None = None  # most bytes, counted times replication
+
+
 class UserRequest(msgspec.Struct):
     name: str
     password: str = ""
@@ -429,6 +446,14 @@ REPORT_BAD_REPLICAS = _m(
 )
 DATANODE_REPORT = _m("datanode_report", Empty, DataNodeReport, True, "admin -report.")
 FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
+ACCESS = _m(
+    "access", AccessRequest, Empty, True,
+    "Check the caller's access to a path: AccessDenied if refused (dfs -test -r/-w).",
+)
+SET_QUOTA = _m(
+    "set_quota", SetQuotaRequest, Empty, True,
+    "Set or clear a directory's name and space quotas (superuser only).",
+)
 
 
 class BlockMapHead(msgspec.Struct):
@@ -495,6 +520,7 @@ CLIENT_SERVICE = Service(
         FSYNC,
         TRUNCATE,
         CONCAT,
+        ACCESS,
     ),
 )
 ADMIN_SERVICE = Service(
@@ -510,5 +536,6 @@ ADMIN_SERVICE = Service(
         DATANODE_REPORT,
         FSCK,
         BLOCK_MAP,
+        SET_QUOTA,
     ),
 )

@@ -163,6 +163,10 @@ class ClientHandlers:
     def content_summary(self, ctx: CallContext, req: p.PathRequest) -> p.ContentSummary:
         return self.fs.content_summary(caller(ctx, self.fs), req.path)
 
+    def access(self, ctx: CallContext, req: p.AccessRequest) -> Empty:
+        self.fs.access(caller(ctx, self.fs), req.path, req.access)
+        return Empty()
+
     async def restore(self, ctx: CallContext, req: p.RestoreRequest) -> p.RestoreResponse:
         return p.RestoreResponse(await self.fs.restore(caller(ctx, self.fs), req.trash_path))
 
@@ -241,6 +245,11 @@ class AdminHandlers:
             self.fs.ns, self.fs.blocks, self.fs.config, user, req.path,
             files=req.files, with_blocks=req.blocks, locations=req.locations,
         )
+
+    async def set_quota(self, ctx: CallContext, req: p.SetQuotaRequest) -> Empty:
+        user = self._superuser(ctx, "set quotas")
+        await self.fs.set_quota(user, req.path, req.ns_quota, req.ds_quota)
+        return Empty()
 
     def block_map(self, ctx: CallContext, req: Empty) -> Download:
         self._superuser(ctx, "dump the block map")

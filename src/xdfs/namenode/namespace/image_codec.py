@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from xdfs.errors import StorageError
 from xdfs.namenode.namespace import permissions as perm
+from xdfs.namenode.namespace import quota
 from xdfs.namenode.namespace.inodes import FIRST_INODE_ID, ROOT_ID, DirInode, FileInode, Inode
 from xdfs.namenode.namespace.ops import ImageHeader, InodeRecord, TokenKeyRecord, UserRecord
 
@@ -34,8 +35,9 @@ def load_into(
     """Fill the empty ``ns`` exactly from image records; StorageError("corrupt image ...")
     when the records do not form a tree that matches the header."""
     records = iter(inodes)
-    _load_root(ns, next(records, None))
-    count = _load_inodes(ns, records, header.next_inode_id)
+    limited: list[DirInode] = []
+    _load_root(ns, next(records, None), limited)
+    count = _load_inodes(ns, records, header.next_inode_id, limited)
     if count != header.inode_count:
         raise corrupt(f"{count} inodes, header says {header.inode_count}")
     ns._inode_count = count
@@ -51,9 +53,19 @@ def load_into(
         [header.next_generation, *(record.generation + 1 for record in ns.users.values())]
     )
     ns.datanode_secret = header.datanode_secret
+    _count_quota_usage(ns, limited)
 
 
-def _load_root(ns: Namespace, record: InodeRecord | None) -> None:
+def _count_quota_usage(ns: Namespace, limited: list[DirInode]) -> None:
+    """The usage of every directory with a quota, deepest first (records come parents
+    first), so each counts a nested quota's tree from that quota's usage."""
+    for node in reversed(limited):
+        names, space = quota.usage(node, ns._quotas, ns._uc)
+        found = ns._quotas[node.id]
+        found.names, found.space = names, space
+
+
+def _load_root(ns: Namespace, record: InodeRecord | None, limited: list[DirInode]) -> None:
     if record is None:
         raise corrupt("no root inode")
     if (record.inode_id, record.parent_id, record.name, record.is_dir) != (
@@ -66,12 +78,26 @@ def _load_root(ns: Namespace, record: InodeRecord | None) -> None:
     root.group = sys.intern(record.group)
     root.mtime_ms = record.mtime_ms
     root.atime_ms = record.atime_ms
+    _load_quota(ns, record, root, limited)
 
 
-def _load_inodes(ns: Namespace, records: Iterator[InodeRecord], next_inode_id: int) -> int:
+def _load_quota(
+    ns: Namespace, rec: InodeRecord, node: DirInode, limited: list[DirInode]
+) -> None:
+    if rec.ns_quota != quota.NO_QUOTA or rec.ds_quota != quota.NO_QUOTA:
+        if min(rec.ns_quota, rec.ds_quota) < quota.NO_QUOTA:
+            raise corrupt(f"negative quota on inode {rec.inode_id}")
+        ns._quotas[rec.inode_id] = quota.Quota(rec.ns_quota, rec.ds_quota)
+        limited.append(node)
+
+
+def _load_inodes(
+    ns: Namespace, records: Iterator[InodeRecord], next_inode_id: int, limited: list[DirInode]
+) -> int:
     """Records come parents first, mostly grouped by parent, so the parent lookup is
     cached; mode, block size, owner and group are shared across inodes; atime shares
-    mtime's int when equal. Every block is indexed to its file as it is seen."""
+    mtime's int when equal. Every block is indexed to its file as it is seen; directories
+    with a quota are added to ``limited`` (their usage is counted once all are loaded)."""
     dirs = ns._dirs
     uc = ns._uc
     ints = ns._ints
@@ -103,6 +129,8 @@ def _load_inodes(ns: Namespace, records: Iterator[InodeRecord], next_inode_id: i
                 intern(rec.group), mtime, atime, {},
             )
             dirs[inode_id] = node
+            if rec.ns_quota != rec.ds_quota or rec.ns_quota != quota.NO_QUOTA:
+                _load_quota(ns, rec, node, limited)
         else:
             size = rec.block_size
             node = FileInode(
@@ -127,26 +155,35 @@ def inode_records(ns: Namespace) -> Iterator[InodeRecord]:
     emitted together, after the directory itself). Siblings come in dict order: a
     checkpoint must not pay for sorting every directory."""
     uc = ns._uc
+    quotas = ns._quotas
     stack: list[DirInode] = [ns._root]
-    yield _record(ns._root, uc, ns._truncating)
+    truncating = ns._truncating
+    yield _record(ns._root, uc, truncating, quotas)
     while stack:
         directory = stack.pop()
         for child in directory.children.values():
-            yield _record(child, uc, ns._truncating)
+            yield _record(child, uc, truncating, quotas)
             if isinstance(child, DirInode):
                 stack.append(child)
 
 
-def _record(node: Inode, uc: dict[FileInode, str], truncating: set[FileInode]) -> InodeRecord:
+def _record(node: Inode, uc: dict[FileInode, str], truncating: set[FileInode],
+            quotas: dict[int, quota.Quota]) -> InodeRecord:
     if isinstance(node, FileInode):
         return InodeRecord(
             node.id, node.parent, node.name, False, node.mode, node.owner, node.group,
             node.mtime_ms, node.atime_ms, node.replication, node.block_size, node.blocks,
             uc.get(node, ""), node in truncating,
         )
+    limits = quotas.get(node.id)
+    if limits is None:
+        return InodeRecord(
+            node.id, node.parent, node.name, True, node.mode, node.owner, node.group,
+            node.mtime_ms, node.atime_ms,
+        )
     return InodeRecord(
         node.id, node.parent, node.name, True, node.mode, node.owner, node.group,
-        node.mtime_ms, node.atime_ms,
+        node.mtime_ms, node.atime_ms, ns_quota=limits.ns_quota, ds_quota=limits.ds_quota,
     )
 
 
@@ -170,6 +207,10 @@ def canonical_dump(ns: Namespace) -> list[tuple[object, ...]]:
             "inode", path, node.id, node.parent, isinstance(node, DirInode), node.mode,
             node.owner, node.group, node.mtime_ms, node.atime_ms, *extra,
         ))
+        limits = ns._quotas.get(node.id)
+        if limits is not None:  # usage too: replay and image must count alike
+            dump.append(("quota", path, limits.ns_quota, limits.ds_quota, limits.names,
+                         limits.space))
     for user in ns.user_records():
         dump.append((
             "user", user.name, user.password_hash, user.salt, tuple(user.groups),

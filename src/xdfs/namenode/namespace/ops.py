@@ -213,6 +213,18 @@ class ConcatOp(Op):
     target: str
     sources: tuple[str, ...]
     mtime_ms: int
+# --- quotas (opcodes 40-49) -----------------------------------------------------------------
+
+
+class SetQuotaOp(Op):
+    """A directory's name and space quotas, as they are from now on (-1: none; both -1
+    clears them). Usage is not logged: it follows from the tree."""
+
+    OPCODE = 40
+    NAME = "set_quota"
+    path: str
+    ns_quota: int
+    ds_quota: int
 
 
 # --- security ----------------------------------------------------------------------------
@@ -288,7 +300,7 @@ ALL_OPS: tuple[type[Op], ...] = (
     MkdirOp, AddFileOp, AddBlockOp, UpdateBlocksOp, CloseFileOp, DeleteOp, RenameOp,
     SetPermissionOp, SetOwnerOp, SetReplicationOp, SetTimesOp, ReassignLeaseOp,
     AddUserOp, RemoveUserOp, SetPasswordOp, AddTokenKeyOp, RemoveTokenKeyOp, NewEpochOp,
-    SetDataNodeSecretOp, AppendOp, TruncateOp, ConcatOp,
+    SetDataNodeSecretOp, AppendOp, TruncateOp, ConcatOp, SetQuotaOp,
 )
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
 assert len(OPS_BY_CODE) == len(ALL_OPS), "duplicate opcode"
@@ -374,6 +386,8 @@ class InodeRecord(msgspec.Struct, array_like=True, gc=False):
     #: Under construction because of a truncate (TruncateOp): its block recovery cuts the
     #: last block to the length the namespace gives it.
     truncating: bool = False
+    ns_quota: int = -1  # directories only; -1: no quota (images before quotas: none)
+    ds_quota: int = -1
 
 
 class UserRecord(msgspec.Struct, array_like=True):

@@ -28,7 +28,7 @@ from xdfs.errors import (
     LeaseError,
     NotFound,
 )
-from xdfs.namenode.namespace import image_codec
+from xdfs.namenode.namespace import image_codec, quota
 from xdfs.namenode.namespace import permissions as perm
 from xdfs.namenode.namespace.inodes import (
     FIRST_INODE_ID,
@@ -63,6 +63,7 @@ from xdfs.namenode.namespace.ops import (
     SetOwnerOp,
     SetPasswordOp,
     SetPermissionOp,
+    SetQuotaOp,
     SetReplicationOp,
     SetTimesOp,
     TokenKeyRecord,
@@ -150,6 +151,8 @@ class Namespace:
         # keeps it exact, and so does image loading.
         self._blocks: dict[int, FileInode] = {}
         self._inode_count = 1
+        # The directories with a quota, by inode id, with their usage (see quota.py).
+        self._quotas: dict[int, quota.Quota] = {}
         # Shared int objects for values repeated on most inodes (mode, block size): ints
         # above 256 are otherwise one 28-byte object per inode.
         self._ints: dict[int, int] = {}
@@ -208,7 +211,10 @@ class Namespace:
         name = iip.parts[depth - 1]
         if name in parent.children:
             raise AlreadyExists(f"{iip.prefix(depth)} already exists")
+        chain = self._chain(iip, depth)
+        quota.check(chain, 1, 0)
         # --- validated; mutate
+        quota.add(chain, 1, 0)
         mtime = op.mtime_ms
         node = DirInode(
             op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
@@ -239,7 +245,13 @@ class Namespace:
             raise IsADirectory(f"{iip.path} is a directory")
         if old is not None and not op.overwrite:
             raise AlreadyExists(f"{iip.path} already exists")
+        chain = self._chain(iip, len(iip.parts))
+        new_names = 1 if old is None else 0
+        quota.check(chain, new_names, 0)
         # --- validated; mutate
+        if chain:  # an overwrite frees what the old file used
+            freed = quota.file_space(old, old in self._uc) if isinstance(old, FileInode) else 0
+            quota.add(chain, new_names, -freed)
         mtime = op.mtime_ms
         node = FileInode(
             op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
@@ -267,26 +279,33 @@ class Namespace:
 
     @_handles(AddBlockOp)
     def _add_block(self, op: AddBlockOp, at: At) -> tuple[int, ...]:
-        node = self._file_under_construction(self.resolved(op.path, at))
-        _check_blocks((*node.blocks, op.block))
+        iip = self.resolved(op.path, at)
+        node = self._file_under_construction(iip)
+        blocks = (*node.blocks, op.block)
+        _check_blocks(blocks)
         self._check_block_owner(node, (op.block,))
-        node.blocks = (*node.blocks, op.block)
+        quota.add(*self._blocks_charge(iip, node, blocks, True))
+        node.blocks = blocks
         self._blocks[op.block.block_id] = node
         self._bump_blocks((op.block,))
         return ()
 
     @_handles(UpdateBlocksOp)
     def _update_blocks(self, op: UpdateBlocksOp, at: At) -> tuple[int, ...]:
-        node = self._file_under_construction(self.resolved(op.path, at))
+        iip = self.resolved(op.path, at)
+        node = self._file_under_construction(iip)
         _check_blocks(op.blocks)
         self._check_block_owner(node, op.blocks)
+        quota.add(*self._blocks_charge(iip, node, op.blocks, True))
         return self._replace_blocks(node, op.blocks)
 
     @_handles(CloseFileOp)
     def _close_file(self, op: CloseFileOp, at: At) -> tuple[int, ...]:
-        node = self._file_under_construction(self.resolved(op.path, at))
+        iip = self.resolved(op.path, at)
+        node = self._file_under_construction(iip)
         _check_blocks(op.blocks)
         self._check_block_owner(node, op.blocks)
+        quota.add(*self._blocks_charge(iip, node, op.blocks, False))
         dropped = self._replace_blocks(node, op.blocks)
         node.mtime_ms = op.mtime_ms
         node.atime_ms = op.mtime_ms if op.atime_ms == op.mtime_ms else op.atime_ms
@@ -378,6 +397,10 @@ class Namespace:
         parent = iip.inodes[-2]
         assert isinstance(parent, DirInode)
         # --- validated; mutate
+        chain = self._chain(iip, len(iip.parts))
+        if chain:
+            names, space = self._usage(node)
+            quota.add(chain, -names, -space)
         unlink(parent, node.name, SORTED_PATCH_MAX)
         parent.mtime_ms = op.mtime_ms
         self._reshaped(at, unlinked, len(iip.parts), node)
@@ -392,6 +415,7 @@ class Namespace:
             self._inode_count -= 1
             if isinstance(node, DirInode):
                 del self._dirs[node.id]
+                self._quotas.pop(node.id, None)
                 stack.extend(node.children.values())
             else:
                 assert isinstance(node, FileInode)
@@ -422,7 +446,8 @@ class Namespace:
         dst_parent = dst_iip.parent_dir()
         if dst[-1] in dst_parent.children:
             raise AlreadyExists(f"{dst_iip.path} already exists")
-        # --- validated; mutate
+        self._move_charge(node, self._chain(src_iip, len(src)), self._chain(dst_iip, len(dst)))
+        # --- validated; mutate (the quotas are, if any changed)
         unlink(src_parent, node.name, SORTED_PATCH_MAX)
         node.name = dst[-1]
         node.parent = dst_parent.id
@@ -457,6 +482,14 @@ class Namespace:
             raise IsADirectory(f"{iip.path} is a directory; replication is per file")
         if op.replication < 1:
             raise InvalidArgument(f"replication must be >= 1, got {op.replication}")
+        chain = self._chain(iip, len(iip.parts))
+        if chain:
+            is_open = node in self._uc
+            delta = quota.block_space(
+                node.blocks, node.block_size, op.replication, is_open
+            ) - quota.file_space(node, is_open)
+            quota.check(chain, 0, delta)
+            quota.add(chain, 0, delta)
         node.replication = op.replication
         return ()
 
@@ -481,6 +514,28 @@ class Namespace:
             raise InvalidArgument(f"negative recovery genstamp {op.recovery_genstamp}")
         self._uc[node] = op.client
         self.next_genstamp = max(self.next_genstamp, op.recovery_genstamp + 1)
+        return ()
+
+    @_handles(SetQuotaOp)
+    def _set_quota(self, op: SetQuotaOp, at: At) -> tuple[int, ...]:
+        iip = self.resolved(op.path, at)
+        node = iip.get()
+        if not isinstance(node, DirInode):
+            raise InvalidArgument(f"Cannot set quota on a file: {iip.path}")
+        if min(op.ns_quota, op.ds_quota) < quota.NO_QUOTA:
+            raise InvalidArgument(
+                f"Illegal value for nsQuota or ssQuota: {op.ns_quota} and {op.ds_quota}"
+            )
+        # --- validated; mutate
+        if op.ns_quota == op.ds_quota == quota.NO_QUOTA:
+            self._quotas.pop(node.id, None)
+            return ()
+        known = self._quotas.get(node.id)
+        if known is None:  # the one walk: usage is kept from now on
+            names, space = quota.usage(node, self._quotas, self._uc)
+            self._quotas[node.id] = quota.Quota(op.ns_quota, op.ds_quota, names, space)
+        else:
+            known.ns_quota, known.ds_quota = op.ns_quota, op.ds_quota
         return ()
 
     @_handles(AddUserOp)
@@ -560,6 +615,54 @@ class Namespace:
             raise InvalidArgument(f"negative mode: {mode}")
         if not owner or not group:
             raise InvalidArgument("owner and group must not be empty")
+
+    def _chain(self, iip: INodesInPath, depth: int) -> quota.Chain:
+        """The quotas a change at component ``depth`` of ``iip`` counts against: those of
+        the directories above it, root first. Empty (and free) when no directory has one."""
+        quotas = self._quotas
+        if not quotas:
+            return []
+        return [
+            (found, iip.prefix(index))
+            for index, node in enumerate(iip.inodes[:depth])
+            if (found := quotas.get(node.id)) is not None
+        ]
+
+    def _usage(self, node: Inode) -> tuple[int, int]:
+        """(names, space) of ``node``'s tree: a directory with a quota knows it."""
+        known = self._quotas.get(node.id) if isinstance(node, DirInode) else None
+        if known is not None:
+            return known.names, known.space
+        return quota.usage(node, self._quotas, self._uc)
+
+    def _blocks_charge(
+        self, iip: INodesInPath, node: FileInode, blocks: Sequence[BlockRecord], open_: bool
+    ) -> tuple[quota.Chain, int, int]:
+        """Check what giving ``node`` these ``blocks`` (and leaving it open or not) changes
+        in the quotas above it; the (chain, names, space) to :func:`quota.add` once done."""
+        chain = self._chain(iip, len(iip.parts))
+        if not chain:
+            return chain, 0, 0
+        space = quota.block_space(blocks, node.block_size, node.replication, open_)
+        delta = space - quota.file_space(node, node in self._uc)
+        quota.check(chain, 0, delta)
+        return chain, 0, delta
+
+    def _move_charge(self, node: Inode, src: quota.Chain, dst: quota.Chain) -> None:
+        """A move of ``node`` from under the quotas ``src`` to under ``dst``: checked
+        against the ones it enters, then counted (a quota above both sees no change)."""
+        if not src and not dst:
+            return
+        src_ids = {id(entry[0]) for entry in src}
+        dst_ids = {id(entry[0]) for entry in dst}
+        leaving = [entry for entry in src if id(entry[0]) not in dst_ids]
+        entering = [entry for entry in dst if id(entry[0]) not in src_ids]
+        if not leaving and not entering:
+            return
+        names, space = self._usage(node)
+        quota.check(entering, names, space)
+        quota.add(leaving, -names, -space)
+        quota.add(entering, names, space)
 
     def _check_block_owner(self, node: FileInode, blocks: Iterable[BlockRecord]) -> None:
         for block in blocks:
@@ -782,6 +885,25 @@ class Namespace:
                 )
         return depth_max, bytes_max
 
+    def check_name_quota(self, path: PathArg, names: int) -> None:
+        """Raise NSQuotaExceeded if ``names`` new names on the way to ``path`` (below its
+        deepest existing directory) would take a quota over: what a plan of several ops
+        (``mkdir -p``, a create with parents) checks first, so a refusal logs none of them."""
+        iip = self._at(path)
+        quota.check(self._chain(iip, len(iip.inodes)), names, 0)
+
+    def check_block_quota(self, path: PathArg, blocks: Sequence[BlockRecord]) -> None:
+        """Raise DSQuotaExceeded if the open file at ``path`` may not have ``blocks`` (its
+        next block included): what ``add_block`` checks before choosing targets, as HDFS."""
+        iip = self._at(path)
+        node = iip.get()
+        if isinstance(node, FileInode):
+            self._blocks_charge(iip, node, blocks, True)
+
+    def quota_of(self, path: PathArg) -> quota.Quota | None:
+        """The quota of a directory (with its usage), None when it has none."""
+        return self._quotas.get(self._at(path).get().id)
+
     def content_summary(self, path: PathArg) -> ContentSummary:
         node = self._at(path).get()
         length = files = dirs = consumed = 0
@@ -797,7 +919,10 @@ class Namespace:
                 files += 1
                 length += size
                 consumed += size * current.replication
-        return ContentSummary(length, files, dirs, consumed)
+        limits = self._quotas.get(node.id) if isinstance(node, DirInode) else None
+        if limits is None:
+            return ContentSummary(length, files, dirs, consumed)
+        return ContentSummary(length, files, dirs, consumed, limits.ns_quota, limits.ds_quota)
 
     def lease_holder(self, path: PathArg) -> str:
         node = self._at(path).get()
