@@ -257,6 +257,11 @@ class NameNodeConfig:
     peer_check_required: bool = setting(
         False, "Refuse to start when a peer cannot be asked (default: start with a warning)."
     )
+    http_address: str = setting(
+        "",
+        "Where the NameNode serves HTTP (the WebHDFS gateway), host:port (HDFS: 9870); "
+        "empty: no HTTP server.",
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -394,6 +399,11 @@ class DataNodeConfig:
     )
     block_recovery_max: int = setting(
         16, "Block recoveries a DataNode coordinates at once; more are dropped (retried)."
+    )
+    http_address: str = setting(
+        "",
+        "Where the DataNode serves HTTP (WebHDFS data: CREATE, OPEN, GETFILECHECKSUM), "
+        "host:port (HDFS: 9864); empty: no HTTP server.",
     )
 
     def validate(self) -> None:
@@ -541,6 +551,35 @@ class HaConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    auth: str = setting(
+        "credentials",
+        "How HTTP requests authenticate: credentials (a delegation token, a Bearer token or "
+        "HTTP Basic with an xdfs user) or simple (also trust user.name=NAME unchecked: "
+        "HDFS's insecure default, for trusted networks only).",
+    )
+    redirect_token_lifetime_s: float = setting(
+        600.0,
+        "Lifetime of the token a NameNode puts in a redirect to a DataNode (the DataNode "
+        "acts as the user with it, as HDFS's delegation parameter).",
+    )
+    body_bytes_max: int = setting(
+        1 * MiB, "Largest request body read whole (forms, JSON); file data is streamed."
+    )
+    data_chunk_bytes: int = setting(
+        1 * MiB, "Bytes a DataNode moves per step when it streams file data over HTTP."
+    )
+
+    def validate(self) -> None:
+        from xdfs.http.auth import check_mode
+
+        check_mode(self.auth)
+        _require(self.redirect_token_lifetime_s > 0, "http.redirect_token_lifetime_s must be > 0")
+        _require(self.body_bytes_max >= 1 * KiB, "http.body_bytes_max must be >= 1 KiB")
+        _require(self.data_chunk_bytes >= 4 * KiB, "http.data_chunk_bytes must be >= 4 KiB")
+
+
+@dataclass(frozen=True)
 class ClientConfig:
     fs: str = setting("", "File system URI, xdfs://host:port[,host:port...] (or XDFS_FS).")
     user: str = setting("", "User name to log in as (or XDFS_USER).")
@@ -588,6 +627,7 @@ class XdfsConfig:
     ha: HaConfig = field(default_factory=HaConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
@@ -596,6 +636,7 @@ class XdfsConfig:
         self.backupnode.validate()
         self.journalnode.validate()
         self.ha.validate()
+        self.http.validate()
         return self
 
 

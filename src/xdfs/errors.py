@@ -320,6 +320,16 @@ class CorruptReplica(DataError):
     code = 502
 
 
+# --- 63x: the WebHDFS gateway ---------------------------------------------------------
+
+
+class Unsupported(XdfsError):
+    """A WebHDFS operation this server does not provide (yet); nothing was changed.
+    Answered as HDFS's UnsupportedOperationException."""
+
+    code = 630
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

@@ -27,6 +27,7 @@ from xdfs.common.files import atomic_write
 from xdfs.common.images import image_chunks, receive_image
 from xdfs.config import XdfsConfig
 from xdfs.errors import InvalidArgument, SafeModeError, StorageError, XdfsError
+from xdfs.http.server import HttpServer
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replicator import EditsReplicator
 from xdfs.namenode.editlog.shared import SharedEdits
@@ -88,11 +89,17 @@ class NameNode:
         self._side_tasks: set[asyncio.Task[None]] = set()
         self._checkpoint_lock = asyncio.Lock()
         self._lease_failures: set[tuple[str, str]] = set()  # logged once each
+        self.http: HttpServer | None = None
 
     @property
     def address(self) -> str:
         assert self.server is not None
         return self.server.address
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the HTTP server (WebHDFS); "" when namenode.http_address is unset."""
+        return self.http.address if self.http is not None else ""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -147,6 +154,7 @@ class NameNode:
             await self.server.start(host, port)
         await self.auth.rotate_keys()
         await self._publish_datanode_secret()
+        await self._start_http()
         self._start_duties()
         log.info("namespace loaded: %d inodes, last txid %d", namespace.inode_count(), last_txid)
         if self.fs.safe_mode.on:
@@ -178,6 +186,24 @@ class NameNode:
         await self.fs.mutate("new epoch", lambda: Plan.of([NewEpochOp(ns.epoch + 1)], None),
                              allowed_in_safe_mode=True)
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
+
+    async def _start_http(self) -> None:
+        """The WebHDFS gateway on namenode.http_address (when set), on this event loop."""
+        address = self.config.namenode.http_address
+        if not address:
+            return
+        assert self.fs is not None and self.auth is not None
+        from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
+
+        http = HttpServer("namenode", self.config.http.body_bytes_max)
+        http.add_routes(WebHdfsGateway(self.config, self.fs, self.auth,
+                                       lambda: self.address).routes())
+        try:
+            await http.start(address)
+        except BaseException:  # a busy port: stop what started, say why
+            await self.stop()
+            raise
+        self.http = http
 
     def ha_status(self) -> HaStatus:
         assert self.edits is not None and self.fs is not None and self.version is not None
@@ -237,6 +263,8 @@ class NameNode:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.close()
         if self.edits is not None and self.fatal is None:
