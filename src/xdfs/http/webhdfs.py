@@ -15,7 +15,7 @@ import crc32c
 from aiohttp import web
 
 from xdfs import errors as e
-from xdfs.protocol.namenode import ContentSummary, FileStatus
+from xdfs.protocol.namenode import ContentSummary, FileStatus, LocatedBlocks
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +165,23 @@ def content_summary(summary: ContentSummary) -> dict[str, Any]:
         "spaceQuota": -1,
         "typeQuota": {},
     }}
+
+
+def block_locations(located: LocatedBlocks) -> dict[str, Any]:
+    """HDFS's ``BlockLocations`` (GETFILEBLOCKLOCATIONS): hosts and DataNode addresses."""
+    return {"BlockLocations": {"BlockLocation": [
+        {
+            "cachedHosts": [],
+            "corrupt": False,
+            "hosts": [address.rsplit(":", 1)[0] for address in block.locations],
+            "length": block.block.num_bytes,
+            "names": list(block.locations),
+            "offset": block.offset,
+            "storageTypes": ["DISK"] * len(block.locations),
+            "topologyPaths": [f"/default-rack/{address}" for address in block.locations],
+        }
+        for block in located.blocks
+    ]}}
 
 
 def boolean(value: bool) -> dict[str, bool]:

@@ -240,6 +240,16 @@ async def _open(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                              _pass(query, "offset", "length", "buffersize"))
 
 
+@operation("GET", "GETFILEBLOCKLOCATIONS")
+async def _block_locations(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                           credentials: Credentials) -> web.StreamResponse:
+    """Where the blocks of ``[offset, offset+length)`` are (Spark's locality hints)."""
+    offset = w.int_param(request.query, "offset", 0)
+    length = w.int_param(request.query, "length", -1, minimum=-1)
+    located = gw.fs.block_locations(user, path, offset, length)
+    return w.json_response(w.block_locations(located))
+
+
 @operation("GET", "GETFILECHECKSUM")
 async def _checksum(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                     credentials: Credentials) -> web.StreamResponse:
