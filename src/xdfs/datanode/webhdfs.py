@@ -41,7 +41,7 @@ class DataNodeWebHdfs:
         }
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.route("*", w.PREFIX + "{path:.*}", self.handle)]
+        return [web.route("*", w.PREFIX + r"{path:[\s\S]*}", self.handle)]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:

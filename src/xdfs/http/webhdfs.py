@@ -10,6 +10,7 @@ import logging
 import struct
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 import crc32c
 from aiohttp import web
@@ -79,10 +80,17 @@ def remote_exception(error: BaseException) -> web.Response:
 
 
 def request_path(request: web.Request) -> str:
-    """The file-system path a ``/webhdfs/v1/<path>`` URL names (percent-decoded); the
-    namespace refuses bad ones (NUL, ``..``, control characters) with InvalidPath."""
-    path = request.match_info.get("path", "")
-    return "/" + path.lstrip("/") if path else "/"
+    """The file-system path a ``/webhdfs/v1/<path>`` URL names, percent-decoded from the
+    URL as sent (the HTTP layer would resolve ``..`` and ``.`` first; the namespace refuses
+    them, as it refuses NUL, control characters and empty components: InvalidPath)."""
+    raw = request.raw_path.split("?", 1)[0]
+    if not raw.startswith(PREFIX):
+        raise e.InvalidPath(f"a WebHDFS URL starts with {PREFIX}/")
+    try:
+        path = unquote(raw[len(PREFIX):], errors="strict")
+    except UnicodeDecodeError:
+        raise e.InvalidPath("the path is not valid UTF-8") from None
+    return path if path.startswith("/") else "/" + path
 
 
 # -- parameters --------------------------------------------------------------------------

@@ -68,7 +68,7 @@ class WebHdfsGateway:
 
     def routes(self) -> list[web.RouteDef]:
         return [
-            web.route("*", w.PREFIX + "{path:.*}", self.handle),
+            web.route("*", w.PREFIX + r"{path:[\s\S]*}", self.handle),
             web.post(OAUTH2_TOKEN_PATH, self.oauth2_token),
         ]
 
