@@ -597,6 +597,9 @@ class ClientConfig:
     recover_lease_retry_interval_s: float = setting(
         5.0, "`xdfs debug -recoverLease -retries N` waits this long between its calls."
     )
+    webhdfs: str = setting(
+        "", "host:port of the cluster's WebHDFS gateway (for REST tools; `xdfs dev` sets it)."
+    )
 
 
 @dataclass(frozen=True)
@@ -614,6 +617,9 @@ class DevConfig:
     )
     safe_mode_extension_s: float = setting(
         3.0, "namenode.safe_mode_extension_s of the dev NameNode (its DataNodes are local)."
+    )
+    http_port: int = setting(
+        0, "WebHDFS port of the dev NameNode (0: any free), unless namenode.http_address is set."
     )
 
 

@@ -12,9 +12,8 @@ import pytest
 from fsspec.implementations.webhdfs import WebHDFS
 
 from tests.integration.conftest import ROOT, ROOT_PW
-from tests.webhdfs.conftest import ALICE, ALICE_PW, WebCluster
+from tests.webhdfs.conftest import ALICE, ALICE_PW, BLOCK_BYTES, WebCluster
 from tests.webhdfs.test_rest import DATA, hdfs_checksum, put_file
-from tests.webhdfs.conftest import BLOCK_BYTES
 
 
 def webhdfs(web: WebCluster, **kwargs: object) -> WebHDFS:

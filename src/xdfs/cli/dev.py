@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -46,6 +47,7 @@ from xdfs.common.files import atomic_write
 
 if TYPE_CHECKING:
     from xdfs.common.process import ServerProcess
+    from xdfs.config import XdfsConfig
 
 DEFAULT_SUPERUSER = "xdfs"
 #: How often the wait for a writable cluster asks, and says what it is waiting for.
@@ -84,7 +86,7 @@ def dev(
     journal, journalnode_procs = _journal(base, journal_count, with_backup, conf)
     extension = f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"
     namenode = ServerProcess.xdfs(
-        *conf, *(journal.conf() if journal else []),
+        *conf, *(journal.conf() if journal else []), *_http_conf(config),
         "-D", extension, "namenode", "--name-dir", str(name_dir),
         "--rpc-address", f"127.0.0.1:{port}",
         log_path=base / "logs" / "namenode.log",
@@ -116,7 +118,7 @@ def dev(
         count = config.dev.datanodes if datanodes is None else datanodes
         for index in range(count):
             datanode = ServerProcess.xdfs(
-                *conf, *_datanode_login(name_dir), "datanode",
+                *conf, *_datanode_login(name_dir), *_http_conf(config), "datanode",
                 "--data-dir", str(base / f"datanode{index}"),
                 "--namenode", address, "--rpc-address", "127.0.0.1:0",
                 log_path=base / "logs" / f"datanode{index}.log",
@@ -144,13 +146,19 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
     """DIR/cluster.json (every process: role, pid, address, log) and DIR/client.toml."""
     from xdfs.config import write_toml
 
-    processes = [
-        {"role": role, "pid": child.pid, "address": _address(child), "log": str(child.log_path)}
-        for role, child in children
-    ]
+    processes: list[dict[str, object]] = []
+    for role, child in children:
+        process: dict[str, object] = {"role": role, "pid": child.pid,
+                                      "address": _address(child), "log": str(child.log_path)}
+        http = _http(child, role)
+        if http:
+            process["http"] = http
+        processes.append(process)
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    write_toml(base / "client.toml", {"client": {"fs": uri, **credentials}})
+    gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
+    client = {"fs": uri, **credentials, **({"webhdfs": gateway} if gateway else {})}
+    write_toml(base / "client.toml", {"client": client})
     os.chmod(base / "client.toml", 0o600)
 
 
@@ -215,6 +223,26 @@ def _wait_writable(state: CliState, uri: str, credentials: dict[str, str], datan
 def _address(process: ServerProcess) -> str:
     assert process.match is not None, "a started process has matched its ready pattern"
     return process.match.group(1)
+
+
+def _http(process: ServerProcess, role: str) -> str:
+    """The ``host:port`` a process serves HTTP on: it prints ``ROLE http on ADDRESS`` just
+    before its ready line (xdfs.cli.serving); "" when it serves none."""
+    assert process.match is not None, "a started process has matched its ready pattern"
+    before = process.match.string[: process.match.start()]
+    found = re.search(rf"{re.escape(role)} http on (\S+)", before)
+    return found.group(1) if found else ""
+
+
+def _http_conf(config: XdfsConfig) -> list[str]:
+    """The dev NameNode serves WebHDFS on dev.http_port and its DataNodes the data part on
+    free ports, unless the configuration names the addresses itself."""
+    args = []
+    if not config.namenode.http_address:
+        args += ["-D", f"namenode.http_address=127.0.0.1:{config.dev.http_port}"]
+    if not config.datanode.http_address:
+        args += ["-D", "datanode.http_address=127.0.0.1:0"]
+    return args
 
 
 def _datanode_login(name_dir: Path) -> list[str]:
