@@ -569,6 +569,14 @@ class HttpConfig:
     data_chunk_bytes: int = setting(
         1 * MiB, "Bytes a DataNode moves per step when it streams file data over HTTP."
     )
+    password_cache_s: float = setting(
+        300.0,
+        "HTTP Basic credentials checked once are trusted this long without a new scrypt "
+        "check (kept in memory, HMAC-keyed; a password change ends it). 0: check every time.",
+    )
+    password_cache_entries_max: int = setting(
+        10000, "Most HTTP Basic credentials the NameNode remembers (the oldest go first)."
+    )
 
     def validate(self) -> None:
         from xdfs.http.auth import check_mode
@@ -577,6 +585,9 @@ class HttpConfig:
         _require(self.redirect_token_lifetime_s > 0, "http.redirect_token_lifetime_s must be > 0")
         _require(self.body_bytes_max >= 1 * KiB, "http.body_bytes_max must be >= 1 KiB")
         _require(self.data_chunk_bytes >= 4 * KiB, "http.data_chunk_bytes must be >= 4 KiB")
+        _require(self.password_cache_s >= 0, "http.password_cache_s must be >= 0")
+        _require(self.password_cache_entries_max >= 0,
+                 "http.password_cache_entries_max must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,13 @@ from tests.webhdfs.test_rest import hdfs_checksum
 from xdfs import errors as e
 from xdfs.config import XdfsConfig, build_config
 from xdfs.http import webhdfs as w
-from xdfs.http.auth import AUTH_CREDENTIALS, AUTH_SIMPLE, Credentials, request_credentials
+from xdfs.http.auth import (
+    AUTH_CREDENTIALS,
+    AUTH_SIMPLE,
+    Credentials,
+    PasswordCache,
+    request_credentials,
+)
 
 
 def basic(text: str) -> dict[str, str]:
@@ -121,3 +127,20 @@ def test_file_checksum_refuses_bytes_that_do_not_fit_the_blocks() -> None:
     short.update(b"x" * 9)
     with pytest.raises(e.InvalidArgument):
         short.result()
+
+
+def test_password_cache_remembers_only_what_was_checked() -> None:
+    cache = PasswordCache(b"k" * 32, ttl_s=10.0, entries_max=2)
+    assert cache.generation("alice", "pw", 0.0) is None
+    cache.checked("alice", "pw", 3, 0.0)
+    assert cache.generation("alice", "pw", 5.0) == 3
+    assert cache.generation("alice", "wrong", 5.0) is None
+    assert cache.generation("bob", "pw", 5.0) is None
+    assert cache.generation("alice", "pw", 10.0) is None  # expired, and forgotten
+    assert cache.generation("alice", "pw", 0.0) is None
+    for user in ("a", "b", "c"):  # the oldest goes first
+        cache.checked(user, "pw", 1, 20.0)
+    assert [cache.generation(u, "pw", 21.0) for u in ("a", "b", "c")] == [None, 1, 1]
+    off = PasswordCache(b"k" * 32, ttl_s=0.0, entries_max=10)
+    off.checked("alice", "pw", 1, 0.0)
+    assert off.generation("alice", "pw", 0.0) is None

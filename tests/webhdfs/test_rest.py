@@ -215,6 +215,30 @@ def test_requests_without_valid_credentials_are_refused(web: WebCluster, web_dir
     assert web.call("GET", f"{web_dir}/x", "GETFILESTATUS").status_code == 404
 
 
+def test_a_password_change_ends_basic_access_with_the_old_one(web: WebCluster) -> None:
+    client = web.client()
+    try:
+        web.run(client.add_user("carol", "old-pw"))
+        session = requests.Session()  # one client sending Basic on every request
+        home = {"op": "GETHOMEDIRECTORY"}
+        for _ in range(3):
+            answer = session.get(f"{web.url}/", params=home, auth=("carol", "old-pw"),
+                                 timeout=60)
+            assert answer.json() == {"Path": "/user/carol"}
+        wrong = session.get(f"{web.url}/", params=home, auth=("carol", "nope"), timeout=60)
+        assert remote(wrong)[:2] == (401, "SecurityException")
+        web.run(client.set_password("carol", "new-pw"))
+        old = session.get(f"{web.url}/", params=home, auth=("carol", "old-pw"), timeout=60)
+        assert remote(old)[:2] == (401, "SecurityException")
+        new = session.get(f"{web.url}/", params=home, auth=("carol", "new-pw"), timeout=60)
+        assert new.json() == {"Path": "/user/carol"}
+        web.run(client.remove_user("carol"))
+        gone = session.get(f"{web.url}/", params=home, auth=("carol", "new-pw"), timeout=60)
+        assert remote(gone)[:2] == (401, "SecurityException")
+    finally:
+        web.run(client.close())
+
+
 def test_permissions_are_checked_as_for_rpc(web: WebCluster, web_dir: str) -> None:
     private = f"{web_dir}/private"
     web.call("PUT", private, "MKDIRS", permission="700").raise_for_status()

@@ -10,6 +10,7 @@ NameNode put in the redirect), so the NameNode checks the user exactly as for an
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
@@ -55,7 +56,7 @@ class DataNodeWebHdfs:
             credentials = request_credentials(request.query, request.headers, AUTH_CREDENTIALS)
             client = AsyncClient(self.fs_uri, config=self.config, user=credentials.user,
                                  password=credentials.password, token=credentials.token,
-                                 client_name=f"webhdfs-{op.lower()}")
+                                 client_name=f"webhdfs-{uuid.uuid4().hex[:12]}")
             try:
                 return await function(self, request, client, w.request_path(request))
             finally:

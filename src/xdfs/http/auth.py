@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -75,3 +78,43 @@ def _from_header(header: str) -> Credentials:
     raise AuthenticationFailed(
         f"unsupported Authorization scheme {scheme[:20]!r} (use Bearer or Basic)"
     )
+
+
+class PasswordCache:
+    """HTTP Basic credentials already checked, so that a client sending them on every
+    request (as Basic clients do) costs one scrypt check per ``ttl_s``, not one per request.
+
+    Entries are keyed by HMAC-SHA256(key, user NUL password) under a key that never leaves
+    the process, and remember the user's credential generation: a password change or a
+    removed user misses. A wrong password never matches an entry. Pure: the caller passes
+    the key and the time."""
+
+    def __init__(self, key: bytes, ttl_s: float, entries_max: int) -> None:
+        self._key = key
+        self._ttl_s = ttl_s
+        self._entries_max = entries_max
+        self._entries: OrderedDict[bytes, tuple[str, int, float]] = OrderedDict()
+
+    def _digest(self, user: str, password: str) -> bytes:
+        text = f"{user}\0{password}".encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, text, hashlib.sha256).digest()
+
+    def generation(self, user: str, password: str, now_s: float) -> int | None:
+        """The generation the password was checked for, if it was and has not expired."""
+        digest = self._digest(user, password)
+        entry = self._entries.get(digest)
+        if entry is None or entry[0] != user:
+            return None
+        if entry[2] <= now_s:
+            del self._entries[digest]
+            return None
+        return entry[1]
+
+    def checked(self, user: str, password: str, generation: int, now_s: float) -> None:
+        if self._ttl_s <= 0 or self._entries_max <= 0:
+            return
+        digest = self._digest(user, password)
+        self._entries[digest] = (user, generation, now_s + self._ttl_s)
+        self._entries.move_to_end(digest)
+        while len(self._entries) > self._entries_max:
+            self._entries.popitem(last=False)

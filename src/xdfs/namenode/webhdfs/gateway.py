@@ -12,6 +12,7 @@ UnsupportedOperationException until the NameNode has append and truncate."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -31,7 +32,7 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.http import webhdfs as w
-from xdfs.http.auth import Credentials, request_credentials
+from xdfs.http.auth import Credentials, PasswordCache, request_credentials
 from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
@@ -65,6 +66,9 @@ class WebHdfsGateway:
         self.fs = fs
         self.auth = auth
         self._rpc_address = rpc_address
+        http = config.http
+        self._passwords = PasswordCache(os.urandom(32), http.password_cache_s,
+                                        http.password_cache_entries_max)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -88,16 +92,23 @@ class WebHdfsGateway:
             return w.remote_exception(exc)
 
     async def _user(self, credentials: Credentials, peer: str) -> str:
+        user = credentials.user
+        record = self.fs.ns.users.get(user) if user else None
         if credentials.simple:  # trusted as it stands (http.auth = "simple" only)
-            record = self.fs.ns.users.get(credentials.user)
             if record is None:
-                raise AuthenticationFailed(f"no user {credentials.user}")
-            return principal_user(
-                UserPrincipal(credentials.user, generation=record.generation), self.fs)
-        hello = Hello(PROTOCOL_VERSION, user=credentials.user, password=credentials.password,
+                raise AuthenticationFailed(f"no user {user}")
+            return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
+        now_s = self.fs.now_ms() / 1000
+        if record is not None and not credentials.token and self._passwords.generation(
+                user, credentials.password, now_s) == record.generation:
+            return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
+        hello = Hello(PROTOCOL_VERSION, user=user, password=credentials.password,
                       token=credentials.token)
         principal = await self.auth.authenticate(hello, f"{peer}:0")
-        return principal_user(principal, self.fs)
+        checked = principal_user(principal, self.fs)
+        if not credentials.token and isinstance(principal, UserPrincipal):
+            self._passwords.checked(user, credentials.password, principal.generation, now_s)
+        return checked
 
     # -- OAuth2 (RFC 6749 client credentials, as Hadoop's ConfCredentialBased provider) --
 
