@@ -7,13 +7,16 @@ import hashlib
 import http.client
 import json
 import random
+import socket
 import struct
+from urllib.parse import urlsplit
 
 import crc32c
 import requests
 
 from tests.integration.conftest import ROOT, ROOT_PW
 from tests.webhdfs.conftest import ALICE, ALICE_PW, BLOCK_BYTES, WebCluster, basic
+from xdfs.testing.poll import eventually
 
 DATA = random.Random(15).randbytes(3 * BLOCK_BYTES + 1234)  # four blocks, the last partial
 
@@ -76,6 +79,31 @@ def test_create_refuses_an_existing_file_unless_overwrite(web: WebCluster, web_d
     empty = web.call("PUT", f"{web_dir}/empty", "CREATE", data=b"")
     assert empty.status_code == 201
     assert web.call("GET", f"{web_dir}/empty", "OPEN").content == b""
+
+
+def test_a_body_cut_short_leaves_no_file(web: WebCluster, web_dir: str) -> None:
+    """The client says 200 KB, sends 70 KB (more than a block) and hangs up: the DataNode
+    never answers 201 and the partial file is deleted, not left half-written."""
+    path = f"{web_dir}/cut"
+    location = web.call("PUT", path, "CREATE", allow_redirects=False).headers["Location"]
+    url = urlsplit(location)
+    client = web.client()
+
+    async def exists() -> bool:
+        return await client.exists(path)
+
+    async def gone() -> bool:
+        return not await client.exists(path)
+
+    try:
+        with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
+            head = (f"PUT {url.path}?{url.query} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+                    "Content-Length: 200000\r\n\r\n")
+            sock.sendall(head.encode() + DATA[:70_000])
+            web.run(eventually(exists, what=f"{path} being written"))
+        web.run(eventually(gone, what=f"{path} deleted after its body was cut"))
+    finally:
+        web.run(client.close())
 
 
 def test_noredirect_answers_the_location(web: WebCluster, web_dir: str) -> None:
