@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -55,3 +57,26 @@ def test_dev_names_its_http_servers_and_serves_webhdfs(
         for process in listing:
             if not _gone(process["pid"]):
                 os.kill(process["pid"], signal.SIGKILL)
+
+
+def test_a_busy_http_port_stops_the_namenode_with_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDFS_")}
+    env.update(ENV)
+    name_dir = tmp_path / "nn"
+    xdfs = [sys.executable, "-m", "xdfs"]
+    formatted = subprocess.run([*xdfs, "namenode", "--name-dir", str(name_dir), "-format"],
+                               env=env, capture_output=True, text=True, timeout=120)
+    assert formatted.returncode == 0, formatted.stderr
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        started = subprocess.run(
+            [*xdfs, "-D", f"namenode.http_address={address}", "namenode", "--name-dir",
+             str(name_dir), "--rpc-address", "127.0.0.1:0"],
+            env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 1
+    assert "Traceback" not in started.stderr
+    assert started.stderr.strip().splitlines()[-1] == (
+        f"namenode cannot start: OSError: [Errno 98] namenode cannot serve HTTP on "
+        f"{address}: Address already in use")

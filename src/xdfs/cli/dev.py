@@ -5,8 +5,10 @@ empty (the superuser is $XDFS_USER or ``xdfs``, its password $XDFS_PASSWORD or g
 starts a NameNode process on 127.0.0.1:P and N DataNode processes (``DIR/datanode<i>``, on
 free ports, logged in with the DataNode secret the NameNode writes to
 ``DIR/namenode/datanode.secret``), writes ``DIR/cluster.json`` (each process's role,
-pid and address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
-``XDFS_CONF`` at it), waits until the cluster accepts writes (out of safe mode, every
+pid, address, and ``http`` host:port where it serves HTTP: the NameNode's WebHDFS gateway
+on ``dev.http_port``, the DataNodes' data part on free ports) and ``DIR/client.toml`` (the
+URI, the superuser's credentials and ``webhdfs``, the gateway; point ``XDFS_CONF`` at it),
+waits until the cluster accepts writes (out of safe mode, every
 DataNode live), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
 With ``--backup`` a BackupNode (``DIR/backupnode``) follows the NameNode, and the DataNodes
 and ``client.toml`` list both addresses (NameNode first), so killing the NameNode and

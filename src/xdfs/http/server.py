@@ -37,7 +37,11 @@ class HttpServer:
 
     async def start(self, address: str) -> str:
         host, port = parse_address(address)
-        sock = _listen(host, port)
+        try:
+            sock = _listen(host, port)
+        except OSError as exc:  # say which server could not bind (the RPC one did)
+            raise OSError(exc.errno, f"{self.name} cannot serve HTTP on {address}: "
+                                     f"{exc.strerror}") from None
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         try:
             await runner.setup()
