@@ -90,3 +90,53 @@ def test_spark_reads_what_xdfs_clients_wrote(spark: Any, web: WebCluster, web_di
     squares = spark.read.csv(f"{base}/squares.csv", schema="n LONG, square LONG")
     assert squares.filter("square != n * n").count() == 0
     assert squares.count() == 1000
+
+
+def test_hadoop_filesystem_api_through_webhdfs(spark: Any, web: WebCluster, web_dir: str,
+                                               base: str) -> None:
+    """Hadoop's own FileSystem client (the one Spark uses) parses every answer it needs:
+    statuses, listings, renames, deletes, permissions, content summaries and the file
+    checksum (it checks the algorithm name against the bytes)."""
+    from py4j.protocol import Py4JJavaError
+
+    from tests.webhdfs.test_rest import DATA, hdfs_checksum, put_file
+
+    jvm = spark._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def path(name: str) -> Any:
+        return jvm.org.apache.hadoop.fs.Path(f"{base}/{name}")
+
+    fs = path("").getFileSystem(conf)
+    out = fs.create(path("data"))
+    out.write(bytearray(DATA))
+    out.close()
+    status = fs.getFileStatus(path("data"))
+    assert (status.getLen(), status.isFile(), status.getOwner()) == (len(DATA), True, ALICE)
+    put_file(web, f"{web_dir}/roots", b"r")  # root's: alice may not change its mode
+    with pytest.raises(Py4JJavaError, match="AccessControlException"):
+        fs.setPermission(path("roots"), jvm.org.apache.hadoop.fs.permission.FsPermission(
+            "777"))
+    assert fs.mkdirs(path("d/e"))
+    assert fs.rename(path("data"), path("d/moved"))
+    assert not fs.rename(path("data"), path("d/again"))  # gone: false, as HDFS
+    listed = sorted(entry.getPath().getName() for entry in fs.listStatus(path("d")))
+    assert listed == ["e", "moved"]
+    fs.setPermission(path("d/moved"), jvm.org.apache.hadoop.fs.permission.FsPermission(
+        "640"))
+    assert fs.getFileStatus(path("d/moved")).getPermission().toString() == "rw-r-----"
+    summary = fs.getContentSummary(path("d"))
+    assert (summary.getFileCount(), summary.getLength()) == (1, len(DATA))
+    checksum = fs.getFileChecksum(path("d/moved"))
+    algorithm, hexdigest = hdfs_checksum(DATA, status.getBlockSize())
+    # Hadoop's serialized form is the 28 bytes of the wire, then its CRC type (4 bytes)
+    assert (checksum.getAlgorithmName(), bytes(checksum.getBytes())[:28].hex()) == (
+        algorithm, hexdigest)
+    stream = fs.open(path("d/moved"))
+    try:
+        stream.seek(100_000)
+        assert bytes(stream.read() for _ in range(10)) == DATA[100_000:100_010]
+    finally:
+        stream.close()
+    assert fs.delete(path("d"), True)
+    assert not fs.exists(path("d"))
