@@ -277,6 +277,11 @@ class NameNodeConfig:
     retry_cache_entries_max: int = setting(
         100_000, "Most calls the retry cache remembers (the oldest finished go first)."
     )
+    http_address: str = setting(
+        "",
+        "Where the NameNode serves HTTP (the WebHDFS gateway), host:port (HDFS: 9870); "
+        "empty: no HTTP server.",
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -422,6 +427,11 @@ class DataNodeConfig:
     block_recovery_max: int = setting(
         16, "Block recoveries a DataNode coordinates at once; more are dropped (retried)."
     )
+    http_address: str = setting(
+        "",
+        "Where the DataNode serves HTTP (WebHDFS data: CREATE, OPEN, GETFILECHECKSUM), "
+        "host:port (HDFS: 9864); empty: no HTTP server.",
+    )
 
     def validate(self) -> None:
         _require(
@@ -566,7 +576,6 @@ class HaConfig:
             _require(bool(nn_id) and "/" not in nn_id and bool(address),
                      f"ha.namenodes: {nn_id!r} = {address!r} is not id = \"host:port\"")
 
-
     def nameservices(self) -> dict[str, list[str]]:
         """``{nameservice: NameNode addresses}`` when ha.namenodes is set (for
         ``xdfs://NAMESERVICE`` URIs), else empty."""
@@ -575,6 +584,47 @@ class HaConfig:
     def default_fs(self) -> str:
         """``xdfs://NAMESERVICE`` when ha.namenodes is set, else empty."""
         return f"xdfs://{self.nameservice}" if self.namenodes else ""
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    auth: str = setting(
+        "credentials",
+        "How HTTP requests authenticate: credentials (a delegation token, a Bearer token or "
+        "HTTP Basic with an xdfs user) or simple (also trust user.name=NAME unchecked: "
+        "HDFS's insecure default, for trusted networks only).",
+    )
+    redirect_token_lifetime_s: float = setting(
+        600.0,
+        "Lifetime of the token a NameNode puts in a redirect to a DataNode (the DataNode "
+        "acts as the user with it, as HDFS's delegation parameter).",
+    )
+    body_bytes_max: int = setting(
+        1 * MiB, "Largest request body read whole (forms, JSON); file data is streamed."
+    )
+    data_chunk_bytes: int = setting(
+        1 * MiB, "Bytes a DataNode moves per step when it streams file data over HTTP."
+    )
+    password_cache_s: float = setting(
+        300.0,
+        "HTTP Basic credentials checked once are trusted this long without a new scrypt "
+        "check (kept in memory, HMAC-keyed; a password change ends it). 0: check every time.",
+    )
+    password_cache_entries_max: int = setting(
+        10000, "Most HTTP Basic credentials the NameNode remembers (the oldest go first)."
+    )
+
+    def validate(self) -> None:
+        from xdfs.http.auth import check_mode
+
+        check_mode(self.auth)
+        _require(self.redirect_token_lifetime_s > 0, "http.redirect_token_lifetime_s must be > 0")
+        _require(self.body_bytes_max >= 1 * KiB, "http.body_bytes_max must be >= 1 KiB")
+        _require(self.data_chunk_bytes >= 4 * KiB, "http.data_chunk_bytes must be >= 4 KiB")
+        _require(self.password_cache_s >= 0, "http.password_cache_s must be >= 0")
+        _require(self.password_cache_entries_max >= 0,
+                 "http.password_cache_entries_max must be >= 0")
+
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -593,6 +643,9 @@ class ClientConfig:
     )
     recover_lease_retry_interval_s: float = setting(
         5.0, "`xdfs debug -recoverLease -retries N` waits this long between its calls."
+    )
+    webhdfs: str = setting(
+        "", "host:port of the cluster's WebHDFS gateway (for REST tools; `xdfs dev` sets it)."
     )
 
 
@@ -615,6 +668,9 @@ class DevConfig:
     safe_mode_extension_s: float = setting(
         3.0, "namenode.safe_mode_extension_s of the dev NameNode (its DataNodes are local)."
     )
+    http_port: int = setting(
+        0, "WebHDFS port of the dev NameNode (0: any free), unless namenode.http_address is set."
+    )
 
 
 @dataclass(frozen=True)
@@ -627,6 +683,7 @@ class XdfsConfig:
     ha: HaConfig = field(default_factory=HaConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
@@ -635,6 +692,7 @@ class XdfsConfig:
         self.backupnode.validate()
         self.journalnode.validate()
         self.ha.validate()
+        self.http.validate()
         return self
 
 

@@ -354,6 +354,14 @@ class DSQuotaExceeded(QuotaExceeded):
     """Too many bytes (length times replication) under a directory with a space quota."""
 
     code = 672
+# --- 63x: the WebHDFS gateway ---------------------------------------------------------
+
+
+class Unsupported(XdfsError):
+    """A WebHDFS operation this server does not provide (yet); nothing was changed.
+    Answered as HDFS's UnsupportedOperationException."""
+
+    code = 630
 
 
 def error_from_code(code: int, message: str) -> XdfsError:

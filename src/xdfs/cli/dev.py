@@ -5,8 +5,10 @@ empty (the superuser is $XDFS_USER or ``xdfs``, its password $XDFS_PASSWORD or g
 starts a NameNode process on 127.0.0.1:P and N DataNode processes (``DIR/datanode<i>``, on
 free ports, logged in with the DataNode secret the NameNode writes to
 ``DIR/namenode/datanode.secret``), writes ``DIR/cluster.json`` (each process's role,
-pid and address) and ``DIR/client.toml`` (the URI and the superuser's credentials; point
-``XDFS_CONF`` at it), waits until the cluster accepts writes (out of safe mode, every
+pid, address, and ``http`` host:port where it serves HTTP: the NameNode's WebHDFS gateway
+on ``dev.http_port``, the DataNodes' data part on free ports) and ``DIR/client.toml`` (the
+URI, the superuser's credentials and ``webhdfs``, the gateway; point ``XDFS_CONF`` at it),
+waits until the cluster accepts writes (out of safe mode, every
 DataNode live), prints ``xdfs dev cluster ready: xdfs://127.0.0.1:P`` and supervises.
 With ``--backup`` a BackupNode (``DIR/backupnode``) follows the NameNode, and the DataNodes
 and ``client.toml`` list both addresses (NameNode first), so killing the NameNode and
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -48,6 +51,7 @@ from xdfs.common.files import atomic_write
 
 if TYPE_CHECKING:
     from xdfs.common.process import ServerProcess
+    from xdfs.config import XdfsConfig
 
 DEFAULT_SUPERUSER = "xdfs"
 #: How often the wait for a writable cluster asks, and says what it is waiting for.
@@ -145,7 +149,10 @@ class Launch:
         conf = self.conf
         dev = self.state.config.dev
         extension = f"namenode.safe_mode_extension_s={dev.safe_mode_extension_s}"
-        nn_conf = [*conf, *(journal.conf() if journal else []), "-D", extension]
+        # an HA pair's NameNodes serve HTTP while active, each on a port of its own
+        http = (["-D", "namenode.http_address=127.0.0.1:0"] if self.pair is not None
+                else _http_conf(self.state.config))
+        nn_conf = [*conf, *(journal.conf() if journal else []), *http, "-D", extension]
         if self.pair is not None:
             self.children.insert(0, ("zookeeper",
                                      start_zookeeper(self.pair, self.ready_timeout_s)))
@@ -190,7 +197,8 @@ class Launch:
 
         for index in range(count):
             datanode = ServerProcess.xdfs(
-                *self.conf, *_datanode_login(self.name_dir), "datanode",
+                *self.conf, *_datanode_login(self.name_dir), *_http_conf(self.state.config),
+                "datanode",
                 "--data-dir", str(self.base / f"datanode{index}"),
                 "--namenode", address, "--rpc-address", "127.0.0.1:0",
                 log_path=self.base / "logs" / f"datanode{index}.log",
@@ -211,18 +219,24 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
     """DIR/cluster.json (every process: role, pid, address, log) and DIR/client.toml."""
     from xdfs.config import read_toml, write_toml
 
-    processes = [
-        {"role": role, "pid": child.pid, "address": _address(child) or known.get(role, ""),
-         "log": str(child.log_path)}
-        for role, child in children
-    ]
+    processes: list[dict[str, object]] = []
+    for role, child in children:
+        process: dict[str, object] = {
+            "role": role, "pid": child.pid,
+            "address": _address(child) or known.get(role, ""), "log": str(child.log_path)}
+        http = _http(child, role)
+        if http:
+            process["http"] = http
+        processes.append(process)
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    client: dict[str, object] = {"client": {"fs": uri, **credentials}}
+    gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
+    settings: dict[str, object] = {
+        "client": {"fs": uri, **credentials, **({"webhdfs": gateway} if gateway else {})}}
     if (base / CONF_FILE).exists() and any(role == "zkfc" for role, _c in children):
         # xdfs admin -getServiceState/-failover need the pair's ids and ZooKeeper
-        client["ha"] = read_toml(base / CONF_FILE)["ha"]
-    write_toml(base / "client.toml", client)
+        settings["ha"] = read_toml(base / CONF_FILE)["ha"]
+    write_toml(base / "client.toml", settings)
     os.chmod(base / "client.toml", 0o600)
 
 
@@ -289,6 +303,26 @@ def _address(process: ServerProcess) -> str:
     ZooKeeper, whose readiness is polled)."""
     assert process.match is not None, "a started process has matched its ready pattern"
     return process.match.group(1) if process.match.re.groups else ""
+
+
+def _http(process: ServerProcess, role: str) -> str:
+    """The ``host:port`` a process serves HTTP on: it prints ``ROLE http on ADDRESS`` just
+    before its ready line (xdfs.cli.serving); "" when it serves none."""
+    assert process.match is not None, "a started process has matched its ready pattern"
+    before = process.match.string[: process.match.start()]
+    found = re.search(rf"{re.escape(role)} http on (\S+)", before)
+    return found.group(1) if found else ""
+
+
+def _http_conf(config: XdfsConfig) -> list[str]:
+    """The dev NameNode serves WebHDFS on dev.http_port and its DataNodes the data part on
+    free ports, unless the configuration names the addresses itself."""
+    args = []
+    if not config.namenode.http_address:
+        args += ["-D", f"namenode.http_address=127.0.0.1:{config.dev.http_port}"]
+    if not config.datanode.http_address:
+        args += ["-D", "datanode.http_address=127.0.0.1:0"]
+    return args
 
 
 def _datanode_login(name_dir: Path) -> list[str]:

@@ -43,6 +43,9 @@ async def serve(role: str, node: Server, host: str, port: int) -> int:
         message = exc.message if isinstance(exc, XdfsError) else str(exc)
         click.echo(f"{role} cannot start: {type(exc).__name__}: {message}", err=True)
         return 1
+    http = getattr(node, "http_address", "")
+    if http:  # before the ready line: whoever waits for that one finds this one too
+        click.echo(f"{role} http on {http}")
     click.echo(f"{role} serving on {address}")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -199,7 +199,7 @@ class NameNodeActor:
         node = self.node
         storage = node.storage
         request = RegisterRequest(storage.node_id, node.address, storage.storage_report(),
-                                  __version__)
+                                  __version__, http_address=node.http_address)
         response = await self.rpc.call(REGISTER_DATANODE, request, timeout_s=self._timeout_s)
         await self._check_epoch(response.epoch)
         stored = storage.cluster_id

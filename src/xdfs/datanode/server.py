@@ -39,6 +39,7 @@ from xdfs.errors import (
     Unavailable,
     XdfsError,
 )
+from xdfs.http.server import HttpServer
 from xdfs.protocol.datanode import DATANODE_SERVICE, DATANODE_USER_PREFIX, DataNodeInfoResponse
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -69,6 +70,7 @@ class DataNode:
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
         self.server: RpcServer | None = None
+        self.http: HttpServer | None = None
         self.actor: NameNodeActor | None = None
         self.replicator = Replicator(self)
         self.block_recovery = BlockRecovery(self)
@@ -90,6 +92,12 @@ class DataNode:
     def address(self) -> str:
         assert self.server is not None, "DataNode not started"
         return self.server.address
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the HTTP server (WebHDFS data); "" when datanode.http_address is
+        unset. Sent to the NameNode at registration, for its redirects."""
+        return self.http.address if self.http is not None else ""
 
     @property
     def cluster_id(self) -> str:
@@ -129,6 +137,7 @@ class DataNode:
             add_system_services(self.server, "datanode")
             self.server.add_service(DATANODE_SERVICE, DataNodeHandlers(self))
             await self.server.start(host, port)
+            await self._start_http()
         except BaseException:
             await self.stop()
             raise
@@ -140,6 +149,17 @@ class DataNode:
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
         return self.server.address
+
+    async def _start_http(self) -> None:
+        address = self.config.datanode.http_address
+        if not address:
+            return
+        from xdfs.datanode.webhdfs import DataNodeWebHdfs
+
+        http = HttpServer("datanode", self.config.http.body_bytes_max)
+        http.add_routes(DataNodeWebHdfs(self.config, self.namenode_addresses).routes())
+        await http.start(address)
+        self.http = http
 
     def _namenode_hello(self) -> Hello:
         """How this DataNode logs in to its NameNodes: as ``dn/<node id>`` with the cluster's
@@ -188,6 +208,8 @@ class DataNode:
         await self.block_recovery.close()
         if self.actor is not None:
             await self.actor.close()
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.close()  # cancels writes in progress: their rbw files go
         if self.actor is not None:

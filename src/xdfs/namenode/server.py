@@ -36,6 +36,7 @@ from xdfs.errors import (
     StorageError,
     XdfsError,
 )
+from xdfs.http.server import HttpServer
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replay import checkpoint_due
 from xdfs.namenode.editlog.replicator import EditsReplicator
@@ -136,11 +137,17 @@ class NameNode:
         self._transition_lock = asyncio.Lock()
         self._uploaded_txid = 0  # the newest standby image the active is known to hold
         self._last_install_s = -1e18  # when a backup or standby last uploaded an image
+        self.http: HttpServer | None = None
 
     @property
     def address(self) -> str:
         assert self.server is not None
         return self.server.address
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the HTTP server (WebHDFS); "" when namenode.http_address is unset."""
+        return self.http.address if self.http is not None else ""
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -223,6 +230,10 @@ class NameNode:
         self._add_active_services(self.server)
         await self.auth.rotate_keys()
         await self._publish_datanode_secret()
+        if self.ha_state == STATE_INITIALIZING:
+            await self._start_http()  # a busy port stops a NameNode that is starting
+        else:
+            await self._start_http_after_failover()
         self._start_duties()
         self.ha_state = STATE_ACTIVE
 
@@ -387,6 +398,9 @@ class NameNode:
     async def _become_standby(self) -> None:
         assert self.edits is not None and self.server is not None
         self.ha_state = STATE_STANDBY
+        if self.http is not None:  # the gateway calls the namesystem directly: active only
+            await self.http.stop()
+            self.http = None
         stub = NotActiveHandlers(lambda: "this NameNode is standby", Standby)
         for service in (CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
                         NAMENODE_BACKUP_PROTOCOL):
@@ -483,6 +497,36 @@ class NameNode:
                              allowed_in_safe_mode=True)
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
 
+    async def _start_http(self) -> None:
+        """The WebHDFS gateway on namenode.http_address (when set), on this event loop."""
+        try:
+            await self._start_http_server()
+        except BaseException:  # a busy port: stop what started, say why
+            await self.stop()
+            raise
+
+    async def _start_http_server(self) -> None:
+        address = self.config.namenode.http_address
+        if not address or self.http is not None:
+            return
+        assert self.fs is not None and self.auth is not None
+        from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
+
+        http = HttpServer("namenode", self.config.http.body_bytes_max)
+        http.add_routes(WebHdfsGateway(self.config, self.fs, self.auth,
+                                       lambda: self.address).routes())
+        await http.start(address)
+        self.http = http
+
+    async def _start_http_after_failover(self) -> None:
+        """A NameNode just made active serves HTTP if it can: its port may still be held
+        (a paused old active on the same host), and RPC is what clients fail over to."""
+        try:
+            await self._start_http_server()
+        except OSError as exc:
+            log.error("WebHDFS gateway not started on %s: %s", self.config.namenode.http_address,
+                      exc)
+
     def ha_status(self) -> HaStatus:
         assert self.edits is not None and self.fs is not None and self.version is not None
         version = self.version
@@ -553,6 +597,8 @@ class NameNode:
         self._tasks.clear()
         if self.standby is not None:
             await self.standby.tailer.close()
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.close()
         if self.edits is not None and self.fatal is None:

@@ -50,6 +50,8 @@ class RegisterRequest(msgspec.Struct):
     address: str  # host:port where the DataNode serves the ``datanode`` service
     storage: StorageReport
     software_version: str = ""
+    #: host:port of its HTTP server (WebHDFS data part); "": none.
+    http_address: str = ""
 
 
 class RegisterResponse(msgspec.Struct):

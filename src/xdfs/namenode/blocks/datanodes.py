@@ -62,6 +62,7 @@ class DataNode:
     #: allocated: a newer NameNode did): kept on the node, never deleted, only reported.
     future: set[int] = field(default_factory=set)
     report_requested_s: float = 0.0  # registration, or when a full report was last asked
+    http_address: str = ""  # its HTTP server (WebHDFS redirects go there); "": none
 
     @property
     def load(self) -> int:

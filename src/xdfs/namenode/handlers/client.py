@@ -18,14 +18,19 @@ from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAu
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download
+from xdfs.rpc.server import CallContext, Download, Principal
 
 log = logging.getLogger(__name__)
 
 
 def caller(ctx: CallContext, fs: Namesystem) -> str:
     """The authenticated user of a call (every method but login needs one)."""
-    principal = ctx.principal
+    return principal_user(ctx.principal, fs)
+
+
+def principal_user(principal: Principal, fs: Namesystem) -> str:
+    """The user a principal acts as, checked as every client call checks it (also used by
+    the WebHDFS gateway, whose requests authenticate without a connection)."""
     user = principal.user
     if user == ANONYMOUS:
         raise NotAuthenticated("log in first: this call needs a user or a token")

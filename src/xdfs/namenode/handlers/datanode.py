@@ -39,7 +39,8 @@ class DataNodeHandlers:
 
     def register_datanode(self, ctx: CallContext, req: d.RegisterRequest) -> d.RegisterResponse:
         self._datanode(ctx)
-        self.blocks.register(req.node_id, req.address, req.storage)
+        node = self.blocks.register(req.node_id, req.address, req.storage)
+        node.http_address = req.http_address
         log.info(
             "DataNode %s registered at %s (%d bytes free, version %s)",
             req.node_id, req.address, req.storage.free_bytes, req.software_version or "?",

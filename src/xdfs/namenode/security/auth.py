@@ -206,6 +206,13 @@ class NameNodeAuth(NamespaceAuthenticator):
         if not lifetime_s >= 0:  # also NaN: a token born expired is a client bug
             raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
         record = await self.check_password(user, password, peer)
+        return await self.issue_token(record, user, lifetime_s)
+
+    async def issue_token(
+        self, record: UserRecord, user: str, lifetime_s: float
+    ) -> tuple[str, int]:
+        """A token for ``user`` (already authenticated: its record), valid for
+        ``lifetime_s`` (0: the default), never longer than ``namenode.token_lifetime_s``."""
         now = self.fs.now_ms()
         lifetime_ms = int(
             1000

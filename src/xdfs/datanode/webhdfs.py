@@ -1,0 +1,135 @@
+"""The data part of WebHDFS on a DataNode: what the NameNode's gateway redirects to.
+
+``PUT ?op=CREATE`` streams the request body into a new file, ``GET ?op=OPEN`` streams a
+byte range out, ``GET ?op=GETFILECHECKSUM`` computes HDFS's MD5-of-MD5-of-CRC32C. Like
+HDFS's DataNode with its DFSClient, the DataNode does it through an xdfs client of its
+NameNode, authenticated with the request's credentials (the ``delegation`` token the
+NameNode put in the redirect), so the NameNode checks the user exactly as for any client.
+``APPEND`` is answered UnsupportedOperationException until append exists."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from xdfs.client.client import AsyncClient
+from xdfs.client.transfer import stream_to
+from xdfs.common.addresses import format_fs_uri
+from xdfs.config import XdfsConfig
+from xdfs.errors import InvalidArgument, IsADirectory, Unsupported
+from xdfs.http import webhdfs as w
+from xdfs.http.auth import AUTH_CREDENTIALS, request_credentials
+from xdfs.protocol.namenode import DEFAULT_MODE
+
+log = logging.getLogger(__name__)
+
+Operation = Callable[["DataNodeWebHdfs", web.Request, AsyncClient, str],
+                     Awaitable[web.StreamResponse]]
+
+
+class DataNodeWebHdfs:
+    def __init__(self, config: XdfsConfig, namenode_addresses: list[str]) -> None:
+        self.config = config
+        self.fs_uri = format_fs_uri(namenode_addresses)
+        self._ops: dict[tuple[str, str], Operation] = {
+            ("PUT", "CREATE"): _create,
+            ("GET", "OPEN"): _open,
+            ("GET", "GETFILECHECKSUM"): _checksum,
+            ("POST", "APPEND"): _append,
+        }
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.route("*", w.PREFIX + r"{path:[\s\S]*}", self.handle)]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            op = request.query.get("op", "").upper()
+            function = self._ops.get((request.method, op))
+            if function is None:
+                raise InvalidArgument(
+                    f'Invalid value for webhdfs parameter "op": {op[:40] or "(none)"} is not '
+                    f"a {request.method} operation of a DataNode")
+            # user.name is never trusted here: the NameNode's redirect carries a token
+            credentials = request_credentials(request.query, request.headers, AUTH_CREDENTIALS)
+            client = AsyncClient(self.fs_uri, config=self.config, user=credentials.user,
+                                 password=credentials.password, token=credentials.token,
+                                 client_name=f"webhdfs-{uuid.uuid4().hex[:12]}")
+            try:
+                return await function(self, request, client, w.request_path(request))
+            finally:
+                await client.close()
+        except StreamBroken:
+            raise  # the status went out already: the cut connection says it failed
+        except Exception as exc:
+            return w.remote_exception(exc)
+
+
+class StreamBroken(Exception):
+    """A read failed after the response started: the connection is cut, so the client
+    sees fewer bytes than Content-Length said, never silently short data."""
+
+
+async def _create(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
+                  path: str) -> web.StreamResponse:
+    """201 and ``Location`` once the file is complete (closed on the NameNode); a body cut
+    short leaves no file (the partial one is deleted)."""
+    query = request.query
+    chunk = dn.config.http.data_chunk_bytes
+
+    async def body() -> AsyncIterator[bytes]:
+        async for data in request.content.iter_chunked(chunk):
+            yield data
+
+    await stream_to(
+        client, path, body(),
+        overwrite=w.bool_param(query, "overwrite", False),
+        replication=w.int_param(query, "replication", 0),
+        block_size=w.int_param(query, "blocksize", 0),
+        mode=w.permission_param(query, DEFAULT_MODE),
+    )
+    return web.Response(status=201, headers={"Location": f"{dn.fs_uri}{path}"})
+
+
+async def _open(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
+                path: str) -> web.StreamResponse:
+    offset = w.int_param(request.query, "offset", 0)
+    length = w.int_param(request.query, "length", -1, minimum=-1)
+    reader = await client.open_read(path)
+    if offset > reader.length or (offset == reader.length > 0):
+        raise InvalidArgument(f"Offset={offset} out of the range [0, {reader.length}); "
+                              f"OPEN, path={path}")
+    end = reader.length if length < 0 else min(reader.length, offset + length)
+    response = web.StreamResponse(status=200, headers={
+        "Content-Type": "application/octet-stream"})
+    response.content_length = end - offset
+    await response.prepare(request)
+    try:
+        async for piece in reader.iter_range(offset, end - offset):
+            await response.write(piece)
+    except Exception as exc:
+        log.warning("webhdfs OPEN %s failed after %d bytes: %s", path,
+                    response.body_length, exc)
+        raise StreamBroken(str(exc)) from exc
+    await response.write_eof()
+    return response
+
+
+async def _checksum(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
+                    path: str) -> web.StreamResponse:
+    status = await client.stat(path)
+    if status.is_dir:
+        raise IsADirectory(f"Path is not a file: {path}")
+    located = await client.block_locations(path)
+    checksum = w.FileChecksum([b.block.num_bytes for b in located.blocks], status.block_size)
+    reader = await client.open_read(path)
+    async for piece in reader.iter_range():
+        checksum.update(piece)
+    return w.json_response(checksum.result())
+
+
+async def _append(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
+                  path: str) -> web.StreamResponse:
+    raise Unsupported("APPEND is not supported by this xdfs cluster yet")

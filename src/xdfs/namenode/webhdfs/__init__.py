@@ -1,0 +1,1 @@
+"""The NameNode's WebHDFS-compatible REST gateway (:mod:`.gateway`)."""

@@ -1,0 +1,371 @@
+"""WebHDFS on the NameNode: ``/webhdfs/v1/<path>?op=...`` with HDFS's JSON shapes, errors
+and statuses, plus an OAuth2 token endpoint for Hadoop's WebHDFS client.
+
+Metadata operations run here, against the namesystem, as the request's user, with the
+checks an RPC call of that user gets (the same namesystem methods, the same caller check).
+Data operations (CREATE, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
+redirect to a DataNode's HTTP server, whose URL carries a short-lived token of the user
+(``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as that user
+through an xdfs client. APPEND and TRUNCATE are routed but answered
+UnsupportedOperationException until the NameNode has append and truncate."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from aiohttp import web
+
+from xdfs.config import XdfsConfig
+from xdfs.errors import (
+    AccessDenied,
+    AlreadyExists,
+    AuthenticationFailed,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+    Unsupported,
+    XdfsError,
+)
+from xdfs.http import webhdfs as w
+from xdfs.http.auth import Credentials, PasswordCache, request_credentials
+from xdfs.namenode.handlers.client import principal_user
+from xdfs.namenode.namespace.trash import home
+from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.protocol.namenode import DEFAULT_MODE
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+
+log = logging.getLogger(__name__)
+
+OAUTH2_TOKEN_PATH = "/oauth2/token"
+#: Entries of one LISTSTATUS_BATCH page (HDFS: dfs.ls.limit, 1000).
+LIST_PAGE_ENTRIES = 1000
+
+Operation = Callable[["WebHdfsGateway", web.Request, str, str, Credentials],
+                     Awaitable[web.StreamResponse]]
+_OPS: dict[tuple[str, str], Operation] = {}
+
+
+def operation(method: str, name: str) -> Callable[[Operation], Operation]:
+    def register(function: Operation) -> Operation:
+        _OPS[(method, name)] = function
+        return function
+
+    return register
+
+
+class WebHdfsGateway:
+    def __init__(self, config: XdfsConfig, fs: Namesystem, auth: NameNodeAuth,
+                 rpc_address: Callable[[], str]) -> None:
+        self.config = config
+        self.fs = fs
+        self.auth = auth
+        self._rpc_address = rpc_address
+        http = config.http
+        self._passwords = PasswordCache(os.urandom(32), http.password_cache_s,
+                                        http.password_cache_entries_max)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.route("*", w.PREFIX + r"{path:[\s\S]*}", self.handle),
+            web.post(OAUTH2_TOKEN_PATH, self.oauth2_token),
+        ]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            op = request.query.get("op", "").upper()
+            function = _OPS.get((request.method, op))
+            if function is None:
+                raise InvalidArgument(
+                    f'Invalid value for webhdfs parameter "op": {op[:40] or "(none)"} is not '
+                    f"a {request.method} operation of this server")
+            credentials = request_credentials(request.query, request.headers,
+                                              self.config.http.auth)
+            user = await self._user(credentials, request.remote or "")
+            return await function(self, request, user, w.request_path(request), credentials)
+        except Exception as exc:
+            return w.remote_exception(exc)
+
+    async def _user(self, credentials: Credentials, peer: str) -> str:
+        user = credentials.user
+        record = self.fs.ns.users.get(user) if user else None
+        if credentials.simple:  # trusted as it stands (http.auth = "simple" only)
+            if record is None:
+                raise AuthenticationFailed(f"no user {user}")
+            return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
+        now_s = self.fs.now_ms() / 1000
+        if record is not None and not credentials.token and self._passwords.generation(
+                user, credentials.password, now_s) == record.generation:
+            return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
+        hello = Hello(PROTOCOL_VERSION, user=user, password=credentials.password,
+                      token=credentials.token)
+        principal = await self.auth.authenticate(hello, f"{peer}:0")
+        checked = principal_user(principal, self.fs)
+        if not credentials.token and isinstance(principal, UserPrincipal):
+            self._passwords.checked(user, credentials.password, principal.generation, now_s)
+        return checked
+
+    # -- OAuth2 (RFC 6749 client credentials, as Hadoop's ConfCredentialBased provider) --
+
+    async def oauth2_token(self, request: web.Request) -> web.StreamResponse:
+        """``grant_type=client_credentials&client_id=USER&client_secret=PASSWORD`` ->
+        ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``."""
+        try:
+            form = await request.post()
+            fields = {key: str(value) for key, value in form.items()}
+            if fields.get("grant_type") != "client_credentials":
+                return w.json_response({"error": "unsupported_grant_type"}, 400)
+            user, password = fields.get("client_id", ""), fields.get("client_secret", "")
+            if not user:
+                return w.json_response({"error": "invalid_request"}, 400)
+            token, expires_ms = await self.auth.login(user, password, 0.0,
+                                                      f"{request.remote or ''}:0")
+        except XdfsError as exc:
+            log.info("oauth2 token refused: %s", exc.message)
+            return w.json_response({"error": "invalid_client"}, 401)
+        expires_in = max(0, (expires_ms - self.fs.now_ms()) // 1000)
+        return w.json_response(
+            {"access_token": token, "token_type": "bearer", "expires_in": expires_in})
+
+    # -- redirects to DataNodes ---------------------------------------------------------
+
+    async def redirect(self, request: web.Request, user: str, path: str,
+                       credentials: Credentials, http_address: str,
+                       params: Mapping[str, str]) -> web.StreamResponse:
+        """307 to ``http_address`` (a DataNode's HTTP server), or with ``noredirect=true``
+        200 and ``{"Location": url}`` (as HDFS)."""
+        token = credentials.token
+        if not token:
+            record = self.fs.ns.users[user]
+            token, _ = await self.auth.issue_token(
+                record, user, self.config.http.redirect_token_lifetime_s)
+        query = {"op": request.query["op"].upper(), **params, "delegation": token,
+                 "namenoderpcaddress": self._rpc_address()}
+        url = f"http://{http_address}{w.PREFIX}{quote(path)}?{urlencode(query)}"
+        if w.bool_param(request.query, "noredirect", False):
+            return w.json_response({"Location": url})
+        return web.Response(status=307, headers={"Location": url})
+
+    def any_datanode(self) -> str:
+        nodes = [node.http_address for node in self.fs.blocks.datanodes.live_nodes()
+                 if node.http_address]
+        if not nodes:
+            raise Unavailable("no live DataNode serves HTTP (datanode.http_address)")
+        return random.choice(nodes)
+
+    def datanode_for(self, addresses: list[str]) -> str:
+        """The HTTP server of one of these DataNodes (a replica's holders), else any."""
+        for address in random.sample(addresses, len(addresses)):
+            node = self.fs.blocks.datanodes.live_at(address)
+            if node is not None and node.http_address:
+                return node.http_address
+        return self.any_datanode()
+
+
+def _pass(query: Mapping[str, str], *names: str) -> dict[str, str]:
+    return {name: query[name] for name in names if name in query}
+
+
+# -- reads --------------------------------------------------------------------------------
+
+
+@operation("GET", "GETFILESTATUS")
+async def _get_file_status(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                           credentials: Credentials) -> web.StreamResponse:
+    return w.json_response({"FileStatus": w.file_status(gw.fs.stat(user, path))})
+
+
+@operation("GET", "LISTSTATUS")
+async def _list_status(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                       credentials: Credentials) -> web.StreamResponse:
+    entries, start = [], ""
+    while True:
+        page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
+        entries.extend(page)
+        if not remaining or not page:
+            break
+        start = page[-1].path.rsplit("/", 1)[1]
+    return w.json_response({"FileStatuses": _statuses(path, entries)})
+
+
+@operation("GET", "LISTSTATUS_BATCH")
+async def _list_status_batch(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                             credentials: Credentials) -> web.StreamResponse:
+    start = request.query.get("startAfter", "")
+    page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
+    return w.json_response({"DirectoryListing": {
+        "partialListing": {"FileStatuses": _statuses(path, page)},
+        "remainingEntries": remaining,
+    }})
+
+
+def _statuses(path: str, entries: list[Any]) -> dict[str, Any]:
+    """A file lists itself, with an empty pathSuffix (as HDFS)."""
+    if len(entries) == 1 and not entries[0].is_dir and entries[0].path.rstrip("/") == (
+            path.rstrip("/") or "/"):
+        return {"FileStatus": [w.file_status(entries[0])]}
+    return w.file_statuses(entries)
+
+
+@operation("GET", "GETCONTENTSUMMARY")
+async def _content_summary(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                           credentials: Credentials) -> web.StreamResponse:
+    return w.json_response(w.content_summary(gw.fs.content_summary(user, path)))
+
+
+@operation("GET", "GETHOMEDIRECTORY")
+async def _home(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                credentials: Credentials) -> web.StreamResponse:
+    return w.json_response({"Path": home(user)})
+
+
+@operation("GET", "GETDELEGATIONTOKEN")
+async def _delegation_token(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                            credentials: Credentials) -> web.StreamResponse:
+    """A token of the user (``namenode.token_lifetime_s``). Not for a request that came
+    with a token (that would extend it) nor in simple mode (HDFS answers null there)."""
+    if credentials.simple:
+        return w.json_response({"Token": None})
+    if credentials.token:
+        raise AccessDenied("a delegation token cannot be issued to a request authenticated "
+                           "by a token: authenticate with a user and password")
+    token, _ = await gw.auth.issue_token(gw.fs.ns.users[user], user, 0.0)
+    return w.json_response({"Token": {"urlString": token}})
+
+
+@operation("GET", "OPEN")
+async def _open(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                credentials: Credentials) -> web.StreamResponse:
+    query = request.query
+    offset = w.int_param(query, "offset", 0)
+    w.int_param(query, "length", -1)  # checked here, applied by the DataNode
+    located = gw.fs.block_locations(user, path, offset, 1)
+    holders = located.blocks[0].locations if located.blocks else []
+    target = gw.datanode_for(list(holders))
+    return await gw.redirect(request, user, path, credentials, target,
+                             _pass(query, "offset", "length", "buffersize"))
+
+
+@operation("GET", "GETFILEBLOCKLOCATIONS")
+async def _block_locations(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                           credentials: Credentials) -> web.StreamResponse:
+    """Where the blocks of ``[offset, offset+length)`` are (Spark's locality hints)."""
+    offset = w.int_param(request.query, "offset", 0)
+    length = w.int_param(request.query, "length", -1, minimum=-1)
+    located = gw.fs.block_locations(user, path, offset, length)
+    return w.json_response(w.block_locations(located))
+
+
+@operation("GET", "GETFILECHECKSUM")
+async def _checksum(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                    credentials: Credentials) -> web.StreamResponse:
+    status = gw.fs.stat(user, path)
+    if status.is_dir:
+        raise NotFound(f"Path is not a file: {path}")
+    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), {})
+
+
+# -- changes ------------------------------------------------------------------------------
+
+
+@operation("PUT", "CREATE")
+async def _create(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                  credentials: Credentials) -> web.StreamResponse:
+    query = request.query
+    w.bool_param(query, "overwrite", False)
+    w.int_param(query, "replication", 0)
+    w.int_param(query, "blocksize", 0)
+    w.permission_param(query, DEFAULT_MODE)
+    params = _pass(query, "overwrite", "replication", "blocksize", "permission", "buffersize")
+    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), params)
+
+
+@operation("PUT", "MKDIRS")
+async def _mkdirs(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                  credentials: Credentials) -> web.StreamResponse:
+    mode = w.permission_param(request.query, DEFAULT_MODE)
+    await gw.fs.mkdirs(user, path, mode, True)
+    return w.json_response(w.boolean(True))
+
+
+@operation("PUT", "RENAME")
+async def _rename(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                  credentials: Credentials) -> web.StreamResponse:
+    """HDFS's old rename: false (not an error) when the source is missing or the
+    destination exists; permission and path errors are errors."""
+    destination = request.query.get("destination", "")
+    if not destination.startswith("/"):
+        raise InvalidArgument(
+            f'Invalid value for webhdfs parameter "destination": {destination[:200]!r} '
+            "(an absolute path)")
+    try:
+        await gw.fs.rename(user, path, destination)
+    except (NotFound, AlreadyExists):
+        return w.json_response(w.boolean(False))
+    return w.json_response(w.boolean(True))
+
+
+@operation("DELETE", "DELETE")
+async def _delete(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                  credentials: Credentials) -> web.StreamResponse:
+    """false when there is nothing to delete; ``skiptrash`` defaults to true (as
+    FileSystem.delete, which HDFS's WebHDFS client calls)."""
+    recursive = w.bool_param(request.query, "recursive", False)
+    skip_trash = w.bool_param(request.query, "skiptrash", True)
+    try:
+        await gw.fs.delete(user, path, recursive=recursive, skip_trash=skip_trash)
+    except NotFound:
+        return w.json_response(w.boolean(False))
+    return w.json_response(w.boolean(True))
+
+
+@operation("PUT", "SETPERMISSION")
+async def _set_permission(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                          credentials: Credentials) -> web.StreamResponse:
+    # HDFS's default when the parameter is missing: 755
+    await gw.fs.set_permission(user, path, w.permission_param(request.query, 0o755))
+    return web.Response(status=200)
+
+
+@operation("PUT", "SETOWNER")
+async def _set_owner(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                     credentials: Credentials) -> web.StreamResponse:
+    owner, group = request.query.get("owner", ""), request.query.get("group", "")
+    if not owner and not group:
+        raise InvalidArgument("Both owner and group are empty.")
+    await gw.fs.set_owner(user, path, owner, group)
+    return web.Response(status=200)
+
+
+@operation("PUT", "SETREPLICATION")
+async def _set_replication(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                           credentials: Credentials) -> web.StreamResponse:
+    """false for a directory (HDFS)."""
+    replication = w.int_param(request.query, "replication", 0)
+    if gw.fs.stat(user, path).is_dir:
+        return w.json_response(w.boolean(False))
+    await gw.fs.set_replication(user, path, replication)
+    return w.json_response(w.boolean(True))
+
+
+@operation("PUT", "SETTIMES")
+async def _set_times(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                     credentials: Credentials) -> web.StreamResponse:
+    mtime = w.int_param(request.query, "modificationtime", -1, minimum=-1)
+    atime = w.int_param(request.query, "accesstime", -1, minimum=-1)
+    await gw.fs.set_times(user, path, mtime, atime)
+    return web.Response(status=200)
+
+
+@operation("POST", "APPEND")
+@operation("POST", "TRUNCATE")
+async def _not_yet(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                   credentials: Credentials) -> web.StreamResponse:
+    gw.fs.stat(user, path)  # a missing file is FileNotFound, as in HDFS
+    raise Unsupported(f"{request.query['op'].upper()} is not supported by this xdfs "
+                      "NameNode yet (append and truncate are under construction)")
