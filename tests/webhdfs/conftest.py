@@ -49,10 +49,12 @@ class WebCluster:
         return f"http://{self.http}/webhdfs/v1"
 
     def call(self, method: str, path: str, op: str, *, auth: Any = (ROOT, ROOT_PW),
-             allow_redirects: Any = True, **params: Any) -> requests.Response:
+             allow_redirects: Any = True, data: bytes | None = None,
+             **params: Any) -> requests.Response:
         """One request as root (``auth``: a (user, password) for Basic, None for none)."""
         return requests.request(method, self.url + path, params={"op": op, **params},
-                                auth=auth, allow_redirects=allow_redirects, timeout=60)
+                                auth=auth, allow_redirects=allow_redirects, data=data,
+                                timeout=60)
 
     def client(self, user: str = ROOT, password: str = ROOT_PW) -> AsyncClient:
         return AsyncClient(f"xdfs://{self.rpc}", user=user, password=password)

@@ -19,7 +19,7 @@ from xdfs.client.client import AsyncClient
 from xdfs.client.transfer import stream_to
 from xdfs.common.addresses import format_fs_uri
 from xdfs.config import XdfsConfig
-from xdfs.errors import InvalidArgument, IsADirectory, Unsupported
+from xdfs.errors import InvalidArgument, IsADirectory
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import AUTH_CREDENTIALS, request_credentials
 from xdfs.protocol.namenode import DEFAULT_MODE
@@ -132,4 +132,13 @@ async def _checksum(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClie
 
 async def _append(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
                   path: str) -> web.StreamResponse:
-    raise Unsupported("APPEND is not supported by this xdfs cluster yet")
+    """200 once the appended data is durable and the file closed again."""
+    writer = await client.append(path)
+    try:
+        async for data in request.content.iter_chunked(dn.config.http.data_chunk_bytes):
+            await writer.write(data)
+    except BaseException:
+        await writer.abort()
+        raise
+    await writer.close()
+    return web.Response(status=200)

@@ -3,11 +3,10 @@ and statuses, plus an OAuth2 token endpoint for Hadoop's WebHDFS client.
 
 Metadata operations run here, against the namesystem, as the request's user, with the
 checks an RPC call of that user gets (the same namesystem methods, the same caller check).
-Data operations (CREATE, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
+Data operations (CREATE, APPEND, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
 redirect to a DataNode's HTTP server, whose URL carries a short-lived token of the user
 (``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as that user
-through an xdfs client. APPEND and TRUNCATE are routed but answered
-UnsupportedOperationException until the NameNode has append and truncate."""
+through an xdfs client."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ from xdfs.errors import (
     InvalidArgument,
     NotFound,
     Unavailable,
-    Unsupported,
     XdfsError,
 )
 from xdfs.http import webhdfs as w
@@ -363,9 +361,19 @@ async def _set_times(gw: WebHdfsGateway, request: web.Request, user: str, path: 
 
 
 @operation("POST", "APPEND")
+async def _append(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                  credentials: Credentials) -> web.StreamResponse:
+    """The data goes to a DataNode (redirect), which appends through an xdfs client."""
+    gw.fs.stat(user, path)  # a missing file is FileNotFound here, before any redirect
+    params = _pass(request.query, "buffersize")
+    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), params)
+
+
 @operation("POST", "TRUNCATE")
-async def _not_yet(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
-                   credentials: Credentials) -> web.StreamResponse:
-    gw.fs.stat(user, path)  # a missing file is FileNotFound, as in HDFS
-    raise Unsupported(f"{request.query['op'].upper()} is not supported by this xdfs "
-                      "NameNode yet (append and truncate are under construction)")
+async def _truncate(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
+                    credentials: Credentials) -> web.StreamResponse:
+    """``{"boolean": true}`` when done at once (a block boundary), false while the last
+    block is recovered to the new length (HDFS)."""
+    new_length = w.int_param(request.query, "newlength", -1, minimum=0)
+    done = await gw.fs.truncate(user, path, new_length)
+    return w.json_response(w.boolean(done))
