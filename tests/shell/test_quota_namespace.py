@@ -213,3 +213,41 @@ def test_bad_quota_ops_are_refused() -> None:
     log.refused(InvalidArgument, SetQuotaOp("/f", 5, -1))
     log.do(log.mkdir("/d"))
     log.refused(InvalidArgument, SetQuotaOp("/d", -2, -1))
+
+
+def test_append_truncate_and_concat_keep_the_counts_exact() -> None:
+    """Append reopens a file (its last block counts whole), truncate gives space back,
+    concat frees the sources' names and moves their blocks at the target's replication;
+    a space quota refuses the append that would take it over, and the counts after
+    each op equal what an image and a replay count."""
+    from xdfs.namenode.namespace.inodes import FileInode
+    from xdfs.namenode.namespace.ops import AppendOp, ConcatOp, TruncateOp
+
+    log = Log()
+    log.do(log.mkdir("/q"))
+    log.do(SetQuotaOp("/q", -1, 10 * BS))
+    log.write("/q/a", [BS, 400])  # 1400 bytes x 2
+    log.write("/q/b", [300], replication=1)
+    log.write("/q/c", [200], replication=1)
+    assert log.usage("/q") == (4, 2800 + 300 + 200)
+    def blocks(path: str) -> tuple[BlockRecord, ...]:
+        node = log.ns.resolve(path).get()
+        assert isinstance(node, FileInode)
+        return node.blocks
+
+    last = blocks("/q/a")[-1]
+    reopened = BlockRecord(last.block_id, log.ns.allocate_genstamp(), last.num_bytes)
+    log.do(AppendOp("/q/a", "c2", reopened))
+    assert log.usage("/q") == (4, 2 * 2 * BS + 500)  # open: the last block counts whole
+    log.do(CloseFileOp("/q/a", T, T, (blocks("/q/a")[0], reopened)))
+    assert log.usage("/q") == (4, 3300)
+    log.do(TruncateOp("/q/a", BS, T, (blocks("/q/a")[0],)))
+    assert log.usage("/q") == (4, 2 * BS + 500)
+    log.do(ConcatOp("/q/a", ("/q/b", "/q/c"), T))  # moved blocks take replication 2
+    assert log.usage("/q") == (2, 2 * (BS + 300 + 200))
+    _image_and_replay_agree(log)
+    # a file whose reopened last block would take the quota over is refused
+    log.do(SetQuotaOp("/q", -1, 2 * (BS + 500) + 100))
+    last = blocks("/q/a")[-1]
+    log.refused(DSQuotaExceeded, AppendOp(
+        "/q/a", "c3", BlockRecord(last.block_id, log.ns.allocate_genstamp(), last.num_bytes)))

@@ -315,7 +315,8 @@ class Namespace:
 
     @_handles(AppendOp)
     def _append(self, op: AppendOp, at: At) -> tuple[int, ...]:
-        node = self._closed_file(self.resolved(op.path, at))
+        iip = self.resolved(op.path, at)
+        node = self._closed_file(iip)
         if not op.client:
             raise InvalidArgument("a file under construction needs a client name")
         last = op.last_block
@@ -325,15 +326,20 @@ class Namespace:
                 raise InvalidArgument(f"{op.path}: {last} is not its last block")
             if last.genstamp <= old.genstamp:
                 raise InvalidArgument(f"{op.path}: append needs a newer genstamp than {old}")
+        blocks = node.blocks if last is None else (*node.blocks[:-1], last)
+        # open again, its last block counts whole against space quotas (as HDFS)
+        charge = self._blocks_charge(iip, node, blocks, True)
         # --- validated; mutate
         if last is not None:
-            self._replace_blocks(node, (*node.blocks[:-1], last))
+            self._replace_blocks(node, blocks)
         self._uc[node] = op.client
+        quota.add(*charge)
         return ()
 
     @_handles(TruncateOp)
     def _truncate(self, op: TruncateOp, at: At) -> tuple[int, ...]:
-        node = self._closed_file(self.resolved(op.path, at))
+        iip = self.resolved(op.path, at)
+        node = self._closed_file(iip)
         _check_blocks(op.blocks)
         kept = len(op.blocks)
         if kept and (
@@ -347,8 +353,10 @@ class Namespace:
             raise InvalidArgument(f"{op.path}: blocks do not add up to {op.new_length}")
         if op.recovery_genstamp and not op.client:
             raise InvalidArgument("a truncate under recovery needs a lease holder")
+        charge = self._blocks_charge(iip, node, op.blocks, bool(op.recovery_genstamp))
         # --- validated; mutate
         dropped = self._replace_blocks(node, op.blocks)
+        quota.add(*charge)
         node.mtime_ms = op.mtime_ms
         if op.recovery_genstamp:
             self._uc[node] = op.client
@@ -366,7 +374,14 @@ class Namespace:
             raise InvalidArgument("concat: a file appears twice")
         if any(iip.inodes[-2] is not target_iip.inodes[-2] for iip in sources):
             raise InvalidArgument("concat: sources must be in the target's directory")
+        # the sources' names go; their blocks take the target's replication
+        chain = self._chain(target_iip, len(target_iip.parts))
+        moved = (*target.blocks, *(b for node in nodes for b in node.blocks))
+        space = quota.block_space(moved, target.block_size, target.replication, False) - sum(
+            quota.file_space(node, False) for node in (target, *nodes))
+        quota.check(chain, 0, space)
         # --- validated; mutate
+        quota.add(chain, -len(nodes), space)
         parent = target_iip.parent_dir()
         blocks = list(target.blocks)
         for iip, node in zip(sources, nodes, strict=True):
