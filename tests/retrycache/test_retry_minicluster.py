@@ -217,3 +217,26 @@ async def test_an_add_block_retry_unknown_to_the_cache_gets_the_same_block(
     assert (retried.block, retried.offset) == (second.block, 1024)
     assert [b.block_id for b in fs.ns.get_blocks("/tmp/w")] == [
         first.block.block_id, second.block.block_id]
+
+
+async def test_concat_applies_once_also_after_a_restart(
+    minicluster: MiniCluster, nn: NameNode
+) -> None:
+    """A repeated concat answers its first outcome, from the live cache and from the
+    edits a restarted NameNode replays; a new call number is a second execution (the
+    sources are gone: NotFound)."""
+    first = minicluster.client(nn.address, hello=root_hello())
+    conn = await connection(first, nn)
+    for call, name in enumerate(("a", "b", "c"), start=1):
+        await send(conn, p.CREATE, p.CreateRequest(f"/tmp/{name}", "w"), call)
+        await send(conn, p.COMPLETE, p.CompleteRequest(f"/tmp/{name}", "w", []), 10 + call)
+    concat = p.ConcatRequest("/tmp/a", ["/tmp/b", "/tmp/c"])
+    await send(conn, p.CONCAT, concat, 21)
+    assert await send(conn, p.CONCAT, concat, 21) == p.Empty()
+    with pytest.raises(NotFound):
+        await send(conn, p.CONCAT, concat, 22)
+    await minicluster.stop_namenode(nn)
+    restarted = await minicluster.start_namenode(format_dirs=False)
+    again = minicluster.client(restarted.address, hello=first.hello)  # same client id
+    conn = await connection(again, restarted)
+    assert await send(conn, p.CONCAT, concat, 21) == p.Empty()

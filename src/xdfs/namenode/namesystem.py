@@ -811,6 +811,7 @@ class Namesystem:
             self.blocks.dispatch_recovery(attempt)  # its genstamp is durable now
         return finished
 
+    @at_most_once
     async def concat(self, user: str, target: str, sources: Sequence[str]) -> None:
         """Move the blocks of ``sources`` (in order) to the end of ``target`` and delete
         the sources (HDFS's concat): all closed files of one directory and one block size,

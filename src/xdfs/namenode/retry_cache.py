@@ -31,6 +31,7 @@ from xdfs.errors import Cancelled, InternalError, XdfsError
 from xdfs.namenode.namespace.ops import (
     AddFileOp,
     CloseFileOp,
+    ConcatOp,
     DeleteOp,
     MkdirOp,
     Op,
@@ -40,7 +41,7 @@ from xdfs.namenode.namespace.tree import Namespace
 from xdfs.rpc.server import CallKey
 
 #: The ops that carry a call's key: the last op of each at-most-once mutation.
-KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp)
+KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp)
 
 #: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
 KEYED_DURABLE = "namenode.keyed_call_durable"
@@ -174,11 +175,13 @@ def answer_of(op: Op, ns: Namespace) -> object:
     """What the call that logged ``op`` answered, read right after ``op`` is applied (so a
     replay yields exactly the first answer): the status of the directory or file it made
     or closed, the destination of a rename (and of a delete to the trash), "" for a
-    delete."""
+    delete, nothing for a concat."""
     if isinstance(op, RenameOp):
         return op.dst
     if isinstance(op, DeleteOp):
         return ""
+    if isinstance(op, ConcatOp):
+        return None
     assert isinstance(op, MkdirOp | AddFileOp | CloseFileOp)
     return ns.stat(op.path)
 

@@ -414,7 +414,7 @@ APPEND = _m(
 )
 FSYNC = _m("fsync", FsyncRequest, Empty, True, "hflush: new readers see the open file's bytes.")
 TRUNCATE = _m("truncate", TruncateRequest, TruncateResponse, False, "Cut a file to a length.")
-CONCAT = _m("concat", ConcatRequest, Empty, False, "Move the sources' blocks to the target.")
+CONCAT = _once("concat", ConcatRequest, Empty, "Move the sources' blocks to the target.")
 BLOCK_LOCATIONS = _m(
     "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."
 )

@@ -213,6 +213,8 @@ class ConcatOp(Op):
     target: str
     sources: tuple[str, ...]
     mtime_ms: int
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 # --- quotas (opcodes 40-49) -----------------------------------------------------------------
 
 
