@@ -49,7 +49,7 @@ class WebCluster:
         return f"http://{self.http}/webhdfs/v1"
 
     def call(self, method: str, path: str, op: str, *, auth: Any = (ROOT, ROOT_PW),
-             allow_redirects: Any = True, data: bytes | None = None,
+             allow_redirects: Any = True, data: Any = None,
              **params: Any) -> requests.Response:
         """One request as root (``auth``: a (user, password) for Basic, None for none)."""
         return requests.request(method, self.url + path, params={"op": op, **params},
