@@ -15,7 +15,7 @@ from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.client import ClientConnection, RpcClient
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.service import Method
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
@@ -232,11 +232,11 @@ async def test_concat_applies_once_also_after_a_restart(
         await send(conn, p.COMPLETE, p.CompleteRequest(f"/tmp/{name}", "w", []), 10 + call)
     concat = p.ConcatRequest("/tmp/a", ["/tmp/b", "/tmp/c"])
     await send(conn, p.CONCAT, concat, 21)
-    assert await send(conn, p.CONCAT, concat, 21) == p.Empty()
+    assert await send(conn, p.CONCAT, concat, 21) == Empty()
     with pytest.raises(NotFound):
         await send(conn, p.CONCAT, concat, 22)
     await minicluster.stop_namenode(nn)
     restarted = await minicluster.start_namenode(format_dirs=False)
     again = minicluster.client(restarted.address, hello=first.hello)  # same client id
     conn = await connection(again, restarted)
-    assert await send(conn, p.CONCAT, concat, 21) == p.Empty()
+    assert await send(conn, p.CONCAT, concat, 21) == Empty()
