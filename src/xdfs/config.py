@@ -579,6 +579,37 @@ class DevConfig:
 
 
 @dataclass(frozen=True)
+class LogServiceConfig:
+    zookeeper_quorum: str = setting(
+        "", "ZooKeeper host:port[,host:port...] holding the logs' metadata (seeds 002, 004)."
+    )
+    zookeeper_root: str = setting("/xdfs-log", "Parent znode of every log's metadata.")
+    zookeeper_session_timeout_s: float = setting(
+        10.0, "ZooKeeper session timeout of a log writer (its writer lock lives that long)."
+    )
+    storage_nodes: tuple[str, ...] = setting(
+        (), "JournalNodes (host:port) whose `ledger` service stores the logs' ledgers."
+    )
+    secret_file: str = setting(
+        "", "The storage nodes' secret (their journalnode.secret_file; mode 600)."
+    )
+    ensemble_size: int = setting(3, "Default ensemble of a new log's ledgers (E).")
+    write_quorum: int = setting(3, "Default write quorum of a new log (W; = E).")
+    ack_quorum: int = setting(2, "Default ack quorum (A): copies fsynced before an append is ok.")
+    ledger_entries_max: int = setting(100_000, "Rotate to a new ledger past this many entries.")
+    ledger_bytes_max: int = setting(256 * MiB, "... or past this many bytes.")
+    ledger_age_max_s: float = setting(3600.0, "... or when the open ledger is this old.")
+    add_timeout_s: float = setting(
+        10.0, "How long an append waits for its ack quorum before the writer gives up a node."
+    )
+    call_timeout_s: float = setting(10.0, "Deadline of a call to one storage node.")
+    read_bytes_max: int = setting(4 * MiB, "Most record bytes one read returns.")
+    reclaim_interval_s: float = setting(
+        30.0, "How often truncated ledgers no registered reader needs are deleted."
+    )
+
+
+@dataclass(frozen=True)
 class XdfsConfig:
     rpc: RpcConfig = field(default_factory=RpcConfig)
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
@@ -588,6 +619,7 @@ class XdfsConfig:
     ha: HaConfig = field(default_factory=HaConfig)
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
+    logservice: LogServiceConfig = field(default_factory=LogServiceConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
