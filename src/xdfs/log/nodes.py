@@ -64,14 +64,14 @@ class LedgerNode:
 class NodePool:
     def __init__(self, config: RpcConfig, hello: Hello, call_timeout_s: float,
                  ssl_context: ssl.SSLContext | None = None) -> None:
-        self._make = lambda a: LedgerNode(a, config, hello, call_timeout_s, ssl_context)
+        self._settings = (config, hello, call_timeout_s, ssl_context)
         self._nodes: dict[str, LedgerNode] = {}
         self.call_timeout_s = call_timeout_s
 
     def node(self, address: str) -> LedgerNode:
         node = self._nodes.get(address)
         if node is None:
-            node = self._nodes[address] = self._make(address)
+            node = self._nodes[address] = LedgerNode(address, *self._settings)
         return node
 
     async def quorum(self, what: str, nodes: Iterable[str], needed: int,
