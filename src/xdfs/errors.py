@@ -381,6 +381,18 @@ class MetadataConflict(LogError):
     retriable = True
 
 
+class NotLogWriter(LogError):
+    """Another log service instance holds this log's writer lock: ask it (the message
+    starts with its address, ``writer at HOST:PORT``)."""
+
+    code = 610
+    retriable = True
+
+    @property
+    def holder(self) -> str:
+        return self.message.removeprefix("writer at ").split(" ", 1)[0]
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

@@ -141,9 +141,11 @@ def add_ledger(meta: LogMeta, epoch: int, ledger_id: int, nodes: Sequence[str],
     if meta.ledgers and ledger_id <= meta.ledgers[-1].ledger_id:
         raise InvalidArgument(f"ledger id {ledger_id} does not follow "
                               f"{meta.ledgers[-1].ledger_id}")
-    if len(nodes) != meta.settings.ensemble_size or len(set(nodes)) != len(nodes):
-        raise InvalidArgument(f"ensemble {list(nodes)}: {meta.settings.ensemble_size} "
-                              "distinct nodes needed")
+    settings = meta.settings
+    if not settings.ack_quorum <= len(nodes) <= settings.ensemble_size \
+            or len(set(nodes)) != len(nodes):
+        raise InvalidArgument(f"ensemble {list(nodes)}: {settings.ack_quorum} to "
+                              f"{settings.ensemble_size} distinct nodes needed")
     info = LedgerInfo(ledger_id, (Fragment(0, tuple(nodes)),), OPEN, -1, now_ms)
     return msgspec.structs.replace(meta, ledgers=(*meta.ledgers, info))
 
@@ -245,13 +247,15 @@ def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn) -> None:
         raise LsnOutOfRange(f"log {meta.name!r}: {lsn} is past the end {end}")
 
 
-def choose_ensemble(live: Sequence[str], size: int, avoid: Sequence[str] = (),
-                    start: int = 0) -> list[str]:
-    """``size`` live nodes, none of ``avoid``, rotating from ``start`` to spread ledgers."""
-    candidates = [n for n in live if n not in avoid]
-    if len(candidates) < size:
+def choose_ensemble(live: Sequence[str], settings: LogSettings, start: int = 0) -> list[str]:
+    """An ensemble of live nodes, rotating from ``start`` to spread ledgers: E of them, or
+    fewer but at least the ack quorum while nodes are down (seed 002: appends stay
+    available with one node down; the keeper re-replicates the ledger once it is closed)."""
+    candidates = list(live)
+    size = min(settings.ensemble_size, len(candidates))
+    if size < settings.ack_quorum or not candidates:
         raise NotEnoughStorageNodes(f"{len(candidates)} live storage node(s) to choose from, "
-                                    f"{size} needed")
+                                    f"at least {settings.ack_quorum} needed")
     offset = start % len(candidates)
     rotated = candidates[offset:] + candidates[:offset]
     return rotated[:size]

@@ -177,7 +177,7 @@ class LogWriter:
         settings = self.settings
         live = await self.pool.live(self.storage_nodes)
         ledger_id = await self.store.new_ledger_id()
-        nodes = m.choose_ensemble(live, settings.ensemble_size, start=ledger_id)
+        nodes = m.choose_ensemble(live, settings, start=ledger_id)
         await self._cas(lambda x: m.add_ledger(x, self.epoch, ledger_id, nodes,
                                                int(time.time() * 1000)))
         self.ledger_id = ledger_id
