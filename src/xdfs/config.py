@@ -558,6 +558,12 @@ class ClientConfig:
     recover_lease_retry_interval_s: float = setting(
         5.0, "`xdfs debug -recoverLease -retries N` waits this long between its calls."
     )
+    logservice: str = setting(
+        "", "Log service instances, host:port[,host:port...] (`xdfs log`, LogClient)."
+    )
+    logservice_password: str = setting(
+        "", "The log service secret (its logservice.secret_file's contents)."
+    )
 
 
 @dataclass(frozen=True)
@@ -606,6 +612,9 @@ class LogServiceConfig:
     read_bytes_max: int = setting(4 * MiB, "Most record bytes one read returns.")
     reclaim_interval_s: float = setting(
         30.0, "How often truncated ledgers no registered reader needs are deleted."
+    )
+    read_wait_max_s: float = setting(
+        30.0, "Longest a tailing read (`xdfs log tail -f`) waits for a new record."
     )
 
 

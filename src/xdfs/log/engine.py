@@ -18,6 +18,7 @@ again on the next pass: the two points stay consistent across restarts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TypeVar
@@ -146,6 +147,20 @@ class LogEngine:
         except LogFenced:
             self.writers.pop(name, None)
             raise
+
+    async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float
+                        ) -> tuple[list[ReadRecord], Lsn]:
+        """:meth:`read`, waiting up to ``wait_s`` for an append when nothing is there."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, wait_s)
+        while True:
+            changed = (await self.writer(name)).changed()
+            records, following = await self.read(name, from_lsn, max_bytes)
+            if records or loop.time() >= deadline:
+                return records, following
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await changed.wait()
 
     async def read(self, name: str, from_lsn: Lsn, max_bytes: int
                    ) -> tuple[list[ReadRecord], Lsn]:

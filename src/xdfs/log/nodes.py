@@ -76,12 +76,14 @@ class NodePool:
 
     async def quorum(self, what: str, nodes: Iterable[str], needed: int,
                      start: Callable[[LedgerNode], Awaitable[T]],
-                     timeout_s: float | None = None) -> QuorumCall[T]:
+                     timeout_s: float | None = None, *,
+                     on_failure: Callable[[str, BaseException], None] | None = None,
+                     ) -> QuorumCall[T]:
         """``start`` on every node; ``needed`` successes. A node's ``LedgerFenced`` means a
         newer writer took the log over: raised as LogFenced once the quorum fails."""
         try:
             return await quorum_call(what, nodes, needed, lambda a: start(self.node(a)),
-                                     timeout_s or self.call_timeout_s)
+                                     timeout_s or self.call_timeout_s, on_failure=on_failure)
         except QuorumFailed as exc:
             if any(isinstance(e, LedgerFenced) for e in exc.call.failures.values()):
                 raise LogFenced(f"{what}: the ledger was fenced by a newer writer "

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from xdfs.errors import (
+    LedgerFenced,
     LogFenced,
     NotEnoughStorageNodes,
     StorageError,
@@ -58,11 +59,8 @@ class AsyncMeta:
 
 async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) -> int:
     """Fence ``info`` on its nodes and make its end durable on an ack quorum; the end."""
+    # Only the last fragment's nodes get adds: earlier ones were left by ensemble changes.
     last = info.fragments[-1]
-    for address in info.all_nodes():
-        if address not in last.nodes:  # earlier fragments: best effort, no new adds there
-            asyncio.ensure_future(_quietly(pool.node(address).call(
-                lp.FENCE_LEDGER, lp.LedgerIdRequest(info.ledger_id))))
     needed = m.recovery_answers_needed(len(last.nodes), ack_quorum)
     call = await pool.quorum(
         f"fence ledger {info.ledger_id}", last.nodes, needed,
@@ -85,13 +83,6 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) ->
         raise NotEnoughStorageNodes(f"recovery of ledger {info.ledger_id}: its end {end} is on "
                                     f"{len(copied)} node(s), the ack quorum is {ack_quorum}")
     return end
-
-
-async def _quietly(call: object) -> None:
-    try:
-        await call  # type: ignore[misc]
-    except Exception as exc:  # best effort
-        log.debug("best-effort call failed: %s", exc)
 
 
 async def _copy(pool: NodePool, ledger_id: int, source: str, target: str, first: int,
@@ -135,6 +126,7 @@ class LogWriter:
         self._acked: set[int] = set()
         self._lac_moved = asyncio.Event()
         self._assign = asyncio.Lock()
+        self._background: set[asyncio.Future[None]] = set()
 
     @property
     def settings(self) -> m.LogSettings:
@@ -211,6 +203,10 @@ class LogWriter:
         await self._confirmed(generation, entry)
         return [Lsn(ledger_id, entry, i) for i in range(len(records))]
 
+    def changed(self) -> asyncio.Event:
+        """Set when the LAC next moves (or the writer breaks): tailing readers wait on it."""
+        return self._lac_moved
+
     async def _ready(self) -> None:
         if self.fenced is not None:
             raise LogFenced(self.fenced.message)
@@ -234,19 +230,23 @@ class LogWriter:
         def add(node: LedgerNode) -> asyncio.Future[int]:
             return asyncio.ensure_future(node.add(request, self.add_timeout_s))
 
+        def failed(node: str, error: BaseException) -> None:
+            # The node leaves the write set: it would refuse the next entries out of order.
+            if not isinstance(error, LedgerFenced):
+                task = asyncio.ensure_future(self._drop(request.ledger_id, node))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
         try:
-            call = await self.pool.quorum(
+            await self.pool.quorum(
                 f"append to log {self.name}", nodes, settings.ack_quorum, add,
-                self.add_timeout_s)
+                self.add_timeout_s, on_failure=failed)
         except LogFenced as exc:
             self._fail(exc, fenced=True)
             raise
         except XdfsError as exc:
             self._fail(exc)
             raise
-        # Nodes that failed leave the write set (later answers are not awaited here).
-        for node in call.failures:
-            asyncio.ensure_future(self._drop(request.ledger_id, node))
         self._acked.add(request.first_entry)
         while self.lac + 1 in self._acked:
             self._acked.discard(self.lac + 1)

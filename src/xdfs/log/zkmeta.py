@@ -14,6 +14,7 @@ rule that checks the writer epoch sees a newer writer and raises LogFenced.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -112,10 +113,8 @@ class MetaStore:
             try:
                 data, stat = self.zk.get(path)
             except NoNodeError:
-                try:
+                with contextlib.suppress(NodeExistsError):
                     self.zk.create(path, b"1")
-                except NodeExistsError:
-                    pass
                 continue
             first = int(data or b"1")
             try:
