@@ -582,6 +582,9 @@ class DevConfig:
     safe_mode_extension_s: float = setting(
         3.0, "namenode.safe_mode_extension_s of the dev NameNode (its DataNodes are local)."
     )
+    logservice: bool = setting(
+        False, "Also start ZooKeeper, 3 storage nodes and a log service (--logservice)."
+    )
 
 
 @dataclass(frozen=True)

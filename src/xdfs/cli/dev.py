@@ -17,7 +17,9 @@ DIR restarts the same cluster with its data, from the active name dir. SIGTERM o
 Ctrl-C stops every process gracefully; the cluster stops when no NameNode (nor backup) is
 left; if ``xdfs dev`` itself is killed (even by SIGKILL), its children get SIGTERM. A process
 that does not start (a directory locked by another ``xdfs dev``, a busy port) is reported in
-one line with its log.
+one line with its log. With ``--logservice`` it also starts ZooKeeper, three storage nodes
+and a log service instance (:mod:`xdfs.cli.dev_log`), listed in ``cluster.json`` (roles
+``zookeeper``, ``journalnode``, ``logservice``) and written into ``client.toml``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from xdfs.cli.dev_journal import (
     initialize_if_new,
     journalnode_processes,
 )
+from xdfs.cli.dev_log import DevLog, dev_log, start_dev_log
 from xdfs.cli.dev_state import DEV_STATE_DEFAULT, PromotionWatch, arrange
 from xdfs.cli.main import CliState
 from xdfs.common.files import atomic_write
@@ -60,10 +63,12 @@ WAIT_REPORT_S = 5.0
 @click.option("--backup", is_flag=True, default=None, help="Also start a BackupNode.")
 @click.option("--journal", "journalnodes", type=int, default=None, metavar="N",
               help="Write the edits through N JournalNodes (the quorum journal; 3 or 5).")
+@click.option("--logservice", "with_log", is_flag=True, default=None,
+              help="Also start ZooKeeper, 3 storage nodes and a log service instance.")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
-    backup: bool | None, journalnodes: int | None,
+    backup: bool | None, journalnodes: int | None, with_log: bool | None,
 ) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
     from xdfs.common.process import ServerProcess
@@ -94,7 +99,14 @@ def dev(
     children: list[tuple[str, ServerProcess]] = [
         *(("journalnode", proc) for proc in journalnode_procs), ("namenode", namenode)]
     watch: PromotionWatch | None = None
+    devlog = dev_log(base, conf) if (config.dev.logservice if with_log is None else with_log) \
+        else None
     try:
+        if devlog is not None:
+            try:
+                start_dev_log(devlog, _start, config.dev.ready_timeout_s)
+            finally:  # the ones started are stopped with the rest
+                children += devlog.processes()
         for proc in journalnode_procs:
             _start(proc, config.dev.ready_timeout_s)
         if journal is not None:
@@ -132,7 +144,7 @@ def dev(
                 child.terminate()
         raise
     uri = f"xdfs://{address}"
-    _write_cluster_files(base, uri, children, credentials)
+    _write_cluster_files(base, uri, children, credentials, devlog)
     click.echo(f"xdfs dev cluster ready: {uri}")
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
     sys.stdout.flush()
@@ -140,17 +152,22 @@ def dev(
 
 
 def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerProcess]],
-                         credentials: dict[str, str]) -> None:
+                         credentials: dict[str, str], devlog: DevLog | None) -> None:
     """DIR/cluster.json (every process: role, pid, address, log) and DIR/client.toml."""
     from xdfs.config import write_toml
 
-    processes = [
+    logged = devlog.processes() if devlog is not None else []
+    processes: list[dict[str, object]] = [
         {"role": role, "pid": child.pid, "address": _address(child), "log": str(child.log_path)}
-        for role, child in children
+        for role, child in children if (role, child) not in logged
     ]
+    client = {"fs": uri, **credentials}
+    if devlog is not None:
+        processes += devlog.cluster_entries()
+        client.update(devlog.client_settings())
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    write_toml(base / "client.toml", {"client": {"fs": uri, **credentials}})
+    write_toml(base / "client.toml", {"client": client})
     os.chmod(base / "client.toml", 0o600)
 
 

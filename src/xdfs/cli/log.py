@@ -90,15 +90,16 @@ def _print(records: list[object], with_lsn: bool) -> None:
 
 @log.command()
 @click.argument("name")
-@click.option("--from", "from_lsn", default="0:0:0", show_default=True,
-              help="First LSN (LEDGER:ENTRY:INDEX).")
+@click.option("--from", "from_lsn", default=None,
+              help="First LSN (LEDGER:ENTRY:INDEX); default: the log's start.")
 @click.option("--max-bytes", type=int, default=1 << 20, show_default=True)
 @click.option("--lsn/--no-lsn", "with_lsn", default=True, help="Print each record's LSN.")
 @click.pass_obj
-def read(state: CliState, name: str, from_lsn: str, max_bytes: int, with_lsn: bool) -> None:
+def read(state: CliState, name: str, from_lsn: str | None, max_bytes: int, with_lsn: bool
+         ) -> None:
     """Print the records of NAME from an LSN to its end."""
-    position = _lsn(from_lsn)
     with _client(state) as client:
+        position = _lsn(from_lsn) if from_lsn else client.truncated_lsn(name)  # type: ignore[attr-defined]
         while True:
             records, position = client.read(name, position, max_bytes)  # type: ignore[attr-defined]
             if not records:
