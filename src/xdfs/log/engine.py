@@ -44,10 +44,15 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: What _try_lock answers for a lock held by this address's previous run.
+STALE = "(stale)"
+_STALE_POLL_S = 0.2
+
 
 class LogEngine:
     def __init__(self, store: MetaStore, pool: NodePool, storage_nodes: list[str],
-                 address: str, defaults: m.LogSettings, add_timeout_s: float) -> None:
+                 address: str, defaults: m.LogSettings, add_timeout_s: float,
+                 lock_wait_s: float = 30.0) -> None:
         self.store = store
         self.meta = AsyncMeta(store)
         self.pool = pool
@@ -55,6 +60,8 @@ class LogEngine:
         self.address = address
         self.defaults = defaults
         self.add_timeout_s = add_timeout_s
+        #: How long a lock left by our previous run is waited out (its session timeout).
+        self.lock_wait_s = lock_wait_s
         self.writers: dict[str, LogWriter] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -108,7 +115,23 @@ class LogEngine:
                 return self._try_lock(name)
             if stat.ephemeralOwner == zk.client_id[0]:
                 return self.address
-            return str(data.decode())
+            holder = str(data.decode())
+            # Our own address under another session: this instance's previous run (it
+            # crashed and came back on the same address); its lock goes with its session.
+            return STALE if holder == self.address else holder
+
+    async def _take_lock(self, name: str) -> str:
+        """:meth:`_try_lock`, waiting out a lock left by this instance's previous run."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.lock_wait_s
+        while True:
+            holder = await self._thread(lambda: self._try_lock(name))
+            if holder != STALE:
+                return holder
+            if loop.time() > deadline:
+                raise NotLogWriter(f"writer at {self.address} (a previous run) still holds "
+                                   f"log {name!r}: its ZooKeeper session has not expired yet")
+            await asyncio.sleep(_STALE_POLL_S)
 
     def _release(self, name: str) -> None:
         try:
@@ -128,7 +151,7 @@ class LogEngine:
             writer = self.writers.get(name)
             if writer is not None and writer.fenced is None:
                 return writer
-            holder = await self._thread(lambda: self._try_lock(name))
+            holder = await self._take_lock(name)
             if holder != self.address:
                 raise NotLogWriter(f"writer at {holder} holds log {name!r}")
             await self.meta.get(name)  # LogNotFound before any writer is made
@@ -166,8 +189,7 @@ class LogEngine:
                    ) -> tuple[list[ReadRecord], Lsn]:
         """Records from ``from_lsn``, about ``max_bytes`` of payload (at least one record
         when any is there); and the LSN to read from next."""
-        writer = await self.writer(name)  # linearizable: the one that knows the LAC
-        meta = await self.meta.get(name)
+        writer, meta = await self._current_writer(name)
         end = m.end_lsn(meta, writer.lac if writer.meta is not None else None)
         m.check_read_from(meta, from_lsn, end)
         out: list[ReadRecord] = []
@@ -197,6 +219,21 @@ class LogEngine:
                 break
         return out, max(position, from_lsn)
 
+    async def _current_writer(self, name: str) -> tuple[LogWriter, m.LogMeta]:
+        """Our writer of ``name``, checked against the metadata read now: reads are
+        linearizable because the writer knows the open ledger's LAC, but only while it is
+        *the* writer. If another one opened the log since (its appends may have been
+        acknowledged), ours is fenced, and a new one takes the log back, recovering them."""
+        writer = await self.writer(name)
+        meta = await self.meta.get(name)
+        if meta.writer_epoch == writer.epoch:
+            return writer, meta
+        writer.fenced = LogFenced(f"log {name!r}: epoch {writer.epoch} superseded by "
+                                  f"{meta.writer_epoch}")
+        self.writers.pop(name, None)
+        writer = await self.writer(name)
+        return writer, await self.meta.get(name)
+
     async def _read_entries(self, info: m.LedgerInfo, entry: int, last: int, max_bytes: int
                             ) -> list[tuple[int, bytes]]:
         failures = []
@@ -217,8 +254,7 @@ class LogEngine:
     # --- truncation -----------------------------------------------------------------------
 
     async def truncate(self, name: str, lsn: Lsn) -> Lsn:
-        writer = await self.writer(name)
-        meta = await self.meta.get(name)
+        writer, meta = await self._current_writer(name)
         end = m.end_lsn(meta, writer.lac)
         fresh = await self.meta.update(name, lambda x: m.truncate(x, lsn, end))
         return fresh.truncated_lsn

@@ -77,7 +77,8 @@ class LogService:
             zk.close()
             raise
         self.engine = LogEngine(store, pool, list(settings.storage_nodes), self.server.address,
-                                defaults, settings.add_timeout_s)
+                                defaults, settings.add_timeout_s,
+                                2 * settings.zookeeper_session_timeout_s)
         self.server.add_service(lg.LOG_SERVICE, LogHandlers(self.engine, settings))
         self._reclaiming = asyncio.get_running_loop().create_task(self._reclaim_loop())
         return self.server.address
