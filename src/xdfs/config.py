@@ -619,6 +619,12 @@ class LogServiceConfig:
     read_wait_max_s: float = setting(
         30.0, "Longest a tailing read (`xdfs log tail -f`) waits for a new record."
     )
+    keeper_interval_s: float = setting(
+        3.0, "How often the keeper hears from every storage node (and repairs ledgers)."
+    )
+    keeper_misses_dead: int = setting(
+        3, "Heartbeats a storage node misses in a row before the keeper counts it dead."
+    )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path

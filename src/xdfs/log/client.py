@@ -83,8 +83,9 @@ class AsyncLogClient:
                 if redirects > _REDIRECTS_MAX or log is None:
                     raise
                 self._writer_at[log] = exc.holder
-            except Unavailable:
-                if holder is None or time.monotonic() > deadline:
+            except Unavailable as exc:
+                if time.monotonic() > deadline or (holder is None and not (
+                        method.idempotent and exc.retriable)):
                     raise
                 self._writer_at.pop(log or "", None)  # the holder is gone: ask any instance
                 await asyncio.sleep(_RETRY_PAUSE_S)

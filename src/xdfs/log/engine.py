@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
 
 from xdfs.editlog.framing import Frame, parse_frame
 from xdfs.errors import (
@@ -37,7 +38,7 @@ from xdfs.log import meta as m
 from xdfs.log.nodes import NodePool
 from xdfs.log.record import Lsn, ReadRecord, Record, decode_entry
 from xdfs.log.writer import AsyncMeta, LogWriter
-from xdfs.log.zkmeta import MetaStore, check_log_name
+from xdfs.log.zkmeta import MetaStore, check_log_name, guarded
 from xdfs.protocol import ledger as lp
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,25 @@ class LogEngine:
         self._opening: dict[str, asyncio.Lock] = {}
 
     def _thread(self, call: Callable[[], T]) -> asyncio.Future[T]:
-        return asyncio.get_running_loop().run_in_executor(None, call)
+        return asyncio.get_running_loop().run_in_executor(None, guarded, call)
+
+    def watch_session(self) -> None:
+        """When the ZooKeeper session is lost, so are our writer locks: every writer of
+        this instance is dropped (a later call takes the lock again and re-opens, fencing
+        whoever wrote meanwhile)."""
+        loop = asyncio.get_running_loop()
+
+        def changed(state: str) -> None:
+            if state == KazooState.LOST:
+                loop.call_soon_threadsafe(self._session_lost)
+
+        self.store.zk.add_listener(changed)
+
+    def _session_lost(self) -> None:
+        for name, writer in self.writers.items():
+            log.warning("ZooKeeper session lost: dropping the writer of %s", name)
+            writer.fenced = LogFenced(f"log {name!r}: this instance lost its ZooKeeper session")
+        self.writers.clear()
 
     # --- logs -------------------------------------------------------------------------
 

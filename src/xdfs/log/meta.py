@@ -281,3 +281,59 @@ def recovered_end(answers: Sequence[NodeEnd], first_entry: int) -> int:
     acknowledged entry is among them; a higher unacknowledged one is kept and copied to
     the others, as BookKeeper's recovery does). ``first_entry - 1`` when none holds any."""
     return max([first_entry - 1, *(a.last_entry for a in answers)])
+
+
+class Repair(msgspec.Struct, frozen=True):
+    """Re-replication of one closed ledger: ``spare`` gets a copy of the fragments at
+    ``fragments`` (indexes), taking ``lost``'s place there (None: the fragments had fewer
+    than E nodes, the spare is added)."""
+
+    ledger_id: int
+    lost: str | None
+    spare: str
+    fragments: tuple[int, ...]
+
+
+def fragment_end(info: LedgerInfo, index: int) -> int:
+    """Last entry of fragment ``index`` of a closed ledger."""
+    if index + 1 < len(info.fragments):
+        return info.fragments[index + 1].first_entry - 1
+    return info.last_entry
+
+
+def plan_repair(meta: LogMeta, alive: Sequence[str], available: Sequence[str]
+                ) -> Repair | None:
+    """The first closed ledger that lost a copy (a member not ``alive``: declared dead)
+    or never had E of them, and the spare to restore it on (one of ``available``, the
+    nodes that answer now); None when every one is whole or no spare is left."""
+    wanted = meta.settings.ensemble_size
+    for info in meta.ledgers:
+        if info.state != CLOSED or info.last_entry < 0:
+            continue
+        members = info.all_nodes()
+        spares = [n for n in available if n not in members]
+        if not spares:
+            continue
+        for index, fragment in enumerate(info.fragments):
+            if fragment_end(info, index) < fragment.first_entry:
+                continue  # an empty fragment holds nothing to copy
+            lost = next((n for n in fragment.nodes if n not in alive), None)
+            if lost is not None:
+                held = tuple(i for i, f in enumerate(info.fragments) if lost in f.nodes)
+                return Repair(info.ledger_id, lost, spares[0], held)
+            if len(fragment.nodes) < wanted:
+                return Repair(info.ledger_id, None, spares[0], (index,))
+    return None
+
+
+def apply_repair(meta: LogMeta, repair: Repair) -> LogMeta:
+    """The metadata once ``repair``'s copies are made: the spare holds those fragments."""
+    info = ledger(meta, repair.ledger_id)
+    if info.state != CLOSED:
+        raise InvalidArgument(f"ledger {repair.ledger_id} is not closed")
+    if repair.lost is not None:
+        return replace_copy(meta, repair.ledger_id, repair.lost, repair.spare)
+    fragments = tuple(
+        Fragment(f.first_entry, (*f.nodes, repair.spare)) if i in repair.fragments else f
+        for i, f in enumerate(info.fragments))
+    return _replace_ledger(meta, msgspec.structs.replace(info, fragments=fragments))

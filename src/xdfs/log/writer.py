@@ -35,7 +35,7 @@ from xdfs.errors import (
 from xdfs.log import meta as m
 from xdfs.log.nodes import LedgerNode, NodePool, frame_entries
 from xdfs.log.record import Lsn, Record, encode_entry
-from xdfs.log.zkmeta import MetaStore
+from xdfs.log.zkmeta import MetaStore, guarded
 from xdfs.protocol import ledger as lp
 
 log = logging.getLogger(__name__)
@@ -48,13 +48,13 @@ class AsyncMeta:
         self.store = store
 
     async def get(self, name: str) -> m.LogMeta:
-        return (await asyncio.to_thread(self.store.get, name))[0]
+        return (await asyncio.to_thread(guarded, lambda: self.store.get(name)))[0]
 
     async def update(self, name: str, change: Callable[[m.LogMeta], m.LogMeta]) -> m.LogMeta:
-        return await asyncio.to_thread(self.store.update, name, change)
+        return await asyncio.to_thread(guarded, lambda: self.store.update(name, change))
 
     async def new_ledger_id(self) -> int:
-        return await asyncio.to_thread(self.store.new_ledger_id)
+        return await asyncio.to_thread(guarded, self.store.new_ledger_id)
 
 
 async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) -> int:
@@ -73,7 +73,7 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) ->
     copied = [e.node for e in ends if e.last_entry >= end]
     for short in (e for e in ends if e.last_entry < end):
         try:
-            await _copy(pool, info.ledger_id, holder, short.node,
+            await copy_entries(pool, info.ledger_id, holder, short.node,
                         max(short.last_entry + 1, last.first_entry), end)
             copied.append(short.node)
         except XdfsError as exc:
@@ -85,7 +85,7 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) ->
     return end
 
 
-async def _copy(pool: NodePool, ledger_id: int, source: str, target: str, first: int,
+async def copy_entries(pool: NodePool, ledger_id: int, source: str, target: str, first: int,
                 last: int) -> None:
     """Entries ``first..last`` of a ledger from ``source`` to ``target`` (recovery adds:
     they pass the fence)."""

@@ -18,17 +18,29 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from xdfs.errors import InvalidArgument, LogExists, LogNotFound, Unavailable
 from xdfs.log.meta import LogMeta
 
+T = TypeVar("T")
+
 LOG_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(LogMeta).decode
+
+
+def guarded(call: Callable[[], T]) -> T:
+    """``call()`` with kazoo's failures (connection loss, an expired session) turned into
+    Unavailable: retriable, and nothing of ours changed unless ZooKeeper says so."""
+    try:
+        return call()
+    except KazooException as exc:
+        raise Unavailable(f"ZooKeeper: {type(exc).__name__} {exc}".strip()) from None
 
 
 def check_log_name(name: str) -> str:

@@ -22,6 +22,7 @@ from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
 from xdfs.log.zkmeta import MetaStore, connect
+from xdfs.logservice.keeper import Keeper
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
@@ -46,7 +47,8 @@ class LogService:
         self.engine: LogEngine | None = None
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
-        self._reclaiming: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.keeper: Keeper | None = None
 
     @property
     def address(self) -> str:
@@ -79,8 +81,13 @@ class LogService:
         self.engine = LogEngine(store, pool, list(settings.storage_nodes), self.server.address,
                                 defaults, settings.add_timeout_s,
                                 2 * settings.zookeeper_session_timeout_s)
+        self.engine.watch_session()
         self.server.add_service(lg.LOG_SERVICE, LogHandlers(self.engine, settings))
-        self._reclaiming = asyncio.get_running_loop().create_task(self._reclaim_loop())
+        self.keeper = Keeper(self.engine, settings.keeper_interval_s,
+                             settings.keeper_misses_dead)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._reclaim_loop(), name="reclaim"),
+                       loop.create_task(self.keeper.run(), name="keeper")]
         return self.server.address
 
     async def _reclaim_loop(self) -> None:
@@ -96,10 +103,10 @@ class LogService:
     async def stop(self) -> None:
         if self.stopped.is_set():
             return
-        if self._reclaiming is not None:
-            self._reclaiming.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._reclaiming
+                await task
         if self.server is not None:
             await self.server.close()
         if self.engine is not None:
