@@ -103,7 +103,7 @@ class Nemesis:
 
     async def strike(self, history: History, client: AsyncLogClient) -> str:
         action = self.rng.choice(["kill_storage", "kill_writer", "second_writer",
-                                  "restart_zookeeper"])
+                                  "restart_zookeeper", "restart_keeper"])
         if action == "kill_storage":
             index = self.rng.randrange(self.cluster.storage_count)
             self.cluster.storage[index].kill()
@@ -114,12 +114,27 @@ class Nemesis:
                 index = self.cluster.service_addresses.index(stat.writer)
                 self.cluster.services[index].kill()
                 await asyncio.to_thread(self.cluster.start_service, index)
+        elif action == "restart_keeper":
+            keeper = await asyncio.to_thread(self.keeper_address)
+            if keeper in self.cluster.service_addresses:
+                index = self.cluster.service_addresses.index(keeper)
+                self.cluster.services[index].kill()
+                await asyncio.to_thread(self.cluster.start_service, index)
         elif action == "second_writer":
             await self.second_writer(history)
         else:
             self.cluster.zookeeper.kill()
             await asyncio.to_thread(self.cluster.start_zookeeper)
         return action
+
+    def keeper_address(self) -> str:
+        zk = connect(self.cluster.zookeeper.address, 10.0)
+        try:
+            return str(zk.get("/xdfs-log/keeper")[0].decode()) if zk.exists(
+                "/xdfs-log/keeper") else ""
+        finally:
+            zk.stop()
+            zk.close()
 
     async def second_writer(self, history: History) -> None:
         """A writer opened behind the service's back fences the service's writer; once the
@@ -197,4 +212,5 @@ async def test_history_under_a_nemesis(cluster: LogCluster) -> None:
     lsns = [lsn for lsn, _ in everything]
     assert lsns == sorted(lsns) and len(set(lsns)) == len(lsns)
     assert len(history.acked) > ROUNDS * APPENDERS  # most appends went through
-    assert set(actions) >= {"kill_storage", "kill_writer", "second_writer"}, actions
+    assert set(actions) >= {"kill_storage", "kill_writer", "second_writer",
+                            "restart_keeper"}, actions
