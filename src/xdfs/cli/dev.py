@@ -103,10 +103,7 @@ def dev(
         else None
     try:
         if devlog is not None:
-            try:
-                start_dev_log(devlog, _start, config.dev.ready_timeout_s)
-            finally:  # the ones started are stopped with the rest
-                children += devlog.processes()
+            _start_log(devlog, children, config.dev.ready_timeout_s)
         for proc in journalnode_procs:
             _start(proc, config.dev.ready_timeout_s)
         if journal is not None:
@@ -169,6 +166,14 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
     write_toml(base / "client.toml", {"client": client})
     os.chmod(base / "client.toml", 0o600)
+
+
+def _start_log(devlog: DevLog, children: list[tuple[str, ServerProcess]], timeout_s: float
+               ) -> None:
+    try:
+        start_dev_log(devlog, _start, timeout_s)
+    finally:  # the ones started are stopped with the rest
+        children += devlog.processes()
 
 
 def _journal(base: Path, count: int, with_backup: bool, conf: list[str]
