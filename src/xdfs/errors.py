@@ -374,13 +374,6 @@ class BadRecord(LogError, ValueError):
     code = 608
 
 
-class MetadataConflict(LogError):
-    """The log's metadata changed under a compare-and-set (another writer or keeper)."""
-
-    code = 609
-    retriable = True
-
-
 class NotLogWriter(LogError):
     """Another log service instance holds this log's writer lock: ask it (the message
     starts with its address, ``writer at HOST:PORT``)."""
