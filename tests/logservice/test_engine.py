@@ -15,6 +15,7 @@ from xdfs.errors import (
     LsnOutOfRange,
     NotLogWriter,
 )
+from xdfs.log.engine import LogEngine
 from xdfs.log.record import LSN_ZERO, Lsn, Record
 
 
@@ -22,8 +23,9 @@ def rec(text: str) -> Record:
     return Record(text.encode(), key=b"k", headers=(("h", b"v"),))
 
 
-async def read_all(engine, name: str, start: Lsn = LSN_ZERO) -> list[tuple[Lsn, bytes]]:  # type: ignore[no-untyped-def]
-    out = []
+async def read_all(engine: LogEngine, name: str, start: Lsn = LSN_ZERO
+                   ) -> list[tuple[Lsn, bytes]]:
+    out: list[tuple[Lsn, bytes]] = []
     position = start
     while True:
         records, position = await engine.read(name, position, 1 << 20)

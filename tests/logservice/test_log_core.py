@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from xdfs.errors import (
@@ -39,7 +41,7 @@ def test_records_round_trip_with_key_payload_and_headers() -> None:
     lambda d: d[:5] + b"\x80" + d[6:],  # unknown attribute bit
     lambda d: d[:6] + b"\x7f\xff\xff\xff" + d[10:],  # absurd key length
 ])
-def test_malformed_entries_are_refused_with_a_typed_error(damage) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_entries_are_refused_with_a_typed_error(damage) -> None:
     data = encode_entry([Record(b"payload", b"k", (("h", b"v"),))])
     with pytest.raises(BadRecord):
         decode_entry(damage(data))
@@ -52,22 +54,26 @@ def test_records_with_undefined_attributes_or_none_are_refused() -> None:
         encode_entry([])
 
 
+def verdict(call: QuorumCall[int]) -> tuple[bool, bool]:
+    return call.succeeded, call.hopeless
+
+
 def test_ack_quorum_accounting_e3_w3_a2() -> None:
     call: QuorumCall[int] = QuorumCall.of(NODES, needed=2)
     call.succeed("a:1", 5)
-    assert not call.succeeded and not call.hopeless
+    assert verdict(call) == (False, False)
     call.fail("b:1", OSError("down"))
-    assert not call.succeeded and not call.hopeless  # c can still make it
+    assert verdict(call) == (False, False)  # c can still make it
     call.succeed("c:1", 5)
-    assert call.succeeded
+    assert verdict(call) == (True, False)
     lost: QuorumCall[int] = QuorumCall.of(NODES, needed=2)
     lost.fail("a:1", OSError())
     lost.fail("b:1", OSError())
-    assert lost.hopeless
+    assert verdict(lost) == (False, True)
 
 
 def new_log(**settings: int) -> m.LogMeta:
-    return m.LogMeta("l", m.check_settings(m.LogSettings(**settings)))  # type: ignore[arg-type]
+    return m.LogMeta("l", m.check_settings(m.LogSettings(**settings)))
 
 
 def test_settings_need_ack_le_write_eq_ensemble() -> None:
@@ -90,9 +96,11 @@ def test_a_new_writer_fences_the_last_two_unclosed_ledgers_and_the_old_one_is_re
         m.LedgerInfo(1, (m.Fragment(0, NODES),)), m.LedgerInfo(2, (m.Fragment(0, NODES),)),
         m.LedgerInfo(3, (m.Fragment(0, NODES),))), writer_epoch=4)
     assert m.open_writer(unclosed, "w")[1] == [2, 3]
-    for stale in (lambda x: m.close_ledger(x, 1, 2, 5),
-                  lambda x: m.add_ledger(x, 1, 3, NODES, 0),
-                  lambda x: m.change_ensemble(x, 1, 2, 3, NODES[:2])):
+    stale_changes: list[Callable[[m.LogMeta], m.LogMeta]] = [
+        lambda x: m.close_ledger(x, 1, 2, 5),
+        lambda x: m.add_ledger(x, 1, 3, NODES, 0),
+        lambda x: m.change_ensemble(x, 1, 2, 3, NODES[:2])]
+    for stale in stale_changes:
         with pytest.raises(LogFenced):
             stale(meta2)
 
