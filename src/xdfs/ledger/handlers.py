@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from xdfs.errors import StorageError
+from xdfs.errors import InternalError, StorageError, XdfsError
 from xdfs.ledger.storage import LedgerStore
 from xdfs.protocol import ledger as lp
 from xdfs.rpc.messages import Empty
@@ -34,12 +35,48 @@ class LedgerWorker:
         self.read_bytes_max = read_bytes_max
         self.failure: StorageError | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ledgers")
+        #: Adds waiting for the thread (appended on the loop, drained on the thread).
+        self._adds: deque[tuple[lp.AddEntriesRequest, asyncio.Future[int]]] = deque()
 
     def load(self) -> None:
         self.store.load()
 
     def submit(self, call: Callable[[LedgerStore], T]) -> asyncio.Future[T]:
         return asyncio.get_running_loop().run_in_executor(self._thread, self._run, call)
+
+    def add(self, request: lp.AddEntriesRequest) -> asyncio.Future[int]:
+        """Queue an add (in arrival order). The adds queued while the thread was busy are
+        staged together and made durable by one sync per file before any is answered:
+        the node's group commit, so concurrent appends share fsyncs."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[int] = loop.create_future()
+        self._adds.append((request, answer))
+        if len(self._adds) == 1:  # else a batch not yet drained will take this one too
+            loop.run_in_executor(self._thread, self._commit_adds, loop)
+        return answer
+
+    def _commit_adds(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = []
+        while self._adds:  # taken on the thread: adds queued meanwhile join this batch
+            batch.append(self._adds.popleft())
+        outcomes: list[int | BaseException] = []
+        try:
+            outcomes = [self._stage(request) for request, _ in batch]
+            self._run(lambda store: store.sync())
+        except StorageError as exc:
+            outcomes = [exc] * len(batch)  # nothing staged is known durable
+        finally:
+            if len(outcomes) < len(batch):  # a bug: no add stays unanswered
+                outcomes = [InternalError("ledger add failed; see the node's log")] * len(batch)
+            loop.call_soon_threadsafe(_settle, [a for _, a in batch], outcomes)
+
+    def _stage(self, request: lp.AddEntriesRequest) -> int | BaseException:
+        try:
+            return self._run(lambda store: store.stage(request))
+        except StorageError:
+            raise
+        except XdfsError as exc:  # this add is refused; the others go on
+            return exc
 
     def _run(self, call: Callable[[LedgerStore], T]) -> T:
         if self.failure is not None:
@@ -56,6 +93,16 @@ class LedgerWorker:
         self._thread.shutdown(wait=True)
 
 
+def _settle(answers: list[asyncio.Future[int]], outcomes: list[int | BaseException]) -> None:
+    for answer, outcome in zip(answers, outcomes, strict=True):
+        if answer.done():
+            continue  # the caller gave up (cancelled)
+        if isinstance(outcome, BaseException):
+            answer.set_exception(outcome)
+        else:
+            answer.set_result(outcome)
+
+
 class LedgerHandlers:
     def __init__(self, worker: LedgerWorker) -> None:
         self.worker = worker
@@ -63,7 +110,7 @@ class LedgerHandlers:
     async def add_entries(
         self, ctx: CallContext, req: lp.AddEntriesRequest
     ) -> lp.AddEntriesResponse:
-        return lp.AddEntriesResponse(await self.worker.submit(lambda s: s.add(req)))
+        return lp.AddEntriesResponse(await self.worker.add(req))
 
     async def fence_ledger(self, ctx: CallContext, req: lp.LedgerIdRequest) -> lp.LedgerState:
         return await self.worker.submit(lambda s: s.fence(req.ledger_id))
