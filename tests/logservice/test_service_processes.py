@@ -117,3 +117,15 @@ def test_the_log_cli(cluster: LogCluster, tmp_path: Path) -> None:
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "LogNotFound" in bad.stderr
     bad = xdfs("read", "c", "--from", "x")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
+
+
+async def test_open_writer_fences_the_previous_writer(cluster: LogCluster) -> None:
+    async with cluster.client() as client:
+        await client.create("w")
+        first = await client.append("w", "before")
+        epoch = (await client.stat("w")).writer_epoch
+        assert await client.open_writer("w") == epoch + 1
+        after = await client.append("w", "after")
+        assert after > first and after.ledger_id > first.ledger_id  # a new ledger
+        records, _ = await client.read("w", LSN_ZERO)
+        assert [r.record.payload for r in records] == [b"before", b"after"]

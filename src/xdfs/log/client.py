@@ -102,6 +102,11 @@ class AsyncLogClient:
     async def delete(self, name: str) -> None:
         await self._call(lg.DELETE, lg.NameRequest(name), name)
 
+    async def open_writer(self, name: str) -> int:
+        """Open a new writer of ``name``: it fences the previous one (whose later appends
+        fail with LogFenced and never show); the new writer epoch."""
+        return (await self._call(lg.OPEN_WRITER, lg.NameRequest(name), name)).epoch
+
     async def append(self, name: str, record: Record | bytes | str) -> Lsn:
         return (await self.append_batch(name, [record]))[0]
 

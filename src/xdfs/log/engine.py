@@ -180,6 +180,14 @@ class LogEngine:
             self.writers[name] = writer
             return writer
 
+    async def open_writer(self, name: str) -> int:
+        """A new writer of ``name`` (seed 002's Open): a new epoch that fences the previous
+        writer and recovers its open ledger; the epoch."""
+        old = self.writers.pop(name, None)
+        if old is not None:
+            old.fenced = LogFenced(f"log {name!r}: a new writer was opened")
+        return (await self.writer(name)).epoch
+
     # --- records ------------------------------------------------------------------------
 
     async def append_batch(self, name: str, records: list[Record]) -> list[Lsn]:

@@ -142,6 +142,9 @@ class LogHandlers:
         await self.engine.delete(req.name)
         return Empty()
 
+    async def open_writer(self, ctx: CallContext, req: lg.NameRequest) -> lg.EpochResponse:
+        return lg.EpochResponse(await self.engine.open_writer(req.name))
+
     async def append(self, ctx: CallContext, req: lg.AppendRequest) -> lg.AppendResponse:
         return lg.AppendResponse(await self.engine.append_batch(req.name, req.records))
 

@@ -41,6 +41,10 @@ class LogStat(msgspec.Struct):
     created_ms: int
 
 
+class EpochResponse(msgspec.Struct):
+    epoch: int
+
+
 class AppendRequest(msgspec.Struct):
     name: str
     records: list[Record]
@@ -98,6 +102,8 @@ STAT = Method("stat", NameRequest, LogStat, idempotent=True,
 LIST = Method("list", Empty, ListResponse, idempotent=True, doc="Every log's name.")
 DELETE = Method("delete", NameRequest, Empty, idempotent=False,
                 doc="Delete a log and its ledgers.")
+OPEN_WRITER = Method("open_writer", NameRequest, EpochResponse, idempotent=False,
+                     doc="Open a new writer: a new epoch fencing the previous one.")
 APPEND = Method("append", AppendRequest, AppendResponse, idempotent=False,
                 doc="Append a batch of records as one entry; their LSNs once acknowledged.")
 READ = Method("read", ReadRequest, ReadResponse, idempotent=True,
@@ -111,5 +117,5 @@ SET_READER = Method("set_reader", ReaderRequest, Empty, idempotent=True,
 TSO = Method("tso", TsoRequest, TsoResponse, idempotent=False,
              doc="Reserve count durable, strictly increasing timestamps.")
 LOG_SERVICE = Service("log", (
-    CREATE, STAT, LIST, DELETE, APPEND, READ, TRUNCATE, TRUNCATED_LSN, SET_READER, TSO,
+    CREATE, STAT, LIST, DELETE, OPEN_WRITER, APPEND, READ, TRUNCATE, TRUNCATED_LSN, SET_READER, TSO,
 ))
