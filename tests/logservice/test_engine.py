@@ -165,3 +165,25 @@ async def test_the_keeper_restores_copies_of_closed_ledgers_on_a_spare(
     engine.writers.clear()  # a fresh writer, so reads go to the repaired copies
     got = await read_all(engine, "l")
     assert [p for _, p in got] == [f"r{i}".encode() for i in range(120)]
+
+
+async def test_a_writer_dying_right_after_an_ensemble_change_loses_nothing(
+        engines: EngineFactory, storage: Storage) -> None:
+    first = await engines("instance-1", add_timeout_s=3.0)
+    await first.create("l", SMALL, 0)
+    acked = [await first.append_batch("l", [rec(f"a{i}")]) for i in range(4)]
+    writer = first.writers["l"]
+    victim = writer.write_set[2]
+    await storage.stop(storage.addresses.index(victim))
+    acked.append(await first.append_batch("l", [rec("a4")]))  # c fails: ensemble change
+    for _ in range(100):
+        if victim not in writer.write_set:
+            break
+        await asyncio.sleep(0.05)
+    meta, _ = await first.stat("l")
+    assert len(meta.ledgers[-1].fragments) == 2  # the new fragment holds no entry yet
+    first.store.zk.stop()  # the writer's instance dies
+    second = await engines("instance-2")
+    got = await read_all(second, "l")
+    assert [p for _, p in got] == [f"a{i}".encode() for i in range(5)]
+    assert [lsn for lsn, _ in got] == [x[0] for x in acked]

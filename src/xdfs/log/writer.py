@@ -25,6 +25,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from xdfs.errors import (
     LedgerFenced,
     LogFenced,
@@ -68,7 +70,13 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) ->
     ends = [m.NodeEnd(a, s.last_entry, s.lac) for a, s in call.successes.items()]
     end = m.recovered_end(ends, last.first_entry)
     if end < last.first_entry:
-        return end if last.first_entry == 0 else last.first_entry - 1
+        if len(info.fragments) == 1:
+            return end  # -1: an empty ledger
+        # No node of the last fragment holds an entry of it (the writer died right after
+        # an ensemble change): the end lies in the fragment before, whose nodes may still
+        # have taken adds sent before the change; recover that one.
+        earlier = msgspec.structs.replace(info, fragments=info.fragments[:-1])
+        return await recover_ledger(pool, earlier, ack_quorum)
     holder = max(ends, key=lambda e: e.last_entry).node
     copied = [e.node for e in ends if e.last_entry >= end]
     for short in (e for e in ends if e.last_entry < end):
