@@ -626,6 +626,19 @@ class LogServiceConfig:
         3, "Heartbeats a storage node misses in a row before the keeper counts it dead."
     )
 
+    def validate(self) -> None:
+        e, w, a = self.ensemble_size, self.write_quorum, self.ack_quorum
+        _require(1 <= a <= w == e, "logservice: need 1 <= ack_quorum <= write_quorum "
+                 "= ensemble_size")
+        _require(self.ledger_entries_max >= 1 and self.ledger_bytes_max >= 1
+                 and self.ledger_age_max_s > 0, "logservice: ledger bounds must be positive")
+        for name in ("zookeeper_session_timeout_s", "add_timeout_s", "call_timeout_s",
+                     "reclaim_interval_s", "keeper_interval_s"):
+            _require(getattr(self, name) > 0, f"logservice.{name} must be > 0")
+        _require(self.read_wait_max_s >= 0, "logservice.read_wait_max_s must be >= 0")
+        _require(self.read_bytes_max >= 1, "logservice.read_bytes_max must be >= 1")
+        _require(self.keeper_misses_dead >= 1, "logservice.keeper_misses_dead must be >= 1")
+
 
 @dataclass(frozen=True)
 class XdfsConfig:
@@ -646,6 +659,7 @@ class XdfsConfig:
         self.backupnode.validate()
         self.journalnode.validate()
         self.ha.validate()
+        self.logservice.validate()
         return self
 
 
