@@ -75,11 +75,11 @@ class LogCluster:
         self.storage[index] = proc
         return proc
 
-    def start_service(self, index: int) -> ServerProcess:
+    def start_service(self, index: int, faults: str = "") -> ServerProcess:
         proc = self.group.start_xdfs(
             f"ls{index}", *self.conf(), "logservice", "--rpc-address",
             self.service_addresses[index], ready_pattern=r"logservice serving on (\S+)",
-            deadline_s=WAIT_S)
+            deadline_s=WAIT_S, env={"XDFS_FAULTS": faults} if faults else None)
         self.services[index] = proc
         return proc
 

@@ -66,6 +66,34 @@ async def test_truncation_survives_kill_9_of_every_process_and_respects_readers(
         assert len(records) == 13
 
 
+async def test_a_crash_between_deleting_ledgers_and_forgetting_them_is_harmless(
+        cluster: LogCluster) -> None:
+    """The instance is killed (fault point) after the reclaimed ledgers are deleted on
+    every node and before the metadata forgets them: after the restart the truncation
+    point is the same, nothing below it is read, and the next pass finishes the job."""
+    async with cluster.client() as client:
+        await client.create("c", m.LogSettings(ledger_entries_max=10))
+        lsns = [await client.append("c", f"r{i}") for i in range(35)]
+        doomed = (await client.stat("c")).ledger_ids[:2]  # entries 0-9 and 10-19
+        cluster.services[0].kill()
+        cluster.start_service(0, faults="logservice.reclaim_deleted=kill")
+        await client.truncate("c", lsns[25])  # ledgers of entries 0-9, 10-19 may go
+        await eventually(lambda: not cluster.services[0].alive(), timeout_s=60.0,
+                         what="the instance killed at the fault point")
+        assert len(ledger_files(cluster)) < 3 * 4  # deleted on the nodes ...
+        cluster.start_service(0)
+        assert await client.truncated_lsn("c") == lsns[25]  # ... the point unchanged
+        with pytest.raises(LsnOutOfRange):
+            await client.read("c", lsns[24])
+        records, _ = await client.read("c", lsns[25])
+        assert [r.record.payload for r in records] == [f"r{i}".encode() for i in range(25, 35)]
+
+        async def forgotten() -> bool:
+            return not set(doomed) & set((await client.stat("c")).ledger_ids)
+
+        await eventually(forgotten, timeout_s=60.0, what="the metadata forgets them")
+
+
 async def test_bad_input_gets_typed_errors(cluster: LogCluster) -> None:
     async with cluster.client() as client:
         await client.create("b")

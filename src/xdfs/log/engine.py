@@ -26,6 +26,7 @@ from typing import TypeVar
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from xdfs.common.faults import FAULTS, fault_point
 from xdfs.editlog.framing import Frame, parse_frame
 from xdfs.errors import (
     CorruptReplica,
@@ -42,6 +43,9 @@ from xdfs.log.zkmeta import MetaStore, check_log_name, guarded
 from xdfs.protocol import ledger as lp
 
 log = logging.getLogger(__name__)
+
+FAULTS.register("logservice.reclaim_deleted",
+                "reclaimed ledgers are deleted on the storage nodes, still in the metadata")
 
 T = TypeVar("T")
 
@@ -299,6 +303,7 @@ class LogEngine:
         for info in gone:
             await self._delete_ledger(info)
         if gone:
+            fault_point("logservice.reclaim_deleted")
             ids = [x.ledger_id for x in gone]
             await self.meta.update(name, lambda x: m.drop_ledgers(x, ids))
         return [x.ledger_id for x in gone]

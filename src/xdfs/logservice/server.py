@@ -126,7 +126,8 @@ class LogHandlers:
     async def _stat(self, name: str) -> lg.LogStat:
         meta, end = await self.engine.stat(name)
         return lg.LogStat(meta.name, meta.settings, len(meta.ledgers), meta.truncated_lsn, end,
-                          meta.writer_epoch, meta.writer, dict(meta.readers), meta.created_ms)
+                          meta.writer_epoch, meta.writer, dict(meta.readers), meta.created_ms,
+                          [x.ledger_id for x in meta.ledgers])
 
     async def create(self, ctx: CallContext, req: lg.CreateLogRequest) -> lg.LogStat:
         await self.engine.create(req.name, req.settings, int(time.time() * 1000))

@@ -39,6 +39,7 @@ class LogStat(msgspec.Struct):
     writer: str
     readers: dict[str, Lsn]
     created_ms: int
+    ledger_ids: list[int] = []  # oldest first
 
 
 class EpochResponse(msgspec.Struct):
