@@ -318,12 +318,11 @@ class LogEngine:
         return await self._thread(lambda: self.store.tso(count))
 
     async def close(self) -> None:
-        for name, writer in list(self.writers.items()):
-            try:
-                await writer.close()
-            except XdfsError as exc:
-                log.warning("closing the writer of %s: %s", name, exc)
-            await self._thread(lambda n=name: self._release(n))  # type: ignore[misc]
+        """Stop writing. Open ledgers are left open on purpose: the next writer recovers
+        them (that is always safe), and a stop must not wait on ZooKeeper or storage nodes
+        that may be gone; the writer locks go with the ZooKeeper session."""
+        for name, writer in self.writers.items():
+            writer.fenced = LogFenced(f"log {name!r}: the log service instance stopped")
         self.writers.clear()
 
 

@@ -113,8 +113,11 @@ class LogService:
             await self.engine.close()
             await self.engine.pool.close()
             zk = self.engine.store.zk
-            await asyncio.to_thread(zk.stop)
-            zk.close()
+            # Bounded: with ZooKeeper gone, closing the session must not hold the stop up
+            # (the session then expires on its own, and the writer locks with it).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(zk.stop),
+                                       self.config.logservice.call_timeout_s)
         self.stopped.set()
 
 
