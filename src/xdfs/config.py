@@ -647,6 +647,12 @@ class ClientConfig:
     webhdfs: str = setting(
         "", "host:port of the cluster's WebHDFS gateway (for REST tools; `xdfs dev` sets it)."
     )
+    logservice: str = setting(
+        "", "Log service instances, host:port[,host:port...] (`xdfs log`, LogClient)."
+    )
+    logservice_password: str = setting(
+        "", "The log service secret (its logservice.secret_file's contents)."
+    )
 
 
 @dataclass(frozen=True)
@@ -671,6 +677,62 @@ class DevConfig:
     http_port: int = setting(
         0, "WebHDFS port of the dev NameNode (0: any free), unless namenode.http_address is set."
     )
+    logservice: bool = setting(
+        False, "Also start ZooKeeper, 3 storage nodes and a log service (--logservice)."
+    )
+
+
+@dataclass(frozen=True)
+class LogServiceConfig:
+    zookeeper_quorum: str = setting(
+        "", "ZooKeeper host:port[,host:port...] holding the logs' metadata (seeds 002, 004)."
+    )
+    zookeeper_root: str = setting("/xdfs-log", "Parent znode of every log's metadata.")
+    zookeeper_session_timeout_s: float = setting(
+        10.0, "ZooKeeper session timeout of a log writer (its writer lock lives that long)."
+    )
+    storage_nodes: tuple[str, ...] = setting(
+        (), "JournalNodes (host:port) whose `ledger` service stores the logs' ledgers."
+    )
+    secret_file: str = setting(
+        "", "The storage nodes' secret (their journalnode.secret_file; mode 600)."
+    )
+    ensemble_size: int = setting(3, "Default ensemble of a new log's ledgers (E).")
+    write_quorum: int = setting(3, "Default write quorum of a new log (W; = E).")
+    ack_quorum: int = setting(2, "Default ack quorum (A): copies fsynced before an append is ok.")
+    ledger_entries_max: int = setting(100_000, "Rotate to a new ledger past this many entries.")
+    ledger_bytes_max: int = setting(256 * MiB, "... or past this many bytes.")
+    ledger_age_max_s: float = setting(3600.0, "... or when the open ledger is this old.")
+    add_timeout_s: float = setting(
+        10.0, "How long an append waits for its ack quorum before the writer gives up a node."
+    )
+    call_timeout_s: float = setting(10.0, "Deadline of a call to one storage node.")
+    read_bytes_max: int = setting(4 * MiB, "Most record bytes one read returns.")
+    reclaim_interval_s: float = setting(
+        30.0, "How often truncated ledgers no registered reader needs are deleted."
+    )
+    read_wait_max_s: float = setting(
+        30.0, "Longest a tailing read (`xdfs log tail -f`) waits for a new record."
+    )
+    keeper_interval_s: float = setting(
+        3.0, "How often the keeper hears from every storage node (and repairs ledgers)."
+    )
+    keeper_misses_dead: int = setting(
+        3, "Heartbeats a storage node misses in a row before the keeper counts it dead."
+    )
+
+    def validate(self) -> None:
+        e, w, a = self.ensemble_size, self.write_quorum, self.ack_quorum
+        _require(1 <= a <= w == e, "logservice: need 1 <= ack_quorum <= write_quorum "
+                 "= ensemble_size")
+        _require(self.ledger_entries_max >= 1 and self.ledger_bytes_max >= 1
+                 and self.ledger_age_max_s > 0, "logservice: ledger bounds must be positive")
+        for name in ("zookeeper_session_timeout_s", "add_timeout_s", "call_timeout_s",
+                     "reclaim_interval_s", "keeper_interval_s"):
+            _require(getattr(self, name) > 0, f"logservice.{name} must be > 0")
+        _require(self.read_wait_max_s >= 0, "logservice.read_wait_max_s must be >= 0")
+        _require(self.read_bytes_max >= 1, "logservice.read_bytes_max must be >= 1")
+        _require(self.keeper_misses_dead >= 1, "logservice.keeper_misses_dead must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -684,6 +746,7 @@ class XdfsConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
     dev: DevConfig = field(default_factory=DevConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    logservice: LogServiceConfig = field(default_factory=LogServiceConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
@@ -693,6 +756,7 @@ class XdfsConfig:
         self.journalnode.validate()
         self.ha.validate()
         self.http.validate()
+        self.logservice.validate()
         return self
 
 

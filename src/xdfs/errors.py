@@ -7,7 +7,7 @@ does in-process. File-system errors also derive from the matching builtin ``OSEr
 subclass so callers such as fsspec and pandas see the exceptions they expect.
 
 Codes are grouped: 1xx protocol/transport, 2xx security, 3xx namespace, 4xx cluster state,
-5xx data path, 9xx internal. Never reuse or renumber a code.
+5xx data path, 6xx log service, 9xx internal. Never reuse or renumber a code.
 """
 
 from __future__ import annotations
@@ -362,6 +362,70 @@ class Unsupported(XdfsError):
     Answered as HDFS's UnsupportedOperationException."""
 
     code = 630
+# --- 6xx: the replicated log service (600-629) -------------------------------------------
+
+
+class LogError(XdfsError):
+    """A failure of the replicated log service."""
+
+    code = 600
+
+
+class LedgerFenced(LogError):
+    """The ledger was fenced: a newer writer recovered it, this writer may add no more."""
+
+    code = 601
+
+
+class LogFenced(LogError):
+    """A newer writer opened the log: this writer is stale and must stop (seed 002)."""
+
+    code = 602
+
+
+class LedgerOutOfOrder(LogError):
+    """Entries that do not continue what the storage node holds of the ledger exactly."""
+
+    code = 603
+
+
+class LsnOutOfRange(LogError):
+    """A read from an LSN below the truncation point or past the end of the log."""
+
+    code = 604
+
+
+class LogNotFound(LogError, FileNotFoundError):
+    code = 605
+
+
+class LogExists(LogError, FileExistsError):
+    code = 606
+
+
+class NotEnoughStorageNodes(LogError):
+    """Fewer live storage nodes than a ledger's ensemble or ack quorum needs."""
+
+    code = 607
+    retriable = True
+
+
+class BadRecord(LogError, ValueError):
+    """A log record that does not decode (magic, lengths or CRC wrong)."""
+
+    code = 608
+
+
+class NotLogWriter(LogError):
+    """Another log service instance holds this log's writer lock: ask it (the message
+    starts with its address, ``writer at HOST:PORT``)."""
+
+    code = 610
+    retriable = True
+
+    @property
+    def holder(self) -> str:
+        return self.message.removeprefix("writer at ").split(" ", 1)[0]
 
 
 def error_from_code(code: int, message: str) -> XdfsError:

@@ -19,7 +19,9 @@ DIR restarts the same cluster with its data, from the active name dir. SIGTERM o
 Ctrl-C stops every process gracefully; the cluster stops when no NameNode (nor backup) is
 left; if ``xdfs dev`` itself is killed (even by SIGKILL), its children get SIGTERM. A process
 that does not start (a directory locked by another ``xdfs dev``, a busy port) is reported in
-one line with its log.
+one line with its log. With ``--logservice`` it also starts ZooKeeper, three storage nodes
+and a log service instance (:mod:`xdfs.cli.dev_log`), listed in ``cluster.json`` (roles
+``zookeeper``, ``journalnode``, ``logservice``) and written into ``client.toml``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from xdfs.cli.dev_journal import (
     initialize_if_new,
     journalnode_processes,
 )
+from xdfs.cli.dev_log import DevLog, dev_log, start_dev_log
 from xdfs.cli.dev_state import DEV_STATE_DEFAULT, DevState, PromotionWatch, arrange
 from xdfs.cli.main import CliState
 from xdfs.common.files import atomic_write
@@ -69,10 +72,12 @@ WAIT_REPORT_S = 5.0
 @click.option("--ha", is_flag=True, default=None,
               help="Two NameNodes with automatic failover: ZooKeeper, a controller per "
                    "NameNode, and the quorum journal (3 JournalNodes unless --journal).")
+@click.option("--logservice", "with_log", is_flag=True, default=None,
+              help="Also start ZooKeeper, 3 storage nodes and a log service instance.")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
-    backup: bool | None, journalnodes: int | None, ha: bool | None,
+    backup: bool | None, journalnodes: int | None, ha: bool | None, with_log: bool | None,
 ) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
     config = state.config
@@ -91,7 +96,12 @@ def dev(
     journal, journalnode_procs = _journal(base, journal_count, with_backup, launch.conf)
     launch.children += [("journalnode", proc) for proc in journalnode_procs]
     watch: PromotionWatch | None = None
+    devlog = dev_log(base, launch.conf) if (
+        config.dev.logservice if with_log is None else with_log) \
+        else None
     try:
+        if devlog is not None:
+            _start_log(devlog, launch.children, config.dev.ready_timeout_s)
         address = launch.namenodes(journal, config.dev.port if port is None else port)
         if with_backup:
             address, watch = launch.backup(address)
@@ -103,7 +113,7 @@ def dev(
         raise
     uri = f"xdfs://{address}"
     known = {"zookeeper": pair.zookeeper_address} if pair else {}
-    _write_cluster_files(base, uri, launch.children, credentials, known)
+    _write_cluster_files(base, uri, launch.children, credentials, known, devlog)
     click.echo(f"xdfs dev cluster ready: {uri}")
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
     sys.stdout.flush()
@@ -215,12 +225,16 @@ class Launch:
 
 
 def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerProcess]],
-                         credentials: dict[str, str], known: dict[str, str]) -> None:
+                         credentials: dict[str, str], known: dict[str, str],
+                         devlog: DevLog | None) -> None:
     """DIR/cluster.json (every process: role, pid, address, log) and DIR/client.toml."""
     from xdfs.config import read_toml, write_toml
 
+    logged = devlog.processes() if devlog is not None else []
     processes: list[dict[str, object]] = []
     for role, child in children:
+        if (role, child) in logged:
+            continue  # listed by the log service's own entries below
         process: dict[str, object] = {
             "role": role, "pid": child.pid,
             "address": _address(child) or known.get(role, ""), "log": str(child.log_path)}
@@ -228,16 +242,29 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
         if http:
             process["http"] = http
         processes.append(process)
+    if devlog is not None:
+        processes += devlog.cluster_entries()
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
     gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
-    settings: dict[str, object] = {
-        "client": {"fs": uri, **credentials, **({"webhdfs": gateway} if gateway else {})}}
+    client: dict[str, object] = {
+        "fs": uri, **credentials, **({"webhdfs": gateway} if gateway else {})}
+    if devlog is not None:
+        client.update(devlog.client_settings())
+    settings: dict[str, object] = {"client": client}
     if (base / CONF_FILE).exists() and any(role == "zkfc" for role, _c in children):
         # xdfs admin -getServiceState/-failover need the pair's ids and ZooKeeper
         settings["ha"] = read_toml(base / CONF_FILE)["ha"]
     write_toml(base / "client.toml", settings)
     os.chmod(base / "client.toml", 0o600)
+
+
+def _start_log(devlog: DevLog, children: list[tuple[str, ServerProcess]], timeout_s: float
+               ) -> None:
+    try:
+        start_dev_log(devlog, _start, timeout_s)
+    finally:  # the ones started are stopped with the rest
+        children += devlog.processes()
 
 
 def _journal(base: Path, count: int, with_backup: bool, conf: list[str]

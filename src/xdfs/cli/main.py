@@ -21,7 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "backupnode": ("xdfs.cli.backupnode", "backupnode", "Run a BackupNode."),
     "journalnode": ("xdfs.cli.journalnode", "journalnode", "Run a JournalNode."),
     "zkfc": ("xdfs.cli.zkfc", "zkfc", "Run a ZooKeeper failover controller."),
-    "logservice": ("xdfs.cli.placeholders", "logservice", "Run the replicated log service."),
+    "logservice": ("xdfs.cli.logservice", "logservice", "Run the replicated log service."),
+    "log": ("xdfs.cli.log", "log", "Named replicated logs: create, append, read, tail -f ..."),
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
     "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
     "fsck": ("xdfs.cli.fsck", "fsck", "Check the health of files and blocks."),
@@ -51,14 +52,9 @@ class CliState:
         return self._config
 
 
-#: Roles whose component has not landed yet: still runnable (each says so and exits 2),
-#: but not listed by ``--help``.
-HIDDEN = frozenset({"logservice"})
-
-
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in SUBCOMMANDS if name not in HIDDEN]
+        return list(SUBCOMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         entry = SUBCOMMANDS.get(cmd_name)

@@ -27,12 +27,15 @@ from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
 from xdfs.errors import NotFormatted, StorageError
 from xdfs.journal.storage import Journal
+from xdfs.ledger.handlers import LedgerHandlers, LedgerWorker
+from xdfs.ledger.storage import LEDGER_DIR
 from xdfs.protocol.journal import (
     JOURNAL_ID_RE,
     JOURNAL_SERVICE,
     JOURNAL_USER,
     check_journal_id,
 )
+from xdfs.protocol.ledger import LEDGER_SERVICE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.system import add_system_services
@@ -93,6 +96,8 @@ class JournalNode:
         self._lock = DirLock(journal_dir)
         self.syncer: Syncer | None = None
         self._syncing: asyncio.Task[None] | None = None
+        #: The log service's ledgers, served next to the journals (xdfs.ledger).
+        self.ledgers: LedgerWorker | None = None
 
     @property
     def address(self) -> str:
@@ -108,6 +113,8 @@ class JournalNode:
         self._lock.lock()
         try:
             await asyncio.to_thread(self._load_journals)
+            self.ledgers = LedgerWorker(self.journal_dir / LEDGER_DIR, settings.read_bytes_max)
+            await asyncio.to_thread(self.ledgers.load)
             rpc = self.config.rpc
             self.server = RpcServer(
                 "journalnode", rpc, authenticator=SecretAuthenticator(JOURNAL_USER, secret),
@@ -115,6 +122,7 @@ class JournalNode:
             )
             add_system_services(self.server, "journalnode")
             self.server.add_service(JOURNAL_SERVICE, JournalHandlers(self))
+            self.server.add_service(LEDGER_SERVICE, LedgerHandlers(self.ledgers))
             await self.server.start(host, port)
             self._start_syncer(secret)
         except BaseException:
@@ -178,3 +186,6 @@ class JournalNode:
         for worker in self.workers.values():
             worker.close()
         self.workers.clear()
+        if self.ledgers is not None:
+            self.ledgers.close()
+            self.ledgers = None

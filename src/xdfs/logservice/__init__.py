@@ -1,0 +1,1 @@
+"""``xdfs logservice``: the replicated log service's server (seeds 002, 004)."""

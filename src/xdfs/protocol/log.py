@@ -1,0 +1,122 @@
+"""``log``: the replicated log service's API (seeds 002 and 004), served by ``xdfs
+logservice`` instances and called by :class:`xdfs.log.LogClient`.
+
+Callers log in as :data:`LOG_USER` with the log service secret as password. A log's
+appends, reads and truncation are answered by the instance holding its writer lock; any
+other instance answers :class:`~xdfs.errors.NotLogWriter` naming it, and the client moves
+there. Records travel as :class:`~xdfs.log.record.Record` structs; the storage nodes keep
+them in the byte format of :mod:`xdfs.log.record` (documented in docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from xdfs.log.meta import LogSettings
+from xdfs.log.record import Lsn, ReadRecord, Record
+from xdfs.rpc.messages import Empty
+from xdfs.rpc.service import Method, Service
+
+LOG_USER = "log"
+
+
+class CreateLogRequest(msgspec.Struct):
+    name: str
+    settings: LogSettings | None = None  # None: the service's defaults
+
+
+class NameRequest(msgspec.Struct):
+    name: str
+
+
+class LogStat(msgspec.Struct):
+    name: str
+    settings: LogSettings
+    ledgers: int
+    truncated_lsn: Lsn
+    end_lsn: Lsn  # the LSN the next append would get at the earliest (exclusive end)
+    writer_epoch: int
+    writer: str
+    readers: dict[str, Lsn]
+    created_ms: int
+    ledger_ids: list[int] = []  # oldest first
+
+
+class EpochResponse(msgspec.Struct):
+    epoch: int
+
+
+class AppendRequest(msgspec.Struct):
+    name: str
+    records: list[Record]
+
+
+class AppendResponse(msgspec.Struct):
+    lsns: list[Lsn]
+
+
+class ReadRequest(msgspec.Struct):
+    name: str
+    from_lsn: Lsn
+    max_bytes: int
+    #: Long poll (``tail -f``): when nothing is there yet, wait up to this long.
+    wait_s: float = 0.0
+
+
+class ReadResponse(msgspec.Struct):
+    records: list[ReadRecord]
+    next_lsn: Lsn
+
+
+class TruncateRequest(msgspec.Struct):
+    name: str
+    lsn: Lsn
+
+
+class LsnResponse(msgspec.Struct):
+    lsn: Lsn
+
+
+class ReaderRequest(msgspec.Struct):
+    name: str
+    reader: str
+    position: Lsn | None  # None: unregister
+
+
+class ListResponse(msgspec.Struct):
+    names: list[str]
+
+
+class TsoRequest(msgspec.Struct):
+    count: int
+
+
+class TsoResponse(msgspec.Struct):
+    first: int
+    count: int
+
+
+CREATE = Method("create", CreateLogRequest, LogStat, idempotent=False,
+                doc="Create a log (LogExists if the name is taken).")
+STAT = Method("stat", NameRequest, LogStat, idempotent=True,
+              doc="A log's settings, ledgers, truncation point, end and writer.")
+LIST = Method("list", Empty, ListResponse, idempotent=True, doc="Every log's name.")
+DELETE = Method("delete", NameRequest, Empty, idempotent=False,
+                doc="Delete a log and its ledgers.")
+OPEN_WRITER = Method("open_writer", NameRequest, EpochResponse, idempotent=False,
+                     doc="Open a new writer: a new epoch fencing the previous one.")
+APPEND = Method("append", AppendRequest, AppendResponse, idempotent=False,
+                doc="Append a batch of records as one entry; their LSNs once acknowledged.")
+READ = Method("read", ReadRequest, ReadResponse, idempotent=True,
+              doc="Records from an LSN (linearizable), about max_bytes of payload.")
+TRUNCATE = Method("truncate", TruncateRequest, LsnResponse, idempotent=True,
+                  doc="Records below the LSN may be reclaimed; the truncation point.")
+TRUNCATED_LSN = Method("truncated_lsn", NameRequest, LsnResponse, idempotent=True,
+                       doc="The truncation point of a log.")
+SET_READER = Method("set_reader", ReaderRequest, Empty, idempotent=True,
+                    doc="Register (or drop) a reader: nothing it still needs is reclaimed.")
+TSO = Method("tso", TsoRequest, TsoResponse, idempotent=False,
+             doc="Reserve count durable, strictly increasing timestamps.")
+LOG_SERVICE = Service("log", (
+    CREATE, STAT, LIST, DELETE, OPEN_WRITER, APPEND, READ, TRUNCATE, TRUNCATED_LSN, SET_READER, TSO,
+))

@@ -1,0 +1,65 @@
+"""``xdfs dev --logservice``: ZooKeeper, three storage nodes and a log service next to the
+file system, listed in cluster.json, with client.toml naming the log service so that
+``xdfs log`` and ``LogClient()`` need no arguments; its children die with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from xdfs.common.process import ProcessGroup
+from xdfs.config import load_config
+from xdfs.log.client import LogClient
+
+pytestmark = pytest.mark.slow
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+def test_dev_logservice(tmp_path: Path) -> None:
+    base = tmp_path / "dev"
+    env = {"XDFS_USER": "root", "XDFS_PASSWORD": "rootpw"}
+    with ProcessGroup(tmp_path) as group:
+        dev = group.start_xdfs("dev", "dev", "--base-dir", str(base), "--port", "0",
+                               "--datanodes", "1", "--logservice", env=env,
+                               ready_pattern=r"xdfs dev cluster ready: (\S+)", deadline_s=240)
+        listing = json.loads((base / "cluster.json").read_text())
+        pids = [p["pid"] for p in listing["processes"]]
+        try:
+            roles = [p["role"] for p in listing["processes"]]
+            assert roles.count("logservice") == 1 and roles.count("zookeeper") == 1
+            assert roles.count("journalnode") == 3
+            service = next(p for p in listing["processes"] if p["role"] == "logservice")
+            conf = base / "client.toml"
+            config = load_config(conf)
+            assert config.client.logservice == service["address"]
+            run_env = {**os.environ, "XDFS_CONF": str(conf)}
+            made = subprocess.run([sys.executable, "-m", "xdfs", "log", "create", "d"],
+                                  env=run_env, capture_output=True, text=True, timeout=120)
+            assert made.returncode == 0, made.stderr
+            with LogClient(config=config) as client:
+                lsn = client.append("d", b"hello")
+                records, _ = client.read("d", lsn)
+                assert [r.record.payload for r in records] == [b"hello"]
+            os.kill(dev.pid, signal.SIGKILL)  # its children go with it
+            end = time.monotonic() + 60
+            while not all(map(_gone, pids)) and time.monotonic() < end:
+                time.sleep(0.2)
+            assert all(map(_gone, pids)), [p for p in pids if not _gone(p)]
+        finally:
+            for pid in pids:
+                if not _gone(pid):
+                    os.kill(pid, signal.SIGKILL)
