@@ -94,6 +94,7 @@ def dev(
         journal_count = 3
     with_backup = config.dev.backup if backup is None else backup
     journal, journalnode_procs = _journal(base, journal_count, with_backup, launch.conf)
+    launch.journalnodes = journalnode_procs
     launch.children += [("journalnode", proc) for proc in journalnode_procs]
     watch: PromotionWatch | None = None
     devlog = dev_log(base, launch.conf) if (
@@ -131,6 +132,7 @@ class Launch:
     credentials: dict[str, str]
     children: list[tuple[str, ServerProcess]] = field(default_factory=list)
     conf: list[str] = field(init=False)  # --conf for every process
+    journalnodes: list[ServerProcess] = field(default_factory=list)  # the NameNode's journal
 
     def __post_init__(self) -> None:
         if self.pair is not None:
@@ -166,9 +168,8 @@ class Launch:
         if self.pair is not None:
             self.children.insert(0, ("zookeeper",
                                      start_zookeeper(self.pair, self.ready_timeout_s)))
-        for role, proc in self.children:
-            if role == "journalnode":
-                _start(proc, self.ready_timeout_s)
+        for proc in self.journalnodes:
+            _start(proc, self.ready_timeout_s)
         if journal is not None:
             initialize_if_new(journal, self.name_dir, conf, self.env)
         if self.pair is not None:
