@@ -25,7 +25,7 @@ from xdfs.errors import XdfsError
 from xdfs.testing.lazyfs import LazyFS
 from xdfs.testing.poll import eventually
 
-from .qjm_cluster import JOURNAL_ID, WORKERS, QjmCluster, make_cluster, running
+from .qjm_cluster import ENV, JOURNAL_ID, WORKERS, QjmCluster, make_cluster, running
 
 pytestmark = pytest.mark.slow
 
@@ -266,3 +266,58 @@ async def test_oev_reads_the_committed_edits_from_the_journalnodes(
                                       "oev", "-i", cluster.uri)
         assert bad.returncode == 1 and "secret_file" in bad.stderr
         assert "Traceback" not in bad.stderr
+
+
+def test_a_backupnode_follows_the_journal_and_takes_over_through_its_epoch(
+    cluster: QjmCluster, tmp_path: Path
+) -> None:
+    """With namenode.shared_edits a BackupNode reads committed edits from the JournalNodes
+    (not from the NameNode), and its takeover needs no fencing method: the NameNode it
+    becomes takes a new journal epoch. Every acknowledged mkdir is there afterwards."""
+    with running(cluster):
+        for index in range(3):
+            cluster.start_journalnode(index)
+        cluster.format(tmp_path / "nn")
+        cluster.start_namenode(tmp_path / "nn")
+        backup = cluster.group.start_xdfs(
+            "backup", *cluster.conf(), "backupnode", "--name-dir", str(tmp_path / "backup"),
+            "--namenode", cluster.address, "--rpc-address", "127.0.0.1:0",
+            ready_pattern=r"backupnode serving on (\S+)", env=ENV,
+        )
+        assert backup.match is not None
+        backup_address = backup.match.group(1)
+
+        async def mkdirs(prefix: str, count: int) -> list[str]:
+            async with cluster.client() as client:
+                for i in range(count):
+                    await client.mkdirs(f"/{prefix}/{i}")
+                status = await client.status()
+                assert status.backups == []  # nobody fetched edits from the NameNode
+            return [f"/{prefix}/{i}" for i in range(count)]
+
+        acked = asyncio.run(mkdirs("before", 30))
+        status = cluster.xdfs("admin", "-backupStatus", "--backup", backup_address)
+        assert status.returncode == 0, status.stderr
+        asyncio.run(eventually(lambda: _backup_txid(cluster, backup_address) >= 31,
+                               timeout_s=60, what="the backup tails the journal"))
+        assert cluster.namenode is not None
+        cluster.namenode.kill()
+        promote = cluster.xdfs("admin", "-transitionToActive", "--backup", backup_address)
+        assert promote.returncode == 0, promote.stderr
+        assert "fenced by journal epoch" in promote.stdout
+        cluster.address = backup_address
+        acked += asyncio.run(mkdirs("after", 10))
+
+        async def missing() -> list[str]:
+            async with cluster.client() as client:
+                return [p for p in acked if not await client.exists(p)]
+
+        assert asyncio.run(missing()) == []
+
+
+def _backup_txid(cluster: QjmCluster, address: str) -> int:
+    result = cluster.xdfs("admin", "-backupStatus", "--backup", address)
+    for line in result.stdout.splitlines():
+        if line.startswith("Replayed txid:"):
+            return int(line.split()[2])
+    return 0

@@ -32,6 +32,7 @@ from xdfs.common.fencing import parse_methods
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.errors import StorageError
+from xdfs.namenode.editlog.shared import journal_channels
 from xdfs.namenode.ha import HaHandlers
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.security.auth import NamespaceAuthenticator
@@ -45,6 +46,8 @@ from xdfs.protocol.backup import (
 )
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.ha import HA_SERVICE, ROLE_BACKUP, HaStatus
+from xdfs.protocol.journal import parse_qjournal_uri
+from xdfs.quorum.reader import JournalTailer
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
@@ -113,11 +116,21 @@ class BackupNode:
             await self.stop()
             raise
         self._takeover = Takeover(local, fencing)
-        self._follower = Follower(local, self.server.address)
+        self._follower = Follower(local, self.server.address, self._journal_tailer())
         local.state = BackupState.FOLLOWING
         self._spawn("edits follower", self._follower.run())
         self._spawn("checkpointer", self.checkpointer.run())
         return self.server.address
+
+    def _journal_tailer(self) -> JournalTailer | None:
+        """With namenode.shared_edits, the backup follows the quorum journal."""
+        uri = self.config.namenode.shared_edits
+        if not uri:
+            return None
+        addresses, journal_id = parse_qjournal_uri(uri)
+        return JournalTailer(journal_channels(self.config, addresses), journal_id,
+                             batch_bytes=self.config.namenode.edits_fetch_bytes_max,
+                             wait_s=self.config.namenode.standby_tail_wait_s)
 
     def _make_server(self) -> RpcServer:
         rpc = self.config.rpc

@@ -70,6 +70,10 @@ class Takeover:
     async def _fence(self) -> str:
         """Fence the NameNode last followed; TakeoverRefused when no method succeeds."""
         local = self.local
+        if local.config.namenode.shared_edits and not self.fencing:
+            # the NameNode this backup becomes takes a new journal epoch before it writes:
+            # the old one, paused or not, can acknowledge nothing after that
+            return "journal epoch"
         target = Target(local.namenode.current_address, local.namenode_pid)
         fenced_by = await fence(self.fencing, target, local.config.backupnode.fencing_timeout_s)
         if local.synced_txid < local.namenode_synced_txid:

@@ -171,8 +171,8 @@ class NameNode:
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
             if self.ha_enabled and loaded is None and not new_epoch:
                 namespace, last_txid = await self._load_as_standby(version)
-            elif self.config.namenode.shared_edits:
-                namespace, last_txid = await self._take_over_shared_edits(version)
+            elif self.config.namenode.shared_edits:  # (loaded: a promoted BackupNode's)
+                namespace, last_txid = await self._take_over_shared_edits(version, loaded)
             else:
                 namespace, last_txid = loaded or load_namespace(
                     self.dirs, Namespace, self._remember_call
