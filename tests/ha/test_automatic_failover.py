@@ -13,43 +13,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from xdfs.common.zookeeper import ZooKeeperEnsemble
 from xdfs.errors import XdfsError
 
-from ..journal.qjm_cluster import make_cluster
 from .cluster import WAIT_S, HaCluster
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
-    with ZooKeeperEnsemble(tmp_path_factory.mktemp("zk"), 3, tick_s=0.5) as zk:
-        zk.start(WAIT_S)
-        yield zk
-
-
 @pytest.fixture
-def ha(tmp_path: Path, ensemble: ZooKeeperEnsemble) -> Iterator[HaCluster]:
-    qjm = make_cluster(tmp_path, tmp_path)
-    cluster = HaCluster(qjm, tmp_path)
-    try:
-        cluster.format()
-        cluster.automatic(ensemble.hosts)
-        for nn_id in ("nn1", "nn2"):
-            cluster.start(nn_id)
-            cluster.start_controller(nn_id)
-        cluster.start_datanode(0)
-        cluster.wait(cluster.active, "one NameNode elected active")
-        cluster.wait(cluster.writable, "the active takes writes")
-        yield cluster
-    finally:
-        qjm.group.kill_all()
+def ha(auto_ha: HaCluster) -> HaCluster:
+    return auto_ha
 
 
 async def _write(ha: HaCluster, prefix: str, count: int) -> dict[str, bytes]:

@@ -21,18 +21,15 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from xdfs.client.client import AsyncClient
-from xdfs.common.zookeeper import ZooKeeperEnsemble
 from xdfs.editlog.segments import segment_index
 from xdfs.errors import AlreadyExists, XdfsError
 
-from ..journal.qjm_cluster import JOURNAL_ID, make_cluster
-from .cluster import WAIT_S, HaCluster
+from ..journal.qjm_cluster import JOURNAL_ID
+from .cluster import HaCluster
 
 pytestmark = pytest.mark.slow
 
@@ -43,28 +40,9 @@ FAULTS = ("kill_active", "pause_active", "kill_controller", "pause_controller",
 WORKERS = 3
 
 
-@pytest.fixture(scope="module")
-def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
-    with ZooKeeperEnsemble(tmp_path_factory.mktemp("zk"), 3, tick_s=0.5) as zk:
-        zk.start(WAIT_S)
-        yield zk
-
-
 @pytest.fixture
-def ha(tmp_path: Path, ensemble: ZooKeeperEnsemble) -> Iterator[HaCluster]:
-    qjm = make_cluster(tmp_path, tmp_path)
-    cluster = HaCluster(qjm, tmp_path)
-    try:
-        cluster.format()
-        cluster.automatic(ensemble.hosts)
-        for nn_id in ("nn1", "nn2"):
-            cluster.start(nn_id)
-            cluster.start_controller(nn_id)
-        cluster.start_datanode(0)
-        cluster.wait(cluster.active, "one NameNode elected active")
-        yield cluster
-    finally:
-        qjm.group.kill_all()
+def ha(auto_ha: HaCluster) -> HaCluster:
+    return auto_ha
 
 
 class Load:
