@@ -142,9 +142,8 @@ async def test_conf_help_ping_and_backup_status_read_well(
     assert 'password = "********"' in conf[1] and "--show-secrets" in conf[1]
     assert 'password = "hunter2-secret"' in shown[1]
     assert help_[0] == 0 and "  dfs " in help_[1] and "  journalnode " in help_[1]
-    for hidden in ("logservice",):  # roles not built yet
-        assert hidden not in help_[1]
-    assert "  zkfc " in help_[1]
+    for role in ("zkfc", "logservice", "log"):
+        assert f"  {role} " in help_[1]
     assert zkfc[0] == 2 and "give --id ID" in zkfc[2]
 
     assert ping[0] == 0, ping
