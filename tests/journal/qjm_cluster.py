@@ -66,6 +66,14 @@ class QjmCluster:
             result = self.xdfs(*args)
             assert result.returncode == 0, result.stderr
 
+    def start_all(self, name_dir: Path) -> ServerProcess:
+        """Three JournalNodes, ``name_dir`` formatted with the journal initialized from
+        it, and a NameNode on it."""
+        for index in range(3):
+            self.start_journalnode(index)
+        self.format(name_dir)
+        return self.start_namenode(name_dir)
+
     def start_namenode(self, name_dir: Path, name: str = "nn") -> ServerProcess:
         proc = self.group.start_xdfs(
             name, *self.conf(), "namenode", "--name-dir", str(name_dir),

@@ -90,10 +90,7 @@ async def test_one_journalnode_killed_under_load_no_client_notices(
     cluster: QjmCluster, tmp_path: Path
 ) -> None:
     with running(cluster):
-        for i in range(3):
-            cluster.start_journalnode(i)
-        cluster.format(tmp_path / "nn")
-        cluster.start_namenode(tmp_path / "nn")
+        cluster.start_all(tmp_path / "nn")
         load = Load(cluster).start()
         await load.until(200)
         cluster.journalnodes[1].kill()
@@ -110,10 +107,7 @@ async def test_two_journalnodes_killed_stop_writes_then_a_majority_resumes_them(
     cluster: QjmCluster, tmp_path: Path
 ) -> None:
     with running(cluster):
-        for i in range(3):
-            cluster.start_journalnode(i)
-        cluster.format(tmp_path / "nn")
-        nn = cluster.start_namenode(tmp_path / "nn")
+        nn = cluster.start_all(tmp_path / "nn")
         load = Load(cluster).start()
         await load.until(200)
         cluster.journalnodes[0].kill()
@@ -193,10 +187,7 @@ async def test_a_power_cut_of_the_whole_cluster_keeps_every_acknowledged_edit(
     cluster = make_cluster(tmp_path, lazyfs.path)
     name_dir = lazyfs.path / "nn"
     with running(cluster):
-        for i in range(3):
-            cluster.start_journalnode(i)
-        cluster.format(name_dir)
-        cluster.start_namenode(name_dir)
+        cluster.start_all(name_dir)
         load = Load(cluster).start()
         await load.until(300)
         assert cluster.namenode is not None
@@ -224,10 +215,7 @@ async def test_a_replaced_journalnode_rejoins_and_fetches_what_it_missed(
     cluster.extra = ["-D", "journalnode.sync_interval_s=0.3",
                      "-D", "namenode.edits_segment_txns_max=60"]
     with running(cluster):
-        for i in range(3):
-            cluster.start_journalnode(i)
-        cluster.format(tmp_path / "nn")
-        cluster.start_namenode(tmp_path / "nn")
+        cluster.start_all(tmp_path / "nn")
         load = Load(cluster).start()
         await load.until(150)
         cluster.journalnodes[2].kill()
@@ -249,10 +237,7 @@ async def test_oev_reads_the_committed_edits_from_the_journalnodes(
     cluster: QjmCluster, tmp_path: Path
 ) -> None:
     with running(cluster):
-        for i in range(3):
-            cluster.start_journalnode(i)
-        cluster.format(tmp_path / "nn")
-        cluster.start_namenode(tmp_path / "nn")
+        cluster.start_all(tmp_path / "nn")
         async with cluster.client() as client:
             for name in ("x", "y", "z"):
                 await client.mkdirs(f"/oev/{name}")
@@ -275,10 +260,7 @@ def test_a_backupnode_follows_the_journal_and_takes_over_through_its_epoch(
     (not from the NameNode), and its takeover needs no fencing method: the NameNode it
     becomes takes a new journal epoch. Every acknowledged mkdir is there afterwards."""
     with running(cluster):
-        for index in range(3):
-            cluster.start_journalnode(index)
-        cluster.format(tmp_path / "nn")
-        cluster.start_namenode(tmp_path / "nn")
+        cluster.start_all(tmp_path / "nn")
         backup = cluster.group.start_xdfs(
             "backup", *cluster.conf(), "backupnode", "--name-dir", str(tmp_path / "backup"),
             "--namenode", cluster.address, "--rpc-address", "127.0.0.1:0",

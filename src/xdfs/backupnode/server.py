@@ -32,7 +32,7 @@ from xdfs.common.fencing import parse_methods
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.errors import StorageError
-from xdfs.namenode.editlog.shared import journal_channels
+from xdfs.namenode.editlog.shared import journal_tailer
 from xdfs.namenode.ha import HaHandlers
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.security.auth import NamespaceAuthenticator
@@ -46,7 +46,6 @@ from xdfs.protocol.backup import (
 )
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.ha import HA_SERVICE, ROLE_BACKUP, HaStatus
-from xdfs.protocol.journal import parse_qjournal_uri
 from xdfs.quorum.reader import JournalTailer
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -124,13 +123,7 @@ class BackupNode:
 
     def _journal_tailer(self) -> JournalTailer | None:
         """With namenode.shared_edits, the backup follows the quorum journal."""
-        uri = self.config.namenode.shared_edits
-        if not uri:
-            return None
-        addresses, journal_id = parse_qjournal_uri(uri)
-        return JournalTailer(journal_channels(self.config, addresses), journal_id,
-                             batch_bytes=self.config.namenode.edits_fetch_bytes_max,
-                             wait_s=self.config.namenode.standby_tail_wait_s)
+        return journal_tailer(self.config) if self.config.namenode.shared_edits else None
 
     def _make_server(self) -> RpcServer:
         rpc = self.config.rpc

@@ -40,7 +40,7 @@ from xdfs.http.server import HttpServer
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replay import checkpoint_due
 from xdfs.namenode.editlog.replicator import EditsReplicator
-from xdfs.namenode.editlog.shared import SharedEdits, journal_channels
+from xdfs.namenode.editlog.shared import SharedEdits, journal_tailer
 from xdfs.namenode.ha import HaHandlers, Position, check_peers
 from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
@@ -77,10 +77,8 @@ from xdfs.protocol.ha import (
     HealthReport,
     ServiceStatus,
 )
-from xdfs.protocol.journal import JournalNamespace, parse_qjournal_uri
+from xdfs.protocol.journal import JournalNamespace
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
-from xdfs.quorum.channel import JournalChannel
-from xdfs.quorum.reader import JournalTailer
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
@@ -193,6 +191,7 @@ class NameNode:
         self.auth = NameNodeAuth(self.fs)
         self.server = self._make_server(version.cluster_id, version.namespace_id, server)
         if self.ha_state == STATE_STANDBY:
+            self._refuse_as_standby()
             self._serve_standby(last_txid)
         else:
             await self._serve_active(new_epoch=new_epoch)
@@ -230,10 +229,7 @@ class NameNode:
         self._add_active_services(self.server)
         await self.auth.rotate_keys()
         await self._publish_datanode_secret()
-        if self.ha_state == STATE_INITIALIZING:
-            await self._start_http()  # a busy port stops a NameNode that is starting
-        else:
-            await self._start_http_after_failover()
+        await self._start_http()
         self._start_duties()
         self.ha_state = STATE_ACTIVE
 
@@ -267,38 +263,32 @@ class NameNode:
         """A standby loads what its dirs hold of the committed history (xdfs.namenode.standby)
         and tails the rest from the journal."""
         self.ha_state = STATE_STANDBY
-        channels = self._journal_channels()
+        reader = journal_tailer(self.config)
         try:
-            committed = await committed_txid(channels, self._journal_id())
+            committed = await committed_txid(reader.channels, reader.journal_id)
         finally:
-            for channel in channels:
-                await channel.close()
+            await reader.close()
         for d in self.dirs:
             trim_unconfirmed(d.current, max(committed, self.image_txid))
         return await asyncio.to_thread(load_namespace, self.dirs, Namespace,
                                        self._remember_call)
 
-    def _journal_channels(self) -> list[JournalChannel]:
-        addresses, _journal_id = parse_qjournal_uri(self.config.namenode.shared_edits)
-        return journal_channels(self.config, addresses)
-
-    def _journal_id(self) -> str:
-        return parse_qjournal_uri(self.config.namenode.shared_edits)[1]
-
-    def _serve_standby(self, last_txid: int) -> None:
-        """Answer Standby to clients, DataNodes and backups; tail the journal."""
-        assert self.server is not None and self.fs is not None and self.edits is not None
+    def _refuse_as_standby(self) -> None:
+        """Clients, DataNodes and backups get Standby (and move to the next address)."""
+        assert self.server is not None
         stub = NotActiveHandlers(lambda: "this NameNode is standby", Standby)
         for service in (CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
                         NAMENODE_BACKUP_PROTOCOL):
             self.server.remove_service(service)
             self.server.add_service(service, stub)
+
+    def _serve_standby(self, last_txid: int) -> None:
+        """Tail the journal and checkpoint (the services refuse already)."""
+        assert self.fs is not None and self.edits is not None
         nn = self.config.namenode
-        tailer = JournalTailer(self._journal_channels(), self._journal_id(),
-                               batch_bytes=nn.edits_fetch_bytes_max,
-                               wait_s=nn.standby_tail_wait_s)
         self.standby = StandbyTailer(
-            tailer, self.fs.ns, self.edits, last_txid, batch_txns=nn.standby_tail_txns_max,
+            journal_tailer(self.config), self.fs.ns, self.edits, last_txid,
+            batch_txns=nn.standby_tail_txns_max,
             on_applied=functools.partial(self._remember_call, self.fs.ns))
         self._standby_task = asyncio.get_running_loop().create_task(
             self._run_standby(self.standby), name="standby tailer")
@@ -401,11 +391,7 @@ class NameNode:
         if self.http is not None:  # the gateway calls the namesystem directly: active only
             await self.http.stop()
             self.http = None
-        stub = NotActiveHandlers(lambda: "this NameNode is standby", Standby)
-        for service in (CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
-                        NAMENODE_BACKUP_PROTOCOL):
-            self.server.remove_service(service)
-            self.server.add_service(service, stub)
+        self._refuse_as_standby()
         await _cancel([*self._tasks, *self._side_tasks])
         self._tasks = []
         await self.edits.sync()
@@ -498,11 +484,22 @@ class NameNode:
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
 
     async def _start_http(self) -> None:
-        """The WebHDFS gateway on namenode.http_address (when set), on this event loop."""
+        """The WebHDFS gateway on namenode.http_address (when set), on this event loop. A
+        NameNode that is starting stops on a busy port (saying why); one just made active
+        by a failover logs it and serves RPC, what clients fail over to (the port may
+        still be held by a paused old active on this host)."""
+        starting = self.ha_state == STATE_INITIALIZING
         try:
             await self._start_http_server()
-        except BaseException:  # a busy port: stop what started, say why
-            await self.stop()
+        except OSError as exc:
+            if starting:
+                await self.stop()
+                raise
+            log.error("WebHDFS gateway not started on %s: %s", self.config.namenode.http_address,
+                      exc)
+        except BaseException:
+            if starting:
+                await self.stop()
             raise
 
     async def _start_http_server(self) -> None:
@@ -517,15 +514,6 @@ class NameNode:
                                        lambda: self.address).routes())
         await http.start(address)
         self.http = http
-
-    async def _start_http_after_failover(self) -> None:
-        """A NameNode just made active serves HTTP if it can: its port may still be held
-        (a paused old active on the same host), and RPC is what clients fail over to."""
-        try:
-            await self._start_http_server()
-        except OSError as exc:
-            log.error("WebHDFS gateway not started on %s: %s", self.config.namenode.http_address,
-                      exc)
 
     def ha_status(self) -> HaStatus:
         assert self.edits is not None and self.fs is not None and self.version is not None

@@ -47,7 +47,7 @@ from xdfs.namenode.editlog.editlog import NameDir
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 from xdfs.protocol.journal import JOURNAL_USER, JournalNamespace, parse_qjournal_uri
 from xdfs.quorum.channel import JournalChannel, RpcJournalChannel
-from xdfs.quorum.reader import read_all
+from xdfs.quorum.reader import JournalTailer, read_all
 from xdfs.quorum.writer import QuorumJournalWriter, WriterSettings
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.tls import client_context
@@ -66,6 +66,15 @@ def journal_channels(config: XdfsConfig, addresses: Sequence[str]) -> list[Journ
     timeout_s = config.namenode.journal_call_timeout_s
     return [RpcJournalChannel(address, rpc, hello, call_timeout_s=timeout_s,
                               ssl_context=client_context(rpc)) for address in addresses]
+
+
+def journal_tailer(config: XdfsConfig) -> JournalTailer:
+    """A reader of ``namenode.shared_edits``' committed edits, long-polling as
+    ``namenode.standby_tail_wait_s`` says (a standby NameNode's, a BackupNode's)."""
+    addresses, journal_id = parse_qjournal_uri(config.namenode.shared_edits)
+    nn = config.namenode
+    return JournalTailer(journal_channels(config, addresses), journal_id,
+                         batch_bytes=nn.edits_fetch_bytes_max, wait_s=nn.standby_tail_wait_s)
 
 
 class SharedEdits:
