@@ -1,0 +1,265 @@
+"""xdfs against MooseFS, the same fsspec workload on both in one run (issue 14).
+
+    .venv/bin/python bench/vs_moosefs.py                 # metadata and data, 3 runs
+    .venv/bin/python bench/vs_moosefs.py --quick         # smaller counts, 1 run
+    .venv/bin/python bench/vs_moosefs.py --only metadata # or: --only data
+
+What runs, as a new user would run it:
+
+* **xdfs**: ``xdfs dev`` (a NameNode and three DataNodes, replication 2) as a real process;
+  the client is ``fsspec.filesystem("xdfs")`` configured by the ``client.toml`` it writes.
+* **MooseFS**: a master, a metalogger and three chunkservers with goal 2
+  (:mod:`moosefs_peer`), mounted through FUSE with the attribute and entry caches off, and
+  the same loop through fsspec's local file system on the mount. When MooseFS cannot run
+  here the script says why in one line and measures xdfs alone.
+
+Metadata: one Python process with 1 and with 8 threads; each thread ``mkdir``s its own
+directories, ``info``s them, then ``mv``s each to a new name. Data: one 1 GiB file written
+in 4 MiB writes and read back (``--file-mib``), then ``--small-files`` files of 200 KiB
+written and read from 8 threads. The systems alternate within each run, every figure is the
+median of ``--runs`` runs, and the ratio column is xdfs / MooseFS of those medians (above 1:
+xdfs is faster). Nothing here is asserted by the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fsspec
+from fsspec import AbstractFileSystem
+
+from bench_env import load_average, machine
+from moosefs_peer import MooseFS, available
+from xdfs.common.process import ServerProcess
+
+USER, PASSWORD = "bench", "bench-pw"
+WRITE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass
+class Settings:
+    runs: int
+    dir_ops: int
+    file_mib: int
+    small_files: int
+    small_kib: int
+    parts: set[str]
+    base: Path
+
+
+@dataclass
+class System:
+    name: str
+    fs: AbstractFileSystem
+    root: str
+
+
+@dataclass
+class Results:
+    rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+    def add(self, system: str, figure: str, rate: float) -> None:
+        self.rates.setdefault((figure, system), []).append(rate)
+        print(f"  {system:<8} {figure:<34} {rate:>12,.1f}", file=sys.stderr, flush=True)
+
+    def median(self, figure: str, system: str) -> float | None:
+        values = self.rates.get((figure, system))
+        return statistics.median(values) if values else None
+
+    def markdown(self) -> str:
+        figures = list(dict.fromkeys(figure for figure, _ in self.rates))
+        lines = ["| figure | MooseFS | xdfs | xdfs / MooseFS |", "|---|---|---|---|"]
+        for figure in figures:
+            mfs, xdfs = self.median(figure, "moosefs"), self.median(figure, "xdfs")
+            ratio = f"**{xdfs / mfs:.2f}**" if mfs and xdfs else "-"
+            lines.append(f"| {figure} | {_cell(mfs)} | {_cell(xdfs)} | {ratio} |")
+        return "\n".join(lines)
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+# -- the workload --------------------------------------------------------------------------
+
+
+def in_threads(threads: int, work: Callable[[int], int]) -> float:
+    """Run ``work(thread_index)`` on ``threads`` threads; the ops per second of all of them."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        ops = sum(pool.map(work, range(threads)))
+    return ops / (time.perf_counter() - started)
+
+
+def metadata(system: System, s: Settings, threads: int, run: int, results: Results) -> None:
+    top = f"{system.root}/meta-{run}-{threads}"
+    system.fs.mkdir(top)
+    per_thread = max(1, s.dir_ops // threads)
+
+    def names(t: int, stem: str) -> list[str]:
+        return [f"{top}/t{t}-{stem}{i}" for i in range(per_thread)]
+
+    def mkdir(t: int) -> int:
+        for path in names(t, "d"):
+            system.fs.mkdir(path)
+        return per_thread
+
+    def stat(t: int) -> int:
+        for path in names(t, "d"):
+            system.fs.info(path)
+        return per_thread
+
+    def rename(t: int) -> int:
+        for old, new in zip(names(t, "d"), names(t, "r"), strict=True):
+            system.fs.mv(old, new)
+        return per_thread
+
+    for op, work in (("mkdir", mkdir), ("stat", stat), ("rename", rename)):
+        results.add(system.name, f"{op}/s, {threads} thread{'s' * (threads > 1)}",
+                    in_threads(threads, work))
+    system.fs.rm(top, recursive=True)
+
+
+def big_file(system: System, s: Settings, run: int, results: Results) -> None:
+    path = f"{system.root}/big-{run}"
+    chunk = os.urandom(WRITE_BYTES)
+    count = s.file_mib * 1024 * 1024 // WRITE_BYTES
+    started = time.perf_counter()
+    with system.fs.open(path, "wb") as fh:
+        for _ in range(count):
+            fh.write(chunk)
+    results.add(system.name, f"{s.file_mib} MiB write, MB/s",
+                count * WRITE_BYTES / 1e6 / (time.perf_counter() - started))
+    started = time.perf_counter()
+    with system.fs.open(path, "rb") as fh:
+        while fh.read(WRITE_BYTES):
+            pass
+    results.add(system.name, f"{s.file_mib} MiB read, MB/s",
+                count * WRITE_BYTES / 1e6 / (time.perf_counter() - started))
+    system.fs.rm(path)
+
+
+def small_files(system: System, s: Settings, run: int, results: Results) -> None:
+    top = f"{system.root}/small-{run}"
+    system.fs.mkdir(top)
+    body = os.urandom(s.small_kib * 1024)
+    threads = 8
+    per_thread = max(1, s.small_files // threads)
+
+    def write(t: int) -> int:
+        for i in range(per_thread):
+            with system.fs.open(f"{top}/t{t}-{i}", "wb") as fh:
+                fh.write(body)
+        return per_thread
+
+    def read(t: int) -> int:
+        for i in range(per_thread):
+            with system.fs.open(f"{top}/t{t}-{i}", "rb") as fh:
+                assert len(fh.read()) == len(body)
+        return per_thread
+
+    label = f"{s.small_kib} KiB files"
+    results.add(system.name, f"{label} write/s, 8 threads", in_threads(threads, write))
+    results.add(system.name, f"{label} read/s, 8 threads", in_threads(threads, read))
+    system.fs.rm(top, recursive=True)
+
+
+# -- the two systems -----------------------------------------------------------------------
+
+
+@contextmanager
+def xdfs_dev(base: Path) -> Iterator[System]:
+    dev_dir = base / "xdfs-dev"
+    env = {"XDFS_USER": USER, "XDFS_PASSWORD": PASSWORD}
+    proc = ServerProcess.xdfs(
+        "dev", "--base-dir", str(dev_dir), "--port", "0", "--datanodes", "3",
+        log_path=base / "xdfs-dev.log", ready_pattern=r"xdfs dev cluster ready: (\S+)", env=env,
+    )
+    uri = proc.start(120).group(1)
+    try:
+        fs = fsspec.filesystem("xdfs", skip_instance_cache=True, fs=uri, user=USER,
+                               password=PASSWORD)
+        yield System("xdfs", fs, "/bench")
+    finally:
+        proc.terminate()
+
+
+@contextmanager
+def moosefs(base: Path) -> Iterator[System | None]:
+    why_not = available()
+    if why_not:
+        print(f"MooseFS skipped: {why_not}", file=sys.stderr)
+        yield None
+        return
+    peer = MooseFS(base / "mfs")
+    try:
+        peer.start(uncached=True)
+        root = peer.mount / "bench"
+        root.mkdir(exist_ok=True)
+        yield System("moosefs", fsspec.filesystem("file", skip_instance_cache=True), str(root))
+    finally:
+        peer.stop()
+
+
+def bench(s: Settings) -> Results:
+    results = Results()
+    with ExitStack() as stack:
+        systems = [stack.enter_context(moosefs(s.base)), stack.enter_context(xdfs_dev(s.base))]
+        present = [system for system in systems if system is not None]
+        for system in present:
+            system.fs.makedirs(system.root, exist_ok=True)
+        for run in range(s.runs):
+            for system in present if run % 2 == 0 else present[::-1]:
+                if "metadata" in s.parts:
+                    for threads in (1, 8):
+                        metadata(system, s, threads, run, results)
+                if "data" in s.parts:
+                    big_file(system, s, run, results)
+                    small_files(system, s, run, results)
+    return results
+
+
+def parse_args(argv: Sequence[str] | None) -> Settings:
+    parser = argparse.ArgumentParser(description="xdfs against MooseFS through fsspec.")
+    parser.add_argument("--quick", action="store_true", help="smaller counts, one run")
+    parser.add_argument("--runs", type=int, help="runs; each figure is the median (3)")
+    parser.add_argument("--dir-ops", type=int, help="directories per metadata phase (4000)")
+    parser.add_argument("--file-mib", type=int, help="size of the large file (1024)")
+    parser.add_argument("--small-files", type=int, help="200 KiB files (1000)")
+    parser.add_argument("--only", choices=("metadata", "data"), action="append", default=[])
+    parser.add_argument("--dir", default=None, help="where both systems keep data (a temp dir)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    base = Path(args.dir or tempfile.mkdtemp(prefix="xdfs-vs-mfs-", dir=Path.cwd()))
+    return Settings(
+        runs=args.runs or (1 if quick else 3),
+        dir_ops=args.dir_ops or (800 if quick else 4000),
+        file_mib=args.file_mib or (256 if quick else 1024),
+        small_files=args.small_files or (200 if quick else 1000),
+        small_kib=200,
+        parts=set(args.only) or {"metadata", "data"},
+        base=base,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    s = parse_args(argv)
+    load_before = load_average()
+    results = bench(s)
+    print(f"\n{machine()}; load before {load_before}, after {load_average()}")
+    print(results.markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
