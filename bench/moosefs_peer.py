@@ -21,8 +21,10 @@ or returns ``""``. The ports are fixed (9419-9421 and 9422 + 100 k): one peer at
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,8 +35,21 @@ UNCACHED = ("-o", "mfsattrcacheto=0", "-o", "mfsentrycacheto=0", "-o", "mfsdiren
 MASTER_PORTS = (9419, 9420, 9421)  # metalogger, chunkservers, clients
 
 
+def install() -> None:
+    """Install the Debian packages when missing and this is root on Debian (else nothing)."""
+    if all(shutil.which(name) for name in _BINARIES) or os.geteuid() != 0:
+        return
+    if shutil.which("apt-get") is None:
+        return
+    print("installing MooseFS from Debian's packages ...", file=sys.stderr, flush=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *_PACKAGES.split(), "fuse3"],
+                   capture_output=True, check=False)
+
+
 def available() -> str:
-    """``""`` when MooseFS can start here, else one line saying what is missing."""
+    """``""`` when MooseFS can start here (installed by :func:`install` first), else one line
+    saying what is missing."""
+    install()
     missing = [name for name in _BINARIES if shutil.which(name) is None]
     if missing or not _EMPTY_METADATA.exists():
         return f"MooseFS not installed (apt-get install {_PACKAGES} fuse3)"
