@@ -301,31 +301,6 @@ def fragment_end(info: LedgerInfo, index: int) -> int:
     return info.last_entry
 
 
-def plan_repair(meta: LogMeta, alive: Sequence[str], available: Sequence[str]
-                ) -> Repair | None:
-    """The first closed ledger that lost a copy (a member not ``alive``: declared dead)
-    or never had E of them, and the spare to restore it on (one of ``available``, the
-    nodes that answer now); None when every one is whole or no spare is left."""
-    wanted = meta.settings.ensemble_size
-    for info in meta.ledgers:
-        if info.state != CLOSED or info.last_entry < 0:
-            continue
-        members = info.all_nodes()
-        spares = [n for n in available if n not in members]
-        if not spares:
-            continue
-        for index, fragment in enumerate(info.fragments):
-            if fragment_end(info, index) < fragment.first_entry:
-                continue  # an empty fragment holds nothing to copy
-            lost = next((n for n in fragment.nodes if n not in alive), None)
-            if lost is not None:
-                held = tuple(i for i, f in enumerate(info.fragments) if lost in f.nodes)
-                return Repair(info.ledger_id, lost, spares[0], held)
-            if len(fragment.nodes) < wanted:
-                return Repair(info.ledger_id, None, spares[0], (index,))
-    return None
-
-
 def apply_repair(meta: LogMeta, repair: Repair) -> LogMeta:
     """The metadata once ``repair``'s copies are made: the spare holds those fragments."""
     info = ledger(meta, repair.ledger_id)

@@ -22,7 +22,7 @@ from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
 from xdfs.log.zkmeta import MetaStore, connect
-from xdfs.logservice.keeper import Keeper
+from xdfs.logservice.keeper import Keeper, KeeperHandlers
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
@@ -84,7 +84,8 @@ class LogService:
         self.engine.watch_session()
         self.server.add_service(lg.LOG_SERVICE, LogHandlers(self.engine, settings))
         self.keeper = Keeper(self.engine, settings.keeper_interval_s,
-                             settings.keeper_misses_dead)
+                             settings.node_dead_after_s, settings.copy_timeout_s)
+        self.server.add_service(lg.KEEPER_SERVICE, KeeperHandlers(self.keeper))
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._reclaim_loop(), name="reclaim"),
                        loop.create_task(self.keeper.run(), name="keeper")]
