@@ -19,6 +19,7 @@ import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from xdfs.common.faults import FAULTS, fault_point
 from xdfs.errors import InvalidArgument, LogNotFound, NotKeeper, XdfsError
 from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
@@ -27,6 +28,9 @@ from xdfs.protocol import log as lg
 from xdfs.rpc.server import CallContext
 
 log = logging.getLogger(__name__)
+
+FAULTS.register("logservice.keeper_repaired",
+                "the keeper named a spare in a ledger's metadata; other repairs may be pending")
 
 
 class Keeper:
@@ -92,6 +96,7 @@ class Keeper:
             log.info("keeper: repair of ledger %d dropped: %s", repair.ledger_id, exc.message)
             return
         self.repairs += 1
+        fault_point("logservice.keeper_repaired")
         log.info("keeper: ledger %d of %s re-replicated to %s (in place of %s)",
                  repair.ledger_id, change.log, repair.spare,
                  repair.lost or "none: it had fewer than E copies")
