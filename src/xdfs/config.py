@@ -680,6 +680,10 @@ class DevConfig:
     logservice: bool = setting(
         False, "Also start ZooKeeper, 3 storage nodes and a log service (--logservice)."
     )
+    logservice_only: bool = setting(
+        False, "Start the log service alone (ZooKeeper, 3 storage nodes, an instance), no "
+        "file system (--logservice-only)."
+    )
 
 
 @dataclass(frozen=True)
