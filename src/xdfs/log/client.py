@@ -88,6 +88,9 @@ class AsyncLogClient:
                         method.idempotent and exc.retriable)):
                     raise
                 self._writer_at.pop(log or "", None)  # the holder is gone: ask any instance
+                # (which names it until its lock expires: those redirects are bounded by
+                # the deadline, not counted)
+                redirects = 0
                 await asyncio.sleep(_RETRY_PAUSE_S)
 
     async def create(self, name: str, settings: LogSettings | None = None) -> lg.LogStat:
