@@ -202,27 +202,28 @@ class LogEngine:
             self.writers.pop(name, None)
             raise
 
-    async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float
-                        ) -> tuple[list[ReadRecord], Lsn]:
+    async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float,
+                        reader: str = "") -> tuple[list[ReadRecord], Lsn]:
         """:meth:`read`, waiting up to ``wait_s`` for an append when nothing is there."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_s)
         while True:
             changed = (await self.writer(name)).changed()
-            records, following = await self.read(name, from_lsn, max_bytes)
+            records, following = await self.read(name, from_lsn, max_bytes, reader)
             if records or loop.time() >= deadline:
                 return records, following
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
                     await changed.wait()
 
-    async def read(self, name: str, from_lsn: Lsn, max_bytes: int
+    async def read(self, name: str, from_lsn: Lsn, max_bytes: int, reader: str = ""
                    ) -> tuple[list[ReadRecord], Lsn]:
         """Records from ``from_lsn``, about ``max_bytes`` of payload (at least one record
-        when any is there); and the LSN to read from next."""
+        when any is there); and the LSN to read from next. A registered ``reader`` may
+        read below the truncation point, from its position on."""
         writer, meta = await self._current_writer(name)
         end = m.end_lsn(meta, writer.lac if writer.meta is not None else None)
-        m.check_read_from(meta, from_lsn, end)
+        m.check_read_from(meta, from_lsn, end, reader)
         out: list[ReadRecord] = []
         size = 0
         position = from_lsn

@@ -239,10 +239,15 @@ def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int]) -> LogMeta:
         meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone))
 
 
-def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn) -> None:
-    if lsn < meta.truncated_lsn:
+def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn, reader: str = "") -> None:
+    """A read from ``lsn`` is in range: not past the end, and not below the truncation
+    point unless it is a registered reader's read at or above its own position (what it
+    still needs is kept, :func:`reclaim_point`)."""
+    held = meta.readers.get(reader) if reader else None
+    if lsn < meta.truncated_lsn and (held is None or lsn < held):
         raise LsnOutOfRange(f"log {meta.name!r}: {lsn} is below the truncation point "
-                            f"{meta.truncated_lsn}")
+                            f"{meta.truncated_lsn}" + (f" and reader {reader!r}'s position"
+                                                       if reader else ""))
     if lsn > end:
         raise LsnOutOfRange(f"log {meta.name!r}: {lsn} is past the end {end}")
 

@@ -113,6 +113,13 @@ class Keeper:
         return metas
 
     def heartbeat(self, beat: lg.HeartbeatRequest) -> lg.HeartbeatResponse:
+        if beat.node not in self.engine.storage_nodes:
+            # A node under another name than the metadata's (say localhost vs 127.0.0.1)
+            # would look like a stranger holding ledgers nobody gave it: refused loudly
+            # rather than have its copies deleted.
+            raise InvalidArgument(f"storage node {beat.node} is not in logservice."
+                                  "storage_nodes of the keeper: add it there, under the "
+                                  "address it serves on")
         if self.state is None:
             raise NotKeeper(f"keeper at {self.holder or '?'}: {self.engine.address} is not "
                             "the keeper")

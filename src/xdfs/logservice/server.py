@@ -157,7 +157,7 @@ class LogHandlers:
         max_bytes = max(1, min(req.max_bytes, self.settings.read_bytes_max))
         wait_s = min(req.wait_s, self.settings.read_wait_max_s)
         records, following = await self.engine.read_wait(req.name, req.from_lsn, max_bytes,
-                                                         wait_s)
+                                                         wait_s, req.reader)
         return lg.ReadResponse(records, following)
 
     async def truncate(self, ctx: CallContext, req: lg.TruncateRequest) -> lg.LsnResponse:

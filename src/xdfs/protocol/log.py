@@ -61,6 +61,8 @@ class ReadRequest(msgspec.Struct):
     max_bytes: int
     #: Long poll (``tail -f``): when nothing is there yet, wait up to this long.
     wait_s: float = 0.0
+    #: A registered reader reads below the truncation point, from its position on.
+    reader: str = ""
 
 
 class ReadResponse(msgspec.Struct):
