@@ -3,7 +3,7 @@ service instance, which answers with commands. A storage node holding closed led
 killed (kill -9); the keeper has each of them copied to a spare node and the metadata
 names the spare; the keeper itself is killed (kill -9) half-way and the other instance,
 elected in its place, finishes. The dead node, back with its old copies, is told to
-delete them."""
+delete them; so is a node that was down while truncation reclaimed ledgers."""
 
 from __future__ import annotations
 
@@ -118,3 +118,33 @@ async def test_the_keeper_restores_e_copies_after_a_node_dies_even_when_it_dies_
         await eventually(old_copies_deleted, timeout_s=120.0, what="the old copies deleted")
     finally:
         await look.close()
+
+
+def ledger_ids_on(cluster: LogCluster, index: int) -> set[int]:
+    return {int(p.stem) for p in (cluster.base / f"sn{index}" / "ledger.d").glob("*.ledger")}
+
+
+async def test_ledgers_reclaimed_while_a_node_was_down_are_deleted_once_it_is_back(
+        tmp_path: Path) -> None:
+    with ProcessGroup(tmp_path) as group:
+        cluster = LogCluster(tmp_path, group, storage_count=3, service_count=1,
+                             extra=["-D", "logservice.reclaim_interval_s=0.3"]).start()
+        async with cluster.client() as client:
+            await client.create("r", m.LogSettings(ledger_entries_max=5))
+            lsns = [await client.append("r", f"r{i}") for i in range(30)]
+            doomed = set((await client.stat("r")).ledger_ids[:4])  # entries 0-19
+            assert doomed <= ledger_ids_on(cluster, 2)
+            cluster.storage[2].kill()
+            await client.truncate("r", lsns[20])
+
+            async def forgotten() -> bool:  # the node that is down does not hold it up
+                return not doomed & set((await client.stat("r")).ledger_ids)
+
+            await eventually(forgotten, timeout_s=60.0, what="the metadata forgets them")
+            assert doomed <= ledger_ids_on(cluster, 2)
+            cluster.start_storage(2)
+            await eventually(lambda: not doomed & ledger_ids_on(cluster, 2), timeout_s=60.0,
+                             what="the keeper has the node delete them")
+            records, _ = await client.read("r", lsns[20])
+            assert [r.record.payload for r in records] == [
+                f"r{i}".encode() for i in range(20, 30)]

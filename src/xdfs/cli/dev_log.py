@@ -106,6 +106,7 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
     nodes = json.dumps([f"127.0.0.1:{p}" for p in storage_ports])
     service = ServerProcess.xdfs(
         *conf, "-D", f"logservice.secret_file={secret}",
+        "-D", f"logservice.instances={json.dumps([address])}",
         "-D", f"logservice.zookeeper_quorum={zookeeper.address}",
         "-D", f"logservice.storage_nodes={nodes}",
         "logservice", "--rpc-address", address,

@@ -57,7 +57,7 @@ _STALE_POLL_S = 0.2
 class LogEngine:
     def __init__(self, store: MetaStore, pool: NodePool, storage_nodes: list[str],
                  address: str, defaults: m.LogSettings, add_timeout_s: float,
-                 lock_wait_s: float = 30.0) -> None:
+                 lock_wait_s: float = 30.0, keeper_deletes: bool = False) -> None:
         self.store = store
         self.meta = AsyncMeta(store)
         self.pool = pool
@@ -67,6 +67,9 @@ class LogEngine:
         self.add_timeout_s = add_timeout_s
         #: How long a lock left by our previous run is waited out (its session timeout).
         self.lock_wait_s = lock_wait_s
+        #: The storage nodes send heartbeats to the keeper, which deletes the copies a
+        #: node held while it was down: a ledger deletion need not wait for every node.
+        self.keeper_deletes = keeper_deletes
         self.writers: dict[str, LogWriter] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -310,10 +313,19 @@ class LogEngine:
         return [x.ledger_id for x in gone]
 
     async def _delete_ledger(self, info: m.LedgerInfo) -> None:
-        """On every node that may hold it (all must answer: a node down keeps it)."""
+        """On every node that may hold it. Without the keeper's heartbeats all must
+        answer (a node down keeps the ledger in the metadata, to be deleted again later);
+        with them, a node that fails is left to the keeper, who tells it to delete the
+        ledger once no log lists it."""
         for address in info.all_nodes():
-            await self.pool.node(address).call(lp.DELETE_LEDGER,
-                                               lp.LedgerIdRequest(info.ledger_id))
+            try:
+                await self.pool.node(address).call(lp.DELETE_LEDGER,
+                                                   lp.LedgerIdRequest(info.ledger_id))
+            except XdfsError as exc:
+                if not self.keeper_deletes:
+                    raise
+                log.info("ledger %d stays on %s for the keeper to delete: %s",
+                         info.ledger_id, address, exc.message)
 
     async def tso(self, count: int) -> int:
         return await self._thread(lambda: self.store.tso(count))

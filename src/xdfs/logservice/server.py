@@ -80,7 +80,8 @@ class LogService:
             raise
         self.engine = LogEngine(store, pool, list(settings.storage_nodes), self.server.address,
                                 defaults, settings.add_timeout_s,
-                                2 * settings.zookeeper_session_timeout_s)
+                                2 * settings.zookeeper_session_timeout_s,
+                                keeper_deletes=bool(settings.instances))
         self.engine.watch_session()
         self.server.add_service(lg.LOG_SERVICE, LogHandlers(self.engine, settings))
         self.keeper = Keeper(self.engine, settings.keeper_interval_s,
