@@ -144,3 +144,20 @@ def test_a_copy_not_done_in_time_is_ordered_again_and_a_dead_spare_is_replaced()
     state.plan([meta], 22.0, 22.0)  # D went silent: dead; e gets the copy
     (command,) = beat(state, "e:1", 22.5, {})
     assert command.kind == lg.REPLICATE
+
+
+def test_a_copy_the_node_dropped_is_ordered_again_without_waiting_for_the_timeout() -> None:
+    state = keeper()
+    meta = log_meta(closed(1, 9, (0, (A, B))))
+    for node in (A, B):
+        beat(state, node, 1.0, {1: (0, 9)})
+    beat(state, C, 1.0, {})
+    state.plan([meta], 1.0, 1.0)
+    assert len(beat(state, C, 1.5, {})) == 1  # handed over
+    state.plan([meta], 1.6, 1.6)
+    assert beat(state, C, 2.0, {1: (0, 3)}, copying=(1,)) == []  # copying: wait
+    state.plan([meta], 2.1, 2.1)
+    assert beat(state, C, 2.5, {1: (0, 3)}) == []  # restarted: forgot the command
+    state.plan([meta], 2.6, 2.6)
+    (again,) = beat(state, C, 3.0, {1: (0, 3)})
+    assert again == lg.KeeperCommand(lg.REPLICATE, 1, (lg.CopyRange(0, 9, (A, B)),))

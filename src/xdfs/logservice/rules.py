@@ -12,8 +12,9 @@ passes (:mod:`xdfs.logservice.keeper` reads the clock); no sockets, no ZooKeeper
   one with the most free space, and once the spare reports it complete the metadata is
   changed by CAS to name the spare instead (:func:`xdfs.log.meta.apply_repair`). So is a
   ledger written while a node was down (fewer than E nodes) brought back to E copies.
-  One copy per ledger is in flight at a time; one not done within ``copy_timeout_s`` is
-  ordered again.
+  One copy per ledger is in flight at a time; one not done within ``copy_timeout_s``, or
+  that the node no longer lists as copying (it failed, or the node restarted), is ordered
+  again.
 * **deletion** -- a node holding a ledger that no log lists any more (truncation
   reclaimed it, or its log was deleted, while the node was down), or a ledger whose
   metadata no longer names the node (a spare took its place), is told to delete it.
@@ -25,7 +26,7 @@ passes (:mod:`xdfs.logservice.keeper` reads the clock); no sockets, no ZooKeeper
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xdfs.log import meta as m
 from xdfs.protocol import log as lg
@@ -57,6 +58,7 @@ class Copy:
     last: int
     deadline: float
     repair: m.Repair | None
+    delivered_at: float | None = None  # when a heartbeat's answer carried the command
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,12 @@ class KeeperState:
         self.reports[beat.node] = Report(
             now, {x.ledger_id: x for x in beat.ledgers}, frozenset(beat.copying),
             beat.free_bytes)
-        return self.outbox.pop(beat.node, [])
+        commands = self.outbox.pop(beat.node, [])
+        for command in commands:
+            copy = self.copies.get(command.ledger_id)
+            if command.kind == lg.REPLICATE and copy is not None and copy.node == beat.node:
+                self.copies[command.ledger_id] = replace(copy, delivered_at=now)
+        return commands
 
     def alive(self, node: str, now: float) -> bool:
         report = self.reports.get(node)
@@ -121,7 +128,8 @@ class KeeperState:
             complete = report is not None and report.holds(ledger_id, copy.first, copy.last)
             if complete and copy.repair is not None and ledger_id in owner:
                 done.append(MetaRepair(owner[ledger_id], copy.repair))
-            if complete or report is None or now >= copy.deadline or ledger_id not in owner:
+            if complete or report is None or now >= copy.deadline or ledger_id not in owner \
+                    or _dropped(copy, report):
                 del self.copies[ledger_id]
         return done
 
@@ -205,6 +213,13 @@ class KeeperState:
             for ledger_id in _unneeded(report, node, members):
                 if (node, ledger_id) not in copying and ledger_id not in queued:
                     self._send(node, lg.KeeperCommand(lg.DELETE_LEDGER, ledger_id))
+
+
+def _dropped(copy: Copy, report: Report) -> bool:
+    """The node heard the command (a later heartbeat) yet neither copies nor holds the
+    ledger: the copy failed, or the node restarted and forgot it; it is ordered again."""
+    return copy.delivered_at is not None and report.heard_at > copy.delivered_at \
+        and copy.ledger_id not in report.copying
 
 
 def _unneeded(report: Report, node: str, members: dict[int, set[str]]) -> Iterable[int]:
