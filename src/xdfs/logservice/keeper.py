@@ -69,7 +69,10 @@ class Keeper:
             try:
                 await self.tick()
             except XdfsError as exc:
+                # ZooKeeper out of reach: another instance may be elected meanwhile, so
+                # stop answering heartbeats until this one knows it is still the keeper.
                 log.warning("keeper: %s", exc.message)
+                self.state = None
             await asyncio.sleep(self.interval_s)
 
     async def tick(self) -> None:
