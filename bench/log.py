@@ -46,20 +46,23 @@ WAIT_S = 120.0
 
 
 def start_cluster(base: Path, group: ProcessGroup, zk: ZooKeeperEnsemble) -> tuple[str, str]:
-    """Three storage nodes and a log service; (its address, the secret)."""
+    """Three storage nodes (sending heartbeats to the service, its keeper) and a log
+    service; (its address, the secret)."""
     secret = base / "secret"
     new_secret_file(secret)
     ports = [free_port() for _ in range(3)]
     nodes = [f"127.0.0.1:{p}" for p in ports]
+    instance = f"127.0.0.1:{free_port()}"
     conf = ["-D", f"journalnode.secret_file={secret}", "-D", f"logservice.secret_file={secret}",
             "-D", f"logservice.zookeeper_quorum={zk.hosts}",
-            "-D", f"logservice.storage_nodes={json.dumps(nodes)}"]
+            "-D", f"logservice.storage_nodes={json.dumps(nodes)}",
+            "-D", f"logservice.instances={json.dumps([instance])}"]
     for index, address in enumerate(nodes):
         group.start_xdfs(f"sn{index}", *conf, "journalnode", "--journal-dir",
                          str(base / f"sn{index}"), "--rpc-address", address,
                          ready_pattern=r"journalnode serving on (\S+)", deadline_s=WAIT_S)
     service = group.start_xdfs("logservice", *conf, "logservice", "--rpc-address",
-                               "127.0.0.1:0", ready_pattern=r"logservice serving on (\S+)",
+                               instance, ready_pattern=r"logservice serving on (\S+)",
                                deadline_s=WAIT_S)
     assert service.match is not None
     return service.match.group(1), secret.read_text().strip()

@@ -680,6 +680,10 @@ class DevConfig:
     logservice: bool = setting(
         False, "Also start ZooKeeper, 3 storage nodes and a log service (--logservice)."
     )
+    logservice_only: bool = setting(
+        False, "Start the log service alone (ZooKeeper, 3 storage nodes, an instance), no "
+        "file system (--logservice-only)."
+    )
 
 
 @dataclass(frozen=True)
@@ -715,10 +719,22 @@ class LogServiceConfig:
         30.0, "Longest a tailing read (`xdfs log tail -f`) waits for a new record."
     )
     keeper_interval_s: float = setting(
-        3.0, "How often the keeper hears from every storage node (and repairs ledgers)."
+        1.0, "How often the keeper plans from the heartbeats (re-replication, deletions)."
     )
-    keeper_misses_dead: int = setting(
-        3, "Heartbeats a storage node misses in a row before the keeper counts it dead."
+    instances: tuple[str, ...] = setting(
+        (), "Log service instances (host:port) a storage node sends its heartbeats to (any "
+        "of them: one that is not the keeper names it); none: the node sends none."
+    )
+    heartbeat_interval_s: float = setting(
+        1.0, "How often a storage node sends the keeper its ledgers and free space."
+    )
+    node_dead_after_s: float = setting(
+        10.0, "A storage node not heard from for this long is dead: the keeper restores the "
+        "closed ledgers it held on other nodes."
+    )
+    copy_timeout_s: float = setting(
+        300.0, "How long the keeper waits for a re-replication it ordered before ordering it "
+        "again (to another node if need be)."
     )
 
     def validate(self) -> None:
@@ -728,11 +744,11 @@ class LogServiceConfig:
         _require(self.ledger_entries_max >= 1 and self.ledger_bytes_max >= 1
                  and self.ledger_age_max_s > 0, "logservice: ledger bounds must be positive")
         for name in ("zookeeper_session_timeout_s", "add_timeout_s", "call_timeout_s",
-                     "reclaim_interval_s", "keeper_interval_s"):
+                     "reclaim_interval_s", "keeper_interval_s", "heartbeat_interval_s",
+                     "node_dead_after_s", "copy_timeout_s"):
             _require(getattr(self, name) > 0, f"logservice.{name} must be > 0")
         _require(self.read_wait_max_s >= 0, "logservice.read_wait_max_s must be >= 0")
         _require(self.read_bytes_max >= 1, "logservice.read_bytes_max must be >= 1")
-        _require(self.keeper_misses_dead >= 1, "logservice.keeper_misses_dead must be >= 1")
 
 
 @dataclass(frozen=True)

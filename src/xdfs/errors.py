@@ -428,6 +428,18 @@ class NotLogWriter(LogError):
         return self.message.removeprefix("writer at ").split(" ", 1)[0]
 
 
+class NotKeeper(LogError):
+    """This log service instance is not the keeper: send heartbeats to the one the message
+    names (``keeper at HOST:PORT``; ``keeper at ?`` while none is elected)."""
+
+    code = 611
+    retriable = True
+
+    @property
+    def holder(self) -> str:
+        return self.message.removeprefix("keeper at ").split(" ", 1)[0]
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

@@ -51,6 +51,11 @@ class LogCluster:
                 "-D", "logservice.zookeeper_session_timeout_s=4",
                 "-D", "logservice.add_timeout_s=3",
                 "-D", "logservice.call_timeout_s=3",
+                # the storage nodes' heartbeats to the keeper, quick to notice a death
+                "-D", f"logservice.instances={json.dumps(self.service_addresses)}",
+                "-D", "logservice.heartbeat_interval_s=0.5",
+                "-D", "logservice.keeper_interval_s=0.5",
+                "-D", "logservice.node_dead_after_s=5",
                 *self.extra]
 
     def start(self) -> LogCluster:

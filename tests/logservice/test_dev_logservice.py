@@ -1,6 +1,7 @@
-"""``xdfs dev --logservice``: ZooKeeper, three storage nodes and a log service next to the
-file system, listed in cluster.json, with client.toml naming the log service so that
-``xdfs log`` and ``LogClient()`` need no arguments; its children die with it."""
+"""``xdfs dev --logservice`` (next to the file system) and ``--logservice-only`` (alone):
+ZooKeeper, three storage nodes and a log service, listed in cluster.json, with client.toml
+naming the log service so that ``xdfs log`` and ``LogClient()`` need no arguments; its
+children die with it."""
 
 from __future__ import annotations
 
@@ -29,20 +30,26 @@ def _gone(pid: int) -> bool:
     return state == "Z"
 
 
-def test_dev_logservice(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flags", "ready", "fs_roles"), [
+    (["--datanodes", "1", "--logservice"], r"xdfs dev cluster ready: (\S+)", True),
+    (["--logservice-only"], r"xdfs dev log service ready: (\S+)", False),
+], ids=["with-fs", "alone"])
+def test_dev_logservice(tmp_path: Path, flags: list[str], ready: str, fs_roles: bool) -> None:
     base = tmp_path / "dev"
     env = {"XDFS_USER": "root", "XDFS_PASSWORD": "rootpw"}
     with ProcessGroup(tmp_path) as group:
-        dev = group.start_xdfs("dev", "dev", "--base-dir", str(base), "--port", "0",
-                               "--datanodes", "1", "--logservice", env=env,
-                               ready_pattern=r"xdfs dev cluster ready: (\S+)", deadline_s=240)
+        dev = group.start_xdfs("dev", "dev", "--base-dir", str(base), "--port", "0", *flags,
+                               env=env, ready_pattern=ready, deadline_s=240)
         listing = json.loads((base / "cluster.json").read_text())
         pids = [p["pid"] for p in listing["processes"]]
         try:
             roles = [p["role"] for p in listing["processes"]]
             assert roles.count("logservice") == 1 and roles.count("zookeeper") == 1
             assert roles.count("journalnode") == 3
+            assert ("namenode" in roles) == fs_roles and ("datanode" in roles) == fs_roles
             service = next(p for p in listing["processes"] if p["role"] == "logservice")
+            if not fs_roles:  # the ready line names the log service
+                assert dev.match is not None and dev.match.group(1) == service["address"]
             conf = base / "client.toml"
             config = load_config(conf)
             assert config.client.logservice == service["address"]
@@ -54,6 +61,9 @@ def test_dev_logservice(tmp_path: Path) -> None:
                 lsn = client.append("d", b"hello")
                 records, _ = client.read("d", lsn)
                 assert [r.record.payload for r in records] == [b"hello"]
+            listed = subprocess.run([sys.executable, "-m", "xdfs", "log", "list"],
+                                    env=run_env, capture_output=True, text=True, timeout=120)
+            assert listed.returncode == 0 and "d" in listed.stdout.split(), listed
             os.kill(dev.pid, signal.SIGKILL)  # its children go with it
             end = time.monotonic() + 60
             while not all(map(_gone, pids)) and time.monotonic() < end:

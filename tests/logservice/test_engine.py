@@ -137,36 +137,6 @@ async def test_tso_ranges_increase(engines: EngineFactory) -> None:
     assert second >= first + 10
 
 
-async def test_the_keeper_restores_copies_of_closed_ledgers_on_a_spare(
-        engines: EngineFactory, storage: Storage) -> None:
-    from xdfs.log import meta as m
-    from xdfs.logservice.keeper import Keeper
-
-    engine = await engines()
-    await engine.create("l", SMALL, 0)
-    for i in range(120):
-        await engine.append_batch("l", [rec(f"r{i}")])
-    meta, _ = await engine.stat("l")
-    closed = [x for x in meta.ledgers if x.state == m.CLOSED]
-    victim = closed[0].fragments[0].nodes[0]
-    await storage.stop(storage.addresses.index(victim))
-    keeper = Keeper(engine, 0.1, misses_dead=2)
-    for _ in range(20):
-        await keeper.tick()
-        meta, _ = await engine.stat("l")
-        if not any(victim in x.all_nodes() for x in meta.ledgers if x.state == m.CLOSED):
-            break
-    for info in (x for x in meta.ledgers if x.state == m.CLOSED):
-        assert victim not in info.all_nodes() and len(info.fragments[0].nodes) == 3
-    assert keeper.repairs >= 1
-    # the copies are real: with a second original holder gone, everything still reads
-    other = next(n for n in closed[0].fragments[0].nodes if n != victim)
-    await storage.stop(storage.addresses.index(other))
-    engine.writers.clear()  # a fresh writer, so reads go to the repaired copies
-    got = await read_all(engine, "l")
-    assert [p for _, p in got] == [f"r{i}".encode() for i in range(120)]
-
-
 async def test_a_writer_dying_right_after_an_ensemble_change_loses_nothing(
         engines: EngineFactory, storage: Storage) -> None:
     first = await engines("instance-1", add_timeout_s=3.0)

@@ -184,3 +184,13 @@ def test_reclamation_is_held_back_by_the_slowest_registered_reader() -> None:
         m.drop_ledgers(held, [1])
     released = m.unregister_reader(held, "slow")
     assert [x.ledger_id for x in m.drop_ledgers(released, [1, 2]).ledgers] == [3]
+
+
+def test_a_registered_reader_reads_below_the_truncation_point_from_its_position() -> None:
+    end = Lsn(3, 10, 0)
+    meta = m.register_reader(m.truncate(closed_log(), Lsn(3, 0, 0), end), "slow", Lsn(1, 5, 0))
+    m.check_read_from(meta, Lsn(1, 5, 0), end, "slow")
+    m.check_read_from(meta, Lsn(2, 0, 0), end, "slow")
+    for lsn, reader in ((Lsn(1, 4, 0), "slow"), (Lsn(1, 5, 0), ""), (Lsn(1, 5, 0), "other")):
+        with pytest.raises(LsnOutOfRange):
+            m.check_read_from(meta, lsn, end, reader)

@@ -51,6 +51,11 @@ async def test_truncation_survives_kill_9_of_every_process_and_respects_readers(
         assert await client.truncated_lsn("t") == lsns[32]
         with pytest.raises(LsnOutOfRange):
             await client.read("t", lsns[31])
+        # the registered reader still reads what it needs, from its position on
+        records, _ = await client.read("t", lsns[5], reader="backup")
+        assert [r.record.payload for r in records] == [f"r{i}".encode() for i in range(5, 45)]
+        with pytest.raises(LsnOutOfRange):
+            await client.read("t", lsns[4], reader="backup")
         records, _ = await client.read("t", lsns[32])
         assert [r.record.payload for r in records] == [f"r{i}".encode() for i in range(32, 45)]
         assert ledger_files(cluster) == before  # the reader at lsns[5] holds everything

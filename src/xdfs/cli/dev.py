@@ -21,7 +21,9 @@ left; if ``xdfs dev`` itself is killed (even by SIGKILL), its children get SIGTE
 that does not start (a directory locked by another ``xdfs dev``, a busy port) is reported in
 one line with its log. With ``--logservice`` it also starts ZooKeeper, three storage nodes
 and a log service instance (:mod:`xdfs.cli.dev_log`), listed in ``cluster.json`` (roles
-``zookeeper``, ``journalnode``, ``logservice``) and written into ``client.toml``.
+``zookeeper``, ``journalnode``, ``logservice``) and written into ``client.toml``; with
+``--logservice-only`` it starts those alone (no file system; the cluster stops when the
+log service instance is gone).
 """
 
 from __future__ import annotations
@@ -74,15 +76,21 @@ WAIT_REPORT_S = 5.0
                    "NameNode, and the quorum journal (3 JournalNodes unless --journal).")
 @click.option("--logservice", "with_log", is_flag=True, default=None,
               help="Also start ZooKeeper, 3 storage nodes and a log service instance.")
+@click.option("--logservice-only", "log_only", is_flag=True, default=None,
+              help="Only the log service (ZooKeeper, 3 storage nodes, an instance): no "
+                   "file system.")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
     backup: bool | None, journalnodes: int | None, ha: bool | None, with_log: bool | None,
+    log_only: bool | None,
 ) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
     config = state.config
     base = Path(base_dir or config.dev.base_dir).resolve()
     base.mkdir(parents=True, exist_ok=True)
+    if config.dev.logservice_only if log_only is None else log_only:
+        sys.exit(_log_only(state, base))
     credentials = _credentials(base)
     pair = dev_ha(base) if (config.dev.ha if ha is None else ha) else None
     roles = arrange(base)
@@ -249,7 +257,7 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
     gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
     client: dict[str, object] = {
-        "fs": uri, **credentials, **({"webhdfs": gateway} if gateway else {})}
+        **({"fs": uri} if uri else {}), **credentials, **({"webhdfs": gateway} if gateway else {})}
     if devlog is not None:
         client.update(devlog.client_settings())
     settings: dict[str, object] = {"client": client}
@@ -266,6 +274,25 @@ def _start_log(devlog: DevLog, children: list[tuple[str, ServerProcess]], timeou
         start_dev_log(devlog, _start, timeout_s)
     finally:  # the ones started are stopped with the rest
         children += devlog.processes()
+
+
+def _log_only(state: CliState, base: Path) -> int:
+    """``--logservice-only``: the log service's processes alone, supervised the same way
+    (the cluster stops when the log service instance is gone)."""
+    devlog = dev_log(base, ["--conf", state.conf_path] if state.conf_path else [])
+    children: list[tuple[str, ServerProcess]] = []
+    try:
+        _start_log(devlog, children, state.config.dev.ready_timeout_s)
+    except BaseException:
+        for _role, child in children:
+            if child.alive():
+                child.terminate()
+        raise
+    _write_cluster_files(base, "", children, {}, {}, devlog)
+    click.echo(f"xdfs dev log service ready: {devlog.service_address}")
+    click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs log list")
+    sys.stdout.flush()
+    return _supervise(children)
 
 
 def _journal(base: Path, count: int, with_backup: bool, conf: list[str]
@@ -400,7 +427,8 @@ def _supervise(
     re-replication happen, and the cluster goes on without it; so does a NameNode with a
     backup left to promote."""
     procs = [child for _role, child in children]
-    namenodes = [child for role, child in children if role in ("namenode", "backupnode")]
+    namenodes = [child for role, child in children if role in ("namenode", "backupnode")] \
+        or [child for role, child in children if role == "logservice"]  # --logservice-only
     # JournalNodes (and ZooKeeper) stop last: a NameNode stopping gracefully finalizes its
     # segment on them
     last = [c for r, c in children if r in ("journalnode", "zookeeper")]

@@ -1,10 +1,12 @@
-"""``xdfs dev --logservice``: ZooKeeper, three storage nodes and a log service instance.
+"""``xdfs dev --logservice`` (next to the file system) or ``--logservice-only`` (alone):
+ZooKeeper, three storage nodes and a log service instance.
 
 The storage nodes are JournalNodes (their ``ledger`` service) in ``DIR/lognode<i>``; the
 log service instance keeps nothing on disk (its state is ZooKeeper's and the ledgers').
 Ports are chosen once and kept in ``DIR/logservice.json``: ledger metadata names storage
 nodes by address, so they must come back on the same ones. ``DIR/logservice.secret`` (made
-once, mode 0600) is both the storage nodes' secret and the one callers log in with; it and
+once, mode 0600) is both the storage nodes' secret and the one callers log in with (the
+storage nodes send their heartbeats to the instance, the keeper, with it too); it and
 the instance's address go into ``client.toml`` (``client.logservice``,
 ``client.logservice_password``) so that ``xdfs log ...`` and ``LogClient()`` need no
 arguments.
@@ -91,18 +93,20 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
     storage_ports = layout["storage"]
     assert isinstance(zk_port, int) and isinstance(storage_ports, list)
     zookeeper = ZooKeeperServer(base / "zookeeper", ServerPorts(zk_port), die_with_parent=True)
+    address = f"127.0.0.1:{layout['service']}"
     storage = [
-        ServerProcess.xdfs(
-            *conf, "-D", f"journalnode.secret_file={secret}", "journalnode",
+        ServerProcess.xdfs(  # heartbeats to the keeper: the one instance
+            *conf, "-D", f"journalnode.secret_file={secret}",
+            "-D", f"logservice.instances={json.dumps([address])}", "journalnode",
             "--journal-dir", str(base / f"lognode{i}"), "--rpc-address", f"127.0.0.1:{port}",
             log_path=base / "logs" / f"lognode{i}.log",
             ready_pattern=r"journalnode serving on (\S+)", die_with_parent=True)
         for i, port in enumerate(storage_ports)
     ]
-    address = f"127.0.0.1:{layout['service']}"
     nodes = json.dumps([f"127.0.0.1:{p}" for p in storage_ports])
     service = ServerProcess.xdfs(
         *conf, "-D", f"logservice.secret_file={secret}",
+        "-D", f"logservice.instances={json.dumps([address])}",
         "-D", f"logservice.zookeeper_quorum={zookeeper.address}",
         "-D", f"logservice.storage_nodes={nodes}",
         "logservice", "--rpc-address", address,

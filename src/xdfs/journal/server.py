@@ -43,6 +43,7 @@ from xdfs.rpc.tls import client_context, server_context
 
 if TYPE_CHECKING:
     from xdfs.journal.syncer import Syncer
+    from xdfs.ledger.heartbeat import KeeperLink
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class JournalNode:
         self._syncing: asyncio.Task[None] | None = None
         #: The log service's ledgers, served next to the journals (xdfs.ledger).
         self.ledgers: LedgerWorker | None = None
+        self.keeper_link: KeeperLink | None = None
+        self._heartbeats: asyncio.Task[None] | None = None
 
     @property
     def address(self) -> str:
@@ -125,6 +128,7 @@ class JournalNode:
             self.server.add_service(LEDGER_SERVICE, LedgerHandlers(self.ledgers))
             await self.server.start(host, port)
             self._start_syncer(secret)
+            self._start_heartbeats(secret)
         except BaseException:
             self._close_workers()
             self._lock.unlock()
@@ -149,6 +153,16 @@ class JournalNode:
         self._syncing = asyncio.get_running_loop().create_task(self.syncer.run(),
                                                                name="journal syncer")
 
+    def _start_heartbeats(self, secret: str) -> None:
+        """The ledger service's heartbeats to the log service's keeper (xdfs.ledger)."""
+        from xdfs.ledger.heartbeat import start_keeper_link
+
+        assert self.ledgers is not None
+        self.keeper_link = start_keeper_link(self.config, self.ledgers, self.address, secret)
+        if self.keeper_link is not None:
+            self._heartbeats = asyncio.get_running_loop().create_task(
+                self.keeper_link.run(), name="keeper heartbeats")
+
     def _load_journals(self) -> None:
         for entry in sorted(self.journal_dir.iterdir()):
             if entry.is_dir() and JOURNAL_ID_RE.match(entry.name):
@@ -172,10 +186,13 @@ class JournalNode:
     async def stop(self) -> None:
         if self.stopped.is_set():
             return
-        if self._syncing is not None:
-            self._syncing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._syncing
+        for task in (self._syncing, self._heartbeats):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.keeper_link is not None:
+            await self.keeper_link.close()
         if self.server is not None:
             await self.server.close()
         await asyncio.to_thread(self._close_workers)

@@ -42,6 +42,7 @@ from xdfs.errors import (
     StorageError,
 )
 from xdfs.protocol import ledger as lp
+from xdfs.protocol.log import LedgerHeld
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,11 @@ class LedgerStore:
 
     def ledger_ids(self) -> list[int]:
         return sorted(self._ledgers)
+
+    def held(self) -> list[LedgerHeld]:
+        """Every ledger with its first and last entry here (the keeper's heartbeat)."""
+        return [LedgerHeld(i, x.first_entry, x.last_entry)
+                for i, x in sorted(self._ledgers.items())]
 
     def fence(self, ledger_id: int) -> lp.LedgerState:
         check_ledger_id(ledger_id)

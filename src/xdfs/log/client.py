@@ -88,6 +88,9 @@ class AsyncLogClient:
                         method.idempotent and exc.retriable)):
                     raise
                 self._writer_at.pop(log or "", None)  # the holder is gone: ask any instance
+                # (which names it until its lock expires: those redirects are bounded by
+                # the deadline, not counted)
+                redirects = 0
                 await asyncio.sleep(_RETRY_PAUSE_S)
 
     async def create(self, name: str, settings: LogSettings | None = None) -> lg.LogStat:
@@ -116,10 +119,13 @@ class AsyncLogClient:
         return (await self._call(lg.APPEND, request, name)).lsns
 
     async def read(self, name: str, from_lsn: Lsn = LSN_ZERO, max_bytes: int = 1 << 20,
-                   wait_s: float = 0.0) -> tuple[builtins.list[ReadRecord], Lsn]:
+                   wait_s: float = 0.0, reader: str = ""
+                   ) -> tuple[builtins.list[ReadRecord], Lsn]:
+        """Records from ``from_lsn`` (at or above the truncation point, or, for a
+        registered ``reader``, at or above its position) and the LSN to read next."""
         timeout = self.config.rpc.call_timeout_s + wait_s
-        answer = await self._call(lg.READ, lg.ReadRequest(name, from_lsn, max_bytes, wait_s),
-                                  name, timeout_s=timeout)
+        request = lg.ReadRequest(name, from_lsn, max_bytes, wait_s, reader)
+        answer = await self._call(lg.READ, request, name, timeout_s=timeout)
         return answer.records, answer.next_lsn
 
     async def truncate(self, name: str, lsn: Lsn) -> Lsn:

@@ -57,7 +57,7 @@ _STALE_POLL_S = 0.2
 class LogEngine:
     def __init__(self, store: MetaStore, pool: NodePool, storage_nodes: list[str],
                  address: str, defaults: m.LogSettings, add_timeout_s: float,
-                 lock_wait_s: float = 30.0) -> None:
+                 lock_wait_s: float = 30.0, keeper_deletes: bool = False) -> None:
         self.store = store
         self.meta = AsyncMeta(store)
         self.pool = pool
@@ -67,6 +67,9 @@ class LogEngine:
         self.add_timeout_s = add_timeout_s
         #: How long a lock left by our previous run is waited out (its session timeout).
         self.lock_wait_s = lock_wait_s
+        #: The storage nodes send heartbeats to the keeper, which deletes the copies a
+        #: node held while it was down: a ledger deletion need not wait for every node.
+        self.keeper_deletes = keeper_deletes
         self.writers: dict[str, LogWriter] = {}
         self._opening: dict[str, asyncio.Lock] = {}
 
@@ -202,27 +205,28 @@ class LogEngine:
             self.writers.pop(name, None)
             raise
 
-    async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float
-                        ) -> tuple[list[ReadRecord], Lsn]:
+    async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float,
+                        reader: str = "") -> tuple[list[ReadRecord], Lsn]:
         """:meth:`read`, waiting up to ``wait_s`` for an append when nothing is there."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_s)
         while True:
             changed = (await self.writer(name)).changed()
-            records, following = await self.read(name, from_lsn, max_bytes)
+            records, following = await self.read(name, from_lsn, max_bytes, reader)
             if records or loop.time() >= deadline:
                 return records, following
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
                     await changed.wait()
 
-    async def read(self, name: str, from_lsn: Lsn, max_bytes: int
+    async def read(self, name: str, from_lsn: Lsn, max_bytes: int, reader: str = ""
                    ) -> tuple[list[ReadRecord], Lsn]:
         """Records from ``from_lsn``, about ``max_bytes`` of payload (at least one record
-        when any is there); and the LSN to read from next."""
+        when any is there); and the LSN to read from next. A registered ``reader`` may
+        read below the truncation point, from its position on."""
         writer, meta = await self._current_writer(name)
         end = m.end_lsn(meta, writer.lac if writer.meta is not None else None)
-        m.check_read_from(meta, from_lsn, end)
+        m.check_read_from(meta, from_lsn, end, reader)
         out: list[ReadRecord] = []
         size = 0
         position = from_lsn
@@ -309,10 +313,19 @@ class LogEngine:
         return [x.ledger_id for x in gone]
 
     async def _delete_ledger(self, info: m.LedgerInfo) -> None:
-        """On every node that may hold it (all must answer: a node down keeps it)."""
+        """On every node that may hold it. Without the keeper's heartbeats all must
+        answer (a node down keeps the ledger in the metadata, to be deleted again later);
+        with them, a node that fails is left to the keeper, who tells it to delete the
+        ledger once no log lists it."""
         for address in info.all_nodes():
-            await self.pool.node(address).call(lp.DELETE_LEDGER,
-                                               lp.LedgerIdRequest(info.ledger_id))
+            try:
+                await self.pool.node(address).call(lp.DELETE_LEDGER,
+                                                   lp.LedgerIdRequest(info.ledger_id))
+            except XdfsError as exc:
+                if not self.keeper_deletes:
+                    raise
+                log.info("ledger %d stays on %s for the keeper to delete: %s",
+                         info.ledger_id, address, exc.message)
 
     async def tso(self, count: int) -> int:
         return await self._thread(lambda: self.store.tso(count))

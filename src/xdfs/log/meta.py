@@ -239,10 +239,15 @@ def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int]) -> LogMeta:
         meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone))
 
 
-def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn) -> None:
-    if lsn < meta.truncated_lsn:
+def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn, reader: str = "") -> None:
+    """A read from ``lsn`` is in range: not past the end, and not below the truncation
+    point unless it is a registered reader's read at or above its own position (what it
+    still needs is kept, :func:`reclaim_point`)."""
+    held = meta.readers.get(reader) if reader else None
+    if lsn < meta.truncated_lsn and (held is None or lsn < held):
         raise LsnOutOfRange(f"log {meta.name!r}: {lsn} is below the truncation point "
-                            f"{meta.truncated_lsn}")
+                            f"{meta.truncated_lsn}" + (f" and reader {reader!r}'s position"
+                                                       if reader else ""))
     if lsn > end:
         raise LsnOutOfRange(f"log {meta.name!r}: {lsn} is past the end {end}")
 
@@ -299,31 +304,6 @@ def fragment_end(info: LedgerInfo, index: int) -> int:
     if index + 1 < len(info.fragments):
         return info.fragments[index + 1].first_entry - 1
     return info.last_entry
-
-
-def plan_repair(meta: LogMeta, alive: Sequence[str], available: Sequence[str]
-                ) -> Repair | None:
-    """The first closed ledger that lost a copy (a member not ``alive``: declared dead)
-    or never had E of them, and the spare to restore it on (one of ``available``, the
-    nodes that answer now); None when every one is whole or no spare is left."""
-    wanted = meta.settings.ensemble_size
-    for info in meta.ledgers:
-        if info.state != CLOSED or info.last_entry < 0:
-            continue
-        members = info.all_nodes()
-        spares = [n for n in available if n not in members]
-        if not spares:
-            continue
-        for index, fragment in enumerate(info.fragments):
-            if fragment_end(info, index) < fragment.first_entry:
-                continue  # an empty fragment holds nothing to copy
-            lost = next((n for n in fragment.nodes if n not in alive), None)
-            if lost is not None:
-                held = tuple(i for i, f in enumerate(info.fragments) if lost in f.nodes)
-                return Repair(info.ledger_id, lost, spares[0], held)
-            if len(fragment.nodes) < wanted:
-                return Repair(info.ledger_id, None, spares[0], (index,))
-    return None
 
 
 def apply_repair(meta: LogMeta, repair: Repair) -> LogMeta:

@@ -1,119 +1,141 @@
-"""The keeper (seed 004's HAKeeper): one log service instance, elected through an ephemeral
-znode (``<root>/keeper``), watches the storage nodes and restores lost copies.
+"""The keeper (seed 004's HAKeeper): the one log service instance elected through an
+ephemeral znode (``<root>/keeper``, holding its address) hears the storage nodes'
+heartbeats and answers with commands (:mod:`xdfs.logservice.rules` decides them).
 
-Every ``logservice.keeper_interval_s`` it asks each storage node for its ledger list (the
-node's heartbeat, pulled: the storage nodes are JournalNodes and need no keeper address);
-a node that missed ``logservice.keeper_misses_dead`` in a row is dead. For each log, the
-first closed ledger that lost a copy on a dead node, or never had E copies (a ledger
-written while a node was down), is copied from a live holder to a spare live node and
-the metadata updated by CAS (:func:`xdfs.log.meta.plan_repair`). Open ledgers are left to
-their writer (its ensemble change). A keeper that dies leaves the znode with its session;
-another instance is elected and starts from scratch (its first misses count anew).
+Storage nodes send a heartbeat every ``logservice.heartbeat_interval_s`` to any instance
+of ``logservice.instances``; one that is not the keeper answers
+:class:`~xdfs.errors.NotKeeper` naming it, and the node goes there. Every
+``logservice.keeper_interval_s`` the keeper reads every log's metadata and plans:
+re-replication of closed ledgers that lost a copy, deletion of copies nothing needs,
+metadata CASes for finished copies. A keeper that dies leaves the znode with its
+session; another instance is elected and starts from what the next heartbeats say.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+import time
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from xdfs.errors import XdfsError
+from xdfs.common.faults import FAULTS, fault_point
+from xdfs.errors import InvalidArgument, LogNotFound, NotKeeper, XdfsError
 from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
-from xdfs.log.writer import copy_entries
-from xdfs.protocol import ledger as lp
-from xdfs.rpc.messages import Empty
+from xdfs.logservice.rules import KeeperState, MetaRepair
+from xdfs.protocol import log as lg
+from xdfs.rpc.server import CallContext
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class Liveness:
-    """Missed heartbeats per storage node (pure)."""
-
-    misses_dead: int
-    misses: dict[str, int] = field(default_factory=dict)
-
-    def heard(self, node: str, ok: bool) -> None:
-        self.misses[node] = 0 if ok else self.misses.get(node, 0) + 1
-
-    def live(self, nodes: list[str]) -> list[str]:
-        return [n for n in nodes if self.misses.get(n, 0) < self.misses_dead]
+FAULTS.register("logservice.keeper_repaired",
+                "the keeper named a spare in a ledger's metadata; other repairs may be pending")
 
 
 class Keeper:
-    def __init__(self, engine: LogEngine, interval_s: float, misses_dead: int) -> None:
+    def __init__(self, engine: LogEngine, interval_s: float, dead_after_s: float,
+                 copy_timeout_s: float) -> None:
         self.engine = engine
         self.interval_s = interval_s
-        self.liveness = Liveness(misses_dead)
-        self.elected = False
+        self.dead_after_s = dead_after_s
+        self.copy_timeout_s = copy_timeout_s
+        self.state: KeeperState | None = None  # while elected
+        self.holder = ""  # the keeper's address, as last read
         self.repairs = 0
 
     @property
     def path(self) -> str:
         return f"{self.engine.store.root}/keeper"
 
-    def _try_elect(self) -> bool:
+    def _elect(self) -> str:
+        """Take the keeper znode if free; the keeper's address ("" if none)."""
         zk = self.engine.store.zk
         try:
             zk.create(self.path, self.engine.address.encode(), ephemeral=True)
-            return True
+            return self.engine.address
         except NodeExistsError:
-            _, stat = zk.get(self.path)
-            return bool(stat.ephemeralOwner == zk.client_id[0])
+            try:
+                data, stat = zk.get(self.path)
+            except NoNodeError:
+                return ""
+            if stat.ephemeralOwner == zk.client_id[0]:
+                return self.engine.address
+            # our own address under an older session: our previous run, not us
+            return "" if data.decode() == self.engine.address else str(data.decode())
 
     async def run(self) -> None:
         while True:
             try:
                 await self.tick()
             except XdfsError as exc:
+                # ZooKeeper out of reach: another instance may be elected meanwhile, so
+                # stop answering heartbeats until this one knows it is still the keeper.
                 log.warning("keeper: %s", exc.message)
+                self.state = None
             await asyncio.sleep(self.interval_s)
 
     async def tick(self) -> None:
-        elected = await self.engine._thread(self._try_elect)
-        if elected != self.elected:
+        self.holder = await self.engine._thread(self._elect)
+        elected = self.holder == self.engine.address
+        if elected != (self.state is not None):
             log.info("keeper: %s", "elected" if elected else "no longer the keeper")
-            self.elected = elected
-            self.liveness.misses.clear()
-        if not elected:
-            return
-        nodes = self.engine.storage_nodes
-        answers = await asyncio.gather(*(self._heartbeat(n) for n in nodes))
-        for node, ok in zip(nodes, answers, strict=True):
-            self.liveness.heard(node, ok)
-        alive = self.liveness.live(nodes)
-        answering = [n for n, ok in zip(nodes, answers, strict=True) if ok]
-        for name in await self.engine.names():
-            await self._repair(name, alive, answering)
+            self.state = KeeperState(self.dead_after_s, self.copy_timeout_s,
+                                     time.monotonic()) if elected else None
+        if self.state is not None:
+            await self.plan(self.state)
 
-    async def _heartbeat(self, node: str) -> bool:
+    async def plan(self, state: KeeperState) -> None:
+        read_at = time.monotonic()
+        metas = await self._metas()
+        for change in state.plan(metas, time.monotonic(), read_at):
+            await self._apply(change)
+
+    async def _apply(self, change: MetaRepair) -> None:
+        repair = change.repair
         try:
-            await self.engine.pool.node(node).call(lp.LIST_LEDGERS, Empty())
-        except XdfsError:
-            return False
-        return True
-
-    async def _repair(self, name: str, alive: list[str], live: list[str]) -> None:
-        """``alive``: not declared dead (one missed heartbeat is no loss); ``live``: the
-        nodes that answered now (sources and spares)."""
-        meta = await self.engine.meta.get(name)
-        repair = m.plan_repair(meta, alive, live)
-        if repair is None:
+            await self.engine.meta.update(change.log, lambda x: m.apply_repair(x, repair))
+        except (InvalidArgument, LogNotFound) as exc:  # reclaimed or deleted meanwhile
+            log.info("keeper: repair of ledger %d dropped: %s", repair.ledger_id, exc.message)
             return
-        info = m.ledger(meta, repair.ledger_id)
-        for index in repair.fragments:
-            fragment = info.fragments[index]
-            sources = [n for n in fragment.nodes if n in live and n != repair.lost]
-            if not sources:
-                log.error("keeper: ledger %d of %s has no live copy of entries from %d",
-                          info.ledger_id, name, fragment.first_entry)
-                return
-            await copy_entries(self.engine.pool, info.ledger_id, sources[0], repair.spare,
-                               fragment.first_entry, m.fragment_end(info, index))
-        await self.engine.meta.update(name, lambda x: m.apply_repair(x, repair))
         self.repairs += 1
-        log.info("keeper: ledger %d of %s re-replicated to %s (lost: %s)", info.ledger_id,
-                 name, repair.spare, repair.lost or "none, it had fewer than E copies")
+        fault_point("logservice.keeper_repaired")
+        log.info("keeper: ledger %d of %s re-replicated to %s (in place of %s)",
+                 repair.ledger_id, change.log, repair.spare,
+                 repair.lost or "none: it had fewer than E copies")
+
+    async def _metas(self) -> list[m.LogMeta]:
+        """Every log's metadata; any failure but a log deleted meanwhile fails the whole
+        read (a log missing from the plan would have its ledgers deleted)."""
+        metas = []
+        for name in await self.engine.names():
+            try:
+                metas.append(await self.engine.meta.get(name))
+            except LogNotFound:
+                continue
+        return metas
+
+    def heartbeat(self, beat: lg.HeartbeatRequest) -> lg.HeartbeatResponse:
+        if beat.node not in self.engine.storage_nodes:
+            # A node under another name than the metadata's (say localhost vs 127.0.0.1)
+            # would look like a stranger holding ledgers nobody gave it: refused loudly
+            # rather than have its copies deleted.
+            raise InvalidArgument(f"storage node {beat.node} is not in logservice."
+                                  "storage_nodes of the keeper: add it there, under the "
+                                  "address it serves on")
+        if self.state is None:
+            raise NotKeeper(f"keeper at {self.holder or '?'}: {self.engine.address} is not "
+                            "the keeper")
+        commands = self.state.heard(beat, time.monotonic())
+        for command in commands:
+            log.info("keeper: %s ledger %d on %s", command.kind, command.ledger_id, beat.node)
+        return lg.HeartbeatResponse(self.engine.address, commands)
+
+
+class KeeperHandlers:
+    def __init__(self, keeper: Keeper) -> None:
+        self.keeper = keeper
+
+    async def heartbeat(self, ctx: CallContext, req: lg.HeartbeatRequest
+                        ) -> lg.HeartbeatResponse:
+        return self.keeper.heartbeat(req)

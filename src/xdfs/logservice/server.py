@@ -22,7 +22,7 @@ from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
 from xdfs.log.zkmeta import MetaStore, connect
-from xdfs.logservice.keeper import Keeper
+from xdfs.logservice.keeper import Keeper, KeeperHandlers
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
@@ -80,11 +80,13 @@ class LogService:
             raise
         self.engine = LogEngine(store, pool, list(settings.storage_nodes), self.server.address,
                                 defaults, settings.add_timeout_s,
-                                2 * settings.zookeeper_session_timeout_s)
+                                2 * settings.zookeeper_session_timeout_s,
+                                keeper_deletes=bool(settings.instances))
         self.engine.watch_session()
         self.server.add_service(lg.LOG_SERVICE, LogHandlers(self.engine, settings))
         self.keeper = Keeper(self.engine, settings.keeper_interval_s,
-                             settings.keeper_misses_dead)
+                             settings.node_dead_after_s, settings.copy_timeout_s)
+        self.server.add_service(lg.KEEPER_SERVICE, KeeperHandlers(self.keeper))
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._reclaim_loop(), name="reclaim"),
                        loop.create_task(self.keeper.run(), name="keeper")]
@@ -156,7 +158,7 @@ class LogHandlers:
         max_bytes = max(1, min(req.max_bytes, self.settings.read_bytes_max))
         wait_s = min(req.wait_s, self.settings.read_wait_max_s)
         records, following = await self.engine.read_wait(req.name, req.from_lsn, max_bytes,
-                                                         wait_s)
+                                                         wait_s, req.reader)
         return lg.ReadResponse(records, following)
 
     async def truncate(self, ctx: CallContext, req: lg.TruncateRequest) -> lg.LsnResponse:

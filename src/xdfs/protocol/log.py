@@ -61,6 +61,8 @@ class ReadRequest(msgspec.Struct):
     max_bytes: int
     #: Long poll (``tail -f``): when nothing is there yet, wait up to this long.
     wait_s: float = 0.0
+    #: A registered reader reads below the truncation point, from its position on.
+    reader: str = ""
 
 
 class ReadResponse(msgspec.Struct):
@@ -120,3 +122,57 @@ TSO = Method("tso", TsoRequest, TsoResponse, idempotent=False,
 LOG_SERVICE = Service("log", (
     CREATE, STAT, LIST, DELETE, OPEN_WRITER, APPEND, READ, TRUNCATE, TRUNCATED_LSN, SET_READER, TSO,
 ))
+
+
+# --- keeper: the storage nodes' heartbeats (seed 004's HAKeeper) ----------------------------
+#
+# Every storage node sends a heartbeat to the keeper, the one log service instance elected
+# through ``<root>/keeper``; another instance answers NotKeeper naming it. The answer
+# carries the keeper's commands for that node. Storage nodes log in as LOG_USER with the
+# deployment's secret.
+
+REPLICATE = "replicate"
+DELETE_LEDGER = "delete"
+
+
+class LedgerHeld(msgspec.Struct, frozen=True, array_like=True):
+    """A ledger a storage node holds: its first and last entry there."""
+
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+
+
+class CopyRange(msgspec.Struct, frozen=True, array_like=True):
+    """Entries ``first_entry..last_entry`` of a ledger and the nodes to copy them from."""
+
+    first_entry: int
+    last_entry: int
+    sources: tuple[str, ...]
+
+
+class KeeperCommand(msgspec.Struct, frozen=True):
+    """``replicate``: copy ``ranges`` of the ledger here (recovery adds, from the entry
+    after what the node holds); ``delete``: remove the ledger (nothing needs this copy)."""
+
+    kind: str
+    ledger_id: int
+    ranges: tuple[CopyRange, ...] = ()
+
+
+class HeartbeatRequest(msgspec.Struct):
+    node: str  # the storage node's address, as the ledger metadata names it
+    ledgers: list[LedgerHeld]
+    copying: list[int]  # ledgers with a replicate command queued or running
+    free_bytes: int
+    total_bytes: int
+
+
+class HeartbeatResponse(msgspec.Struct):
+    keeper: str
+    commands: list[KeeperCommand]
+
+
+HEARTBEAT = Method("heartbeat", HeartbeatRequest, HeartbeatResponse, idempotent=True,
+                   doc="A storage node's ledgers and free space; the keeper's commands.")
+KEEPER_SERVICE = Service("keeper", (HEARTBEAT,))
