@@ -46,8 +46,8 @@ from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
 from xdfs.namenode.handlers.datanode import DataNodeHandlers
 from xdfs.namenode.handlers.ha_service import HaServiceHandlers
-from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.background import finish_checkpoint, start_checkpoint
+from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint

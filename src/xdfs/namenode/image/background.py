@@ -161,7 +161,7 @@ def _child(parent: int, write_fd: int, work: Callable[[], str]) -> None:
         _detach(parent)
         message = f"ok {work()}"
         code = 0
-    except BaseException as exc:  # noqa: BLE001 - everything goes to the parent
+    except BaseException as exc:
         message = f"error {getattr(exc, 'message', None) or exc!r}"
     finally:
         try:
