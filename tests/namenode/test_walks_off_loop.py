@@ -20,12 +20,13 @@ from xdfs.common.images import image_name, md5_name
 from xdfs.config import XdfsConfig
 from xdfs.errors import AccessDenied, StorageError
 from xdfs.namenode import server as server_module
-from xdfs.namenode.image.background import Checkpoint
+from xdfs.namenode.image.background import Checkpoint, start_checkpoint
 from xdfs.namenode.image.format import format_namenode
 from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import Op
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.server import NameNode
 from xdfs.namenode.walks import WalkPacer
 from xdfs.testing.big_namespace import grow_image
@@ -48,6 +49,11 @@ async def _big_namenode(
                     cluster_id="CID-nn")
     grow_image(name_dirs, "big", dirs, files_per_dir, owner=owner)
     return await minicluster.start_namenode(format_dirs=False, config=config)
+
+
+def _fs(nn: NameNode) -> Namesystem:
+    assert nn.fs is not None
+    return nn.fs
 
 
 def _current(nn: NameNode) -> Path:
@@ -80,7 +86,7 @@ async def test_save_under_concurrent_mutations_is_the_image_of_its_txid(
     nn = await _big_namenode(minicluster, dirs=300, files_per_dir=40)
     writers: list[Checkpoint] = []
     forked = asyncio.Event()
-    real_start = server_module.start_checkpoint
+    real_start = start_checkpoint
 
     def start_stopped(*args: Any) -> Checkpoint:
         """The real fork, then the writer is paused (SIGSTOP) until the test lets it go."""
@@ -103,7 +109,7 @@ async def test_save_under_concurrent_mutations_is_the_image_of_its_txid(
         txid = await save
         await _mutate(root, 40, 60)
     assert txid == writers[0].txid
-    live = nn.fs.ns.canonical_dump()
+    live = _fs(nn).ns.canonical_dump()
 
     # the image plus the edits after it give the live namespace
     restarted, _ = load_namespace([_copy_current(nn, tmp_path / "restart")], Namespace)
@@ -126,7 +132,7 @@ async def test_a_writer_that_fails_leaves_no_image_and_the_namenode_serving(
     minicluster: MiniCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nn = await _big_namenode(minicluster, dirs=10, files_per_dir=10)
-    real_start = server_module.start_checkpoint
+    real_start = start_checkpoint
 
     def start_killed(*args: Any) -> Checkpoint:
         checkpoint = real_start(*args)
@@ -146,15 +152,15 @@ async def test_a_writer_that_fails_leaves_no_image_and_the_namenode_serving(
         txid = await root.save_namespace()
     restarted, _ = load_namespace([nn.dirs[0]], Namespace)
     assert max(nn.dirs[0].images()) == txid
-    assert restarted.canonical_dump() == nn.fs.ns.canonical_dump()
+    assert restarted.canonical_dump() == _fs(nn).ns.canonical_dump()
 
 
 Walk = Callable[[AsyncClient], Awaitable[object]]
 WALKS: dict[str, tuple[Walk, Callable[[NameNode], WalkPacer]]] = {
-    "fsck": (lambda c: c.fsck("/big"), lambda nn: nn.fs.fsck_walks),
-    "count": (lambda c: c.content_summary("/big"), lambda nn: nn.fs.walks),
+    "fsck": (lambda c: c.fsck("/big"), lambda nn: _fs(nn).fsck_walks),
+    "count": (lambda c: c.content_summary("/big"), lambda nn: _fs(nn).walks),
     "delete": (lambda c: c.delete("/big", recursive=True, skip_trash=True),
-               lambda nn: nn.fs.walks),
+               lambda nn: _fs(nn).walks),
 }
 
 
