@@ -283,7 +283,7 @@ class NameNodeConfig:
         "empty: no HTTP server.",
     )
     walk_slice_inodes: int = setting(
-        4096,
+        1000,
         "Inodes a whole-subtree walk (fsck, -count/-du, the block map export, a recursive "
         "delete's permission check) visits before the NameNode serves other calls again.",
     )
