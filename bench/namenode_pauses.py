@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -93,15 +94,17 @@ async def bench(args: argparse.Namespace, base: Path) -> list[str]:
     print(f"built {added} inodes in {time.perf_counter() - built:.1f} s", file=sys.stderr)
     env = {"XDFS_USER": SUPERUSER, "XDFS_PASSWORD": SUPER_PASSWORD}
     nn = ServerProcess.xdfs(
-        "--log-level", "WARNING", "namenode", "--name-dir", str(name_dirs[0]),
+        "--log-level", "INFO", "namenode", "--name-dir", str(name_dirs[0]),
         "--rpc-address", "127.0.0.1:0", log_path=base / "nn.log", ready_pattern=READY, env=env,
     )
     nn.start(deadline_s=600)
     try:
         assert nn.match is not None
-        return await measure(args, nn, f"xdfs://{nn.match.group(1)}", files_per_dir, added)
+        rows = await measure(args, nn, f"xdfs://{nn.match.group(1)}", files_per_dir, added)
     finally:
         nn.terminate()
+    forks = re.findall(r"the NameNode paused ([0-9.]+) ms", nn.log_text())
+    return [*rows, "", f"the fork of the image writer paused the NameNode {', '.join(forks)} ms"]
 
 
 async def measure(args: argparse.Namespace, nn: ServerProcess, uri: str, files_per_dir: int,

@@ -31,8 +31,10 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,8 @@ from xdfs.namenode.image.fsimage import (
 from xdfs.namenode.image.recovery import CheckpointSource, checkpoint_source
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import ImageHeader
+
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _MESSAGE_BYTES_MAX = 4096
@@ -83,6 +87,7 @@ def start_checkpoint(
         return checkpoint
     read_fd, write_fd = os.pipe()
     parent = os.getpid()
+    forking_at = time.perf_counter()
     try:
         pid = os.fork()
     except OSError as exc:
@@ -94,6 +99,8 @@ def start_checkpoint(
         _child(parent, write_fd, lambda: write_checkpoint_files(
             checkpoint.targets, header, source))
     os.close(write_fd)
+    log.info("forked the writer of image %d (pid %d): the NameNode paused %.1f ms", txid, pid,
+             (time.perf_counter() - forking_at) * 1000)
     checkpoint.pid, checkpoint.pipe = pid, read_fd
     return checkpoint
 
