@@ -22,7 +22,7 @@ The child is safe although the parent has threads: it runs only pure Python over
 namespace, msgspec, hashlib and ``os`` file calls, never logs or takes a lock another thread
 could hold, and leaves through ``os._exit`` (no atexit, no asyncio). It dies with its parent
 (``PR_SET_PDEATHSIG``): a NameNode killed with ``kill -9`` leaves no writer behind, only a
-``.ckpt`` that startup purges; its older image and all its edits are untouched.
+``.ckpt`` that the next checkpoint purges; its older image and all its edits are untouched.
 """
 
 from __future__ import annotations

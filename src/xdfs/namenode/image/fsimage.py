@@ -142,6 +142,7 @@ def write_image_files(
                 raise StorageError(f"cannot create {path}: {exc}") from exc
         emit(IMAGE_MAGIC)
         emit(_frame(header))
+        fault_point("image.ckpt_started")
         counts = []
         for items, per_frame in (
             (inodes, inodes_per_frame),
