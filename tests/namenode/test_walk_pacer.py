@@ -49,7 +49,7 @@ async def test_walks_sharing_a_pacer_take_turns() -> None:
     pacer = WalkPacer(slice_inodes=2)
     seen: list[str] = []
     results = await asyncio.gather(pacer.run(_count(6, "a", seen)), pacer.run(_count(6, "b", seen)))
-    assert results == [6, 6]
+    assert list(results) == [6, 6]
     assert seen == ["a", "a", "b", "b"] * 3
 
 
