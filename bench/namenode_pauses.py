@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import re
 import signal
@@ -124,6 +125,7 @@ async def measure(args: argparse.Namespace, nn: ServerProcess, uri: str, files_p
         cpu = proc_cpu_s(nn.pid)
         walks["saveNamespace"] = await phase(loop, "saveNamespace", w.save_namespace)
         save_cpu = proc_cpu_s(nn.pid) - cpu
+        rss_mib = _rss_bytes(nn.pid) / 2**20
         walks["fsck /"] = await phase(loop, "fsck /", lambda: w.fsck("/"))
         walks["count /"] = await phase(loop, "count /", lambda: w.content_summary("/"))
         walks["idle (end)"] = await phase(loop, "idle (end)", idle)
@@ -132,7 +134,8 @@ async def measure(args: argparse.Namespace, nn: ServerProcess, uri: str, files_p
     base_p99 = percentile(loop.latencies["idle"], 99)
     rows = [
         f"namespace: {added + 4} inodes; stat loop: {args.in_flight} in flight, one connection; "
-        f"NameNode CPU during the save (parent only; the child writes): {save_cpu:.2f} s",
+        f"NameNode RSS {rss_mib:,.0f} MiB; its CPU during the save (parent only; the child "
+        f"writes): {save_cpu:.2f} s",
         "",
         "| phase | took s | stats | stats/s | p50 ms | p99 ms | max ms | p99 / idle p99 |",
         "|---|---|---|---|---|---|---|---|",
@@ -149,6 +152,11 @@ async def measure(args: argparse.Namespace, nn: ServerProcess, uri: str, files_p
             f"{p99 / base_p99:.2f} |"
         )
     return rows
+
+
+def _rss_bytes(pid: int) -> int:
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -20,9 +20,11 @@ for up to twice the NameNode's heap while a checkpoint is written (docs/operatio
 
 The child is safe although the parent has threads: it runs only pure Python over the
 namespace, msgspec, hashlib and ``os`` file calls, never logs or takes a lock another thread
-could hold, and leaves through ``os._exit`` (no atexit, no asyncio). It dies with its parent
-(``PR_SET_PDEATHSIG``): a NameNode killed with ``kill -9`` leaves no writer behind, only a
-``.ckpt`` that the next checkpoint purges; its older image and all its edits are untouched.
+could hold, closes every inherited descriptor (sockets: the port and the connections stay
+the parent's alone), and leaves through ``os._exit`` (no atexit, no asyncio). It dies with
+its parent (``PR_SET_PDEATHSIG``): a NameNode killed with ``kill -9`` leaves no writer
+behind, only a ``.ckpt`` that the next checkpoint purges; its older image and all its
+edits are untouched.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _MESSAGE_BYTES_MAX = 4096
+_FDS_MAX = os.sysconf("SC_OPEN_MAX")
 try:  # loaded now: the child must not load libraries
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - not Linux
@@ -165,7 +168,7 @@ def _child(parent: int, write_fd: int, work: Callable[[], str]) -> None:
     """Run ``work()`` -> md5 and report ``ok <md5>`` or ``error <text>``; never returns."""
     code = 1
     try:
-        _detach(parent)
+        _detach(parent, write_fd)
         message = f"ok {work()}"
         code = 0
     except BaseException as exc:
@@ -177,9 +180,13 @@ def _child(parent: int, write_fd: int, work: Callable[[], str]) -> None:
             os._exit(code)
 
 
-def _detach(parent: int) -> None:
-    """Die with the parent; leave its signals and its event loop alone."""
+def _detach(parent: int, keep_fd: int) -> None:
+    """Die with the parent; leave its signals, its event loop and its sockets alone."""
     gc.disable()  # the collector would touch (and so copy) every tracked page
+    # Inherited sockets would keep the NameNode's port bound and its closed connections
+    # open (no FIN) while the child runs: close every descriptor but stdio and the pipe.
+    os.closerange(3, keep_fd)
+    os.closerange(keep_fd + 1, _FDS_MAX)
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the prctl
