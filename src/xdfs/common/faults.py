@@ -137,7 +137,7 @@ def arm_faults_from_env(env: Mapping[str, str] | None = None) -> list[str]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, rest = item.partition("=")
         action, _, skip = rest.partition("@")
-        if action not in ("exit", "kill", "stop"):
+        if action not in _ENV_ACTIONS:
             raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit, kill or stop")
         FAULTS.arm(name, _ENV_ACTIONS[action], skip=int(skip or 0))
         armed.append(name)

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import hashlib
 import logging
 import os
 import signal
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 _MESSAGE_BYTES_MAX = 4096
 _FDS_MAX = os.sysconf("SC_OPEN_MAX")
+hashlib.md5(b"")  # OpenSSL loads its md5 now, under its own locks, not in a forked child
 try:  # loaded now: the child must not load libraries
     _LIBC: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
 except OSError:  # pragma: no cover - not Linux
