@@ -155,6 +155,31 @@ async def test_a_writer_that_fails_leaves_no_image_and_the_namenode_serving(
     assert restarted.canonical_dump() == _fs(nn).ns.canonical_dump()
 
 
+async def test_a_writer_that_hangs_is_killed_after_its_timeout(
+    minicluster: MiniCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nn = await _big_namenode(minicluster, dirs=10, files_per_dir=10,
+                             config=nn_config(image_writer_timeout_s=0.5))
+    writers: list[Checkpoint] = []
+
+    def start_hung(*args: Any) -> Checkpoint:
+        checkpoint = start_checkpoint(*args)
+        os.kill(checkpoint.pid, signal.SIGSTOP)  # never finishes on its own
+        writers.append(checkpoint)
+        return checkpoint
+
+    monkeypatch.setattr(server_module, "start_checkpoint", start_hung)
+    async with connect(nn, ROOT, ROOT_PW) as root:
+        await root.mkdirs("/after")
+        with pytest.raises(StorageError, match=r"still running after 0\.5 s: killed"):
+            await root.save_namespace()
+        with pytest.raises(ProcessLookupError):  # killed and reaped
+            os.kill(writers[0].pid, 0)
+        assert [p.name for p in _current(nn).iterdir() if ".ckpt" in p.name] == []
+        assert nn.dirs[0].images() == [0]
+        assert (await root.stat("/after")).is_dir
+
+
 Walk = Callable[[AsyncClient], Awaitable[object]]
 WALKS: dict[str, tuple[Walk, Callable[[NameNode], WalkPacer]]] = {
     "fsck": (lambda c: c.fsck("/big"), lambda nn: _fs(nn).fsck_walks),

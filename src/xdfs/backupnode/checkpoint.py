@@ -50,8 +50,10 @@ class Checkpointer:
             async with local.replay_lock:  # replay pauses only for the fork
                 assert local.namespace is not None
                 txid = local.synced_txid
-                checkpoint = (start_checkpoint([local.dir], local.namespace, txid)
-                              if txid > local.image_txid else None)
+                checkpoint = (start_checkpoint(
+                    [local.dir], local.namespace, txid,
+                    local.config.namenode.image_writer_timeout_s,
+                ) if txid > local.image_txid else None)
             if checkpoint is not None:
                 await finish_checkpoint(checkpoint)
                 local.image_txid = txid

@@ -439,7 +439,8 @@ class NameNode:
             async with self._checkpoint_lock:
                 async with standby.lock:  # tailing pauses only for the fork
                     txid = standby.last_txid
-                    checkpoint = start_checkpoint(self.dirs, fs.ns, txid)
+                    checkpoint = start_checkpoint(
+                        self.dirs, fs.ns, txid, nn.image_writer_timeout_s)
                 await finish_checkpoint(checkpoint)
                 self.image_txid = txid
                 self.last_checkpoint_s = self.clock()
@@ -635,7 +636,8 @@ class NameNode:
             # ``txid`` (ops appended during the sync above are in it and in the log).
             txid = self.edits.last_txid
             if txid > self.image_txid or not any(d.images() for d in self.dirs):
-                await finish_checkpoint(start_checkpoint(self.dirs, self.fs.ns, txid))
+                await finish_checkpoint(start_checkpoint(
+                    self.dirs, self.fs.ns, txid, self.config.namenode.image_writer_timeout_s))
                 self.image_txid = txid
             self._purge()
             self.last_checkpoint_s = self.clock()

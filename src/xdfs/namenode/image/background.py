@@ -73,6 +73,7 @@ class Checkpoint:
     dirs: list[StorageDirectory]
     targets: list[StorageDirectory]
     header: ImageHeader
+    timeout_s: float
     pid: int = 0
     pipe: int = -1
 
@@ -82,12 +83,13 @@ class Checkpoint:
 
 
 def start_checkpoint(
-    dirs: Sequence[StorageDirectory], namespace: CheckpointSource, txid: int
+    dirs: Sequence[StorageDirectory], namespace: CheckpointSource, txid: int, timeout_s: float
 ) -> Checkpoint:
     """Fork the writer of ``fsimage_<txid>`` for ``namespace`` as it is now (the caller
-    makes sure it holds exactly the ops up to ``txid``). Then :func:`finish_checkpoint`."""
+    makes sure it holds exactly the ops up to ``txid``). Then :func:`finish_checkpoint`,
+    which kills a writer still running after ``timeout_s``."""
     header, source = checkpoint_source(dirs, namespace, txid)
-    checkpoint = Checkpoint(list(dirs), image_targets(dirs, txid), header)
+    checkpoint = Checkpoint(list(dirs), image_targets(dirs, txid), header, timeout_s)
     if not checkpoint.targets:
         return checkpoint
     read_fd, write_fd = os.pipe()
@@ -124,22 +126,18 @@ async def finish_checkpoint(checkpoint: Checkpoint) -> list[Path]:
     return [d.image_path(checkpoint.txid) for d in checkpoint.dirs]
 
 
-async def save_checkpoint_in_background(
-    dirs: Sequence[StorageDirectory], namespace: CheckpointSource, txid: int
-) -> list[Path]:
-    """:func:`start_checkpoint` then :func:`finish_checkpoint`."""
-    return await finish_checkpoint(start_checkpoint(dirs, namespace, txid))
-
-
 async def _wait(checkpoint: Checkpoint) -> str:
     reaper = asyncio.ensure_future(asyncio.to_thread(_reap, checkpoint.pid, checkpoint.pipe))
     try:
-        status, message = await asyncio.shield(reaper)
-    except asyncio.CancelledError:
+        status, message = await asyncio.wait_for(asyncio.shield(reaper), checkpoint.timeout_s)
+    except (asyncio.CancelledError, TimeoutError) as exc:
         with contextlib.suppress(ProcessLookupError):
             os.kill(checkpoint.pid, signal.SIGKILL)
         await asyncio.wait([reaper])  # reaped: no zombie, the pipe closed
-        raise
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        raise StorageError(f"the writer of image {checkpoint.txid} was still running after "
+                           f"{checkpoint.timeout_s} s: killed") from None
     text = message.decode("utf-8", "replace")
     if status == 0 and text.startswith("ok "):
         return text[3:]
