@@ -282,9 +282,29 @@ class NameNodeConfig:
         "Where the NameNode serves HTTP (the WebHDFS gateway), host:port (HDFS: 9870); "
         "empty: no HTTP server.",
     )
+    walk_slice_inodes: int = setting(
+        1000,
+        "Inodes a whole-subtree walk (fsck, -count/-du, the block map export, a recursive "
+        "delete's permission check) visits before the NameNode serves other calls again.",
+    )
+    image_writer_timeout_s: float = setting(
+        3600.0,
+        "A checkpoint's forked image writer still running after this is killed and the "
+        "checkpoint fails (the older image stays); a standby or BackupNode uses it too.",
+    )
+    fsck_rate_inodes_per_s: float = setting(
+        200_000.0,
+        "Most inodes per second all fsck walks together visit (0: no limit), so fsck of a "
+        "large tree, which any user may run where they may read, cannot monopolise the "
+        "NameNode.",
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
+        _require(self.walk_slice_inodes >= 1, "namenode.walk_slice_inodes must be >= 1")
+        _require(self.image_writer_timeout_s > 0, "namenode.image_writer_timeout_s must be > 0")
+        _require(self.fsck_rate_inodes_per_s >= 0,
+                 "namenode.fsck_rate_inodes_per_s must be >= 0")
         _require(self.retry_cache_expiry_s > 0, "namenode.retry_cache_expiry_s must be > 0")
         _require(self.retry_cache_entries_max > 0, "namenode.retry_cache_entries_max must be > 0")
         _require(self.heartbeat_misses_dead >= 1, "namenode.heartbeat_misses_dead must be >= 1")

@@ -93,7 +93,7 @@ async def test_reads_walk_once(fs: Namesystem, walks: list[str]) -> None:
     fs.stat(USER, "/data/f")
     fs.list_dir(USER, "/data", "", 100)
     fs.block_locations(USER, "/data/f", 0, -1)
-    fs.content_summary(USER, "/data")
+    await fs.content_summary(USER, "/data")
     assert walks == ["/data/f", "/data", "/data/f", "/data"]
 
 

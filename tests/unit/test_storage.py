@@ -213,7 +213,7 @@ def test_fault_registry_actions() -> None:
 
 def test_faults_from_env_exit_a_real_process(tmp_path: Path) -> None:
     assert arm_faults_from_env({}) == []
-    with pytest.raises(ValueError, match="exit or kill"):
+    with pytest.raises(ValueError, match="exit, kill or stop"):
         arm_faults_from_env({"XDFS_FAULTS": "editlog.before_fsync=explode"})
     script = textwrap.dedent("""
         from xdfs.common.faults import arm_faults_from_env, fault_point

@@ -1,5 +1,6 @@
-"""Checkpoints: by time or txn count (:func:`.replay.checkpoint_due`), replay pauses while
-the image is written (in a thread), then the image is uploaded in chunks (head, bodies,
+"""Checkpoints: by time or txn count (:func:`.replay.checkpoint_due`), replay pauses only
+while the image writer is forked (it writes a copy-on-write copy of the namespace:
+:mod:`xdfs.namenode.image.background`), then the image is uploaded in chunks (head, bodies,
 tail) and the NameNode installs it; old local images and edits are purged."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from xdfs.backupnode.local import Local
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.errors import XdfsError
 from xdfs.namenode.editlog.replay import checkpoint_due
-from xdfs.namenode.image.recovery import purge, save_checkpoint
+from xdfs.namenode.image.background import finish_checkpoint, start_checkpoint
+from xdfs.namenode.image.recovery import purge
 from xdfs.namenode.image.upload import upload_checkpoint
 
 log = logging.getLogger(__name__)
@@ -42,16 +44,20 @@ class Checkpointer:
 
     async def checkpoint(self) -> int:
         """Save an image of the namespace at the synced txid and upload it; returns its
-        txid. Replay pauses only while the image is written."""
+        txid. Replay pauses only while the image writer is forked."""
         local = self.local
         async with self._lock:
-            async with local.replay_lock:
+            async with local.replay_lock:  # replay pauses only for the fork
                 assert local.namespace is not None
                 txid = local.synced_txid
-                if txid > local.image_txid:
-                    await asyncio.to_thread(save_checkpoint, [local.dir], local.namespace, txid)
-                    local.image_txid = txid
-                    fault_point("backup.checkpoint_saved")
+                checkpoint = (start_checkpoint(
+                    [local.dir], local.namespace, txid,
+                    local.config.namenode.image_writer_timeout_s,
+                ) if txid > local.image_txid else None)
+            if checkpoint is not None:
+                await finish_checkpoint(checkpoint)
+                local.image_txid = txid
+                fault_point("backup.checkpoint_saved")
             local.last_checkpoint_s = local.clock()
             if local.image_txid > local.uploaded_txid:
                 await self._upload(local.image_txid)

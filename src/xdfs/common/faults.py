@@ -3,8 +3,8 @@
 :func:`fault_point` is called at each persist point with a dotted name listed in
 :data:`FAULT_POINTS` (roles add theirs with :meth:`FaultRegistry.register`). It costs one
 truthiness test in production. Tests arm a point with :meth:`FaultRegistry.arm` (raise an
-exception, call a function, ``exit`` or ``kill`` the process); real processes can be armed
-through ``XDFS_FAULTS="name=kill,name2=exit"`` read by :func:`arm_faults_from_env`.
+exception, call a function, ``exit``, ``kill`` or ``stop`` the process); real processes can
+be armed through ``XDFS_FAULTS="name=kill,name2=exit"`` read by :func:`arm_faults_from_env`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ FAULT_POINTS: dict[str, str] = {
     "storage.before_rename": "a temp file (VERSION, seen_txid, md5) is fsynced, not renamed",
     "image.before_rename": "fsimage.ckpt_<txid> and its md5 are durable, not yet renamed",
     "image.after_rename": "fsimage_<txid> is in place",
+    "image.ckpt_started": "fsimage.ckpt_<txid> has its header, no inode yet (in the forked "
+                          "writer when the NameNode checkpoints)",
     "recovery.before_truncate": "recovery found a torn tail and is about to truncate it",
     "purge.before_delete": "purge decided what to delete and is about to delete it",
     "namenode.keyed_call_durable": "an at-most-once call's ops are durable, no answer sent",
 }
 
 FAULTS_ENV = "XDFS_FAULTS"
-FaultAction = BaseException | Callable[[str], None] | Literal["exit", "kill"]
+FaultAction = BaseException | Callable[[str], None] | Literal["exit", "kill", "stop"]
 
 
 class FaultRegistry:
@@ -44,6 +46,11 @@ class FaultRegistry:
 
     def __init__(self) -> None:
         self._armed: dict[str, tuple[FaultAction, int, int | None]] = {}
+        self._lock = threading.Lock()
+        # a forked child (the image writer) must not inherit the lock held by another thread
+        os.register_at_fork(after_in_child=self._new_lock)
+
+    def _new_lock(self) -> None:
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
@@ -59,8 +66,8 @@ class FaultRegistry:
         """Fire ``action`` at ``name`` after ``skip`` passes, ``times`` times (None: always).
 
         ``action``: an exception instance (raised), a callable (called with the name; it may
-        raise), ``"exit"`` (``os._exit(86)``) or ``"kill"`` (SIGKILL ourselves).
-        """
+        raise), ``"exit"`` (``os._exit(86)``), ``"kill"`` (SIGKILL ourselves) or ``"stop"``
+        (SIGSTOP ourselves: paused until SIGCONT)."""
         if name not in FAULT_POINTS:
             raise KeyError(f"unknown fault point {name!r}; known: {sorted(FAULT_POINTS)}")
         with self._lock:
@@ -102,6 +109,8 @@ class FaultRegistry:
             os._exit(86)
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if action == "stop":  # frozen until SIGCONT (or killed)
+            os.kill(os.getpid(), signal.SIGSTOP)
         if isinstance(action, BaseException):
             raise action
         if callable(action):
@@ -117,15 +126,19 @@ def fault_point(name: str) -> None:
         FAULTS.hit(name)
 
 
+_ENV_ACTIONS: dict[str, FaultAction] = {"exit": "exit", "kill": "kill", "stop": "stop"}
+
+
 def arm_faults_from_env(env: Mapping[str, str] | None = None) -> list[str]:
-    """Arm ``XDFS_FAULTS="point=exit,point2=kill[@skip]"``; returns the armed names."""
+    """Arm ``XDFS_FAULTS="point=exit,point2=kill[@skip],point3=stop"``; returns the armed
+    names."""
     spec = (os.environ if env is None else env).get(FAULTS_ENV, "").strip()
     armed: list[str] = []
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, _, rest = item.partition("=")
         action, _, skip = rest.partition("@")
-        if action not in ("exit", "kill"):
-            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit or kill")
-        FAULTS.arm(name, "exit" if action == "exit" else "kill", skip=int(skip or 0))
+        if action not in _ENV_ACTIONS:
+            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit, kill or stop")
+        FAULTS.arm(name, _ENV_ACTIONS[action], skip=int(skip or 0))
         armed.append(name)
     return armed

@@ -77,6 +77,7 @@ from xdfs.namenode.namespace.ops import (
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
+from xdfs.namenode.walks import WalkPacer
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,
@@ -187,6 +188,9 @@ class Namesystem:
             config.retry_cache_entries_max, config.retry_cache_expiry_s
         )
         self._keyed: dict[asyncio.Task[object], CallKey] = {}  # task -> key of its call
+        #: whole-subtree walks run in slices; fsck's also rate-limited, all fscks together
+        self.walks = WalkPacer(config.walk_slice_inodes)
+        self.fsck_walks = WalkPacer(config.walk_slice_inodes, config.fsck_rate_inodes_per_s)
         now_s = clock()
         for holder, owner in namespace.lease_holders():
             # a restart gives every writer a fresh lease, bound to the file's creator
@@ -373,12 +377,14 @@ class Namesystem:
         limit = max(1, min(limit, self.config.list_limit_max))
         return self.ns.list_dir(iip, start_after, limit)
 
-    def content_summary(self, user: str, path: str) -> ContentSummary:
+    async def content_summary(self, user: str, path: str) -> ContentSummary:
+        """Counts of a subtree, walked in slices (semantics: :mod:`.namespace.steps`)."""
         iip = self.ns.resolve(path)
         # as HDFS: r-x on every directory of the subtree, or its counts leak private dirs
         access = R | X if isinstance(iip.get(), DirInode) else 0
-        self.ns.check_access(user, iip, access=access, sub_access=access)
-        return self.ns.content_summary(iip)
+        self.ns.check_access(user, iip, access=access)
+        await self.walks.run(self.ns.subtree_access_steps(user, iip, access))
+        return await self.walks.run(self.ns.content_summary_steps(iip))
 
     def access(self, user: str, path: str, bits: int) -> None:
         """AccessDenied unless ``user`` may access ``path`` with ``bits`` (r=4, w=2, x=1);
@@ -855,8 +861,16 @@ class Namesystem:
 
     @at_most_once
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
-        """Delete ``path`` or move it to the user's trash; returns the trash path or ""."""
+        """Delete ``path`` or move it to the user's trash; returns the trash path or "".
+
+        A recursive delete of a directory checks rwx on every directory beneath first, in
+        slices (other calls run meanwhile); the delete itself, with the checks on the path
+        and its parent, is then one atomic step. A directory created or chmodded under the
+        path between the two is not checked again (HDFS holds its lock across both)."""
         resolved = self.ns.resolve(path)
+        walked = recursive and isinstance(resolved.last, DirInode)
+        if walked:
+            await self.walks.run(self.ns.subtree_access_steps(user, resolved, R | W | X))
 
         def plan() -> Plan[str]:
             iip = self.ns.fresh(resolved)
@@ -870,7 +884,9 @@ class Namesystem:
                 iip,
                 parent_access=W | X,
                 parent_owner_sticky=True,
-                sub_access=R | W | X if status.is_dir else 0,
+                # the subtree was walked above; the directory itself is checked again here
+                access=R | W | X if status.is_dir and walked else 0,
+                sub_access=R | W | X if status.is_dir and not walked else 0,
             )
             if (self.config.trash_interval_s > 0 and not skip_trash
                     and not trash.is_in_trash(iip.path)):

@@ -46,8 +46,9 @@ from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
 from xdfs.namenode.handlers.datanode import DataNodeHandlers
 from xdfs.namenode.handlers.ha_service import HaServiceHandlers
+from xdfs.namenode.image.background import finish_checkpoint, start_checkpoint
 from xdfs.namenode.image.fsimage import header_check, image_head
-from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
+from xdfs.namenode.image.recovery import check_versions, load_namespace, purge
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint
 from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
@@ -435,9 +436,12 @@ class NameNode:
         if checkpoint_due(now_s=self.clock(), last_checkpoint_s=self.last_checkpoint_s,
                           synced_txid=standby.last_txid, image_txid=self.image_txid,
                           period_s=nn.checkpoint_period_s, txns=nn.checkpoint_txns):
-            async with self._checkpoint_lock, standby.lock:
-                txid = standby.last_txid
-                await asyncio.to_thread(save_checkpoint, self.dirs, fs.ns, txid)
+            async with self._checkpoint_lock:
+                async with standby.lock:  # tailing pauses only for the fork
+                    txid = standby.last_txid
+                    checkpoint = start_checkpoint(
+                        self.dirs, fs.ns, txid, nn.image_writer_timeout_s)
+                await finish_checkpoint(checkpoint)
                 self.image_txid = txid
                 self.last_checkpoint_s = self.clock()
             log.info("standby checkpoint written at txid %d", txid)
@@ -622,18 +626,18 @@ class NameNode:
     async def save_namespace(self) -> int:
         """Roll the edits log and write an image at the segment boundary, then purge.
 
-        The image is written on the event loop so the namespace cannot change under it;
-        for very large namespaces this pauses serving for the duration (see
-        docs/operations.md)."""
+        The image is written by a forked child (:mod:`.image.background`): the NameNode
+        serves on while it is written, from a copy of the namespace as it was at ``txid``."""
         assert self.edits is not None and self.fs is not None
         async with self._checkpoint_lock:
             await self.edits.roll()
             await self.edits.sync()
-            # No await from here to the image write: the image must hold exactly the ops
-            # up to ``txid`` (ops appended during the sync above are in it and in the log).
+            # No await from here to the fork: the image must hold exactly the ops up to
+            # ``txid`` (ops appended during the sync above are in it and in the log).
             txid = self.edits.last_txid
             if txid > self.image_txid or not any(d.images() for d in self.dirs):
-                save_checkpoint(self.dirs, self.fs.ns, txid)
+                await finish_checkpoint(start_checkpoint(
+                    self.dirs, self.fs.ns, txid, self.config.namenode.image_writer_timeout_s))
                 self.image_txid = txid
             self._purge()
             self.last_checkpoint_s = self.clock()

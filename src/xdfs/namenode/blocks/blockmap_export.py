@@ -1,9 +1,10 @@
 """The live block map as rows for ``admin -dumpBlockMap`` (the ``block_map`` download).
 
-The block ids are listed once, when the call starts (one pass over the namespace, as fsck
-does); the rows are then built a batch at a time while the stream is sent, looking every
-block up again, so the NameNode never holds the whole map as rows and a block deleted
-meanwhile is simply left out. Between batches the event loop serves other calls.
+The block ids are listed once, when the call starts (one pass over the namespace, in
+slices as fsck does); the rows are then built a batch at a time while the stream is sent,
+looking every block up again, so the NameNode never holds the whole map as rows and a
+block deleted meanwhile is simply left out. Between batches the event loop serves other
+calls.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from xdfs.namenode.blocks.fsck import datanode_report
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.replication import block_state
 from xdfs.namenode.namespace.inodes import FileInode
+from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.block_map import encode_frame
 from xdfs.protocol.namenode import BlockMapHead, BlockMapRow
@@ -24,13 +26,18 @@ ROWS_PER_FRAME = 4096
 
 
 def snapshot(ns: Namespace, blocks: BlockManager) -> tuple[BlockMapHead, list[int]]:
-    """The head (counts, DataNodes) and every block id of the namespace, now."""
-    block_ids = [
-        block.block_id
-        for _, node in ns.walk("/")
-        if isinstance(node, FileInode)
-        for block in node.blocks
-    ]
+    """The head (counts, DataNodes) and every block id of the namespace, at once."""
+    return drain(snapshot_steps(ns, blocks))
+
+
+def snapshot_steps(ns: Namespace, blocks: BlockManager) -> Steps[tuple[BlockMapHead, list[int]]]:
+    """:func:`snapshot`, one inode per step (what it sees of changes meanwhile:
+    :mod:`xdfs.namenode.namespace.steps`)."""
+    block_ids: list[int] = []
+    for _, node in ns.walk("/"):
+        if isinstance(node, FileInode):
+            block_ids.extend(block.block_id for block in node.blocks)
+        yield
     replicas = sum(len(blocks.map.replicas(block_id)) for block_id in block_ids)
     head = BlockMapHead(
         blocks=len(block_ids), replicas=replicas,

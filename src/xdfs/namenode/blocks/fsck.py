@@ -1,7 +1,8 @@
 """Block health reports: ``fsck`` of a subtree and the DataNode report (``admin -report``).
 
-Read-only walks over the namespace and the block manager, run on the event loop like any
-read. A block's status, worst last:
+Read-only walks over the namespace and the block manager; fsck is a step generator that
+the NameNode runs in rate-limited slices (``namenode.walk_slice_inodes``,
+``namenode.fsck_rate_inodes_per_s``), serving other calls in between. A block's status, worst last:
 
 * ``healthy``: at least the file's replication in good replicas (or the last block of a
   file being written: not judged until the writer completes it);
@@ -19,6 +20,7 @@ from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.replication import block_state
 from xdfs.namenode.namespace import paths
 from xdfs.namenode.namespace.inodes import FileInode, file_length
+from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
@@ -47,11 +49,30 @@ def fsck(
     with_blocks: bool = False,
     locations: bool = False,
 ) -> FsckReport:
-    """Health of every block under ``path``. The caller needs read access to it (and
-    read+execute on every directory beneath, as for ``du``: the answer names files)."""
+    """Health of every block under ``path``, at once (see :func:`fsck_steps`)."""
+    return drain(fsck_steps(ns, blocks, config, user, path, files=files,
+                            with_blocks=with_blocks, locations=locations))
+
+
+def fsck_steps(
+    ns: Namespace,
+    blocks: BlockManager,
+    config: NameNodeConfig,
+    user: str,
+    path: str,
+    *,
+    files: bool = False,
+    with_blocks: bool = False,
+    locations: bool = False,
+) -> Steps[FsckReport]:
+    """Health of every block under ``path``, one inode per step (the NameNode runs it in
+    rate-limited slices: :mod:`xdfs.namenode.namespace.steps` says what a walk sees of
+    changes made meanwhile). The caller needs read access to it (and read+execute on every
+    directory beneath, as for ``du``: the answer names files)."""
     path = paths.normalize(path)
     if ns.is_dir(path):
-        ns.check_access(user, path, access=R | X, sub_access=R | X)
+        ns.check_access(user, path, access=R | X)
+        yield from ns.subtree_access_steps(user, path, R | X)
     else:
         ns.check_access(user, path, access=R)
     counts = dict.fromkeys(_SEVERITY, 0)
@@ -59,6 +80,7 @@ def fsck(
     listed: list[FsckFile] = []
     truncated = False
     for file_path, node in ns.walk(path):
+        yield
         if not isinstance(node, FileInode):
             dir_count += 1
             continue

@@ -165,8 +165,8 @@ class ClientHandlers:
         await self.fs.set_times(caller(ctx, self.fs), req.path, req.mtime_ms, req.atime_ms)
         return Empty()
 
-    def content_summary(self, ctx: CallContext, req: p.PathRequest) -> p.ContentSummary:
-        return self.fs.content_summary(caller(ctx, self.fs), req.path)
+    async def content_summary(self, ctx: CallContext, req: p.PathRequest) -> p.ContentSummary:
+        return await self.fs.content_summary(caller(ctx, self.fs), req.path)
 
     def access(self, ctx: CallContext, req: p.AccessRequest) -> Empty:
         self.fs.access(caller(ctx, self.fs), req.path, req.access)
@@ -244,19 +244,20 @@ class AdminHandlers:
         caller(ctx, self.fs)
         return health.datanode_report(self.fs.ns, self.fs.blocks)
 
-    def fsck(self, ctx: CallContext, req: p.FsckRequest) -> p.FsckReport:
+    async def fsck(self, ctx: CallContext, req: p.FsckRequest) -> p.FsckReport:
         user = caller(ctx, self.fs)
-        return health.fsck(
+        return await self.fs.fsck_walks.run(health.fsck_steps(
             self.fs.ns, self.fs.blocks, self.fs.config, user, req.path,
             files=req.files, with_blocks=req.blocks, locations=req.locations,
-        )
+        ))
 
     async def set_quota(self, ctx: CallContext, req: p.SetQuotaRequest) -> Empty:
         user = self._superuser(ctx, "set quotas")
         await self.fs.set_quota(user, req.path, req.ns_quota, req.ds_quota)
         return Empty()
 
-    def block_map(self, ctx: CallContext, req: Empty) -> Download:
+    async def block_map(self, ctx: CallContext, req: Empty) -> Download:
         self._superuser(ctx, "dump the block map")
-        head, block_ids = blockmap_export.snapshot(self.fs.ns, self.fs.blocks)
+        head, block_ids = await self.fs.walks.run(
+            blockmap_export.snapshot_steps(self.fs.ns, self.fs.blocks))
         return Download(head, blockmap_export.frames(self.fs.ns, self.fs.blocks, block_ids))

@@ -142,6 +142,7 @@ def write_image_files(
                 raise StorageError(f"cannot create {path}: {exc}") from exc
         emit(IMAGE_MAGIC)
         emit(_frame(header))
+        fault_point("image.ckpt_started")
         counts = []
         for items, per_frame in (
             (inodes, inodes_per_frame),
@@ -170,39 +171,66 @@ def write_image_files(
     return md5.hexdigest()
 
 
+def image_targets(dirs: Sequence[StorageDirectory], txid: int) -> list[StorageDirectory]:
+    """The dirs that lack a complete ``fsimage_<txid>`` (image and md5)."""
+    return [d for d in dirs if not (d.image_path(txid).exists()
+                                    and (d.current / md5_name(txid)).exists())]
+
+
+def write_checkpoint_files(
+    targets: Sequence[StorageDirectory], header: ImageHeader, namespace: ImageSource
+) -> str:
+    """Phase 1 of a save: ``fsimage.ckpt_<txid>`` written and fsynced in every target;
+    returns the md5. Touches nothing but those files (a forked writer runs only this)."""
+    return write_image_files(
+        [d.current / ckpt_name(header.txid) for d in targets], header,
+        namespace.iter_inode_records(), namespace.user_records(),
+        namespace.token_key_records(),
+    )
+
+
+def install_checkpoint_files(
+    targets: Sequence[StorageDirectory], header: ImageHeader, digest: str
+) -> None:
+    """Phase 2 of a save: per target, the md5 file, the rename to ``fsimage_<txid>``, the
+    dir fsync and ``seen_txid`` (the fault points of a save fire here)."""
+    txid = header.txid
+    for d in targets:
+        ckpt = d.current / ckpt_name(txid)
+        atomic_write(d.current / md5_name(txid), format_md5_file(digest, image_name(txid)).encode())
+        fault_point("image.before_rename")
+        try:
+            os.replace(ckpt, d.image_path(txid))
+        except OSError as exc:
+            raise StorageError(f"cannot rename {ckpt} to {image_name(txid)}: {exc}") from exc
+        fsync_dir(d.current)
+        fault_point("image.after_rename")
+        write_seen_txid(d.current, txid)
+    log.info("saved image at txid %d (%d inodes) to %s", txid, header.inode_count,
+             ", ".join(str(d.root) for d in targets))
+
+
+def remove_checkpoint_files(targets: Sequence[StorageDirectory], txid: int) -> None:
+    """Undo a failed save's phase 1 (what is left is a ``.ckpt`` no load ever reads)."""
+    for d in targets:
+        (d.current / ckpt_name(txid)).unlink(missing_ok=True)
+
+
 def save_image(
     dirs: Sequence[StorageDirectory], header: ImageHeader, namespace: ImageSource
 ) -> list[Path]:
     """Save ``namespace`` as ``fsimage_<header.txid>`` in every dir that lacks it; returns the
-    image paths. The namespace must not change meanwhile (the caller pauses mutations)."""
+    image paths. The namespace must not change meanwhile (the caller pauses mutations, or
+    hands a frozen copy: :mod:`xdfs.namenode.image.background`)."""
     txid = header.txid
-    targets = [d for d in dirs if not (d.image_path(txid).exists()
-                                       and (d.current / md5_name(txid)).exists())]
-    if not targets:
-        return [d.image_path(txid) for d in dirs]
-    ckpts = [d.current / ckpt_name(txid) for d in targets]
-    try:
-        digest = write_image_files(
-            ckpts, header, namespace.iter_inode_records(), namespace.user_records(),
-            namespace.token_key_records(),
-        )
-        for d, ckpt in zip(targets, ckpts, strict=True):
-            atomic_write(d.current / md5_name(txid),
-                         format_md5_file(digest, image_name(txid)).encode())
-            fault_point("image.before_rename")
-            try:
-                os.replace(ckpt, d.image_path(txid))
-            except OSError as exc:
-                raise StorageError(f"cannot rename {ckpt} to {image_name(txid)}: {exc}") from exc
-            fsync_dir(d.current)
-            fault_point("image.after_rename")
-            write_seen_txid(d.current, txid)
-    except BaseException:
-        for ckpt in ckpts:
-            ckpt.unlink(missing_ok=True)
-        raise
-    log.info("saved image at txid %d (%d inodes) to %s", txid, header.inode_count,
-             ", ".join(str(d.root) for d in targets))
+    targets = image_targets(dirs, txid)
+    if targets:
+        try:
+            digest = write_checkpoint_files(targets, header, namespace)
+            install_checkpoint_files(targets, header, digest)
+        except BaseException:
+            remove_checkpoint_files(targets, txid)
+            raise
     return [d.image_path(txid) for d in dirs]
 
 

@@ -45,7 +45,7 @@ from xdfs.editlog.segments import (
 )
 from xdfs.errors import StorageError, XdfsError
 from xdfs.namenode.editlog.editlog import read_dir_edits
-from xdfs.namenode.image.fsimage import load_image, save_image
+from xdfs.namenode.image.fsimage import ImageSource, load_image, save_image
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo, read_seen_txid
 from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,
@@ -332,12 +332,21 @@ def save_checkpoint(
     storage_dirs: Sequence[StorageDirectory], namespace: CheckpointSource, txid: int
 ) -> list[Path]:
     """Write ``fsimage_<txid>`` (the namespace after ``txid``) to every dir. Blocking; the
-    namespace must not change meanwhile."""
+    namespace must not change meanwhile (:mod:`.background` saves without that pause)."""
+    header, source = checkpoint_source(storage_dirs, namespace, txid)
+    return save_image(storage_dirs, header, source)
+
+
+def checkpoint_source(
+    storage_dirs: Sequence[StorageDirectory], namespace: CheckpointSource, txid: int
+) -> tuple[ImageHeader, ImageSource]:
+    """The header of ``fsimage_<txid>`` and what writes its records (users and token keys
+    copied now: they are few)."""
     version = check_versions(storage_dirs)
     users = list(namespace.user_records())
     keys = list(namespace.token_key_records())
     header = make_image_header(version, namespace, txid, len(users), len(keys))
-    return save_image(storage_dirs, header, _Snapshot(namespace, users, keys))
+    return header, _Snapshot(namespace, users, keys)
 
 
 class _Snapshot:

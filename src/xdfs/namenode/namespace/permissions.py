@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from xdfs.errors import AccessDenied, InvalidArgument, NotADirectory, NotFound
 from xdfs.namenode.namespace.inodes import DirInode, Inode
 from xdfs.namenode.namespace.paths import join
+from xdfs.namenode.namespace.steps import Steps, drain
 
 READ = 4
 WRITE = 2
@@ -152,11 +153,16 @@ class AccessCheck:
             self._require(self.chain[-1], len(self.parts), bits)
 
     def subtree(self, bits: int) -> None:
+        drain(self.subtree_steps(bits))
+
+    def subtree_steps(self, bits: int) -> Steps[None]:
+        """:meth:`subtree`, one inode per step (see :mod:`.steps`)."""
         if not self.exists or not isinstance(self.chain[-1], DirInode):
             return
         for path, node in self.walk(self.chain[-1], join(self.parts)):
             if isinstance(node, DirInode):
                 self._require(node, 0, bits, path)
+            yield
 
     def owner(self) -> None:
         path = join(self.parts)

@@ -79,6 +79,7 @@ from xdfs.namenode.namespace.resolved import (
     replaced,
     unlinked,
 )
+from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
 
@@ -920,6 +921,10 @@ class Namespace:
         return self._quotas.get(self._at(path).get().id)
 
     def content_summary(self, path: PathArg) -> ContentSummary:
+        return drain(self.content_summary_steps(path))
+
+    def content_summary_steps(self, path: PathArg) -> Steps[ContentSummary]:
+        """:meth:`content_summary`, one inode per step (semantics: :mod:`.steps`)."""
         node = self._at(path).get()
         length = files = dirs = consumed = 0
         stack = [node]
@@ -927,13 +932,14 @@ class Namespace:
             current = stack.pop()
             if isinstance(current, DirInode):
                 dirs += 1
-                stack.extend(current.children.values())
+                stack.extend(current.children.values())  # the children as of this step
             else:
                 assert isinstance(current, FileInode)
                 size = file_length(current)
                 files += 1
                 length += size
                 consumed += size * current.replication
+            yield
         limits = self._quotas.get(node.id) if isinstance(node, DirInode) else None
         if limits is None:
             return ContentSummary(length, files, dirs, consumed)
@@ -1060,6 +1066,16 @@ class Namespace:
             checker.subtree(sub_access)
         if owner:
             checker.owner()
+
+    def subtree_access_steps(self, user: str, path: PathArg, bits: int) -> Steps[None]:
+        """The ``sub_access`` part of :meth:`check_access` alone, one inode per step (the
+        rest of the check is the caller's): ``bits`` on every directory under ``path``."""
+        if self.is_superuser(user):
+            return
+        iip = self._at(path)
+        checker = perm.AccessCheck(
+            user, self.groups_of(user), iip.parts, iip.inodes, self._walk_sorted)
+        yield from checker.subtree_steps(bits)
 
     # --- images --------------------------------------------------------------------------
 

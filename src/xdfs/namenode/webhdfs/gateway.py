@@ -213,7 +213,7 @@ def _statuses(path: str, entries: list[Any]) -> dict[str, Any]:
 @operation("GET", "GETCONTENTSUMMARY")
 async def _content_summary(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                            credentials: Credentials) -> web.StreamResponse:
-    return w.json_response(w.content_summary(gw.fs.content_summary(user, path)))
+    return w.json_response(w.content_summary(await gw.fs.content_summary(user, path)))
 
 
 @operation("GET", "GETHOMEDIRECTORY")
