@@ -653,6 +653,15 @@ class ClientConfig:
     logservice_password: str = setting(
         "", "The log service secret (its logservice.secret_file's contents)."
     )
+    failover_probe_after_s: float = setting(
+        2.0, "With several NameNode addresses: a call unanswered this long makes the client "
+        "ask every NameNode for its HA state (each ask has this deadline, repeated this "
+        "often); when another one has become active, the call is repeated there at once "
+        "instead of waiting for rpc.call_timeout_s (a paused active). 0: never ask."
+    )
+
+    def validate(self) -> None:
+        _require(self.failover_probe_after_s >= 0, "client.failover_probe_after_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -757,6 +766,7 @@ class XdfsConfig:
         self.ha.validate()
         self.http.validate()
         self.logservice.validate()
+        self.client.validate()
         return self
 
 

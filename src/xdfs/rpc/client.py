@@ -16,7 +16,12 @@
   also when the method could not be repeated (HDFS fails over on socket timeouts the same
   way); with a single address an idempotent call is simply tried again;
 * each address gets ``tries_per_address`` tries with doubling backoff, then the next
-  address; the address that last worked is tried first.
+  address; the address that last worked is tried first;
+* with a :class:`~xdfs.rpc.failover_probe.FailoverProbe` (NameNode clients of an HA list),
+  a call unanswered for ``probe.after_s`` makes the client ask the servers who is active;
+  when another one has become active under a newer epoch, the waiting call is abandoned
+  (its address avoided, as after a timeout) and repeated there if it may be repeated
+  (else it fails with ``Superseded``), without waiting for the call timeout.
 """
 
 from __future__ import annotations
@@ -40,11 +45,13 @@ from xdfs.errors import (
     ProtocolError,
     RpcTimeout,
     StreamError,
+    Superseded,
     Unavailable,
     XdfsError,
     error_from_code,
 )
 from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
+from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
     PROTOCOL_VERSION,
@@ -251,8 +258,16 @@ class ClientConnection(RpcProtocol):
         )
         try:
             return await future
+        except asyncio.CancelledError:
+            self._abandon(call_id)
+            raise
         finally:
             timer.cancel()
+
+    def _abandon(self, call_id: int) -> None:
+        """The caller gave up on a call (cancelled): tell the server, drop the answer."""
+        if self._pending.pop(call_id, None) is not None and not self.is_closing:
+            self.send(Kind.CANCEL, call_id, "", None)
 
     def _expire(self, call_id: int, name: str, timeout_s: float) -> None:
         entry = self._pending.pop(call_id, None)
@@ -324,8 +339,12 @@ class RpcClient:
         *,
         hello: Hello | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        probe: FailoverProbe | None = None,
     ) -> None:
+        """``probe``: leave a server that stopped answering as soon as another one is
+        active (:mod:`xdfs.rpc.failover_probe`); used only with several addresses."""
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        self.probe = probe if len(self.addresses) > 1 else None
         assert self.addresses, "RpcClient needs at least one address"
         self.config = config
         hello = hello or Hello(PROTOCOL_VERSION)
@@ -423,14 +442,12 @@ class RpcClient:
     ) -> T:
         failures: list[str] = []
         count = len(self.addresses)
-        for index in [(self._preferred + i) % count for i in range(count)]:
+        order = [(self._preferred + i) % count for i in range(count)]
+        while order:
+            index = order.pop(0)
             address = self.addresses[index]
             for try_number in range(self.config.tries_per_address):
-                delay = backoff_s(
-                    try_number, self.config.retry_backoff_initial_s, self.config.retry_backoff_max_s
-                )
-                if delay:
-                    await asyncio.sleep(delay)
+                await self._backoff(try_number)
                 try:
                     conn = await self.connection(address)
                 except NotActive as exc:
@@ -440,7 +457,12 @@ class RpcClient:
                     failures.append(f"{address}: {exc.message}")
                     continue
                 try:
-                    result = await attempt(conn)
+                    result = await self._watched(index, attempt, conn)
+                except _MovedOn as moved:
+                    self._moved_on(method, restartable, address, moved.index)
+                    failures.append(f"{address}: no answer, another server became active")
+                    order = [moved.index, *(i for i in order if i != moved.index)]
+                    break
                 except NotActive as exc:
                     failures.append(f"{address}: {exc.message}")
                     break
@@ -463,3 +485,82 @@ class RpcClient:
                 self._preferred = index
                 return result
         raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")
+
+    async def _backoff(self, try_number: int) -> None:
+        delay = backoff_s(
+            try_number, self.config.retry_backoff_initial_s, self.config.retry_backoff_max_s
+        )
+        if delay:
+            await asyncio.sleep(delay)
+
+    def _moved_on(
+        self, method: Method[Any, Any], restartable: bool, address: str, index: int
+    ) -> None:
+        """A call to ``address`` was abandoned for the new active at ``index``: the next
+        calls start there; this one may go there too, or fails with Superseded."""
+        self._preferred = index
+        if not (method.retry_safe and restartable):
+            raise Superseded(
+                f"{method.name}: {address} stopped answering and {self.addresses[index]} "
+                "became active; the call may or may not have run, and is not one that may "
+                "be repeated"
+            )
+
+    async def _watched(
+        self, index: int, attempt: Callable[[ClientConnection], Awaitable[T]],
+        conn: ClientConnection,
+    ) -> T:
+        """``attempt(conn)``; with a probe, while it waits, ask the servers who is active
+        every ``probe.after_s``, and abandon it (:class:`_MovedOn`) when another server
+        has become active."""
+        probe = self.probe
+        if probe is None:
+            return await attempt(conn)
+        call = asyncio.ensure_future(attempt(conn))
+        asking: asyncio.Future[dict[int, ServiceState]] | None = None
+        try:
+            while True:
+                await asyncio.wait((call,), timeout=probe.after_s)
+                if call.done():
+                    return call.result()
+                asking = asyncio.ensure_future(self._ask_all(probe))
+                await asyncio.wait((call, asking), return_when=asyncio.FIRST_COMPLETED)
+                if call.done():
+                    return call.result()
+                answers = asking.result()
+                moved_to = choose_new_active(index, answers, probe.seen_epoch)
+                probe.note(answers)
+                if moved_to is not None:
+                    raise _MovedOn(moved_to)
+        finally:
+            _drop(call)
+            if asking is not None:
+                _drop(asking)
+
+    async def _ask_all(self, probe: FailoverProbe) -> dict[int, ServiceState]:
+        """Every address's state, as far as it answers within ``probe.after_s``."""
+
+        async def ask(address: str) -> ServiceState | None:
+            try:
+                async with asyncio.timeout(probe.after_s):
+                    return await probe.ask(await self.connection(address), probe.after_s)
+            except (XdfsError, TimeoutError):
+                return None
+
+        states = await asyncio.gather(*(ask(address) for address in self.addresses))
+        return {i: state for i, state in enumerate(states) if state is not None}
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs; its outcome, whatever it is, is not wanted."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
+class _MovedOn(Exception):
+    """A waiting call was abandoned: the server at address ``index`` became active."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
