@@ -189,3 +189,33 @@ async def test_a_slow_active_is_not_left_for_an_active_with_its_own_epoch(pair: 
     async with asyncio.timeout(60):
         assert await pair.client.call(ONCE, Empty()) == Count(1)
     assert pair.new.keys == []
+
+
+async def test_a_handshake_that_never_completes_is_left_for_the_new_active(
+    minicluster: MiniCluster,
+) -> None:
+    """A new client whose first address is a paused process (the kernel accepts the
+    connection, nothing answers the handshake) reaches the new active without waiting
+    for rpc.connect_timeout_s; a call that was never sent may go there whatever it is."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    paused = await asyncio.start_server(hold, "127.0.0.1", 0)
+    new = FakeNameNode("new", ACTIVE, 3)
+    server = await minicluster.start_server("new", [(PROBE_SERVICE, new), (STATE_SERVICE, new)])
+    config = dataclasses.replace(minicluster.config.rpc, connect_timeout_s=600.0)
+    addresses = [f"127.0.0.1:{paused.sockets[0].getsockname()[1]}", server.address]
+    client = RpcClient(addresses, config, probe=FailoverProbe(0.05, ask_service_state))
+    try:
+        async with asyncio.timeout(60):
+            assert await client.call(PLAIN, Empty()) == Count(1)
+        assert held, "the first try went to the paused address"
+        assert client.current_address == server.address
+    finally:
+        await client.close()
+        for writer in held:
+            writer.close()
+        paused.close()
+        await paused.wait_closed()

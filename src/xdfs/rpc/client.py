@@ -31,7 +31,7 @@ import itertools
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import msgspec.structs
@@ -157,7 +157,7 @@ class ClientConnection(RpcProtocol):
             raise Unavailable(f"connecting to {address} timed out") from None
         except (OSError, ssl.SSLError) as exc:
             raise Unavailable(f"cannot connect to {address}: {exc}") from None
-        except XdfsError:
+        except (XdfsError, asyncio.CancelledError):  # cancelled: a failover probe moved on
             if conn is not None:
                 conn.close()
             raise
@@ -448,21 +448,18 @@ class RpcClient:
             address = self.addresses[index]
             for try_number in range(self.config.tries_per_address):
                 await self._backoff(try_number)
+                sent = _Try(self, address, attempt)
                 try:
-                    conn = await self.connection(address)
-                except NotActive as exc:
-                    failures.append(f"{address}: {exc.message}")
-                    break
-                except (Unavailable, Overloaded) as exc:  # nothing ran: always safe to repeat
-                    failures.append(f"{address}: {exc.message}")
-                    continue
-                try:
-                    result = await self._watched(index, attempt, conn)
+                    result = await self._watched(index, sent.run())
                 except _MovedOn as moved:
-                    self._moved_on(method, restartable, address, moved.index)
+                    repeatable = not sent.sent or (method.retry_safe and restartable)
+                    self._moved_on(method.name, repeatable, address, moved.index)
                     failures.append(f"{address}: no answer, another server became active")
                     order = [moved.index, *(i for i in order if i != moved.index)]
                     break
+                except _NotSent as exc:  # nothing ran: always safe to repeat
+                    failures.append(f"{address}: {exc.error.message}")
+                    continue
                 except NotActive as exc:
                     failures.append(f"{address}: {exc.message}")
                     break
@@ -493,30 +490,26 @@ class RpcClient:
         if delay:
             await asyncio.sleep(delay)
 
-    def _moved_on(
-        self, method: Method[Any, Any], restartable: bool, address: str, index: int
-    ) -> None:
-        """A call to ``address`` was abandoned for the new active at ``index``: the next
-        calls start there; this one may go there too, or fails with Superseded."""
+    def _moved_on(self, name: str, repeatable: bool, address: str, index: int) -> None:
+        """A try at ``address`` was abandoned for the new active at ``index``: the next
+        calls start there; this one goes there too, unless it was sent and may not be
+        repeated (Superseded)."""
         self._preferred = index
-        if not (method.retry_safe and restartable):
+        if not repeatable:
             raise Superseded(
-                f"{method.name}: {address} stopped answering and {self.addresses[index]} "
-                "became active; the call may or may not have run, and is not one that may "
-                "be repeated"
+                f"{name}: {address} stopped answering and {self.addresses[index]} became "
+                "active; the call may or may not have run, and is not one that may be "
+                "repeated"
             )
 
-    async def _watched(
-        self, index: int, attempt: Callable[[ClientConnection], Awaitable[T]],
-        conn: ClientConnection,
-    ) -> T:
-        """``attempt(conn)``; with a probe, while it waits, ask the servers who is active
-        every ``probe.after_s``, and abandon it (:class:`_MovedOn`) when another server
-        has become active."""
+    async def _watched(self, index: int, attempt: Awaitable[T]) -> T:
+        """Await ``attempt`` (a try at address ``index``); with a probe, while it waits,
+        ask the servers who is active every ``probe.after_s``, and abandon it
+        (:class:`_MovedOn`) when another server has become active."""
         probe = self.probe
         if probe is None:
-            return await attempt(conn)
-        call = asyncio.ensure_future(attempt(conn))
+            return await attempt
+        call = asyncio.ensure_future(attempt)
         asking: asyncio.Future[dict[int, ServiceState]] | None = None
         try:
             while True:
@@ -556,6 +549,32 @@ def _drop(task: asyncio.Future[Any]) -> None:
     if not task.done():
         task.cancel()
     task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
+class _Try(Generic[T]):
+    """One try at ``address``: connect (a failure there is :class:`_NotSent`), then
+    ``attempt``. ``sent``: the call went out (the server may have run it)."""
+
+    def __init__(self, client: RpcClient, address: str,
+                 attempt: Callable[[ClientConnection], Awaitable[T]]) -> None:
+        self.client, self.address, self.attempt = client, address, attempt
+        self.sent = False
+
+    async def run(self) -> T:
+        try:
+            conn = await self.client.connection(self.address)
+        except (Unavailable, Overloaded) as exc:
+            raise _NotSent(exc) from None
+        self.sent = True
+        return await self.attempt(conn)
+
+
+class _NotSent(Exception):
+    """A try failed before the call was sent (connect, handshake, Overloaded there)."""
+
+    def __init__(self, error: XdfsError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _MovedOn(Exception):
