@@ -559,6 +559,11 @@ class HaConfig:
         "", "File holding the controllers' shared secret: controllers and `xdfs admin "
         "-failover` present it to each other. Required by `xdfs zkfc`."
     )
+    webhdfs: dict[str, str] = field(default_factory=dict, metadata={"doc": (
+        "NameNode id -> host:port of its WebHDFS gateway, a TOML table (`xdfs dev --ha` "
+        "writes it): every NameNode serves one, a standby answering StandbyException; "
+        "xdfs.client.webhdfs_ha finds the active one."
+    )})
 
     def validate(self) -> None:
         for key in ("zookeeper_session_timeout_s", "zookeeper_connect_timeout_s",
