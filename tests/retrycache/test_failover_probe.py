@@ -60,11 +60,12 @@ def test_the_newest_of_several_actives_wins() -> None:
     assert choose_new_active(0, answers, seen_epoch=1) == 2
 
 
-def test_the_probe_remembers_the_newest_active_epoch() -> None:
+def test_the_probe_remembers_the_highest_epoch_it_was_told() -> None:
+    """A standby's epoch counts: it is that of the active it follows."""
     probe = FailoverProbe(1.0, ask_service_state)
     probe.note({0: _s(STANDBY, 9), 1: _s(ACTIVE, 4)})
     probe.note({1: _s(ACTIVE, 3)})
-    assert probe.seen_epoch == 4
+    assert probe.seen_epoch == 9
 
 
 # -- with servers ----------------------------------------------------------------------------

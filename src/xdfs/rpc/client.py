@@ -503,45 +503,67 @@ class RpcClient:
             )
 
     async def _watched(self, index: int, attempt: Awaitable[T]) -> T:
-        """Await ``attempt`` (a try at address ``index``); with a probe, while it waits,
-        ask the servers who is active every ``probe.after_s``, and abandon it
-        (:class:`_MovedOn`) when another server has become active."""
+        """Await ``attempt`` (a try at address ``index``); with a probe, once it has
+        waited ``probe.after_s``, ask the servers who is active, a round every
+        ``probe.after_s``, and abandon it (:class:`_MovedOn`) as soon as one answer shows
+        another server active."""
         probe = self.probe
         if probe is None:
             return await attempt
+        loop = asyncio.get_running_loop()
         call = asyncio.ensure_future(attempt)
-        asking: asyncio.Future[dict[int, ServiceState]] | None = None
+        asking: asyncio.Future[int | None] | None = None
         try:
-            while True:
-                await asyncio.wait((call,), timeout=probe.after_s)
-                if call.done():
-                    return call.result()
-                asking = asyncio.ensure_future(self._ask_all(probe))
+            await asyncio.wait((call,), timeout=probe.after_s)
+            while not call.done():
+                round_end = loop.time() + probe.after_s
+                asking = asyncio.ensure_future(self._find_active(probe, index))
                 await asyncio.wait((call, asking), return_when=asyncio.FIRST_COMPLETED)
                 if call.done():
-                    return call.result()
-                answers = asking.result()
-                moved_to = choose_new_active(index, answers, probe.seen_epoch)
-                probe.note(answers)
+                    break
+                moved_to = asking.result()
                 if moved_to is not None:
                     raise _MovedOn(moved_to)
+                await asyncio.wait((call,), timeout=max(0.0, round_end - loop.time()))
+            return call.result()
         finally:
             _drop(call)
             if asking is not None:
                 _drop(asking)
 
-    async def _ask_all(self, probe: FailoverProbe) -> dict[int, ServiceState]:
-        """Every address's state, as far as it answers within ``probe.after_s``."""
+    async def _find_active(self, probe: FailoverProbe, stalled: int) -> int | None:
+        """One round: every address asked at once (``probe.after_s`` each); the index of
+        a new active, or None. Once the client knows an epoch (an earlier round), the
+        first answer showing a newer active decides: a paused server's silence costs
+        nothing; before that, the round waits for every answer (or its timeout)."""
 
-        async def ask(address: str) -> ServiceState | None:
+        async def ask(index: int) -> tuple[int, ServiceState | None]:
             try:
                 async with asyncio.timeout(probe.after_s):
-                    return await probe.ask(await self.connection(address), probe.after_s)
+                    conn = await self.connection(self.addresses[index])
+                    return index, await probe.ask(conn, probe.after_s)
             except (XdfsError, TimeoutError):
-                return None
+                return index, None
 
-        states = await asyncio.gather(*(ask(address) for address in self.addresses))
-        return {i: state for i, state in enumerate(states) if state is not None}
+        answers: dict[int, ServiceState] = {}
+        asks = [asyncio.ensure_future(ask(i)) for i in range(len(self.addresses))]
+        try:
+            for next_answer in asyncio.as_completed(asks):
+                index, state = await next_answer
+                if state is None:
+                    continue
+                answers[index] = state
+                # Known epochs: no need to hear the (probably paused) stalled server.
+                found = choose_new_active(stalled, answers, probe.seen_epoch)
+                if probe.seen_epoch and found is not None:
+                    probe.note(answers)
+                    return found
+            found = choose_new_active(stalled, answers, probe.seen_epoch)
+            probe.note(answers)
+            return found
+        finally:
+            for task in asks:
+                _drop(task)
 
 
 def _drop(task: asyncio.Future[Any]) -> None:

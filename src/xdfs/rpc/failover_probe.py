@@ -46,8 +46,8 @@ def choose_new_active(
     """The index of the address to repeat a call on, or None to keep waiting.
 
     ``answers``: the servers that answered the probe in time, by address index (a paused
-    one is simply absent). ``seen_epoch``: the highest epoch of an active this client has
-    seen. Another server qualifies when it says active under an epoch above
+    one is simply absent). ``seen_epoch``: the highest epoch this client has been told
+    (:meth:`FailoverProbe.note`). Another server qualifies when it says active under an epoch above
     ``seen_epoch`` and above the stalled server's own claim: a stalled server that still
     answers "active" with the newest epoch is only slow, and an active with an old epoch
     is one that has not learned it was replaced."""
@@ -65,11 +65,12 @@ class FailoverProbe:
 
     after_s: float
     ask: Callable[[ClientConnection, float], Awaitable[ServiceState]]
-    #: The highest epoch of an active this client has seen (a probe's answers).
+    #: The highest epoch any server told this client (a probe's answers). A standby's is
+    #: the epoch of the active whose edits it tails, and every promotion takes a higher
+    #: one: only a NameNode made active since can say "active" above it.
     seen_epoch: int = field(default=0)
 
     def note(self, answers: Mapping[int, ServiceState]) -> None:
-        """Remember the newest active epoch among ``answers``."""
+        """Remember the highest epoch among ``answers`` (after deciding on them)."""
         for status in answers.values():
-            if status.active:
-                self.seen_epoch = max(self.seen_epoch, status.epoch)
+            self.seen_epoch = max(self.seen_epoch, status.epoch)
