@@ -11,7 +11,9 @@ their failover controllers.
     (or SIGSTOPped: paused, not dead); from that moment, concurrently: the other
     NameNode's state is polled until it says active; a client that lived through the
     failure retries ``mkdirs`` until one is acknowledged; and a new client per try does
-    the same (as successive ``xdfs dfs -mkdir`` commands would). The times cover detection
+    the same (as successive ``xdfs dfs -mkdir`` commands would); both kinds of client run
+    twice, with the failover probe (``client.failover_probe_after_s``, the default) and
+    without it (0: the clients wait for their own timeouts). The times cover detection
     (the controller's health checks, or for SIGSTOP the health check timeout), the
     election, the new active's journal recovery, the DataNode's reports to it (safe mode)
     and, for the clients, their own timeouts before they leave the old address.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -56,6 +59,7 @@ class Settings:
     create_runs: int
     create_s: float
     writers: int
+    signals: tuple[str, ...] = ()  # failover rounds for these signals only (all: empty)
 
 
 @dataclass
@@ -70,8 +74,12 @@ class DevCluster:
     def processes(self) -> list[dict[str, object]]:
         return list(json.loads((self.base / "cluster.json").read_text())["processes"])
 
-    def client(self, addresses: Sequence[str] | None = None) -> AsyncClient:
+    def client(self, addresses: Sequence[str] | None = None, probe: bool = True
+               ) -> AsyncClient:
         config = load_config(self.conf)
+        if not probe:
+            config = dataclasses.replace(config, client=dataclasses.replace(
+                config.client, failover_probe_after_s=0.0))
         uri = f"xdfs://{','.join(addresses)}" if addresses else None
         return AsyncClient(uri, config=config)
 
@@ -120,8 +128,9 @@ async def failover_times(cluster: DevCluster, pid: int, sig: signal.Signals
     flight waits for rpc.call_timeout_s before it moves on); the first one acknowledged to
     a new client per try (as a new ``xdfs dfs`` command: a paused NameNode costs it
     rpc.connect_timeout_s before it tries the next address)."""
-    async with cluster.client() as client:
+    async with cluster.client() as client, cluster.client(probe=False) as unprobed:
         await client.mkdirs("/warm")
+        await unprobed.mkdirs("/warm-unprobed")
         os.kill(pid, sig)
         start = time.monotonic()
 
@@ -139,9 +148,16 @@ async def failover_times(cluster: DevCluster, pid: int, sig: signal.Signals
         async def kept(attempt: int) -> None:
             await client.mkdirs(f"/kept/{attempt}")
 
+        async def kept_unprobed(attempt: int) -> None:
+            await unprobed.mkdirs(f"/kept-unprobed/{attempt}")
+
         async def fresh(attempt: int) -> None:
             async with cluster.client() as new:
                 await new.mkdirs(f"/fresh/{attempt}")
+
+        async def fresh_unprobed(attempt: int) -> None:
+            async with cluster.client(probe=False) as new:
+                await new.mkdirs(f"/fresh-unprobed/{attempt}")
 
         async def serving(attempt: int) -> None:
             for info in cluster.processes():
@@ -154,14 +170,19 @@ async def failover_times(cluster: DevCluster, pid: int, sig: signal.Signals
             raise TimeoutError
 
         names = ("the other NameNode is active", "first ack, a client kept through it",
-                 "first ack, a new client per try")
-        times = await asyncio.gather(until_ok(serving), until_ok(kept), until_ok(fresh))
+                 "first ack, a new client per try",
+                 "first ack, a client kept through it, no probe",
+                 "first ack, a new client per try, no probe")
+        times = await asyncio.gather(until_ok(serving), until_ok(kept), until_ok(fresh),
+                                     until_ok(kept_unprobed), until_ok(fresh_unprobed))
         return dict(zip(names, times, strict=True))
 
 
 def failover_part(s: Settings, table: Table) -> None:
     for round_ in range(s.rounds):
         for name, sig in (("SIGKILL", signal.SIGKILL), ("SIGSTOP", signal.SIGSTOP)):
+            if s.signals and name not in s.signals:
+                continue
             with dev_cluster("--ha") as cluster:
                 _address, pid = asyncio.run(active_namenode(cluster))
                 times = asyncio.run(failover_times(cluster, pid, sig))
@@ -219,10 +240,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="failover rounds per signal")
     parser.add_argument("--writers", type=int, default=64)
     parser.add_argument("--only", action="append", default=[], help="failover or create")
+    parser.add_argument("--signal", action="append", default=[], choices=("SIGKILL", "SIGSTOP"),
+                        help="failover rounds with this signal only")
     args = parser.parse_args(argv)
     s = Settings(rounds=1 if args.quick else args.rounds,
                  create_runs=1 if args.quick else 3,
-                 create_s=5.0 if args.quick else 15.0, writers=args.writers)
+                 create_s=5.0 if args.quick else 15.0, writers=args.writers,
+                 signals=tuple(args.signal))
     table = Table(args.only)
     print(f"machine: {machine()}; load before: {load_average()}", file=sys.stderr)
     if table.wanted("failover"):

@@ -579,6 +579,11 @@ class HaConfig:
         "", "File holding the controllers' shared secret: controllers and `xdfs admin "
         "-failover` present it to each other. Required by `xdfs zkfc`."
     )
+    webhdfs: dict[str, str] = field(default_factory=dict, metadata={"doc": (
+        "NameNode id -> host:port of its WebHDFS gateway, a TOML table (`xdfs dev --ha` "
+        "writes it): every NameNode serves one, a standby answering StandbyException; "
+        "xdfs.client.webhdfs_ha finds the active one."
+    )})
 
     def validate(self) -> None:
         for key in ("zookeeper_session_timeout_s", "zookeeper_connect_timeout_s",
@@ -673,6 +678,15 @@ class ClientConfig:
     logservice_password: str = setting(
         "", "The log service secret (its logservice.secret_file's contents)."
     )
+    failover_probe_after_s: float = setting(
+        2.0, "With several NameNode addresses: a call unanswered this long makes the client "
+        "ask every NameNode for its HA state (each ask has this deadline, repeated this "
+        "often); when another one has become active, the call is repeated there at once "
+        "instead of waiting for rpc.call_timeout_s (a paused active). 0: never ask."
+    )
+
+    def validate(self) -> None:
+        _require(self.failover_probe_after_s >= 0, "client.failover_probe_after_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -793,6 +807,7 @@ class XdfsConfig:
         self.ha.validate()
         self.http.validate()
         self.logservice.validate()
+        self.client.validate()
         return self
 
 

@@ -123,6 +123,15 @@ class RpcTimeout(RpcError):
     retriable = True
 
 
+class Superseded(RpcTimeout):
+    """The server a call waited for stopped answering and another one became active: the
+    call was abandoned (it may or may not have run there) and, being neither idempotent
+    nor at most once, not repeated."""
+
+    code = 695
+    retriable = False
+
+
 class Overloaded(RpcError):
     """The server refuses more work right now; try again later."""
 

@@ -12,6 +12,15 @@ AlreadyExists for a fresh path (which only a retried call applied twice can caus
 retry cache answers a retry with its first result, on the new active too). At the end,
 the JournalNodes' finalized segments agree byte for byte wherever two hold the same one
 (no writer ever split the history).
+
+"No two writers" is also checked directly from the journals' records, after every round:
+on each JournalNode the finalized segments' txids run without a gap and the writers'
+epochs (the ``new_epoch`` op each new active logs first) only go up with txid, and each
+active's ops follow its own ``new_epoch``; at the end (the last segment finalized by
+``-rollEdits``) every acknowledged path is created by exactly one op of the history, and
+no call key (client id, call number) is on two ops. An acknowledgement carries no epoch,
+so "acknowledged under the epoch of the NameNode that answered" is checked as: each
+acknowledged op is in the one agreed history, once, under a monotonic epoch sequence.
 """
 
 from __future__ import annotations
@@ -25,8 +34,11 @@ import time
 import pytest
 
 from xdfs.client.client import AsyncClient
-from xdfs.editlog.segments import segment_index
+from xdfs.editlog.segments import read_segment_records, segment_index
 from xdfs.errors import AlreadyExists, XdfsError
+from xdfs.namenode.editlog.shared import decode_records
+from xdfs.namenode.namespace.ops import AddFileOp, MkdirOp, NewEpochOp, Op
+from xdfs.namenode.retry_cache import key_of
 
 from ..journal.qjm_cluster import JOURNAL_ID
 from .cluster import HaCluster
@@ -165,8 +177,57 @@ def test_acknowledged_mkdirs_survive_a_seeded_nemesis(ha: HaCluster) -> None:
               f"{time.monotonic() - started:.1f} s")
         missing = asyncio.run(_missing(ha, acked))
         assert missing == [], f"round {round_} ({kind}, seed {seed}) lost {missing[:5]}"
+        for index in range(3):
+            _one_writer_at_a_time(_journal_history(ha, index), f"jn{index}, round {round_}")
     assert len(acked) > ROUNDS  # the load did run
     _journals_agree(ha)
+    result = ha.admin("-rollEdits")  # every acknowledged op into a finalized segment
+    assert result.returncode == 0, result.stderr
+    _each_acknowledged_once(ha, acked)
+
+
+def _journal_history(ha: HaCluster, index: int) -> list[tuple[int, Op]]:
+    """The ops of JournalNode ``index``'s finalized segments, in txid order (a
+    finalized segment holds committed records only: a recovery finalizes what a
+    majority has)."""
+    current = ha.qjm.base / f"jn{index}" / JOURNAL_ID / "current"
+    history: list[tuple[int, Op]] = []
+    for info in segment_index(current):
+        if info.in_progress or info.end is None:
+            continue
+        records, _bounds = read_segment_records(current, info.start, info.end,
+                                                layout_version=None)
+        history += decode_records(records, info.start)
+    return history
+
+
+def _one_writer_at_a_time(history: list[tuple[int, Op]], where: str) -> None:
+    """No gap in the txids; each new_epoch above the last (a writer's ops follow its own
+    new_epoch and precede the next writer's)."""
+    txids = [txid for txid, _op in history]
+    if not txids:
+        return
+    assert txids == list(range(txids[0], txids[0] + len(txids))), f"{where}: txid gap"
+    epochs = [op.epoch for _txid, op in history if isinstance(op, NewEpochOp)]
+    assert epochs == sorted(set(epochs)), f"{where}: epochs not increasing: {epochs}"
+
+
+def _each_acknowledged_once(ha: HaCluster, acked: list[str]) -> None:
+    """In the longest JournalNode history (the others are prefixes or agree where they
+    overlap, checked above): every acknowledged path made by exactly one op, and no call
+    key on two ops."""
+    history = max((_journal_history(ha, i) for i in range(3)), key=len)
+    _one_writer_at_a_time(history, "final history")
+    made: dict[str, int] = {}
+    keys: dict[tuple[bytes, int], int] = {}
+    for _txid, op in history:
+        if isinstance(op, MkdirOp | AddFileOp):
+            made[op.path] = made.get(op.path, 0) + 1
+        key = key_of(op)
+        if key is not None:
+            keys[key] = keys.get(key, 0) + 1
+    assert [p for p in acked if made.get(p) != 1] == [], "acknowledged, not made once"
+    assert [k for k, n in keys.items() if n > 1] == [], "a call key on two ops"
 
 
 def _journals_agree(ha: HaCluster) -> None:

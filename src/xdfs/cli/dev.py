@@ -169,9 +169,8 @@ class Launch:
         conf = self.conf
         dev = self.state.config.dev
         extension = f"namenode.safe_mode_extension_s={dev.safe_mode_extension_s}"
-        # an HA pair's NameNodes serve HTTP while active, each on a port of its own
-        http = (["-D", "namenode.http_address=127.0.0.1:0"] if self.pair is not None
-                else _http_conf(self.state.config))
+        # an HA pair's NameNodes serve HTTP each on a port of its own (DIR/ha.json)
+        http = [] if self.pair is not None else _http_conf(self.state.config)
         nn_conf = [*conf, *(journal.conf() if journal else []), *http, "-D", extension]
         if self.pair is not None:
             self.children.insert(0, ("zookeeper",

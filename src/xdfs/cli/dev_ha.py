@@ -2,7 +2,9 @@
 failover controller next to each, and one ZooKeeper server, all on loopback.
 
 Ports are chosen once and kept in ``DIR/ha.json`` (the NameNodes' ids map to addresses in
-``ha.namenodes``, so they must come back on the same ones). The [ha] settings go into
+``ha.namenodes``, so they must come back on the same ones; so do their WebHDFS gateways,
+``ha.webhdfs``, which each NameNode serves whatever its state: a standby answers
+StandbyException). The [ha] settings go into
 ``DIR/ha.toml`` (the user's --conf file, if any, merged under them), which every process
 of the cluster reads. nn2's name dir starts as a copy of nn1's, taken right after the
 journal was initialized from it (what ``-bootstrapStandby`` would download).
@@ -32,10 +34,16 @@ class DevHa:
     base: Path
     namenode_ports: dict[str, int]
     zookeeper_port: int
+    http_ports: dict[str, int]
 
     @property
     def addresses(self) -> dict[str, str]:
         return {nn_id: f"127.0.0.1:{port}" for nn_id, port in self.namenode_ports.items()}
+
+    @property
+    def http_addresses(self) -> dict[str, str]:
+        """NameNode id -> host:port of its WebHDFS gateway."""
+        return {nn_id: f"127.0.0.1:{port}" for nn_id, port in self.http_ports.items()}
 
     @property
     def zookeeper_address(self) -> str:
@@ -56,6 +64,7 @@ class DevHa:
         settings["ha"] = {
             **settings.get("ha", {}),
             "namenodes": self.addresses,
+            "webhdfs": self.http_addresses,
             "automatic_failover": True,
             "zookeeper_quorum": self.zookeeper_address,
             "zkfc_rpc_address": "127.0.0.1:0",
@@ -76,13 +85,15 @@ def dev_ha(base: Path) -> DevHa:
     from xdfs.testing.net import free_port
 
     layout = base / LAYOUT_FILE
-    if layout.exists():
-        data = json.loads(layout.read_text())
-        ha = DevHa(base, dict(data["namenodes"]), int(data["zookeeper"]))
-    else:
-        ha = DevHa(base, {nn_id: free_port() for nn_id in IDS}, free_port())
+    data = json.loads(layout.read_text()) if layout.exists() else {}
+    ha = DevHa(base, dict(data.get("namenodes") or {nn_id: free_port() for nn_id in IDS}),
+               int(data.get("zookeeper") or free_port()),
+               # (a layout from before the gateways had fixed ports gets them now)
+               dict(data.get("http") or {nn_id: free_port() for nn_id in IDS}))
+    if "http" not in data:
         atomic_write(layout, json.dumps({"namenodes": ha.namenode_ports,
-                                         "zookeeper": ha.zookeeper_port}).encode())
+                                         "zookeeper": ha.zookeeper_port,
+                                         "http": ha.http_ports}).encode())
     if not (base / ZKFC_SECRET_FILE).exists():
         new_secret_file(base / ZKFC_SECRET_FILE)
     return ha
@@ -112,7 +123,8 @@ def namenode_processes(ha: DevHa, conf: list[str], env: dict[str, str]
     children: list[tuple[str, ServerProcess]] = []
     for nn_id, address in ha.addresses.items():
         children.append(("namenode", ServerProcess.xdfs(
-            *conf, "namenode", "--name-dir", str(ha.name_dir(nn_id)),
+            *conf, "-D", f"namenode.http_address={ha.http_addresses[nn_id]}",
+            "namenode", "--name-dir", str(ha.name_dir(nn_id)),
             "--rpc-address", address, log_path=ha.base / "logs" / f"{nn_id}.log",
             ready_pattern=r"namenode serving on (\S+)", env=env, die_with_parent=True)))
         children.append(("zkfc", ServerProcess.xdfs(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from xdfs.client import transfer
 from xdfs.client.datanodes import DataNodePool
+from xdfs.client.failover import namenode_probe
 from xdfs.client.reader import FileReader
 from xdfs.client.sync_files import SyncReader, SyncWriter, buffered_reader, buffered_writer
 from xdfs.client.writer import FileWriter
@@ -62,7 +63,10 @@ class AsyncClient:
             token=token if token is not None else self.config.client.token,
         )
         ssl_context = client_context(self.config.rpc)
-        self.rpc = RpcClient(self.addresses, self.config.rpc, hello=hello, ssl_context=ssl_context)
+        self.rpc = RpcClient(
+            self.addresses, self.config.rpc, hello=hello, ssl_context=ssl_context,
+            probe=namenode_probe(self.config.client),
+        )
         self.datanodes = DataNodePool(self.config.rpc, self.client_name, ssl_context)
         self._home: str | None = None
 

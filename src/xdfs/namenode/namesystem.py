@@ -76,7 +76,13 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
-from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
+from xdfs.namenode.retry_cache import (
+    KEYED_DURABLE,
+    ReplayedAppend,
+    RetryCache,
+    State,
+    with_key,
+)
 from xdfs.namenode.walks import WalkPacer
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
@@ -720,7 +726,30 @@ class Namesystem:
 
     async def append(self, user: str, client: str, path: str) -> AppendResponse:
         """Reopen a closed file for ``client`` (HDFS's append): a partial last block gets a
-        new generation stamp and is handed back with its replicas' locations."""
+        new generation stamp and is handed back with its replicas' locations. At most once:
+        a retry gets the first answer, also from a NameNode that read the append from the
+        edits (after a restart or a failover)."""
+        answer = await self._append(user, client, path)
+        if isinstance(answer, ReplayedAppend):
+            return self._replayed_append_answer(user, answer)
+        return answer
+
+    def _replayed_append_answer(self, user: str, replayed: ReplayedAppend) -> AppendResponse:
+        """The first answer of an append this NameNode read from the edits, with where the
+        reopened block's replicas are now and a token to write it."""
+        blocks = list(replayed.blocks)
+        last: LocatedBlock | None = None
+        if replayed.last_block is not None:
+            block_id = replayed.last_block.block_id
+            last = LocatedBlock(replayed.last_block, sum(b.num_bytes for b in blocks[:-1]),
+                                self.blocks.locations(block_id),
+                                self.blocks.block_token(user, block_id, "w"))
+        return AppendResponse(replayed.status, blocks, last, replayed.old_genstamp)
+
+    @at_most_once
+    async def _append(
+        self, user: str, client: str, path: str
+    ) -> AppendResponse | ReplayedAppend:
         if client == RECOVERY_HOLDER or not client:
             raise InvalidArgument(f"append needs a client name (not {client!r})")
         resolved = self.ns.resolve(path)
@@ -747,12 +776,13 @@ class Namesystem:
                 self.blocks.expect_holders(old.block_id)
             self.leases.take(client, user, self.clock())
             return Plan(
-                [AppendOp(iip.path, client, reopened)],
+                [AppendOp(iip.path, client, reopened, old_genstamp)],
                 lambda: AppendResponse(self.ns.stat(iip), blocks, last, old_genstamp),
                 (iip,),
             )
 
-        return await self.mutate("append", plan)
+        answer: AppendResponse | ReplayedAppend = await self.mutate("append", plan)
+        return answer
 
     async def fsync(self, user: str, client: str, path: str, last_block: BlockRecord) -> None:
         """hflush: every target finalized the open file's last block at this length; new
@@ -777,7 +807,11 @@ class Namesystem:
     async def truncate(self, user: str, path: str, new_length: int) -> bool:
         """Cut a closed file to ``new_length`` (HDFS's truncate): True when done at once
         (the cut is at a block boundary); False when the last block is recovered to the
-        new length first (the file stays open, held by the NameNode, until it is)."""
+        new length first (the file stays open, held by the NameNode, until it is).
+
+        Idempotent by its arguments, as HDFS's: a repeat (a lost answer, a failover) finds
+        the file at ``new_length`` and answers True, or, while the recovery of that very
+        cut is under way, False again; nothing is cut twice."""
         resolved = self.ns.resolve(path)
         if new_length < 0:
             raise InvalidArgument(f"cannot truncate to a negative length ({new_length})")
@@ -786,6 +820,8 @@ class Namesystem:
 
         def plan() -> Plan[tuple[bool, Attempt | None]]:
             iip = self.ns.fresh(resolved)
+            if self._being_truncated_to(user, iip, new_length):
+                return Plan.of((), (False, None))
             node = self._closed_for_change(user, iip, "truncate")
             length = sum(b.num_bytes for b in node.blocks)
             if new_length > length:
@@ -816,6 +852,16 @@ class Namesystem:
         if attempt is not None:
             self.blocks.dispatch_recovery(attempt)  # its genstamp is durable now
         return finished
+
+    def _being_truncated_to(self, user: str, iip: INodesInPath, new_length: int) -> bool:
+        """The file waits for the block recovery of a truncate to ``new_length`` (a repeat
+        of that truncate gets the first answer, HDFS's check of the truncate block)."""
+        node = iip.get()
+        if not (isinstance(node, FileInode) and self.ns.is_truncating(node)
+                and sum(b.num_bytes for b in node.blocks) == new_length):
+            return False
+        self.ns.check_access(user, iip, access=W)
+        return True
 
     @at_most_once
     async def concat(self, user: str, target: str, sources: Sequence[str]) -> None:

@@ -28,8 +28,10 @@ import msgspec.structs
 
 from xdfs.common.faults import FAULT_POINTS
 from xdfs.errors import Cancelled, InternalError, XdfsError
+from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.ops import (
     AddFileOp,
+    AppendOp,
     CloseFileOp,
     ConcatOp,
     DeleteOp,
@@ -38,10 +40,12 @@ from xdfs.namenode.namespace.ops import (
     RenameOp,
 )
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.namenode import FileStatus
 from xdfs.rpc.server import CallKey
 
 #: The ops that carry a call's key: the last op of each at-most-once mutation.
-KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp)
+KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp, AppendOp)
 
 #: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
 KEYED_DURABLE = "namenode.keyed_call_durable"
@@ -157,6 +161,19 @@ class RetryCache:
             del entries[key]
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayedAppend:
+    """The answer of an append applied from the edits (HDFS: LastBlockWithStatus): what
+    the namespace said right after it. Where the reopened block's replicas are, and the
+    token to write it, are not in the edits: the NameNode that answers a retry adds them
+    (``Namesystem.append``)."""
+
+    status: FileStatus
+    blocks: tuple[BlockRecord, ...]
+    last_block: BlockRecord | None
+    old_genstamp: int
+
+
 def key_of(op: Op) -> CallKey | None:
     """The call key an op was logged with, None when it has none."""
     client_id: bytes = getattr(op, "rpc_client_id", b"")
@@ -175,7 +192,11 @@ def answer_of(op: Op, ns: Namespace) -> object:
     """What the call that logged ``op`` answered, read right after ``op`` is applied (so a
     replay yields exactly the first answer): the status of the directory or file it made
     or closed, the destination of a rename (and of a delete to the trash), "" for a
-    delete, nothing for a concat."""
+    delete, nothing for a concat, the reopened file for an append."""
+    if isinstance(op, AppendOp):
+        node = ns.resolve(op.path).get()
+        assert isinstance(node, FileInode)
+        return ReplayedAppend(ns.stat(op.path), node.blocks, op.last_block, op.old_genstamp)
     if isinstance(op, RenameOp):
         return op.dst
     if isinstance(op, DeleteOp):

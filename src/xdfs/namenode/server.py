@@ -194,6 +194,7 @@ class NameNode:
         if self.ha_state == STATE_STANDBY:
             self._refuse_as_standby()
             self._serve_standby(last_txid)
+            await self._start_http(starting=True)  # answers StandbyException until active
         else:
             await self._serve_active(new_epoch=new_epoch)
         if server is None:
@@ -389,10 +390,7 @@ class NameNode:
     async def _become_standby(self) -> None:
         assert self.edits is not None and self.server is not None
         self.ha_state = STATE_STANDBY
-        if self.http is not None:  # the gateway calls the namesystem directly: active only
-            await self.http.stop()
-            self.http = None
-        self._refuse_as_standby()
+        self._refuse_as_standby()  # the WebHDFS gateway refuses too (it reads ha_state)
         await _cancel([*self._tasks, *self._side_tasks])
         self._tasks = []
         await self.edits.sync()
@@ -487,12 +485,12 @@ class NameNode:
                              allowed_in_safe_mode=True)
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
 
-    async def _start_http(self) -> None:
+    async def _start_http(self, *, starting: bool = False) -> None:
         """The WebHDFS gateway on namenode.http_address (when set), on this event loop. A
         NameNode that is starting stops on a busy port (saying why); one just made active
         by a failover logs it and serves RPC, what clients fail over to (the port may
         still be held by a paused old active on this host)."""
-        starting = self.ha_state == STATE_INITIALIZING
+        starting = starting or self.ha_state == STATE_INITIALIZING
         try:
             await self._start_http_server()
         except OSError as exc:
@@ -514,8 +512,7 @@ class NameNode:
         from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
 
         http = HttpServer("namenode", self.config.http.body_bytes_max)
-        http.add_routes(WebHdfsGateway(self.config, self.fs, self.auth,
-                                       lambda: self.address).routes())
+        http.add_routes(WebHdfsGateway(self.config, self, lambda: self.address).routes())
         await http.start(address)
         self.http = http
 

@@ -409,11 +409,12 @@ RECOVER_LEASE = _m(
     "recover_lease", RecoverLeaseRequest, RecoverLeaseResponse, True,
     "Start lease recovery of an open file; whether it is closed now (debug -recoverLease).",
 )
-APPEND = _m(
-    "append", AppendRequest, AppendResponse, False, "Reopen a file to append; take its lease."
-)
+APPEND = _once("append", AppendRequest, AppendResponse, "Reopen a file to append; take its lease.")
 FSYNC = _m("fsync", FsyncRequest, Empty, True, "hflush: new readers see the open file's bytes.")
-TRUNCATE = _m("truncate", TruncateRequest, TruncateResponse, False, "Cut a file to a length.")
+TRUNCATE = _m(
+    "truncate", TruncateRequest, TruncateResponse, True,
+    "Cut a file to a length (idempotent by its arguments: a repeat answers as the first).",
+)
 CONCAT = _once("concat", ConcatRequest, Empty, "Move the sources' blocks to the target.")
 BLOCK_LOCATIONS = _m(
     "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."

@@ -16,7 +16,12 @@
   also when the method could not be repeated (HDFS fails over on socket timeouts the same
   way); with a single address an idempotent call is simply tried again;
 * each address gets ``tries_per_address`` tries with doubling backoff, then the next
-  address; the address that last worked is tried first.
+  address; the address that last worked is tried first;
+* with a :class:`~xdfs.rpc.failover_probe.FailoverProbe` (NameNode clients of an HA list),
+  a call unanswered for ``probe.after_s`` makes the client ask the servers who is active;
+  when another one has become active under a newer epoch, the waiting call is abandoned
+  (its address avoided, as after a timeout) and repeated there if it may be repeated
+  (else it fails with ``Superseded``), without waiting for the call timeout.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import itertools
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import msgspec.structs
@@ -40,11 +45,13 @@ from xdfs.errors import (
     ProtocolError,
     RpcTimeout,
     StreamError,
+    Superseded,
     Unavailable,
     XdfsError,
     error_from_code,
 )
 from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
+from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
     PROTOCOL_VERSION,
@@ -150,7 +157,7 @@ class ClientConnection(RpcProtocol):
             raise Unavailable(f"connecting to {address} timed out") from None
         except (OSError, ssl.SSLError) as exc:
             raise Unavailable(f"cannot connect to {address}: {exc}") from None
-        except XdfsError:
+        except (XdfsError, asyncio.CancelledError):  # cancelled: a failover probe moved on
             if conn is not None:
                 conn.close()
             raise
@@ -251,8 +258,16 @@ class ClientConnection(RpcProtocol):
         )
         try:
             return await future
+        except asyncio.CancelledError:
+            self._abandon(call_id)
+            raise
         finally:
             timer.cancel()
+
+    def _abandon(self, call_id: int) -> None:
+        """The caller gave up on a call (cancelled): tell the server, drop the answer."""
+        if self._pending.pop(call_id, None) is not None and not self.is_closing:
+            self.send(Kind.CANCEL, call_id, "", None)
 
     def _expire(self, call_id: int, name: str, timeout_s: float) -> None:
         entry = self._pending.pop(call_id, None)
@@ -324,8 +339,12 @@ class RpcClient:
         *,
         hello: Hello | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        probe: FailoverProbe | None = None,
     ) -> None:
+        """``probe``: leave a server that stopped answering as soon as another one is
+        active (:mod:`xdfs.rpc.failover_probe`); used only with several addresses."""
         self.addresses = [addresses] if isinstance(addresses, str) else list(addresses)
+        self.probe = probe if len(self.addresses) > 1 else None
         assert self.addresses, "RpcClient needs at least one address"
         self.config = config
         hello = hello or Hello(PROTOCOL_VERSION)
@@ -423,24 +442,24 @@ class RpcClient:
     ) -> T:
         failures: list[str] = []
         count = len(self.addresses)
-        for index in [(self._preferred + i) % count for i in range(count)]:
+        order = [(self._preferred + i) % count for i in range(count)]
+        while order:
+            index = order.pop(0)
             address = self.addresses[index]
             for try_number in range(self.config.tries_per_address):
-                delay = backoff_s(
-                    try_number, self.config.retry_backoff_initial_s, self.config.retry_backoff_max_s
-                )
-                if delay:
-                    await asyncio.sleep(delay)
+                await self._backoff(try_number)
+                sent = _Try(self, address, attempt)
                 try:
-                    conn = await self.connection(address)
-                except NotActive as exc:
-                    failures.append(f"{address}: {exc.message}")
+                    result = await self._watched(index, sent.run())
+                except _MovedOn as moved:
+                    repeatable = not sent.sent or (method.retry_safe and restartable)
+                    self._moved_on(method.name, repeatable, address, moved.index)
+                    failures.append(f"{address}: no answer, another server became active")
+                    order = [moved.index, *(i for i in order if i != moved.index)]
                     break
-                except (Unavailable, Overloaded) as exc:  # nothing ran: always safe to repeat
-                    failures.append(f"{address}: {exc.message}")
+                except _NotSent as exc:  # nothing ran: always safe to repeat
+                    failures.append(f"{address}: {exc.error.message}")
                     continue
-                try:
-                    result = await attempt(conn)
                 except NotActive as exc:
                     failures.append(f"{address}: {exc.message}")
                     break
@@ -463,3 +482,126 @@ class RpcClient:
                 self._preferred = index
                 return result
         raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")
+
+    async def _backoff(self, try_number: int) -> None:
+        delay = backoff_s(
+            try_number, self.config.retry_backoff_initial_s, self.config.retry_backoff_max_s
+        )
+        if delay:
+            await asyncio.sleep(delay)
+
+    def _moved_on(self, name: str, repeatable: bool, address: str, index: int) -> None:
+        """A try at ``address`` was abandoned for the new active at ``index``: the next
+        calls start there; this one goes there too, unless it was sent and may not be
+        repeated (Superseded)."""
+        self._preferred = index
+        if not repeatable:
+            raise Superseded(
+                f"{name}: {address} stopped answering and {self.addresses[index]} became "
+                "active; the call may or may not have run, and is not one that may be "
+                "repeated"
+            )
+
+    async def _watched(self, index: int, attempt: Awaitable[T]) -> T:
+        """Await ``attempt`` (a try at address ``index``); with a probe, once it has
+        waited ``probe.after_s``, ask the servers who is active, a round every
+        ``probe.after_s``, and abandon it (:class:`_MovedOn`) as soon as one answer shows
+        another server active."""
+        probe = self.probe
+        if probe is None:
+            return await attempt
+        loop = asyncio.get_running_loop()
+        call = asyncio.ensure_future(attempt)
+        asking: asyncio.Future[int | None] | None = None
+        try:
+            await asyncio.wait((call,), timeout=probe.after_s)
+            while not call.done():
+                round_end = loop.time() + probe.after_s
+                asking = asyncio.ensure_future(self._find_active(probe, index))
+                await asyncio.wait((call, asking), return_when=asyncio.FIRST_COMPLETED)
+                if call.done():
+                    break
+                moved_to = asking.result()
+                if moved_to is not None:
+                    raise _MovedOn(moved_to)
+                await asyncio.wait((call,), timeout=max(0.0, round_end - loop.time()))
+            return call.result()
+        finally:
+            _drop(call)
+            if asking is not None:
+                _drop(asking)
+
+    async def _find_active(self, probe: FailoverProbe, stalled: int) -> int | None:
+        """One round: every address asked at once (``probe.after_s`` each); the index of
+        a new active, or None. Once the client knows an epoch (an earlier round), the
+        first answer showing a newer active decides: a paused server's silence costs
+        nothing; before that, the round waits for every answer (or its timeout)."""
+
+        async def ask(index: int) -> tuple[int, ServiceState | None]:
+            try:
+                async with asyncio.timeout(probe.after_s):
+                    conn = await self.connection(self.addresses[index])
+                    return index, await probe.ask(conn, probe.after_s)
+            except (XdfsError, TimeoutError):
+                return index, None
+
+        answers: dict[int, ServiceState] = {}
+        asks = [asyncio.ensure_future(ask(i)) for i in range(len(self.addresses))]
+        try:
+            for next_answer in asyncio.as_completed(asks):
+                index, state = await next_answer
+                if state is None:
+                    continue
+                answers[index] = state
+                # Known epochs: no need to hear the (probably paused) stalled server.
+                found = choose_new_active(stalled, answers, probe.seen_epoch)
+                if probe.seen_epoch and found is not None:
+                    probe.note(answers)
+                    return found
+            found = choose_new_active(stalled, answers, probe.seen_epoch)
+            probe.note(answers)
+            return found
+        finally:
+            for task in asks:
+                _drop(task)
+
+
+def _drop(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs; its outcome, whatever it is, is not wanted."""
+    if not task.done():
+        task.cancel()
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
+class _Try(Generic[T]):
+    """One try at ``address``: connect (a failure there is :class:`_NotSent`), then
+    ``attempt``. ``sent``: the call went out (the server may have run it)."""
+
+    def __init__(self, client: RpcClient, address: str,
+                 attempt: Callable[[ClientConnection], Awaitable[T]]) -> None:
+        self.client, self.address, self.attempt = client, address, attempt
+        self.sent = False
+
+    async def run(self) -> T:
+        try:
+            conn = await self.client.connection(self.address)
+        except (Unavailable, Overloaded) as exc:
+            raise _NotSent(exc) from None
+        self.sent = True
+        return await self.attempt(conn)
+
+
+class _NotSent(Exception):
+    """A try failed before the call was sent (connect, handshake, Overloaded there)."""
+
+    def __init__(self, error: XdfsError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class _MovedOn(Exception):
+    """A waiting call was abandoned: the server at address ``index`` became active."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index

@@ -9,7 +9,8 @@ without a tag; the record header carries :attr:`OPCODE`, which selects the type 
 Opcodes and field order are part of the on-disk format (``LAYOUT_VERSION``): append new
 fields at the end with defaults, never reuse an opcode.
 
-The ops an at-most-once call logs last (mkdir, add_file, close_file, delete, rename) end
+The ops an at-most-once call logs last (mkdir, add_file, close_file, delete, rename,
+concat, append) end
 with the call's retry-cache key, ``rpc_client_id`` and ``rpc_call``
 (:mod:`xdfs.namenode.retry_cache`): appended fields, so records written before the key
 existed load with an empty one (no key: nothing to remember).
@@ -185,6 +186,12 @@ class AppendOp(Op):
     path: str
     client: str
     last_block: BlockRecord | None = None
+    #: The reopened last block's stamp before the append (0: none reopened): part of the
+    #: append's answer, so a retry answered from the edits gets it too.
+    old_genstamp: int = 0
+    #: The retry-cache key of the call that logged this op (empty: none).
+    rpc_client_id: bytes = b""
+    rpc_call: int = 0
 
 
 class TruncateOp(Op):

@@ -6,7 +6,12 @@ checks an RPC call of that user gets (the same namesystem methods, the same call
 Data operations (CREATE, APPEND, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
 redirect to a DataNode's HTTP server, whose URL carries a short-lived token of the user
 (``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as that user
-through an xdfs client."""
+through an xdfs client.
+
+In an HA pair the gateway runs on each NameNode whatever its state: a standby (or a
+NameNode still starting or stopping) answers every request, the OAuth2 endpoint included,
+with HDFS's ``StandbyException`` (HTTP 403, RemoteException JSON), so a WebHDFS client
+that knows both addresses moves on to the other, as HDFS's WebHdfsFileSystem does."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import logging
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from aiohttp import web
@@ -26,6 +31,7 @@ from xdfs.errors import (
     AuthenticationFailed,
     InvalidArgument,
     NotFound,
+    Standby,
     Unavailable,
     XdfsError,
 )
@@ -35,6 +41,7 @@ from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.protocol.ha import STATE_ACTIVE
 from xdfs.protocol.namenode import DEFAULT_MODE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
@@ -57,16 +64,48 @@ def operation(method: str, name: str) -> Callable[[Operation], Operation]:
     return register
 
 
+class GatewayNode(Protocol):
+    """What the gateway asks of its NameNode: its namesystem and authentication (both
+    replaced when it becomes active), and whether it serves clients."""
+
+    @property
+    def fs(self) -> Namesystem | None: ...
+
+    @property
+    def auth(self) -> NameNodeAuth | None: ...
+
+    @property
+    def ha_state(self) -> str: ...
+
+
 class WebHdfsGateway:
-    def __init__(self, config: XdfsConfig, fs: Namesystem, auth: NameNodeAuth,
+    def __init__(self, config: XdfsConfig, node: GatewayNode,
                  rpc_address: Callable[[], str]) -> None:
         self.config = config
-        self.fs = fs
-        self.auth = auth
+        self._node = node
         self._rpc_address = rpc_address
         http = config.http
         self._passwords = PasswordCache(os.urandom(32), http.password_cache_s,
                                         http.password_cache_entries_max)
+
+    @property
+    def fs(self) -> Namesystem:
+        fs = self._node.fs
+        assert fs is not None
+        return fs
+
+    @property
+    def auth(self) -> NameNodeAuth:
+        auth = self._node.auth
+        assert auth is not None
+        return auth
+
+    def _check_active(self) -> None:
+        """Standby (HDFS's StandbyException) unless this NameNode serves clients."""
+        state = self._node.ha_state
+        if state != STATE_ACTIVE or self._node.fs is None or self._node.auth is None:
+            raise Standby(f"Operation category READ/WRITE is not supported in state {state}: "
+                          "ask the active NameNode's WebHDFS gateway")
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -76,6 +115,7 @@ class WebHdfsGateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
+            self._check_active()
             op = request.query.get("op", "").upper()
             function = _OPS.get((request.method, op))
             if function is None:
@@ -113,6 +153,10 @@ class WebHdfsGateway:
     async def oauth2_token(self, request: web.Request) -> web.StreamResponse:
         """``grant_type=client_credentials&client_id=USER&client_secret=PASSWORD`` ->
         ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``."""
+        try:
+            self._check_active()
+        except Standby as exc:
+            return w.remote_exception(exc)
         try:
             form = await request.post()
             fields = {key: str(value) for key, value in form.items()}

@@ -1,0 +1,103 @@
+"""WebHDFS on an HA pair, with real processes and fsspec's own ``webhdfs`` client (one
+nobody here wrote): each NameNode serves its gateway whatever its state; the standby
+answers every request with HDFS's StandbyException (403, RemoteException JSON), the
+active works, and after a failover it is the other way round.
+``xdfs.client.webhdfs_ha`` finds the active gateway each time."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from xdfs.client.webhdfs_ha import active_webhdfs, webhdfs_filesystem
+from xdfs.testing.net import free_port
+
+from ..journal.qjm_cluster import PASSWORD, USER, make_cluster
+from .cluster import IDS, HaCluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def ha(tmp_path: Path) -> Iterator[tuple[HaCluster, dict[str, str]]]:
+    qjm = make_cluster(tmp_path, tmp_path)
+    cluster = HaCluster(qjm, tmp_path)
+    gateways = {nn_id: f"127.0.0.1:{free_port()}" for nn_id in IDS}
+    try:
+        cluster.format()
+        for nn_id in IDS:
+            cluster.start(nn_id, "-D", f"namenode.http_address={gateways[nn_id]}")
+        yield cluster, gateways
+    finally:
+        qjm.group.kill_all()
+
+
+def _fs(gateway: str) -> fsspec.AbstractFileSystem:
+    host, port = gateway.rsplit(":", 1)
+    return fsspec.filesystem("webhdfs", host=host, port=int(port), user=USER,
+                             password=PASSWORD, skip_instance_cache=True)
+
+
+def _remote_exception(gateway: str, query: str, method: str = "GET"
+                      ) -> tuple[int, dict[str, str]]:
+    request = urllib.request.Request(f"http://{gateway}/webhdfs/v1/{query}", method=method)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    return caught.value.code, json.loads(caught.value.read())["RemoteException"]
+
+
+def _assert_standby(gateway: str) -> None:
+    """fsspec's client fails (it raises RuntimeError with the message of any exception
+    it does not map), and the answer has HDFS's StandbyException shape, for reads,
+    writes and the token endpoint alike."""
+    with pytest.raises(RuntimeError, match="standby"):
+        _fs(gateway).ls("/")
+    with pytest.raises(RuntimeError, match="standby"):
+        _fs(gateway).mkdir("/refused")
+    for query, method in (("?op=LISTSTATUS", "GET"), ("x?op=MKDIRS", "PUT"),
+                          ("x?op=DELETE", "DELETE")):
+        status, remote = _remote_exception(gateway, query, method)
+        assert status == 403
+        assert remote["exception"] == "StandbyException"
+        assert remote["javaClassName"] == "org.apache.hadoop.ipc.StandbyException"
+        assert "standby" in remote["message"]
+    token = urllib.request.Request(f"http://{gateway}/oauth2/token", method="POST",
+                                   data=b"grant_type=client_credentials")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(token, timeout=30)
+    assert caught.value.code == 403
+
+
+def _ok(result: object) -> None:
+    assert getattr(result, "returncode", 1) == 0, getattr(result, "stderr", "")
+
+
+def test_the_standby_gateway_answers_standby_exception_and_follows_failovers(
+    ha: tuple[HaCluster, dict[str, str]],
+) -> None:
+    cluster, gateways = ha
+    # Both standby at first: both gateways serve, both refuse.
+    for nn_id in IDS:
+        _assert_standby(gateways[nn_id])
+    _ok(cluster.admin("-transitionToActive", "nn1"))
+    _assert_standby(gateways["nn2"])
+    active = _fs(gateways["nn1"])
+    active.mkdir("/via-nn1")
+    assert "/via-nn1" in {entry.rstrip("/") for entry in active.ls("/", detail=False)}
+    assert active_webhdfs([gateways["nn2"], gateways["nn1"]]) == gateways["nn1"]
+
+    _ok(cluster.admin("-transitionToStandby", "nn1"))
+    _ok(cluster.admin("-transitionToActive", "nn2"))
+    _assert_standby(gateways["nn1"])
+    found = webhdfs_filesystem([gateways["nn1"], gateways["nn2"]], user=USER,
+                               password=PASSWORD)
+    assert found.url == f"http://{gateways['nn2']}/webhdfs/v1"
+    found.mkdir("/via-nn2")
+    listed = {entry.rstrip("/") for entry in _fs(gateways["nn2"]).ls("/", detail=False)}
+    assert {"/via-nn1", "/via-nn2"} <= listed
