@@ -50,6 +50,7 @@ from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint
+from xdfs.namenode.metrics import NameNodeMetrics, StartupProgress
 from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
@@ -136,6 +137,9 @@ class NameNode:
         self._uploaded_txid = 0  # the newest standby image the active is known to hold
         self._last_install_s = -1e18  # when a backup or standby last uploaded an image
         self.http: HttpServer | None = None
+        self.metrics: NameNodeMetrics | None = None  # once serving (its server's registry)
+        #: Startup phases, for the web UI's Startup progress page.
+        self.startup = StartupProgress()
 
     @property
     def address(self) -> str:
@@ -167,6 +171,7 @@ class NameNode:
                 d.lock()
             version = self.version = check_versions(self.dirs)
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
+            self.startup.begin("load image and replay edits", self.clock())
             if self.ha_enabled and loaded is None and not new_epoch:
                 namespace, last_txid = await self._load_as_standby(version)
             elif self.config.namenode.shared_edits:  # (loaded: a promoted BackupNode's)
@@ -179,6 +184,8 @@ class NameNode:
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
                                   (version.cluster_id, version.namespace_id))
+            self.startup.end(f"image txid {self.image_txid}, last txid {last_txid}, "
+                             f"{namespace.inode_count()} inodes", self.clock())
             await self._open_edits(last_txid)
         except BaseException:
             if self.shared is not None:
@@ -190,6 +197,8 @@ class NameNode:
                              retry_cache=self.retry_cache)
         self.auth = NameNodeAuth(self.fs)
         self.server = self._make_server(version.cluster_id, version.namespace_id, server)
+        self.metrics = NameNodeMetrics(self, self.server.metrics)
+        self.edits.on_flushed = self.metrics.flushed
         if self.ha_state == STATE_STANDBY:
             self._refuse_as_standby()
             self._serve_standby(last_txid)
@@ -211,6 +220,8 @@ class NameNode:
         self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal,
                                          extra_journals=extra)
         await self.edits.open_for_write(last_txid + 1)
+        if self.metrics is not None:
+            self.edits.on_flushed = self.metrics.flushed
 
     async def _serve_active(self, *, new_epoch: bool) -> None:
         """Serve as the active NameNode: log a raised epoch first when this is a
@@ -508,10 +519,12 @@ class NameNode:
             return
         assert self.fs is not None and self.auth is not None
         from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
+        from xdfs.namenode.webui import WebUi
 
         http = HttpServer("namenode", self.config.http.body_bytes_max)
-        http.add_routes(WebHdfsGateway(self.config, self.fs, self.auth,
-                                       lambda: self.address).routes())
+        gateway = WebHdfsGateway(self.config, self.fs, self.auth, lambda: self.address)
+        http.add_routes(gateway.routes())
+        http.add_routes(WebUi(self, gateway).routes())
         await http.start(address)
         self.http = http
 

@@ -89,6 +89,10 @@ class WebHdfsGateway:
         except Exception as exc:
             return w.remote_exception(exc)
 
+    async def user(self, credentials: Credentials, peer: str) -> str:
+        """The xdfs user these credentials prove (the web UI logs users in the same way)."""
+        return await self._user(credentials, peer)
+
     async def _user(self, credentials: Credentials, peer: str) -> str:
         user = credentials.user
         record = self.fs.ns.users.get(user) if user else None
