@@ -193,7 +193,7 @@ class Launch:
         fencing = [] if config.backupnode.fencing_methods else [
             "-D", "backupnode.fencing_methods=" + json.dumps([f"kill({self.name_dir})"])]
         backupnode = ServerProcess.xdfs(
-            *self.conf, *fencing, "backupnode",
+            *self.conf, *fencing, *_http_conf(config), "backupnode",
             "--name-dir", str(self.base / self.roles.standby),
             "--namenode", address, "--rpc-address", "127.0.0.1:0",
             log_path=self.base / "logs" / "backupnode.log",
@@ -350,6 +350,11 @@ def _http_conf(config: XdfsConfig) -> list[str]:
         args += ["-D", f"namenode.http_address=127.0.0.1:{config.dev.http_port}"]
     if not config.datanode.http_address:
         args += ["-D", "datanode.http_address=127.0.0.1:0"]
+    # status pages and /metrics of the other servers, on free ports
+    if not config.journalnode.http_address:
+        args += ["-D", "journalnode.http_address=127.0.0.1:0"]
+    if not config.backupnode.http_address:
+        args += ["-D", "backupnode.http_address=127.0.0.1:0"]
     return args
 
 
