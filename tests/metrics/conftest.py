@@ -26,14 +26,14 @@ Samples = dict[str, list[tuple[dict[str, str], float]]]
 ANY = "127.0.0.1:0"
 
 
-def metrics_config(tmp: Path, **rpc: object) -> XdfsConfig:
+def metrics_config(tmp: Path, slow_call_s: float) -> XdfsConfig:
     config = fast_config(scan_period_s=3600.0, http_address=ANY)
     secret = tmp / "journal.secret"
     if not secret.exists():
         new_secret_file(secret)
     return replace(
         config,
-        rpc=replace(config.rpc, **rpc),
+        rpc=replace(config.rpc, slow_call_s=slow_call_s),
         namenode=replace(config.namenode, http_address=ANY),
         backupnode=replace(config.backupnode, http_address=ANY),
         journalnode=replace(config.journalnode, http_address=ANY, secret_file=str(secret)),

@@ -4,6 +4,8 @@ the BackupNode's and JournalNode's lag, event-loop lag; one registry per server 
 
 from __future__ import annotations
 
+import contextlib
+
 import aiohttp
 
 from tests.metrics.conftest import MetricsCluster, Samples, scrape, value
@@ -19,10 +21,8 @@ async def test_the_namenode_exports_calls_errors_namespace_and_group_commit(
     cluster = metrics_cluster
     before = await scrape(cluster.namenode_http)
     await cluster.client.write_file("/m/file", DATA)
-    try:
+    with contextlib.suppress(NotFound):
         await cluster.client.stat("/m/absent")
-    except NotFound:
-        pass
     after = await scrape(cluster.namenode_http)
 
     def calls(samples: Samples, method: str) -> float:
@@ -34,7 +34,9 @@ async def test_the_namenode_exports_calls_errors_namespace_and_group_commit(
     assert value(after, "xdfs_rpc_latency_seconds_count", method="create") >= 1
     assert value(after, "xdfs_rpc_errors_total", method="stat",
                  code=str(NotFound.code)) >= 1
-    assert value(after, "xdfs_namenode_inodes") == cluster.mc.namenodes[0].fs.ns.inode_count()
+    fs = cluster.mc.namenodes[0].fs
+    assert fs is not None
+    assert value(after, "xdfs_namenode_inodes") == fs.ns.inode_count()
     assert value(after, "xdfs_namenode_blocks") >= 1
     assert value(after, "xdfs_namenode_datanodes", state="live") == 2
     assert value(after, "xdfs_namenode_blocks_by_state", state="missing") == 0
@@ -76,7 +78,9 @@ async def test_the_backup_and_journal_nodes_export_their_lag(
 ) -> None:
     cluster = metrics_cluster
     await cluster.client.mkdirs("/m/followed")
-    nn_synced = cluster.mc.namenodes[0].edits.synced_txid
+    edits = cluster.mc.namenodes[0].edits
+    assert edits is not None
+    nn_synced = edits.synced_txid
     backup = cluster.mc.backupnodes[0].http_address
 
     async def caught_up() -> Samples | None:
@@ -104,6 +108,7 @@ async def test_slow_calls_are_kept_and_status_pages_escape(
     cluster = metrics_cluster
     nn = cluster.mc.namenodes[0]
     await cluster.client.write_file("/m/slow", DATA)  # rpc.slow_call_s is 0.5 ms here
+    assert nn.server is not None
     slow = list(nn.server.metrics.rpc.slow_calls)
     assert slow and all(call.seconds >= 0.0005 for call in slow)
     assert {call.user for call in slow} >= {"root"}

@@ -39,7 +39,7 @@ class DevCluster:
     screenshots: Path
 
     def http(self, role: str) -> str:
-        return next(p["http"] for p in self.processes if p["role"] == role)
+        return str(next(p["http"] for p in self.processes if p["role"] == role))
 
     def url(self, path: str, role: str = "namenode") -> str:
         return f"http://{self.http(role)}{path}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from xdfs.http.ui import when
 from xdfs.metrics import Family, gauge
 
 if TYPE_CHECKING:
@@ -27,5 +28,17 @@ def families(node: BackupNode) -> Iterator[Family]:
 
 def status_facts(node: BackupNode) -> list[tuple[str, object]]:
     status = node.status()
-    return [(name.replace("_", " "), getattr(status, name))
-            for name in status.__struct_fields__]
+    return [
+        ("state", status.state),
+        ("RPC address", status.address),
+        ("follows", ", ".join(status.namenode)),
+        ("synced txid", status.synced_txid),
+        ("NameNode synced txid", status.namenode_synced_txid),
+        ("behind (txns)", max(0, status.namenode_synced_txid - status.synced_txid)),
+        ("last fetch", when(status.last_fetch_ms / 1000)),
+        ("last checkpoint", f"txid {status.image_txid} at "
+                            f"{when(status.last_checkpoint_ms / 1000)}"),
+        ("checkpoints uploaded", status.checkpoints_uploaded),
+        ("bootstraps", status.bootstraps),
+        ("files and directories", status.inodes),
+    ]

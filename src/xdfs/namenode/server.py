@@ -184,8 +184,8 @@ class NameNode:
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
                                   (version.cluster_id, version.namespace_id))
-            self.startup.end(f"image txid {self.image_txid}, last txid {last_txid}, "
-                             f"{namespace.inode_count()} inodes", self.clock())
+            self.startup.end(f"image at txid {self.image_txid}, edits replayed to txid "
+                             f"{last_txid}; {namespace.inode_count()} inodes", self.clock())
             await self._open_edits(last_txid)
         except BaseException:
             if self.shared is not None:
