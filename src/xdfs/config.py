@@ -578,6 +578,10 @@ class HaConfig:
         "", "File holding the controllers' shared secret: controllers and `xdfs admin "
         "-failover` present it to each other. Required by `xdfs zkfc`."
     )
+    zkfc_http_address: str = setting(
+        "", "Where a controller serves HTTP (its status page and /metrics), host:port; "
+        "empty: no HTTP server."
+    )
 
     def validate(self) -> None:
         for key in ("zookeeper_session_timeout_s", "zookeeper_connect_timeout_s",
@@ -738,6 +742,10 @@ class LogServiceConfig:
     )
     keeper_misses_dead: int = setting(
         3, "Heartbeats a storage node misses in a row before the keeper counts it dead."
+    )
+    http_address: str = setting(
+        "", "Where the log service serves HTTP (its status page and /metrics), host:port; "
+        "empty: no HTTP server."
     )
 
     def validate(self) -> None:

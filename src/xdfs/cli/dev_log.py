@@ -93,7 +93,8 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
     zookeeper = ZooKeeperServer(base / "zookeeper", ServerPorts(zk_port), die_with_parent=True)
     storage = [
         ServerProcess.xdfs(
-            *conf, "-D", f"journalnode.secret_file={secret}", "journalnode",
+            *conf, "-D", f"journalnode.secret_file={secret}",
+            "-D", "journalnode.http_address=127.0.0.1:0", "journalnode",
             "--journal-dir", str(base / f"lognode{i}"), "--rpc-address", f"127.0.0.1:{port}",
             log_path=base / "logs" / f"lognode{i}.log",
             ready_pattern=r"journalnode serving on (\S+)", die_with_parent=True)
@@ -105,7 +106,7 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
         *conf, "-D", f"logservice.secret_file={secret}",
         "-D", f"logservice.zookeeper_quorum={zookeeper.address}",
         "-D", f"logservice.storage_nodes={nodes}",
-        "logservice", "--rpc-address", address,
+        "-D", "logservice.http_address=127.0.0.1:0", "logservice", "--rpc-address", address,
         log_path=base / "logs" / "logservice.log",
         ready_pattern=r"logservice serving on (\S+)", die_with_parent=True)
     return DevLog(base, zookeeper, storage, service, address)
