@@ -244,7 +244,12 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
             process["http"] = http
         processes.append(process)
     if devlog is not None:
-        processes += devlog.cluster_entries()
+        entries = devlog.cluster_entries()
+        for entry, (role, child) in zip(entries, devlog.processes(), strict=True):
+            http = _http(child, role) if role != "zookeeper" else ""
+            if http:
+                entry["http"] = http
+        processes += entries
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
     gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
