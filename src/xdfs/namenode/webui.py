@@ -118,12 +118,12 @@ class WebUi:
             return self._login_page(f"Login failed: {exc.message}", next_path, status=401)
         response = web.HTTPFound(next_path)
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
-        return response
+        raise response
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         response = web.HTTPFound(LOGIN_PATH)
         response.del_cookie(COOKIE, path="/")
-        return response
+        raise response
 
     # -- pages --------------------------------------------------------------------------
 
