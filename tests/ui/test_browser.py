@@ -10,6 +10,7 @@ import os
 import signal
 from urllib.parse import urlparse
 
+import pytest
 import requests
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -17,7 +18,7 @@ from selenium.webdriver.common.by import By
 from tests.ui.conftest import DevCluster, log_in, screenshot, text
 from xdfs.testing.poll import eventually
 
-pytestmark = __import__("pytest").mark.slow
+pytestmark = pytest.mark.slow
 
 HOSTILE = '<img id="evil" src="x">&"\'.txt'
 DATA = os.urandom(200_000)

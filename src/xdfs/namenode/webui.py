@@ -110,9 +110,11 @@ class WebUi:
         form = await request.post()
         user, password = str(form.get("user", "")), str(form.get("password", ""))
         next_path = _local(str(form.get("next", "")))
+        auth = self.node.auth
+        assert auth is not None, "HTTP serves an active NameNode"
         try:
-            token, _expires_ms = await self.node.auth.login(  # type: ignore[union-attr]
-                user, password, 0.0, f"{request.remote or ''}:0")
+            token, _expires_ms = await auth.login(user, password, 0.0,
+                                                  f"{request.remote or ''}:0")
         except XdfsError as exc:
             log.info("web UI login of %r refused: %s", user[:64], exc.message)
             return self._login_page(f"Login failed: {exc.message}", next_path, status=401)
