@@ -252,7 +252,10 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
         processes += entries
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
+    # (an HA pair's NameNodes serve WebHDFS only while active: no fixed gateway to name)
+    ha = any(role == "zkfc" for role, _child in children)
+    gateway = "" if ha else next(
+        (_http(child, role) for role, child in children if role == "namenode"), "")
     client: dict[str, object] = {
         "fs": uri, **credentials, **({"webhdfs": gateway} if gateway else {})}
     if devlog is not None:

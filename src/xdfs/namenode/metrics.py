@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Histogram
 
+from xdfs.http.ui import when
 from xdfs.metrics import Family, ServerMetrics, gauge, gauges
 from xdfs.namenode.blocks.fsck import datanode_report
 
@@ -63,6 +64,11 @@ class NameNodeMetrics:
 def _families(node: NameNode) -> Iterator[Family]:
     yield gauge("xdfs_namenode_ha_state", "1, labelled with the NameNode's HA state",
                 1, {"state": node.ha_state})
+    standby = node.standby
+    if standby is not None:
+        yield gauge("xdfs_namenode_standby_applied_txid", "Last journal transaction this "
+                    "standby has applied (the active's synced txid minus it: its lag)",
+                    standby.last_txid)
     fs, edits = node.fs, node.edits
     if fs is None or edits is None:
         return
@@ -103,3 +109,17 @@ def _families(node: NameNode) -> Iterator[Family]:
     yield gauges("xdfs_namenode_journal_lag_txns", "Transactions each following BackupNode "
                  "is behind this NameNode's synced edits", "follower",
                  [(info.address, info.lag_txns) for info in backups])
+
+
+def standby_facts(node: NameNode) -> list[tuple[str, object]]:
+    """The status page of a standby (its gateway and web UI start when it is active)."""
+    standby = node.standby
+    return [
+        ("HA state", node.ha_state),
+        ("cluster id", node.version.cluster_id if node.version else ""),
+        ("RPC address", node.address if node.server is not None else ""),
+        ("applied txid", standby.last_txid if standby else ""),
+        ("journal", standby.error or "reading" if standby else ""),
+        ("last checkpoint", f"txid {node.image_txid} at {when(node.last_checkpoint_s)}"),
+        ("shared journal", node.config.namenode.shared_edits),
+    ]

@@ -37,6 +37,7 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.http.server import HttpServer
+from xdfs.http.ui.status import start_status_http
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replay import checkpoint_due
 from xdfs.namenode.editlog.replicator import EditsReplicator
@@ -50,7 +51,7 @@ from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint
-from xdfs.namenode.metrics import NameNodeMetrics, StartupProgress
+from xdfs.namenode.metrics import NameNodeMetrics, StartupProgress, standby_facts
 from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
@@ -137,6 +138,7 @@ class NameNode:
         self._uploaded_txid = 0  # the newest standby image the active is known to hold
         self._last_install_s = -1e18  # when a backup or standby last uploaded an image
         self.http: HttpServer | None = None
+        self._http_bound = ""  # host:port the HTTP server got first (reused after)
         self.metrics: NameNodeMetrics | None = None  # once serving (its server's registry)
         #: Startup phases, for the web UI's Startup progress page.
         self.startup = StartupProgress()
@@ -206,6 +208,8 @@ class NameNode:
             await self._serve_active(new_epoch=new_epoch)
         if server is None:
             await self.server.start(host, port)
+        if self.ha_state == STATE_STANDBY:
+            await self._start_http(standby=True)
         log.info("namespace loaded: %d inodes, last txid %d; %s", namespace.inode_count(),
                  last_txid, self.ha_state)
         if self.fs.safe_mode.on:
@@ -351,6 +355,7 @@ class NameNode:
     async def _become_active(self) -> None:
         assert self.fs is not None and self.version is not None
         last = await self._stop_standby()
+        await self._stop_http()  # the active's gateway and UI take the address
         _namespace, last = await self._take_over_shared_edits(self.version,
                                                               loaded=(self.fs.ns, last))
         await self._open_edits(last)
@@ -399,9 +404,7 @@ class NameNode:
     async def _become_standby(self) -> None:
         assert self.edits is not None and self.server is not None
         self.ha_state = STATE_STANDBY
-        if self.http is not None:  # the gateway calls the namesystem directly: active only
-            await self.http.stop()
-            self.http = None
+        await self._stop_http()  # the gateway calls the namesystem directly: active only
         self._refuse_as_standby()
         await _cancel([*self._tasks, *self._side_tasks])
         self._tasks = []
@@ -412,6 +415,7 @@ class NameNode:
         self.replicator = None
         await self._open_edits(last)
         self._serve_standby(last)
+        await self._start_http(standby=True)
 
     def service_status(self) -> ServiceStatus:
         last = (self.standby.last_txid if self.standby is not None
@@ -494,14 +498,15 @@ class NameNode:
                              allowed_in_safe_mode=True)
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
 
-    async def _start_http(self) -> None:
-        """The WebHDFS gateway on namenode.http_address (when set), on this event loop. A
+    async def _start_http(self, *, standby: bool = False) -> None:
+        """The WebHDFS gateway and the web UI on namenode.http_address (when set), on this
+        event loop; a ``standby`` serves only its status page and /metrics there. A
         NameNode that is starting stops on a busy port (saying why); one just made active
         by a failover logs it and serves RPC, what clients fail over to (the port may
         still be held by a paused old active on this host)."""
         starting = self.ha_state == STATE_INITIALIZING
         try:
-            await self._start_http_server()
+            await self._start_http_server(standby)
         except OSError as exc:
             if starting:
                 await self.stop()
@@ -513,11 +518,24 @@ class NameNode:
                 await self.stop()
             raise
 
-    async def _start_http_server(self) -> None:
-        address = self.config.namenode.http_address
+    async def _stop_http(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+            self.http = None
+
+    async def _start_http_server(self, standby: bool) -> None:
+        # One port for the process's life: a port picked (":0") at the first start is
+        # asked for again after each HA transition, so the address others know holds.
+        address = self._http_bound or self.config.namenode.http_address
         if not address or self.http is not None:
             return
-        assert self.fs is not None and self.auth is not None
+        assert self.fs is not None and self.auth is not None and self.server is not None
+        if standby:
+            self.http = await start_status_http(
+                "namenode", address, self.config.http.body_bytes_max, self.server.metrics,
+                lambda: standby_facts(self))
+            self._http_bound = self.http.address if self.http is not None else ""
+            return
         from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
         from xdfs.namenode.webui import WebUi
 
@@ -525,7 +543,7 @@ class NameNode:
         gateway = WebHdfsGateway(self.config, self.fs, self.auth, lambda: self.address)
         http.add_routes(gateway.routes())
         http.add_routes(WebUi(self, gateway).routes())
-        await http.start(address)
+        self._http_bound = await http.start(address)
         self.http = http
 
     def ha_status(self) -> HaStatus:
@@ -598,8 +616,7 @@ class NameNode:
         self._tasks.clear()
         if self.standby is not None:
             await self.standby.tailer.close()
-        if self.http is not None:
-            await self.http.stop()
+        await self._stop_http()
         if self.server is not None:
             await self.server.close()
         if self.edits is not None and self.fatal is None:
