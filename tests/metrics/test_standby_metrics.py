@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ha.cluster import HaCluster
 from tests.journal.qjm_cluster import PASSWORD, USER, make_cluster
+from tests.metrics.test_dashboard import STANDBY_ONLY, dashboard_metrics
 from xdfs.testing.net import free_port
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,9 @@ def test_standby_and_active_serve_what_their_state_serves(ha: HaCluster) -> None
         return figures.get("xdfs_namenode_standby_applied_txid", -1) >= synced
 
     ha.wait(standby_caught_up, "the standby's applied txid in its /metrics")
+    # what the dashboard reads of a standby, a standby exports
+    standby_names = {name.split(",")[0] for name in metrics(http["nn2"])}
+    assert dashboard_metrics() & standby_names >= STANDBY_ONLY
     assert metrics(http["nn2"])["xdfs_namenode_ha_state,state=standby"] == 1
     status = requests.get(f"http://{http['nn2']}/ui/status", timeout=30)
     assert status.status_code == 200 and "standby" in status.text
