@@ -112,6 +112,16 @@ async def test_slow_calls_are_kept_and_status_pages_escape(
     slow = list(nn.server.metrics.rpc.slow_calls)
     assert slow and all(call.seconds >= 0.0005 for call in slow)
     assert {call.user for call in slow} >= {"root"}
+
+    async def long_polled() -> bool:  # the backup's fetch_edits waited (wait_s) a while
+        samples = await scrape(cluster.namenode_http)
+        within = value(samples, "xdfs_rpc_latency_seconds_bucket", method="fetch_edits",
+                        le="0.5")
+        return value(samples, "xdfs_rpc_latency_seconds_count", method="fetch_edits") > within
+
+    await eventually(long_polled, what="a fetch_edits long poll of more than 0.5 s")
+    # a long poll waits because it asked to: never a slow call
+    assert "fetch_edits" not in {call.method for call in nn.server.metrics.rpc.slow_calls}
     for role, address in cluster.http_addresses().items():
         if role == "namenode":
             continue

@@ -516,7 +516,7 @@ class ServerConnection(RpcProtocol):
                 self._reply_error(envelope.id, route, exc)
             else:
                 self.send(Kind.RESPONSE, envelope.id, "", response)
-            self._observe(route, started)
+            self._observe(route, started, request)
 
     def _on_upload_head(self, envelope: InEnvelope) -> None:
         resolved = self._resolve(envelope, MethodKind.UPLOAD)
@@ -600,13 +600,14 @@ class ServerConnection(RpcProtocol):
         self.send_error(call_id, error)
         self.server.metrics.rpc.call_failed(route.method.name, error.code)
 
-    def _observe(self, route: _Route, started: float) -> None:
+    def _observe(self, route: _Route, started: float, request: Any) -> None:
         """A finished call (answered or failed): its method's count and latency; a slow
-        one is kept for the Slow operations page."""
+        one is kept for the Slow operations page, unless it was a long poll (a request
+        with ``wait_s``: waiting is what it asked for)."""
         seconds = time.perf_counter() - started
         rpc = self.server.metrics.rpc
         rpc.call_done(route.method.name, seconds)
-        if seconds >= rpc.slow_call_s:
+        if seconds >= rpc.slow_call_s and not getattr(request, "wait_s", 0.0):
             user = self.principal.user if self.principal is not None else ""
             rpc.slow(SlowCall(time.time(), route.method.name, seconds, user, self.peer))
 
@@ -622,7 +623,7 @@ class ServerConnection(RpcProtocol):
         else:
             self.send(Kind.RESPONSE, call_id, "", response)
         finally:
-            self._observe(route, started)
+            self._observe(route, started, request)
 
     async def _run_upload(
         self, call_id: int, call: int, route: _Route, request: Any, receiver: StreamReceiver,
@@ -639,7 +640,7 @@ class ServerConnection(RpcProtocol):
         else:
             self.send(Kind.RESPONSE, call_id, "", response)
         finally:
-            self._observe(route, started)
+            self._observe(route, started, request)
 
     async def _run_download(
         self, call_id: int, route: _Route, request: Any, sender: StreamSender, started: float
@@ -656,4 +657,4 @@ class ServerConnection(RpcProtocol):
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self._observe(route, started)
+            self._observe(route, started, request)
