@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from xdfs.metrics import ServerMetrics, SlowCall
+from xdfs.metrics import ServerMetrics
 
 
 def samples(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -50,7 +50,7 @@ def test_two_servers_in_one_process_keep_separate_series() -> None:
 def test_the_slow_call_ring_keeps_the_most_recent() -> None:
     metrics = ServerMetrics("test", slow_calls_kept=2)
     for index in range(3):
-        metrics.rpc.slow(SlowCall(float(index), f"m{index}", 2.0, "u", "p"))
+        metrics.rpc.slow(float(index), f"m{index}", 2.0, "u", "p")
     assert [call.method for call in metrics.rpc.slow_calls] == ["m1", "m2"]
 
 

@@ -82,8 +82,8 @@ class RpcMetrics(Collector):
         key = (method, code)
         self._errors[key] = self._errors.get(key, 0) + 1
 
-    def slow(self, call: SlowCall) -> None:
-        self.slow_calls.append(call)
+    def slow(self, at_s: float, method: str, seconds: float, user: str, peer: str) -> None:
+        self.slow_calls.append(SlowCall(at_s, method, seconds, user, peer))
 
     def collect(self) -> Iterator[Family]:
         calls = CounterMetricFamily("xdfs_rpc_calls", "RPC calls finished, by method",

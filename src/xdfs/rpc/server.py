@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -55,11 +55,13 @@ from xdfs.errors import (
     WrongCluster,
     XdfsError,
 )
-from xdfs.metrics import ServerMetrics, SlowCall
 from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
 from xdfs.rpc.messages import CLIENT_ID_BYTES, PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
+
+if TYPE_CHECKING:
+    from xdfs.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +151,13 @@ class RpcServer:
         metrics: ServerMetrics | None = None,
     ) -> None:
         self.name = name
+        if metrics is None:  # (imported here: clients load this module, not the metrics)
+            from xdfs.metrics import ServerMetrics
+
+            metrics = ServerMetrics(name, config.loop_lag_interval_s, config.slow_call_s,
+                                    config.slow_calls_kept)
         #: The server's Prometheus series (its calls here; its owner adds its own figures).
-        self.metrics = metrics or ServerMetrics(
-            name, config.loop_lag_interval_s, config.slow_call_s, config.slow_calls_kept)
+        self.metrics = metrics
         self.config = config
         self.cluster_id = cluster_id
         self.authenticator: Authenticator = authenticator or TrustingAuthenticator()
@@ -609,7 +615,7 @@ class ServerConnection(RpcProtocol):
         rpc.call_done(route.method.name, seconds)
         if seconds >= rpc.slow_call_s and not getattr(request, "wait_s", 0.0):
             user = self.principal.user if self.principal is not None else ""
-            rpc.slow(SlowCall(time.time(), route.method.name, seconds, user, self.peer))
+            rpc.slow(time.time(), route.method.name, seconds, user, self.peer)
 
     async def _run_unary(
         self, call_id: int, call: int, route: _Route, request: Any, started: float
