@@ -17,6 +17,8 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.datapath.test_dev_cluster import ENV, PASSWORD, READY, USER, _client, _gone
 from xdfs.client.client import Client
@@ -96,7 +98,11 @@ def log_in(browser: webdriver.Chrome, dev: DevCluster, user: str = USER,
     assert "/ui/login" in browser.current_url  # not logged in: sent to the form
     browser.find_element(By.ID, "user").send_keys(user)
     browser.find_element(By.ID, "password").send_keys(password)
-    browser.find_element(By.ID, "login").click()
+    button = browser.find_element(By.ID, "login")
+    button.click()
+    # the click does not wait for the answer: the form going stale means the next page
+    # (the one asked for, or the form again with an error) has replaced it
+    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(button))
 
 
 def screenshot(browser: webdriver.Chrome, dev: DevCluster, name: str) -> Path:
