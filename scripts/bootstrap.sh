@@ -44,6 +44,15 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
         echo "bootstrap: ZooKeeper missing (Debian package zookeeper); the failover tests need it" >&2
     fi
 fi
+# The web UI tests (tests/ui) drive a real browser: Debian's chromium and chromium-driver,
+# run headless by selenium (no browser download).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+    else
+        echo "bootstrap: chromium and chromium-driver missing; the web UI tests need them" >&2
+    fi
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
 # analytics: pyarrow, pandas, pyspark (the analytics tests run in `make test` too)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'

@@ -82,6 +82,14 @@ class RpcConfig:
     tls_key_file: str = setting("", "PEM private key of tls_cert_file.")
     tls_ca_file: str = setting("", "PEM CA bundle clients verify servers with; enables TLS.")
     use_uvloop: bool = setting(True, "Run on uvloop when it is installed.")
+    slow_call_s: float = setting(
+        1.0, "A call slower than this is kept in its server's ring of recent slow calls "
+        "(the web UI's Slow operations page)."
+    )
+    slow_calls_kept: int = setting(100, "Recent slow calls a server keeps (the oldest go).")
+    loop_lag_interval_s: float = setting(
+        1.0, "How often a server measures its event-loop lag (xdfs_event_loop_lag_seconds)."
+    )
 
     def validate(self) -> None:
         _require(self.frame_bytes_max >= 64 * KiB, "rpc.frame_bytes_max must be >= 64 KiB")
@@ -103,6 +111,9 @@ class RpcConfig:
             bool(self.tls_cert_file) == bool(self.tls_key_file),
             "rpc.tls_cert_file and rpc.tls_key_file go together",
         )
+        _require(self.slow_call_s > 0, "rpc.slow_call_s must be > 0")
+        _require(self.slow_calls_kept >= 0, "rpc.slow_calls_kept must be >= 0")
+        _require(self.loop_lag_interval_s > 0, "rpc.loop_lag_interval_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -385,6 +396,10 @@ class BackupNodeConfig:
     fencing_timeout_s: float = setting(
         30.0, "Deadline of one fencing method (a shell command is killed after it)."
     )
+    http_address: str = setting(
+        "", "Where the BackupNode serves HTTP (its status page and /metrics), host:port; "
+        "empty: no HTTP server."
+    )
 
     def validate(self) -> None:
         _require(self.fetch_batch_max >= 1, "backupnode.fetch_batch_max must be >= 1")
@@ -503,6 +518,10 @@ class JournalNodeConfig:
         1 * MiB,
         "Most record bytes one get_journaled_edits answer carries (below rpc.frame_bytes_max).",
     )
+    http_address: str = setting(
+        "", "Where the JournalNode serves HTTP (its status page and /metrics), host:port "
+        "(HDFS: 8480); empty: no HTTP server."
+    )
 
     def validate(self) -> None:
         _require(self.recovery_bytes_max >= 1 * MiB,
@@ -584,6 +603,10 @@ class HaConfig:
         "writes it): every NameNode serves one, a standby answering StandbyException; "
         "xdfs.client.webhdfs_ha finds the active one."
     )})
+    zkfc_http_address: str = setting(
+        "", "Where a controller serves HTTP (its status page and /metrics), host:port; "
+        "empty: no HTTP server."
+    )
 
     def validate(self) -> None:
         for key in ("zookeeper_session_timeout_s", "zookeeper_connect_timeout_s",
@@ -769,6 +792,10 @@ class LogServiceConfig:
     copy_timeout_s: float = setting(
         300.0, "How long the keeper waits for a re-replication it ordered before ordering it "
         "again (to another node if need be)."
+    )
+    http_address: str = setting(
+        "", "Where the log service serves HTTP (its status page and /metrics), host:port; "
+        "empty: no HTTP server."
     )
 
     def validate(self) -> None:

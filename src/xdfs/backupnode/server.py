@@ -32,6 +32,8 @@ from xdfs.common.fencing import parse_methods
 from xdfs.common.files import make_dirs
 from xdfs.config import XdfsConfig
 from xdfs.errors import StorageError
+from xdfs.http.server import HttpServer
+from xdfs.http.ui.status import start_status_http
 from xdfs.namenode.editlog.shared import journal_tailer
 from xdfs.namenode.ha import HaHandlers
 from xdfs.namenode.image.storage import StorageDirectory
@@ -81,6 +83,11 @@ class BackupNode:
         self._takeover: Takeover | None = None
         self._ids = ("", 0)  # cluster and namespace ids, once the name dir is open
         self._tasks: list[asyncio.Task[None]] = []
+        self.http: HttpServer | None = None  # status page and /metrics (http_address)
+
+    @property
+    def http_address(self) -> str:
+        return self.http.address if self.http is not None else ""
 
     @property
     def stopped(self) -> asyncio.Event:
@@ -111,6 +118,7 @@ class BackupNode:
             await open_storage(local)
             self.server = self._make_server()
             await self.server.start(host, port)
+            await self._start_http(self.server)
         except BaseException:
             await self.stop()
             raise
@@ -120,6 +128,14 @@ class BackupNode:
         self._spawn("edits follower", self._follower.run())
         self._spawn("checkpointer", self.checkpointer.run())
         return self.server.address
+
+    async def _start_http(self, server: RpcServer) -> None:
+        from xdfs.backupnode import metrics
+
+        server.metrics.add_collector("backupnode", lambda: metrics.families(self))
+        self.http = await start_status_http(
+            "backupnode", self.config.backupnode.http_address, self.config.http.body_bytes_max,
+            server.metrics, lambda: metrics.status_facts(self))
 
     def _journal_tailer(self) -> JournalTailer | None:
         """With namenode.shared_edits, the backup follows the quorum journal."""
@@ -149,6 +165,8 @@ class BackupNode:
     async def stop(self) -> None:
         local = self.local
         await self._stop_tasks()
+        if self.http is not None:
+            await self.http.stop()
         if self.namenode is not None:
             await self.namenode.stop()  # it owns the server, the edits and the dir now
         else:

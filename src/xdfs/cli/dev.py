@@ -200,7 +200,7 @@ class Launch:
         fencing = [] if config.backupnode.fencing_methods else [
             "-D", "backupnode.fencing_methods=" + json.dumps([f"kill({self.name_dir})"])]
         backupnode = ServerProcess.xdfs(
-            *self.conf, *fencing, "backupnode",
+            *self.conf, *fencing, *_http_conf(config), "backupnode",
             "--name-dir", str(self.base / self.roles.standby),
             "--namenode", address, "--rpc-address", "127.0.0.1:0",
             log_path=self.base / "logs" / "backupnode.log",
@@ -251,10 +251,18 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
             process["http"] = http
         processes.append(process)
     if devlog is not None:
-        processes += devlog.cluster_entries()
+        entries = devlog.cluster_entries()
+        for entry, (role, child) in zip(entries, devlog.processes(), strict=True):
+            http = _http(child, role) if role != "zookeeper" else ""
+            if http:
+                entry["http"] = http
+        processes += entries
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
+    # (an HA pair's NameNodes serve WebHDFS only while active: no fixed gateway to name)
+    ha = any(role == "zkfc" for role, _child in children)
+    gateway = "" if ha else next(
+        (_http(child, role) for role, child in children if role == "namenode"), "")
     client: dict[str, object] = {
         **({"fs": uri} if uri else {}), **credentials, **({"webhdfs": gateway} if gateway else {})}
     if devlog is not None:
@@ -376,6 +384,11 @@ def _http_conf(config: XdfsConfig) -> list[str]:
         args += ["-D", f"namenode.http_address=127.0.0.1:{config.dev.http_port}"]
     if not config.datanode.http_address:
         args += ["-D", "datanode.http_address=127.0.0.1:0"]
+    # status pages and /metrics of the other servers, on free ports
+    if not config.journalnode.http_address:
+        args += ["-D", "journalnode.http_address=127.0.0.1:0"]
+    if not config.backupnode.http_address:
+        args += ["-D", "backupnode.http_address=127.0.0.1:0"]
     return args
 
 

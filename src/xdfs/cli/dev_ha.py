@@ -128,6 +128,7 @@ def namenode_processes(ha: DevHa, conf: list[str], env: dict[str, str]
             "--rpc-address", address, log_path=ha.base / "logs" / f"{nn_id}.log",
             ready_pattern=r"namenode serving on (\S+)", env=env, die_with_parent=True)))
         children.append(("zkfc", ServerProcess.xdfs(
-            *conf, "zkfc", "--id", nn_id, log_path=ha.base / "logs" / f"zkfc-{nn_id}.log",
+            *conf, "-D", "ha.zkfc_http_address=127.0.0.1:0", "zkfc", "--id", nn_id,
+            log_path=ha.base / "logs" / f"zkfc-{nn_id}.log",
             ready_pattern=r"zkfc serving on (\S+)", env=env, die_with_parent=True)))
     return children

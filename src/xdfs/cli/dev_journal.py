@@ -75,7 +75,8 @@ def dev_journal(base: Path, count: int) -> DevJournal:
 def journalnode_processes(journal: DevJournal, conf: list[str]) -> list[ServerProcess]:
     return [
         ServerProcess.xdfs(
-            *conf, *journal.conf(), "journalnode", "--journal-dir", str(journal.directory(i)),
+            *conf, *journal.conf(), "-D", "journalnode.http_address=127.0.0.1:0",
+            "journalnode", "--journal-dir", str(journal.directory(i)),
             "--rpc-address", f"127.0.0.1:{port}",
             log_path=journal.base / "logs" / f"journalnode{i}.log",
             ready_pattern=r"journalnode serving on (\S+)", die_with_parent=True,

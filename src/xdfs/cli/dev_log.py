@@ -97,7 +97,8 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
     storage = [
         ServerProcess.xdfs(  # heartbeats to the keeper: the one instance
             *conf, "-D", f"journalnode.secret_file={secret}",
-            "-D", f"logservice.instances={json.dumps([address])}", "journalnode",
+            "-D", f"logservice.instances={json.dumps([address])}",
+            "-D", "journalnode.http_address=127.0.0.1:0", "journalnode",
             "--journal-dir", str(base / f"lognode{i}"), "--rpc-address", f"127.0.0.1:{port}",
             log_path=base / "logs" / f"lognode{i}.log",
             ready_pattern=r"journalnode serving on (\S+)", die_with_parent=True)
@@ -109,7 +110,7 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
         "-D", f"logservice.instances={json.dumps([address])}",
         "-D", f"logservice.zookeeper_quorum={zookeeper.address}",
         "-D", f"logservice.storage_nodes={nodes}",
-        "logservice", "--rpc-address", address,
+        "-D", "logservice.http_address=127.0.0.1:0", "logservice", "--rpc-address", address,
         log_path=base / "logs" / "logservice.log",
         ready_pattern=r"logservice serving on (\S+)", die_with_parent=True)
     return DevLog(base, zookeeper, storage, service, address)

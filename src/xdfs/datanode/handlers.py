@@ -93,6 +93,7 @@ class DataNodeHandlers:
         node = self.node
         block = request.block
         node.storage.claim(block.block_id)
+        had_bytes = append_to.num_bytes if append_to is not None else 0
         this_call = asyncio.current_task()
         assert this_call is not None
         node.writers[block.block_id] = this_call
@@ -107,6 +108,7 @@ class DataNodeHandlers:
         finally:
             node.writers.pop(block.block_id, None)
             node.storage.release(block.block_id)
+        node.bytes_written += replica.num_bytes - had_bytes
         log.debug("stored %s from %s (%s)", replica.record, request.client or "?", ctx.peer)
         assert node.actor is not None
         await node.actor.report_received(replica.record)
@@ -139,6 +141,7 @@ class DataNodeHandlers:
                 f"{request.length} from offset {offset}"
             )
         reader = node.open_replica(replica, offset, length)
+        node.bytes_read += length  # (xdfs_datanode_read_bytes: served by block reads)
         stream = PieceStream(reader, node.on_corrupt, node.transfers)
         return Download(ReadBlockHead(replica.record, offset, length), stream)
 

@@ -48,6 +48,8 @@ class BlockScanner:
         self.on_corrupt = on_corrupt
         self.on_missing = on_missing
         self.passes = 0
+        #: What the pass under way (or the last one) has scanned so far (its progress).
+        self.current = ScanResult()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -65,7 +67,7 @@ class BlockScanner:
         """One pass over every healthy replica (``paced``: at most scan_bytes_per_s)."""
         loop = asyncio.get_running_loop()
         started_s = loop.time()
-        result = ScanResult()
+        result = self.current = ScanResult()
         for _block_id, replica in sorted(self.storage.replicas.items()):
             if (replica.corrupt or not replica.finalized
                     or self.storage.get(replica.block_id) is not replica):

@@ -40,6 +40,7 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.http.server import HttpServer
+from xdfs.http.ui.status import start_status_http
 from xdfs.protocol.datanode import DATANODE_SERVICE, DATANODE_USER_PREFIX, DataNodeInfoResponse
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -69,6 +70,9 @@ class DataNode:
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
+        #: Block bytes served to readers and stored from writers (xdfs_datanode_*_bytes).
+        self.bytes_read = 0
+        self.bytes_written = 0
         self.server: RpcServer | None = None
         self.http: HttpServer | None = None
         self.actor: NameNodeActor | None = None
@@ -151,15 +155,16 @@ class DataNode:
         return self.server.address
 
     async def _start_http(self) -> None:
-        address = self.config.datanode.http_address
-        if not address:
-            return
+        """WebHDFS data, the status page and /metrics on datanode.http_address (if set)."""
+        assert self.server is not None
+        from xdfs.datanode.metrics import register_metrics, status_facts
         from xdfs.datanode.webhdfs import DataNodeWebHdfs
 
-        http = HttpServer("datanode", self.config.http.body_bytes_max)
-        http.add_routes(DataNodeWebHdfs(self.config, self.namenode_addresses).routes())
-        await http.start(address)
-        self.http = http
+        register_metrics(self, self.server.metrics)
+        self.http = await start_status_http(
+            "datanode", self.config.datanode.http_address, self.config.http.body_bytes_max,
+            self.server.metrics, lambda: status_facts(self),
+            DataNodeWebHdfs(self.config, self.namenode_addresses).routes())
 
     def _namenode_hello(self) -> Hello:
         """How this DataNode logs in to its NameNodes: as ``dn/<node id>`` with the cluster's

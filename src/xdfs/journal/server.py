@@ -26,6 +26,8 @@ from xdfs.common.files import DirLock, make_dirs
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
 from xdfs.errors import NotFormatted, StorageError
+from xdfs.http.server import HttpServer
+from xdfs.http.ui.status import start_status_http
 from xdfs.journal.storage import Journal
 from xdfs.ledger.handlers import LedgerHandlers, LedgerWorker
 from xdfs.ledger.storage import LEDGER_DIR
@@ -101,6 +103,11 @@ class JournalNode:
         self.ledgers: LedgerWorker | None = None
         self.keeper_link: KeeperLink | None = None
         self._heartbeats: asyncio.Task[None] | None = None
+        self.http: HttpServer | None = None  # status page and /metrics (http_address)
+
+    @property
+    def http_address(self) -> str:
+        return self.http.address if self.http is not None else ""
 
     @property
     def address(self) -> str:
@@ -126,16 +133,28 @@ class JournalNode:
             add_system_services(self.server, "journalnode")
             self.server.add_service(JOURNAL_SERVICE, JournalHandlers(self))
             self.server.add_service(LEDGER_SERVICE, LedgerHandlers(self.ledgers))
+            await self._start_http(self.server)
             await self.server.start(host, port)
             self._start_syncer(secret)
             self._start_heartbeats(secret)
         except BaseException:
+            if self.http is not None:
+                await self.http.stop()
             self._close_workers()
             self._lock.unlock()
             raise
         log.info("journals in %s: %s", self.journal_dir,
                  ", ".join(sorted(self.workers)) or "none yet")
         return self.server.address
+
+    async def _start_http(self, server: RpcServer) -> None:
+        from xdfs.journal import metrics
+
+        server.metrics.add_collector("journalnode", lambda: metrics.families(self))
+        self.http = await start_status_http(
+            "journalnode", self.config.journalnode.http_address,
+            self.config.http.body_bytes_max, server.metrics,
+            lambda: metrics.status_facts(self))
 
     def _start_syncer(self, secret: str) -> None:
         from xdfs.journal.syncer import Syncer
@@ -193,6 +212,8 @@ class JournalNode:
                     await task
         if self.keeper_link is not None:
             await self.keeper_link.close()
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.close()
         await asyncio.to_thread(self._close_workers)

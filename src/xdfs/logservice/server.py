@@ -18,6 +18,8 @@ import time
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import LogServiceConfig, XdfsConfig
 from xdfs.errors import ConfigError, XdfsError
+from xdfs.http.server import HttpServer
+from xdfs.http.ui.status import start_status_http
 from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
@@ -49,6 +51,11 @@ class LogService:
         self.fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.keeper: Keeper | None = None
+        self.http: HttpServer | None = None  # status page and /metrics (http_address)
+
+    @property
+    def http_address(self) -> str:
+        return self.http.address if self.http is not None else ""
 
     @property
     def address(self) -> str:
@@ -90,7 +97,20 @@ class LogService:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._reclaim_loop(), name="reclaim"),
                        loop.create_task(self.keeper.run(), name="keeper")]
+        try:
+            self.http = await start_status_http(
+                "logservice", settings.http_address, self.config.http.body_bytes_max,
+                self.server.metrics, self._status)
+        except BaseException:
+            await self.stop()
+            raise
         return self.server.address
+
+    def _status(self) -> list[tuple[str, object]]:
+        settings = self.config.logservice
+        return [("RPC address", self.address), ("ZooKeeper", settings.zookeeper_quorum),
+                ("storage nodes", ", ".join(settings.storage_nodes)),
+                ("logs written through here", len(self.engine.writers) if self.engine else 0)]
 
     async def _reclaim_loop(self) -> None:
         assert self.engine is not None
@@ -109,6 +129,8 @@ class LogService:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.close()
         if self.engine is not None:

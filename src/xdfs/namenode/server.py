@@ -51,6 +51,7 @@ from xdfs.namenode.image.fsimage import header_check, image_head
 from xdfs.namenode.image.recovery import check_versions, load_namespace, purge
 from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint
+from xdfs.namenode.metrics import NameNodeMetrics, StartupProgress
 from xdfs.namenode.namespace.ops import NewEpochOp, Op, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
@@ -137,6 +138,9 @@ class NameNode:
         self._uploaded_txid = 0  # the newest standby image the active is known to hold
         self._last_install_s = -1e18  # when a backup or standby last uploaded an image
         self.http: HttpServer | None = None
+        self.metrics: NameNodeMetrics | None = None  # once serving (its server's registry)
+        #: Startup phases, for the web UI's Startup progress page.
+        self.startup = StartupProgress()
 
     @property
     def address(self) -> str:
@@ -168,6 +172,7 @@ class NameNode:
                 d.lock()
             version = self.version = check_versions(self.dirs)
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
+            self.startup.begin("load image and replay edits", self.clock())
             if self.ha_enabled and loaded is None and not new_epoch:
                 namespace, last_txid = await self._load_as_standby(version)
             elif self.config.namenode.shared_edits:  # (loaded: a promoted BackupNode's)
@@ -180,6 +185,8 @@ class NameNode:
                 await check_peers(self.config, self.config.namenode.peers,
                                   Position(namespace.epoch, last_txid),
                                   (version.cluster_id, version.namespace_id))
+            self.startup.end(f"image at txid {self.image_txid}, edits replayed to txid "
+                             f"{last_txid}; {namespace.inode_count()} inodes", self.clock())
             await self._open_edits(last_txid)
         except BaseException:
             if self.shared is not None:
@@ -191,6 +198,8 @@ class NameNode:
                              retry_cache=self.retry_cache)
         self.auth = NameNodeAuth(self.fs)
         self.server = self._make_server(version.cluster_id, version.namespace_id, server)
+        self.metrics = NameNodeMetrics(self, self.server.metrics)
+        self.edits.on_flushed = self.metrics.flushed
         if self.ha_state == STATE_STANDBY:
             self._refuse_as_standby()
             self._serve_standby(last_txid)
@@ -213,6 +222,8 @@ class NameNode:
         self.edits = EditLog.for_storage(self.dirs, settings, on_fatal=self._on_fatal,
                                          extra_journals=extra)
         await self.edits.open_for_write(last_txid + 1)
+        if self.metrics is not None:
+            self.edits.on_flushed = self.metrics.flushed
 
     async def _serve_active(self, *, new_epoch: bool) -> None:
         """Serve as the active NameNode: log a raised epoch first when this is a
@@ -486,7 +497,9 @@ class NameNode:
         log.warning("active epoch is now %d (txid %d)", ns.epoch, self.fs.edits.last_txid)
 
     async def _start_http(self, *, starting: bool = False) -> None:
-        """The WebHDFS gateway on namenode.http_address (when set), on this event loop. A
+        """The WebHDFS gateway, the web UI and /metrics on namenode.http_address (when set),
+        on this event loop, for the process's whole life: a standby's gateway answers
+        StandbyException and its UI shows its state (browsing is the active's). A
         NameNode that is starting stops on a busy port (saying why); one just made active
         by a failover logs it and serves RPC, what clients fail over to (the port may
         still be held by a paused old active on this host)."""
@@ -504,15 +517,25 @@ class NameNode:
                 await self.stop()
             raise
 
+    async def _stop_http(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+            self.http = None
+
     async def _start_http_server(self) -> None:
+        # One server for the process's life (HA transitions keep it): the address others
+        # know holds, and a standby answers at it.
         address = self.config.namenode.http_address
         if not address or self.http is not None:
             return
-        assert self.fs is not None and self.auth is not None
+        assert self.fs is not None and self.auth is not None and self.server is not None
         from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
+        from xdfs.namenode.webui import WebUi
 
         http = HttpServer("namenode", self.config.http.body_bytes_max)
-        http.add_routes(WebHdfsGateway(self.config, self, lambda: self.address).routes())
+        gateway = WebHdfsGateway(self.config, self, lambda: self.address)
+        http.add_routes(gateway.routes())
+        http.add_routes(WebUi(self, gateway).routes())
         await http.start(address)
         self.http = http
 
@@ -586,8 +609,7 @@ class NameNode:
         self._tasks.clear()
         if self.standby is not None:
             await self.standby.tailer.close()
-        if self.http is not None:
-            await self.http.stop()
+        await self._stop_http()
         if self.server is not None:
             await self.server.close()
         if self.edits is not None and self.fatal is None:

@@ -37,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -59,6 +59,9 @@ from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
 from xdfs.rpc.messages import CLIENT_ID_BYTES, PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
+
+if TYPE_CHECKING:
+    from xdfs.metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +148,16 @@ class RpcServer:
         cluster_id: str = "",
         authenticator: Authenticator | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.name = name
+        if metrics is None:  # (imported here: clients load this module, not the metrics)
+            from xdfs.metrics import ServerMetrics
+
+            metrics = ServerMetrics(name, config.loop_lag_interval_s, config.slow_call_s,
+                                    config.slow_calls_kept)
+        #: The server's Prometheus series (its calls here; its owner adds its own figures).
+        self.metrics = metrics
         self.config = config
         self.cluster_id = cluster_id
         self.authenticator: Authenticator = authenticator or TrustingAuthenticator()
@@ -189,6 +200,7 @@ class RpcServer:
         sockname = self._server.sockets[0].getsockname()
         self.host, self.port = sockname[0], sockname[1]
         self._sweeper = loop.create_task(self._sweep(), name=f"{self.name} connection sweeper")
+        self.metrics.loop_lag.start()
         return self.address
 
     async def _sweep(self) -> None:
@@ -220,6 +232,7 @@ class RpcServer:
 
     async def close(self) -> None:
         """Stop accepting, drop every connection and cancel the calls they were running."""
+        await self.metrics.loop_lag.stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
@@ -494,20 +507,22 @@ class ServerConnection(RpcProtocol):
                 # (its first CREDIT) follows the request at once and must not be lost.
                 sender = StreamSender(self, envelope.id, self.config.stalled_peer_timeout_s)
                 self.senders[envelope.id] = sender
-                self._spawn(envelope.id, self._run_download(envelope.id, route, request, sender))
+                self._spawn(envelope.id, self._run_download(envelope.id, route, request, sender,
+                                                            time.perf_counter()))
         elif route.is_async:
             if self._admit(envelope):
                 self._unary_calls.add(envelope.id)
-                self._spawn(
-                    envelope.id, self._run_unary(envelope.id, envelope.call, route, request)
-                )
+                self._spawn(envelope.id, self._run_unary(
+                    envelope.id, envelope.call, route, request, time.perf_counter()))
         else:
+            started = time.perf_counter()
             try:
                 response = route.handler(self._context(), request)
             except Exception as exc:  # every failure becomes a reply
                 self._reply_error(envelope.id, route, exc)
             else:
                 self.send(Kind.RESPONSE, envelope.id, "", response)
+            self._observe(route, started, request)
 
     def _on_upload_head(self, envelope: InEnvelope) -> None:
         resolved = self._resolve(envelope, MethodKind.UPLOAD)
@@ -519,9 +534,8 @@ class ServerConnection(RpcProtocol):
         receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
         self.receivers[envelope.id] = receiver
         receiver.grant_window()
-        self._spawn(
-            envelope.id, self._run_upload(envelope.id, envelope.call, route, request, receiver)
-        )
+        self._spawn(envelope.id, self._run_upload(
+            envelope.id, envelope.call, route, request, receiver, time.perf_counter()))
 
     def _admit(self, envelope: InEnvelope) -> bool:
         """Whether a new call may start now; otherwise it is parked or refused."""
@@ -583,14 +597,29 @@ class ServerConnection(RpcProtocol):
 
     def _reply_error(self, call_id: int, route: _Route, exc: BaseException) -> None:
         if isinstance(exc, XdfsError):
-            self.send_error(call_id, exc)
+            error: XdfsError = exc
         elif isinstance(exc, asyncio.CancelledError):
-            self.send_error(call_id, Cancelled(f"{route.method.name} was cancelled"))
+            error = Cancelled(f"{route.method.name} was cancelled")
         else:
             log.exception("handler %s failed", route.method.name, exc_info=exc)
-            self.send_error(call_id, InternalError(f"{route.method.name}: {exc!r}"))
+            error = InternalError(f"{route.method.name}: {exc!r}")
+        self.send_error(call_id, error)
+        self.server.metrics.rpc.call_failed(route.method.name, error.code)
 
-    async def _run_unary(self, call_id: int, call: int, route: _Route, request: Any) -> None:
+    def _observe(self, route: _Route, started: float, request: Any) -> None:
+        """A finished call (answered or failed): its method's count and latency; a slow
+        one is kept for the Slow operations page, unless it was a long poll (a request
+        with ``wait_s``: waiting is what it asked for)."""
+        seconds = time.perf_counter() - started
+        rpc = self.server.metrics.rpc
+        rpc.call_done(route.method.name, seconds)
+        if seconds >= rpc.slow_call_s and not getattr(request, "wait_s", 0.0):
+            user = self.principal.user if self.principal is not None else ""
+            rpc.slow(time.time(), route.method.name, seconds, user, self.peer)
+
+    async def _run_unary(
+        self, call_id: int, call: int, route: _Route, request: Any, started: float
+    ) -> None:
         try:
             response = await route.handler(self._enter_call(call), request)
         except BaseException as exc:
@@ -599,9 +628,12 @@ class ServerConnection(RpcProtocol):
                 raise
         else:
             self.send(Kind.RESPONSE, call_id, "", response)
+        finally:
+            self._observe(route, started, request)
 
     async def _run_upload(
-        self, call_id: int, call: int, route: _Route, request: Any, receiver: StreamReceiver
+        self, call_id: int, call: int, route: _Route, request: Any, receiver: StreamReceiver,
+        started: float,
     ) -> None:
         try:
             response = await route.handler(self._enter_call(call), request, receiver)
@@ -613,9 +645,11 @@ class ServerConnection(RpcProtocol):
                 raise
         else:
             self.send(Kind.RESPONSE, call_id, "", response)
+        finally:
+            self._observe(route, started, request)
 
     async def _run_download(
-        self, call_id: int, route: _Route, request: Any, sender: StreamSender
+        self, call_id: int, route: _Route, request: Any, sender: StreamSender, started: float
     ) -> None:
         try:
             download = route.handler(self._context(), request)
@@ -628,3 +662,5 @@ class ServerConnection(RpcProtocol):
             self._reply_error(call_id, route, exc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
+        finally:
+            self._observe(route, started, request)

@@ -36,6 +36,8 @@ from xdfs.common.fencing import parse_methods
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
 from xdfs.errors import ConfigError, InvalidArgument, TakeoverRefused, Unavailable
+from xdfs.http.server import HttpServer
+from xdfs.http.ui.status import start_status_http
 from xdfs.protocol.ha import (
     GET_SERVICE_STATE,
     MONITOR_HEALTH,
@@ -125,6 +127,11 @@ class FailoverController:
         self._session = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._nn: BoundedClient | None = None
+        self.http: HttpServer | None = None  # status page and /metrics (zkfc_http_address)
+
+    @property
+    def http_address(self) -> str:
+        return self.http.address if self.http is not None else ""
 
     # --- start and stop ------------------------------------------------------------------
 
@@ -149,6 +156,9 @@ class FailoverController:
         self._tasks.append(asyncio.create_task(self._act(), name="zkfc actuator"))
         try:
             await self._connect()
+            self.http = await start_status_http(
+                "zkfc", ha.zkfc_http_address, self.config.http.body_bytes_max,
+                self.server.metrics, self._status)
         except BaseException:
             await self.stop()
             raise
@@ -157,6 +167,12 @@ class FailoverController:
                  self.nn_id, self.namenode, ha.nameservice, ha.zookeeper_quorum,
                  self.paths.base)
         return address
+
+    def _status(self) -> list[tuple[str, object]]:
+        return [("NameNode", f"{self.nn_id} at {self.namenode}"),
+                ("nameservice", self.config.ha.nameservice),
+                ("election", self.elector.role.name.lower()),
+                ("ZooKeeper", self.config.ha.zookeeper_quorum)]
 
     async def _connect(self) -> None:
         ha = self.config.ha
@@ -187,6 +203,8 @@ class FailoverController:
         self._zk_thread.shutdown(wait=False, cancel_futures=True)
         if self._nn is not None:
             await self._nn.close()
+        if self.http is not None:
+            await self.http.stop()
         if self.server is not None:
             await self.server.close()
         self.stopped.set()

@@ -31,6 +31,7 @@ import asyncio
 import collections
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +150,8 @@ class EditLog:
         self._finalized: tuple[tuple[int, int], ...] = ()
         self._synced_event = asyncio.Event()
         self.flush_count = 0
+        #: Told (seconds, transactions) of each durable flush: group-commit metrics.
+        self.on_flushed: Callable[[float, int], None] | None = None
         self.roll_count = 0
 
     @classmethod
@@ -360,12 +363,15 @@ class EditLog:
         for fut in room:
             if not fut.done():
                 fut.set_result(None)
+        started = time.perf_counter()
         ok = await self._each(
             "write", lambda j: j.write(batch.data, batch.first_txid, batch.last_txid)
         )
         if not ok:
             return
         self.flush_count += 1
+        if self.on_flushed is not None:
+            self.on_flushed(time.perf_counter() - started, batch.count)
         self._segment_bytes += len(batch.data)
         self._segment_txns += batch.count
         self._remember(batch)

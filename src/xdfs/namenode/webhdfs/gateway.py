@@ -100,7 +100,7 @@ class WebHdfsGateway:
         assert auth is not None
         return auth
 
-    def _check_active(self) -> None:
+    def check_active(self) -> None:
         """Standby (HDFS's StandbyException) unless this NameNode serves clients."""
         state = self._node.ha_state
         if state != STATE_ACTIVE or self._node.fs is None or self._node.auth is None:
@@ -115,7 +115,7 @@ class WebHdfsGateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
-            self._check_active()
+            self.check_active()
             op = request.query.get("op", "").upper()
             function = _OPS.get((request.method, op))
             if function is None:
@@ -128,6 +128,10 @@ class WebHdfsGateway:
             return await function(self, request, user, w.request_path(request), credentials)
         except Exception as exc:
             return w.remote_exception(exc)
+
+    async def user(self, credentials: Credentials, peer: str) -> str:
+        """The xdfs user these credentials prove (the web UI logs users in the same way)."""
+        return await self._user(credentials, peer)
 
     async def _user(self, credentials: Credentials, peer: str) -> str:
         user = credentials.user
@@ -154,7 +158,7 @@ class WebHdfsGateway:
         """``grant_type=client_credentials&client_id=USER&client_secret=PASSWORD`` ->
         ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``."""
         try:
-            self._check_active()
+            self.check_active()
         except Standby as exc:
             return w.remote_exception(exc)
         try:

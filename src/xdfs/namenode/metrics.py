@@ -1,0 +1,111 @@
+"""A NameNode's Prometheus series: the group-commit histograms (observed per flush) and
+its figures read at scrape time (namespace, blocks by state, DataNodes, edits, backups)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import Histogram
+
+from xdfs.http.ui import when
+from xdfs.metrics import Family, ServerMetrics, gauge, gauges
+from xdfs.namenode.blocks.fsck import datanode_report
+
+if TYPE_CHECKING:
+    from xdfs.namenode.server import NameNode
+
+SYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+
+
+@dataclass
+class Phase:
+    name: str
+    started_s: float
+    ended_s: float = 0.0  # 0: under way
+    detail: str = ""
+
+
+@dataclass
+class StartupProgress:
+    """What a starting NameNode has done (HDFS's StartupProgress, coarse): each phase with
+    its start, end and a one-line result. Safe mode, the last phase, is read live."""
+
+    phases: list[Phase] = field(default_factory=list)
+
+    def begin(self, name: str, now_s: float) -> None:
+        self.phases.append(Phase(name, now_s))
+
+    def end(self, detail: str, now_s: float) -> None:
+        phase = self.phases[-1]
+        phase.ended_s, phase.detail = now_s, detail
+
+
+class NameNodeMetrics:
+    def __init__(self, node: NameNode, metrics: ServerMetrics) -> None:
+        registry = metrics.registry
+        self.sync_seconds = Histogram(
+            "xdfs_namenode_edits_sync_seconds",
+            "Time one group-commit flush of the edits log takes to be durable",
+            buckets=SYNC_BUCKETS_S, registry=registry)
+        self.batch_txns = Histogram(
+            "xdfs_namenode_edits_sync_batch_txns",
+            "Transactions made durable by one group-commit flush", buckets=BATCH_BUCKETS,
+            registry=registry)
+        metrics.add_collector("namenode", lambda: _families(node))
+
+    def flushed(self, seconds: float, txns: int) -> None:
+        self.sync_seconds.observe(seconds)
+        self.batch_txns.observe(txns)
+
+
+def _families(node: NameNode) -> Iterator[Family]:
+    yield gauge("xdfs_namenode_ha_state", "1, labelled with the NameNode's HA state",
+                1, {"state": node.ha_state})
+    standby = node.standby
+    if standby is not None:
+        yield gauge("xdfs_namenode_standby_applied_txid", "Last journal transaction this "
+                    "standby has applied (the active's synced txid minus it: its lag)",
+                    standby.last_txid)
+    fs, edits = node.fs, node.edits
+    if fs is None or edits is None:
+        return
+    ns = fs.ns
+    yield gauge("xdfs_namenode_safe_mode", "1 while in safe mode", int(fs.safe_mode.on))
+    yield gauge("xdfs_namenode_inodes", "Files and directories", ns.inode_count())
+    yield gauge("xdfs_namenode_files_under_construction", "Files open for writing",
+                len(ns.files_under_construction()))
+    report = datanode_report(ns, fs.blocks)
+    yield gauge("xdfs_namenode_blocks", "Blocks in the namespace", report.blocks)
+    yield gauges("xdfs_namenode_blocks_by_state", "Blocks needing attention, by state",
+                 "state", [("under_replicated", report.under_replicated),
+                           ("missing", report.missing_blocks),
+                           ("corrupt", report.corrupt_blocks),
+                           ("pending_replication", report.pending_replication),
+                           ("pending_deletion", report.pending_deletion),
+                           ("future", report.future_blocks)])
+    states: dict[str, int] = {"live": 0, "dead": 0}
+    for info in report.nodes:
+        states[info.state] = states.get(info.state, 0) + 1
+    yield gauges("xdfs_namenode_datanodes", "DataNodes by state", "state", states.items())
+    yield gauges("xdfs_namenode_datanode_heartbeat_age_seconds",
+                 "Seconds since each DataNode's last heartbeat", "datanode",
+                 [(info.address, info.last_contact_s) for info in report.nodes])
+    yield gauges("xdfs_namenode_capacity_bytes", "Space of the live DataNodes", "kind",
+                 [("total", report.capacity_bytes), ("used", report.used_bytes),
+                  ("free", report.free_bytes)])
+    yield gauge("xdfs_namenode_edits_last_txid", "Last transaction appended", edits.last_txid)
+    yield gauge("xdfs_namenode_edits_synced_txid", "Last durable transaction",
+                edits.synced_txid)
+    yield gauge("xdfs_namenode_image_txid", "Transaction of the newest fsimage",
+                node.image_txid)
+    yield gauge("xdfs_namenode_last_checkpoint_age_seconds", "Seconds since the last "
+                "checkpoint (fsimage) was written or installed",
+                max(0.0, node.clock() - node.last_checkpoint_s))
+    backups = (node.replicator.backup_infos(node.config.namenode.backup_forget_s)
+               if node.replicator is not None else [])
+    yield gauges("xdfs_namenode_journal_lag_txns", "Transactions each following BackupNode "
+                 "is behind this NameNode's synced edits", "follower",
+                 [(info.address, info.lag_txns) for info in backups])
