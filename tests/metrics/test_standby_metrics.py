@@ -65,9 +65,14 @@ def test_standby_and_active_serve_what_their_state_serves(ha: HaCluster) -> None
     assert metrics(http["nn2"])["xdfs_namenode_ha_state,state=standby"] == 1
     status = requests.get(f"http://{http['nn2']}/ui/status", timeout=30)
     assert status.status_code == 200 and "standby" in status.text
-    # a standby has no gateway nor browser; the active has both
-    assert requests.get(f"http://{http['nn2']}/webhdfs/v1/?op=LISTSTATUS",
-                        auth=(USER, PASSWORD), timeout=30).status_code == 404
+    # a standby's gateway answers StandbyException and its UI browses nothing; the
+    # active has both
+    refused = requests.get(f"http://{http['nn2']}/webhdfs/v1/?op=LISTSTATUS",
+                           auth=(USER, PASSWORD), timeout=30)
+    assert refused.status_code == 403
+    assert refused.json()["RemoteException"]["exception"] == "StandbyException"
+    assert requests.get(f"http://{http['nn2']}/ui/browse?path=/", auth=(USER, PASSWORD),
+                        timeout=30).status_code == 403
     assert requests.get(f"http://{http['nn1']}/ui/", auth=(USER, PASSWORD),
                         timeout=30).status_code == 200
 

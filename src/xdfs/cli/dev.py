@@ -259,10 +259,9 @@ def _write_cluster_files(base: Path, uri: str, children: list[tuple[str, ServerP
         processes += entries
     cluster = {"fs": uri, "base_dir": str(base), "processes": processes}
     atomic_write(base / "cluster.json", (json.dumps(cluster, indent=2) + "\n").encode())
-    # (an HA pair's NameNodes serve WebHDFS only while active: no fixed gateway to name)
-    ha = any(role == "zkfc" for role, _child in children)
-    gateway = "" if ha else next(
-        (_http(child, role) for role, child in children if role == "namenode"), "")
+    # the first NameNode's gateway (an HA pair's are all in [ha] webhdfs, the standby's
+    # answering StandbyException)
+    gateway = next((_http(child, role) for role, child in children if role == "namenode"), "")
     client: dict[str, object] = {
         **({"fs": uri} if uri else {}), **credentials, **({"webhdfs": gateway} if gateway else {})}
     if devlog is not None:

@@ -109,3 +109,17 @@ def _families(node: NameNode) -> Iterator[Family]:
     yield gauges("xdfs_namenode_journal_lag_txns", "Transactions each following BackupNode "
                  "is behind this NameNode's synced edits", "follower",
                  [(info.address, info.lag_txns) for info in backups])
+
+
+def status_facts(node: NameNode) -> list[tuple[str, object]]:
+    """The NameNode's status page (``/ui/status``, no login), active or standby."""
+    standby, edits = node.standby, node.edits
+    return [
+        ("HA state", node.ha_state),
+        ("cluster id", node.version.cluster_id if node.version else ""),
+        ("RPC address", node.address if node.server is not None else ""),
+        ("last txid", standby.last_txid if standby else edits.synced_txid if edits else ""),
+        ("journal", (standby.error or "reading") if standby else "writing"),
+        ("last checkpoint", f"txid {node.image_txid} at {when(node.last_checkpoint_s)}"),
+        ("shared journal", node.config.namenode.shared_edits or "none (local edits)"),
+    ]

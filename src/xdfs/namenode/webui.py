@@ -26,8 +26,9 @@ from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, request_credentials
 from xdfs.http.metrics import METRICS_PATH, metrics_routes
 from xdfs.http.ui import UI_PREFIX, bar, facts, h, page, size, static_routes, table, when
-from xdfs.http.ui.status import slow_calls_table
+from xdfs.http.ui.status import slow_calls_table, status_page_route
 from xdfs.namenode.blocks.fsck import datanode_report
+from xdfs.namenode.metrics import status_facts
 from xdfs.protocol.namenode import DataNodeInfo, FileStatus
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class WebUi:
         return [web.get("/", _home), web.get(UI_PREFIX, _home), *routes,
                 web.get(LOGIN_PATH, self.login_form), web.post(LOGIN_PATH, self.login),
                 web.get(f"{UI_PREFIX}/logout", self.logout), *static_routes(),
+                status_page_route("namenode", self.node.server.metrics,
+                                  lambda: status_facts(self.node)),
                 *metrics_routes(self.node.server.metrics)]
 
     # -- who is asking ------------------------------------------------------------------

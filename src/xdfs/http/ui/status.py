@@ -25,7 +25,8 @@ def slow_calls_table(calls: Iterable[SlowCall]) -> str:
     return table(["finished", "method", "seconds", "user", "peer"], rows, css="slow")
 
 
-def status_routes(role: str, metrics: ServerMetrics, status: Facts) -> list[web.RouteDef]:
+def status_page_route(role: str, metrics: ServerMetrics, status: Facts) -> web.RouteDef:
+    """The status page (no login: it shows no file names) at ``/ui/status``."""
     nav = [(STATUS_PATH, "Status"), (METRICS_PATH, "Metrics")]
 
     async def show(request: web.Request) -> web.Response:
@@ -33,11 +34,16 @@ def status_routes(role: str, metrics: ServerMetrics, status: Facts) -> list[web.
                 + slow_calls_table(metrics.rpc.slow_calls))
         return page(f"{role} status", nav, body, role=role)
 
+    return web.get(STATUS_PATH, show)
+
+
+def status_routes(role: str, metrics: ServerMetrics, status: Facts) -> list[web.RouteDef]:
     async def home(request: web.Request) -> web.Response:
         raise web.HTTPFound(STATUS_PATH)
 
-    return [web.get("/", home), web.get(UI_PREFIX, home), web.get(STATUS_PATH, show),
-            *static_routes(), *metrics_routes(metrics)]
+    return [web.get("/", home), web.get(UI_PREFIX, home),
+            status_page_route(role, metrics, status), *static_routes(),
+            *metrics_routes(metrics)]
 
 
 async def start_status_http(role: str, address: str, body_bytes_max: int,
