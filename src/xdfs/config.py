@@ -282,6 +282,46 @@ class NameNodeConfig:
         "Where the NameNode serves HTTP (the WebHDFS gateway), host:port (HDFS: 9870); "
         "empty: no HTTP server.",
     )
+    # --- DataNode lifecycle: racks, decommission, maintenance, balancer ---------------
+    topology_file: str = setting(
+        "",
+        "Rack of each DataNode: lines 'HOST[:PORT] /rack' (HDFS net.topology); empty: no "
+        "file. Unlisted nodes ask topology_script, else /default-rack.",
+    )
+    topology_script: str = setting(
+        "",
+        "Program given DataNode addresses as arguments, printing one rack per address "
+        "(HDFS net.topology.script.file.name); answers are cached. Empty: none.",
+    )
+    topology_script_timeout_s: float = setting(
+        5.0, "A topology script that has not answered by then fails the registration."
+    )
+    hosts_include_file: str = setting(
+        "",
+        "DataNodes allowed to register (HOST or HOST:PORT per line); empty file or no file: "
+        "all (HDFS dfs.hosts). Re-read by admin -refreshNodes and at start.",
+    )
+    hosts_exclude_file: str = setting(
+        "", "DataNodes to decommission (HOST or HOST:PORT per line; HDFS dfs.hosts.exclude)."
+    )
+    hosts_maintenance_file: str = setting(
+        "",
+        "DataNodes to put in maintenance: lines 'HOST[:PORT] UNTIL' (epoch seconds or ISO "
+        "8601 with a zone); back in service at UNTIL.",
+    )
+    maintenance_min_replicas: int = setting(
+        1,
+        "Replicas a block keeps on in-service nodes while others of its replicas are in "
+        "maintenance (HDFS dfs.namenode.maintenance.replication.min).",
+    )
+    decommission_check_interval_s: float = setting(
+        30.0, "How often decommission and maintenance progress is computed (HDFS: 30 s)."
+    )
+    balancer_move_timeout_s: float = setting(
+        20.0,
+        "How long a balancer's move call waits for the target's copy to be reported "
+        "(below rpc.call_timeout_s).",
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -332,6 +372,13 @@ class NameNodeConfig:
         _require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")
         _require(self.failover_safe_mode_extension_s >= 0,
                  "namenode.failover_safe_mode_extension_s must be >= 0")
+        _require(self.topology_script_timeout_s > 0,
+                 "namenode.topology_script_timeout_s must be > 0")
+        _require(self.maintenance_min_replicas >= 1,
+                 "namenode.maintenance_min_replicas must be >= 1")
+        _require(self.decommission_check_interval_s > 0,
+                 "namenode.decommission_check_interval_s must be > 0")
+        _require(self.balancer_move_timeout_s > 0, "namenode.balancer_move_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)

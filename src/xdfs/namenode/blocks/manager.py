@@ -488,6 +488,10 @@ class BlockManager:
             self.map.set_flags(block_id, replica.node_id, flags)
         self.replication.check(block_id)
 
+    def declare_dead(self, node: DataNode) -> None:
+        """Treat ``node`` as dead now (admin -refreshNodes refused it)."""
+        self._node_dead(node)
+
     def _node_dead(self, node: DataNode) -> None:
         # Replicas known bad are remembered: once back, the node will not report them (a
         # DataNode leaves its corrupt replicas out) but must still delete them.
