@@ -479,6 +479,11 @@ class DataNodeConfig:
         "Where the DataNode serves HTTP (WebHDFS data: CREATE, OPEN, GETFILECHECKSUM), "
         "host:port (HDFS: 9864); empty: no HTTP server.",
     )
+    capacity_bytes: int = setting(
+        0,
+        "Capacity the DataNode reports (utilization and the balancer judge by it); 0: its "
+        "file system's size. For several DataNodes sharing one disk.",
+    )
 
     def validate(self) -> None:
         _require(
@@ -503,6 +508,7 @@ class DataNodeConfig:
             self.directory_scan_batch_dirs >= 1, "datanode.directory_scan_batch_dirs must be >= 1"
         )
         _require(self.block_recovery_max >= 1, "datanode.block_recovery_max must be >= 1")
+        _require(self.capacity_bytes >= 0, "datanode.capacity_bytes must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -783,6 +789,36 @@ class LogServiceConfig:
 
 
 @dataclass(frozen=True)
+class BalancerConfig:
+    threshold_percent: float = setting(
+        10.0, "A node is balanced within this many points of the mean utilization (-threshold)."
+    )
+    bandwidth_bytes_per_s: int = setting(
+        100 * MiB, "Most bytes per second the balancer has moved, all moves together (-bandwidth)."
+    )
+    moves_in_flight_max: int = setting(8, "Moves the balancer has under way at once.")
+    iteration_bytes_max: int = setting(
+        10 * GiB, "Most bytes one node sends or receives in one iteration (HDFS: 10 GiB)."
+    )
+    iteration_wait_s: float = setting(
+        6.0,
+        "Pause after an iteration so DataNodes' heartbeats bring the NameNode their new "
+        "usage (two heartbeat intervals).",
+    )
+    idle_iterations_max: int = setting(
+        5, "Iterations in a row that move nothing before the balancer gives up (exit 3)."
+    )
+
+    def validate(self) -> None:
+        _require(0 < self.threshold_percent < 100, "balancer.threshold_percent in (0, 100)")
+        _require(self.bandwidth_bytes_per_s > 0, "balancer.bandwidth_bytes_per_s must be > 0")
+        _require(self.moves_in_flight_max >= 1, "balancer.moves_in_flight_max must be >= 1")
+        _require(self.iteration_bytes_max > 0, "balancer.iteration_bytes_max must be > 0")
+        _require(self.iteration_wait_s >= 0, "balancer.iteration_wait_s must be >= 0")
+        _require(self.idle_iterations_max >= 1, "balancer.idle_iterations_max must be >= 1")
+
+
+@dataclass(frozen=True)
 class XdfsConfig:
     rpc: RpcConfig = field(default_factory=RpcConfig)
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
@@ -794,6 +830,7 @@ class XdfsConfig:
     dev: DevConfig = field(default_factory=DevConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     logservice: LogServiceConfig = field(default_factory=LogServiceConfig)
+    balancer: BalancerConfig = field(default_factory=BalancerConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
@@ -804,6 +841,7 @@ class XdfsConfig:
         self.ha.validate()
         self.http.validate()
         self.logservice.validate()
+        self.balancer.validate()
         return self
 
 
