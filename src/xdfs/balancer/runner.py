@@ -129,6 +129,8 @@ class Balancer:
     async def _move(self, move: plan.Move, slots: asyncio.Semaphore) -> int:
         async with slots:
             await asyncio.sleep(self.throttle.delay_for(move.num_bytes))
+            log.info("move of block %d from %s to %s (%d bytes)", move.block_id, move.source,
+                     move.target, move.num_bytes)
             try:
                 answer = await self.client.move_replica(move.block_id, move.source, move.target)
             except MoveRefused as exc:

@@ -221,7 +221,8 @@ class BlockManager:
     # --- client path ---------------------------------------------------------------------
 
     def choose_targets(
-        self, count: int, excluded_addresses: Iterable[str], block_size_bytes: int
+        self, count: int, excluded_addresses: Iterable[str], block_size_bytes: int,
+        writer: str = "",
     ) -> list[DataNode]:
         excluded = {
             node.node_id
@@ -230,7 +231,7 @@ class BlockManager:
         }
         return placement.choose_targets(
             self.datanodes.live_nodes(), count, excluded=excluded,
-            block_size_bytes=block_size_bytes, rng=self.rng,
+            block_size_bytes=block_size_bytes, rng=self.rng, writer=writer or None,
         )
 
     def block_token(self, user: str, block_id: int, mode: str) -> str:

@@ -79,7 +79,8 @@ class ClientHandlers:
 
     async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
         return await self.fs.add_block(
-            caller(ctx, self.fs), req.client, req.path, req.previous, req.excluded
+            caller(ctx, self.fs), req.client, req.path, req.previous, req.excluded,
+            writer=ctx.peer,
         )
 
     async def abandon_block(self, ctx: CallContext, req: p.AbandonBlockRequest) -> Empty:
