@@ -24,7 +24,7 @@ ROOT, ROOT_PW = "root", "rootpw"
 MiB = 1 << 20
 BLOCK = 256 * 1024
 
-FAST_NN = {
+FAST_NN: dict[str, Any] = {
     "heartbeat_interval_s": 0.2,
     "heartbeat_misses_dead": 5,
     "replication_check_interval_s": 0.2,
@@ -70,6 +70,8 @@ class Lifecycle:
             port = free_port()
             with self.topology.open("a") as out:
                 out.write(f"127.0.0.1:{port} {rack}\n")
+            if self.root is not None:  # the NameNode re-reads it on refresh
+                await self.client.refresh_nodes()
         config = replace(self.config, datanode=replace(
             self.config.datanode, capacity_bytes=capacity_bytes, **datanode))
         node = await self.minicluster.start_datanode(

@@ -147,6 +147,8 @@ class ReplicationMonitor:
         #: target's copy makes one too many (HDFS's delHint).
         self.move_hints: dict[int, str] = {}
         self._admin_checked_s = float("-inf")
+        self._racks_seen = 1
+        self._rescan: list[int] = []
 
     # --- events --------------------------------------------------------------------------
 
@@ -311,6 +313,7 @@ class ReplicationMonitor:
         if self.safe_mode.on:
             return 0
         self._admin_progress()
+        self._rack_rescan(self.config.deletions_per_heartbeat)
         limit = max(1, 2 * self.config.replication_streams_per_node * self.datanodes.live_count())
         # postponed decisions mostly delete: as many as one heartbeat may carry
         self._run_postponed(self.config.deletions_per_heartbeat)
@@ -325,6 +328,19 @@ class ReplicationMonitor:
             return
         self._admin_checked_s = now_s
         decommission.progress(self, now_s)
+
+    def _rack_rescan(self, batch: int) -> None:
+        """When the cluster gains a second rack, blocks placed while it had one are
+        mis-replicated: look at every block again (``batch`` per round, HDFS's
+        processMisReplicatedBlocks); nothing else would (no replica of theirs changes)."""
+        racks = self.datanodes.rack_count()
+        if racks > 1 and self._racks_seen <= 1:
+            self._rescan = sorted(set().union(
+                *(self.map.node_blocks(n.node_id) for n in self.datanodes.live_nodes())))
+        self._racks_seen = racks
+        for block_id in self._rescan[:batch]:
+            self.check(block_id)
+        del self._rescan[:batch]
 
     def release_held(self, node_id: str) -> None:
         """The maintenance of ``node_id`` ended while it was down: its replicas stop
