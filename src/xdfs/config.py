@@ -808,6 +808,11 @@ class BalancerConfig:
     idle_iterations_max: int = setting(
         5, "Iterations in a row that move nothing before the balancer gives up (exit 3)."
     )
+    lock_renew_interval_s: float = setting(
+        10.0,
+        "The balancer renews its lease on /system/balancer.id this often (keep it below "
+        "the NameNode's lease_soft_limit_s, after which a killed balancer's lock lapses).",
+    )
 
     def validate(self) -> None:
         _require(0 < self.threshold_percent < 100, "balancer.threshold_percent in (0, 100)")
@@ -816,6 +821,7 @@ class BalancerConfig:
         _require(self.iteration_bytes_max > 0, "balancer.iteration_bytes_max must be > 0")
         _require(self.iteration_wait_s >= 0, "balancer.iteration_wait_s must be >= 0")
         _require(self.idle_iterations_max >= 1, "balancer.idle_iterations_max must be >= 1")
+        _require(self.lock_renew_interval_s > 0, "balancer.lock_renew_interval_s must be > 0")
 
 
 @dataclass(frozen=True)

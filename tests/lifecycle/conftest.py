@@ -29,7 +29,7 @@ FAST_NN: dict[str, Any] = {
     "heartbeat_misses_dead": 5,
     "replication_check_interval_s": 0.2,
     "decommission_check_interval_s": 0.2,
-    "lease_soft_limit_s": 1.0,
+    "lease_soft_limit_s": 3.0,  # a killed balancer's lock lapses soon
     "safe_mode_extension_s": 0.0,
 }
 

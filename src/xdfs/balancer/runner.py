@@ -29,6 +29,7 @@ from xdfs.client.client import AsyncClient
 from xdfs.client.writer import FileWriter
 from xdfs.config import BalancerConfig
 from xdfs.errors import BalancerRunning, LeaseError, MoveRefused, XdfsError
+from xdfs.protocol import namenode as p
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,26 @@ class Balancer:
 
     async def run(self) -> Outcome:
         writer = await self._take_lock()
+        renewer = asyncio.ensure_future(self._renew_lock())
         try:
             self.outcome.status = await self._iterations()
         finally:
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
             await writer.abort()
             await self.client.delete(ID_PATH, skip_trash=True)
         return self.outcome
+
+    async def _renew_lock(self) -> None:
+        """Renew the lock's lease more often than writers do (a short soft limit then
+        lets a rerun take over soon after a kill)."""
+        request = p.RenewLeaseRequest(self.client.client_name)
+        while True:
+            await asyncio.sleep(self.config.lock_renew_interval_s)
+            try:
+                await self.client.rpc.call(p.RENEW_LEASE, request)
+            except XdfsError as exc:
+                log.warning("renewing the lease on %s failed: %s", ID_PATH, exc.message)
 
     async def _take_lock(self) -> FileWriter:
         try:
