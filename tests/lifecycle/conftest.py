@@ -62,10 +62,10 @@ class Lifecycle:
         return self.nn
 
     async def start_datanode(self, *, capacity_bytes: int = 0, rack: str = "",
-                             **datanode: Any) -> DataNode:
-        """A real DataNode; with ``rack``, on a port chosen now and written to the
-        topology file first (the NameNode reads racks when a node registers)."""
-        port = 0
+                             port: int = 0, **datanode: Any) -> DataNode:
+        """A real DataNode (on ``port``, 0: any); with ``rack``, on a port chosen now and
+        written to the topology file first (the NameNode reads racks when a node
+        registers)."""
         if rack:
             port = free_port()
             with self.topology.open("a") as out:

@@ -13,7 +13,7 @@ import sys
 from xdfs.common.process import ProcessGroup
 from xdfs.testing.poll import eventually
 
-from .conftest import MiB, ROOT, ROOT_PW, Lifecycle
+from .conftest import ROOT, ROOT_PW, Lifecycle, MiB
 
 CAPACITY = 16 * MiB
 THRESHOLD = 10.0

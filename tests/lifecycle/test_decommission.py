@@ -8,12 +8,14 @@ import asyncio
 
 import pytest
 
+from tests.integration.conftest import run_xdfs
 from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
 from xdfs.errors import AccessDenied, HostsFileError
+from xdfs.testing.net import free_port
 from xdfs.testing.poll import eventually
 
-from .conftest import Lifecycle
+from .conftest import ROOT, ROOT_PW, Lifecycle
 
 
 async def test_decommission_under_a_read_loop(lifecycle: Lifecycle) -> None:
@@ -50,6 +52,12 @@ async def test_decommission_under_a_read_loop(lifecycle: Lifecycle) -> None:
     assert reads >= len(files)
     info = await lifecycle.node_info(leaving)
     assert (info.state, info.decommission_blocks_left) == ("live", 0)
+    assert lifecycle.nn is not None
+    code, out, err = await run_xdfs("admin", "-fs", f"xdfs://{lifecycle.nn.address}", "-report",
+                                    env={"XDFS_USER": ROOT, "XDFS_PASSWORD": ROOT_PW})
+    assert code == 0, err
+    assert f"Name: {leaving}" in out and "Decommission Status: Decommissioned" in out
+    assert "Rack: /default-rack" in out
     for path in files:
         for holders in await lifecycle.holders(path):
             others = [address for address in holders if address != leaving]
@@ -86,3 +94,21 @@ async def test_refresh_nodes_is_for_the_superuser_and_a_bad_file_changes_nothing
         await lifecycle.client.refresh_nodes()
     info = await lifecycle.node_info(lifecycle.datanodes[0].address)
     assert info.admin_state == "normal"
+
+
+async def test_the_exclude_file_is_read_at_start(lifecycle: Lifecycle) -> None:
+    """A NameNode (re)started with a node in its exclude file decommissions it as soon as
+    it registers: no new replica goes there."""
+    port = free_port()
+    lifecycle.exclude.write_text(f"127.0.0.1:{port}\n")
+    await lifecycle.start_namenode()
+    excluded = await lifecycle.start_datanode(port=port)
+    await lifecycle.start_datanode()
+    files = await lifecycle.write_files(3, 300 * 1024, replication=1)
+    for path in files:
+        assert all(excluded.address not in h for h in await lifecycle.holders(path))
+
+    async def decommissioned() -> bool:
+        return (await lifecycle.node_info(excluded.address)).admin_state == "decommissioned"
+
+    await eventually(decommissioned)
