@@ -26,6 +26,7 @@ from xdfs.namenode.blocks.admin_states import (
 from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.placement import choose_targets, mis_replicated
 from xdfs.namenode.blocks.topology import DEFAULT_RACK, Topology, parse_topology
+from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import StorageReport
 
 
@@ -151,6 +152,18 @@ def refresh(h: Harness, **lists: object) -> None:
     decommission.refresh(h.bm.replication, HostLists(**lists), h.clock())  # type: ignore[arg-type]
 
 
+def two_holders(h: Harness, *names: str) -> BlockRecord:
+    """Nodes ``names`` and one block of replication 2 on the first two (the first one's
+    full report done)."""
+    for name in names:
+        h.node(name)
+    (block,) = h.file("/f", [10], replication=2)
+    h.receive(names[0], block)
+    h.receive(names[1], block)
+    h.report(names[0], block)
+    return block
+
+
 def settle(h: Harness) -> None:
     """Run the monitor and carry out every copy it asks (as obedient DataNodes)."""
     for _ in range(10):
@@ -192,11 +205,8 @@ def test_decommission_copies_every_block_away_then_ends_decommissioned() -> None
 
 def test_decommission_waits_while_no_other_node_can_take_the_blocks() -> None:
     h = lifecycle_harness()
-    a, b = h.node("a"), h.node("b")
-    (block,) = h.file("/f", [10], replication=2)
-    h.receive(a, block)
-    h.receive(b, block)
-    h.report(a, block)
+    a, b = "a", "b"
+    block = two_holders(h, a, b)
     refresh(h, exclude=frozenset({"a"}))
     settle(h)
     node_a = h.bm.datanodes.get(a)
@@ -207,11 +217,8 @@ def test_decommission_waits_while_no_other_node_can_take_the_blocks() -> None:
 
 def test_maintenance_keeps_replicas_counted_even_down_until_it_expires() -> None:
     h = lifecycle_harness(maintenance_min_replicas=1)
-    a, b, c = h.node("a"), h.node("b"), h.node("c")
-    (block,) = h.file("/f", [10], replication=2)
-    h.receive(a, block)
-    h.receive(b, block)
-    h.report(a, block)
+    a, b, c = "a", "b", "c"
+    block = two_holders(h, a, b, c)
     until = h.clock() + 100
     refresh(h, maintenance={"a:9866": until})
     settle(h)
@@ -233,11 +240,8 @@ def test_maintenance_keeps_replicas_counted_even_down_until_it_expires() -> None
 
 def test_entering_maintenance_first_copies_blocks_below_the_minimum() -> None:
     h = lifecycle_harness(maintenance_min_replicas=2)
-    a, b, c = h.node("a"), h.node("b"), h.node("c")
-    (block,) = h.file("/f", [10], replication=2)
-    h.receive(a, block)
-    h.receive(b, block)
-    h.report(a, block)
+    a, b, c = "a", "b", "c"
+    block = two_holders(h, a, b, c)
     refresh(h, maintenance={"a": h.clock() + 1000})
     node_a = h.bm.datanodes.get(a)
     assert node_a is not None and node_a.admin_state == ENTERING_MAINTENANCE

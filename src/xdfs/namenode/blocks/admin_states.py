@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from xdfs.errors import HostsFileError
-from xdfs.namenode.blocks.topology import host_of
+from xdfs.namenode.blocks.topology import host_of, pairs_of
 
 NORMAL = "normal"
 DECOMMISSIONING = "decommissioning"
@@ -70,16 +70,8 @@ def parse_maintenance(text: str, source: str = "maintenance file") -> dict[str, 
     """``HOST[:PORT] UNTIL`` lines; UNTIL is seconds since the epoch or an ISO 8601 time
     with its zone (``2026-11-24T06:00:00Z``)."""
     entries: dict[str, float] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        words = line.split()
-        if len(words) != 2:
-            raise HostsFileError(
-                f"{source} line {number}: expected 'HOST[:PORT] UNTIL', got {raw.strip()!r}"
-            )
-        entries[words[0]] = _parse_time(words[1], f"{source} line {number}")
+    for entry, until, where in pairs_of(text, source, "HOST[:PORT] UNTIL"):
+        entries[entry] = _parse_time(until, where)
     return entries
 
 

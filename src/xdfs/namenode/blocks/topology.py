@@ -11,7 +11,7 @@ address and cached, as HDFS caches its script's answers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from xdfs.errors import HostsFileError
 
@@ -34,18 +34,23 @@ def check_rack(rack: str, where: str) -> str:
     return rack
 
 
+def pairs_of(text: str, source: str, shape: str) -> Iterator[tuple[str, str, str]]:
+    """(entry, value, where) of each ``ENTRY VALUE`` line (``#`` comments, blank lines
+    skipped); HostsFileError naming the line otherwise."""
+    for number, raw in enumerate(text.splitlines(), 1):
+        words = raw.split("#", 1)[0].split()
+        where = f"{source} line {number}"
+        if len(words) == 2:
+            yield words[0], words[1], where
+        elif words:
+            raise HostsFileError(f"{where}: expected '{shape}', got {raw.strip()!r}")
+
+
 def parse_topology(text: str, source: str = "topology file") -> dict[str, str]:
     """``HOST[:PORT] /rack`` lines -> {entry: rack}."""
     mapping: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        words = line.split()
-        where = f"{source} line {number}"
-        if len(words) != 2:
-            raise HostsFileError(f"{where}: expected 'HOST[:PORT] /rack', got {raw.strip()!r}")
-        mapping[words[0]] = check_rack(words[1], where)
+    for entry, rack, where in pairs_of(text, source, "HOST[:PORT] /rack"):
+        mapping[entry] = check_rack(rack, where)
     return mapping
 
 
