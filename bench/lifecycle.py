@@ -238,7 +238,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--bandwidth", type=int, default=1 << 30, help="balancer bytes/s")
     parser.add_argument("--dir", default="", help="where the cluster keeps its data")
     args = parser.parse_args(argv)
-    base = Path(args.dir or tempfile.mkdtemp(prefix="xdfs-lifecycle-", dir=Path.cwd()))
+    base = Path(args.dir or tempfile.mkdtemp(prefix="xdfs-bench-lifecycle-", dir=Path.cwd()))
     return Settings(base, args.gib, args.capacity_gib or 2 * args.gib, args.window_s,
                     args.bandwidth)
 

@@ -17,6 +17,8 @@ from xdfs.testing.poll import eventually
 
 from .conftest import ROOT, ROOT_PW, Lifecycle
 
+ROOT_ENV = {"XDFS_USER": ROOT, "XDFS_PASSWORD": ROOT_PW}
+
 
 async def test_decommission_under_a_read_loop(lifecycle: Lifecycle) -> None:
     await lifecycle.start_namenode()
@@ -54,7 +56,7 @@ async def test_decommission_under_a_read_loop(lifecycle: Lifecycle) -> None:
     assert (info.state, info.decommission_blocks_left) == ("live", 0)
     assert lifecycle.nn is not None
     code, out, err = await run_xdfs("admin", "-fs", f"xdfs://{lifecycle.nn.address}", "-report",
-                                    env={"XDFS_USER": ROOT, "XDFS_PASSWORD": ROOT_PW})
+                                    env=ROOT_ENV)
     assert code == 0, err
     assert f"Name: {leaving}" in out and "Decommission Status: Decommissioned" in out
     assert "Rack: /default-rack" in out
@@ -66,7 +68,9 @@ async def test_decommission_under_a_read_loop(lifecycle: Lifecycle) -> None:
     assert fsck.healthy and fsck.under_replicated_blocks == 0
     # back in service: its replicas are surplus now and the extra ones go
     lifecycle.exclude.write_text("")
-    await lifecycle.client.refresh_nodes()
+    code, out, err = await run_xdfs("admin", "-fs", f"xdfs://{lifecycle.nn.address}",
+                                    "-refreshNodes", env=ROOT_ENV)
+    assert (code, out, err) == (0, "Refresh nodes successful\n", ""), err
     assert (await lifecycle.node_info(leaving)).admin_state == "normal"
 
     async def trimmed() -> bool:

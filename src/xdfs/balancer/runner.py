@@ -46,18 +46,19 @@ class Outcome:
 
 
 class Throttle:
-    """Average rate limit: a move of n bytes waits until the bytes moved so far fit in
-    the time elapsed at ``rate`` bytes per second."""
+    """Paces moves at ``rate`` bytes per second: a move of n bytes starts once the moves
+    before it had their n / rate seconds (no credit is saved up while idle)."""
 
     def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = rate
         self.clock = clock
-        self.start = clock()
-        self.granted = 0
+        self.next_s = clock()
 
     def delay_for(self, num_bytes: int) -> float:
-        self.granted += num_bytes
-        return max(0.0, self.start + self.granted / self.rate - self.clock())
+        now = self.clock()
+        start = max(now, self.next_s)
+        self.next_s = start + num_bytes / self.rate
+        return start - now
 
 
 class Balancer:
