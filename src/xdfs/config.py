@@ -797,6 +797,11 @@ class BalancerConfig:
         100 * MiB, "Most bytes per second the balancer has moved, all moves together (-bandwidth)."
     )
     moves_in_flight_max: int = setting(8, "Moves the balancer has under way at once.")
+    moves_per_node_max: int = setting(
+        2,
+        "Moves one DataNode takes part in at once, as source or target (keep it below "
+        "namenode.replication_streams_per_node; HDFS dfs.datanode.balance.max.concurrent.moves).",
+    )
     iteration_bytes_max: int = setting(
         10 * GiB, "Most bytes one node sends or receives in one iteration (HDFS: 10 GiB)."
     )
@@ -818,6 +823,7 @@ class BalancerConfig:
         _require(0 < self.threshold_percent < 100, "balancer.threshold_percent in (0, 100)")
         _require(self.bandwidth_bytes_per_s > 0, "balancer.bandwidth_bytes_per_s must be > 0")
         _require(self.moves_in_flight_max >= 1, "balancer.moves_in_flight_max must be >= 1")
+        _require(self.moves_per_node_max >= 1, "balancer.moves_per_node_max must be >= 1")
         _require(self.iteration_bytes_max > 0, "balancer.iteration_bytes_max must be > 0")
         _require(self.iteration_wait_s >= 0, "balancer.iteration_wait_s must be >= 0")
         _require(self.idle_iterations_max >= 1, "balancer.idle_iterations_max must be >= 1")

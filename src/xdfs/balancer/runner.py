@@ -17,9 +17,8 @@ when no node is further than the threshold from the mean (exit 0), or after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,11 +138,22 @@ class Balancer:
             blocks = await self.client.balancer_blocks(pair.source, 2 * pair.bytes)
             moves.extend(plan.choose_moves(pair, blocks, racks, planned))
         slots = asyncio.Semaphore(self.config.moves_in_flight_max)
-        done = await asyncio.gather(*(self._move(move, slots) for move in moves))
+        per_node = {
+            node_id: asyncio.Semaphore(self.config.moves_per_node_max)
+            for move in moves for node_id in (move.source, move.target)
+        }
+        done = await asyncio.gather(*(
+            self._move(move, slots, per_node[move.source], per_node[move.target])
+            for move in moves
+        ))
         return sum(done)
 
-    async def _move(self, move: plan.Move, slots: asyncio.Semaphore) -> int:
-        async with slots:
+    async def _move(self, move: plan.Move, *slots: asyncio.Semaphore) -> int:
+        """One move, holding a slot of the balancer and one on each of its two nodes (the
+        NameNode refuses a node at its stream limit: better to wait here)."""
+        async with contextlib.AsyncExitStack() as held:
+            for slot in slots:
+                await held.enter_async_context(slot)
             await asyncio.sleep(self.throttle.delay_for(move.num_bytes))
             log.info("move of block %d from %s to %s (%d bytes)", move.block_id, move.source,
                      move.target, move.num_bytes)
@@ -162,6 +172,3 @@ class Balancer:
         self.outcome.moved_bytes += move.num_bytes
         return move.num_bytes
 
-
-def identity() -> str:
-    return f"{socket.gethostname()} pid {os.getpid()}"
