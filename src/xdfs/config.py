@@ -798,8 +798,8 @@ class BalancerConfig:
     )
     moves_in_flight_max: int = setting(8, "Moves the balancer has under way at once.")
     moves_per_node_max: int = setting(
-        2,
-        "Moves one DataNode takes part in at once, as source or target (keep it below "
+        4,
+        "Moves one DataNode takes part in at once, as source or target (at most "
         "namenode.replication_streams_per_node; HDFS dfs.datanode.balance.max.concurrent.moves).",
     )
     iteration_bytes_max: int = setting(
