@@ -46,7 +46,7 @@ def test_files_are_read_and_a_missing_one_is_refused(tmp_path: Path) -> None:
                      hosts_maintenance_file=str(tmp_path / "mt"))
     lists = load_host_lists(config)
     assert (lists.include, lists.exclude, dict(lists.maintenance)) == (
-        {"a", "b:1"}, {"b:1"}, {"a": 1e12})
+        frozenset({"a", "b:1"}), frozenset({"b:1"}), {"a": 1e12})
     assert load(replace(NameNodeConfig()))[1].allowed("any:1")  # no files: all allowed
     with pytest.raises(HostsFileError, match="exclude file"):
         load_host_lists(replace(config, hosts_exclude_file=str(tmp_path / "nope")))
