@@ -253,12 +253,18 @@ class BlockManager:
         tokens.check_block_token(token, keys, int(self.clock() * 1000), block_id, mode)
 
     def locations(self, block_id: int) -> list[str]:
-        """Addresses of the good replicas in random order (readers spread over them); the
-        corrupt ones only when nothing else exists."""
+        """Addresses of the good replicas in random order (readers spread over them), those
+        on nodes being decommissioned or in maintenance last (as HDFS); the corrupt ones
+        only when nothing else exists."""
         replicas = self.map.replicas(block_id)
-        good = [self.address(r.node_id) for r in replicas if not r.flags]
+        good = [r.node_id for r in replicas if not r.flags]
         self.rng.shuffle(good)
-        return good or [self.address(r.node_id) for r in replicas]
+        good.sort(key=self._draining)  # decommissioning or in maintenance: read last
+        return [self.address(n) for n in good] or [self.address(r.node_id) for r in replicas]
+
+    def _draining(self, node_id: str) -> bool:
+        node = self.datanodes.get(node_id)
+        return node is not None and not node.accepts_replicas
 
     def replicas_matching(self, block: BlockRecord) -> int:
         """Replicas with exactly this genstamp and length (and no checksum failure): what
