@@ -104,6 +104,7 @@ class DataNodeManager:
         self._live_by_address: dict[str, DataNode] = {}
         self.topology = Topology()
         self.hosts = HostLists()
+        self._rack_count: int | None = None
 
     # --- membership ----------------------------------------------------------------------
 
@@ -141,6 +142,7 @@ class DataNodeManager:
         self._live_by_address[address] = node
         node.rack = self.topology.rack_of(address)
         self.apply_hosts(node, now_s)
+        self.states_changed()
         return node, displaced
 
     def apply_hosts(self, node: DataNode, now_s: float) -> bool:
@@ -164,6 +166,7 @@ class DataNodeManager:
         """New host lists: (nodes whose admin state changed, live nodes no longer allowed:
         the caller declares those dead)."""
         self.hosts = hosts
+        self.states_changed()
         changed = [node for node in self._nodes.values() if self.apply_hosts(node, now_s)]
         refused = [node for node in self.live_nodes() if not hosts.allowed(node.address)]
         return changed, refused
@@ -204,6 +207,7 @@ class DataNodeManager:
         """The node stops being a target or a source; its queued commands are dropped (it
         will register again, report, and be told what to do then)."""
         node.live = False
+        self.states_changed()
         if self._live_by_address.get(node.address) is node:
             del self._live_by_address[node.address]
         node.replicate.clear()
@@ -223,9 +227,16 @@ class DataNodeManager:
         return len(self._live_by_address)
 
     def rack_count(self) -> int:
-        """Racks with a live in-service node (placement and fsck judge spread by it)."""
-        return len({node.rack for node in self._live_by_address.values()
-                    if node.accepts_replicas})
+        """Racks with a live in-service node (placement and fsck judge spread by it);
+        cached: every block check asks."""
+        if self._rack_count is None:
+            self._rack_count = len({node.rack for node in self._live_by_address.values()
+                                    if node.accepts_replicas})
+        return self._rack_count
+
+    def states_changed(self) -> None:
+        """A node joined, died, or changed admin state: count the racks again."""
+        self._rack_count = None
 
     def __iter__(self) -> Iterator[DataNode]:
         return iter(self._nodes.values())

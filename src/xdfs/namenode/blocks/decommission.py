@@ -62,6 +62,7 @@ def progress(monitor: ReplicationMonitor, now_s: float) -> list[DataNode]:
                     DECOMMISSIONED if before == DECOMMISSIONING else IN_MAINTENANCE
                 )
         if node.admin_state != before:
+            monitor.datanodes.states_changed()
             changed.append(node)
             if node.admin_state == NORMAL:
                 node_changed(monitor, node)

@@ -215,8 +215,11 @@ class ReplicationMonitor:
                              any_good, floor)
 
     def _mis_replicated(self, counts: ReplicaCounts) -> bool:
+        cluster_racks = self.datanodes.rack_count()
+        if cluster_racks <= 1:
+            return False  # the common case, without a look at the replicas' racks
         racks = [self._rack(node_id) for node_id in counts.normal + counts.maintenance]
-        return placement.mis_replicated(racks, self.datanodes.rack_count(), counts.expected)
+        return placement.mis_replicated(racks, cluster_racks, counts.expected)
 
     def _excess(self, block_id: int, counts: ReplicaCounts) -> list[str]:
         """Which normal replicas to delete: never below the replication nor below the
