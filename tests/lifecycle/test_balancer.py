@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 
+from tests.integration.conftest import run_xdfs
 from xdfs.common.process import ProcessGroup
 from xdfs.testing.poll import eventually
 
@@ -126,3 +127,10 @@ async def test_kill_9_mid_move_then_rerun_converges(
     await wait_usage_settled(lifecycle, files)
     assert spread(await utilizations(lifecycle)) <= THRESHOLD
     await check_intact(lifecycle, files)
+
+
+async def test_bad_balancer_arguments_are_one_line_usage_errors() -> None:
+    for args in (["-threshold", "0"], ["-threshold", "x"], ["-bandwidth", "0"], ["-fast"]):
+        code, out, err = await run_xdfs("balancer", *args, env=child_env())
+        assert code == 2 and out == "", (args, out, err)
+        assert len(err.strip().splitlines()) == 1 and "Usage: xdfs balancer" in err, err

@@ -17,7 +17,7 @@ NEW_PASSWORD_ENV = "XDFS_NEW_PASSWORD"
 _PASSWORD_FROM = "password from $XDFS_NEW_PASSWORD or a prompt"
 
 admin = HdfsShell("admin", summary="Administration: -report, -safemode, -saveNamespace, "
-                                   "-rollEdits, users, backups, HA.")
+                                   "-rollEdits, -refreshNodes, users, backups, HA.")
 _BACKUP = click.Option(["--backup", "backup"], required=True, metavar="HOST:PORT",
                        help="the BackupNode's address")
 
