@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,15 +36,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import datapath
 from bench_env import load_average, machine
 from xdfs.client.client import AsyncClient
-from xdfs.common.process import ServerProcess
-from xdfs.config import MiB, XdfsConfig
+from xdfs.config import MiB
 from xdfs.rpc.loop import run
 from xdfs.testing.poll import eventually
 
-USER, PASSWORD = "root", "root-pw"
-ENV = {"XDFS_USER": USER, "XDFS_PASSWORD": PASSWORD}
+ENV = datapath.ENV
 FILE_BYTES = 64 * MiB
 LOOP_BYTES = 8 * MiB
 
@@ -59,54 +57,27 @@ class Settings:
     bandwidth: int
 
 
-class Cluster:
-    def __init__(self, s: Settings) -> None:
-        self.s = s
-        self.base = s.base
-        self.exclude = s.base / "exclude"
-        self.nn: ServerProcess | None = None
-        self.datanodes: list[ServerProcess] = []
-        self.address = ""
+class Cluster(datapath.Cluster):
+    """datapath's cluster of processes, with an exclude file and DataNodes that report
+    ``--capacity-gib``."""
 
-    def start(self, datanodes: int) -> None:
-        name_dir = self.base / "nn"
+    def __init__(self, s: Settings) -> None:
+        super().__init__(s.base)
+        self.s = s
+        self.exclude = s.base / "exclude"
+
+    def start(self, datanodes: int = 4, nn_options: Sequence[str] = ()) -> None:
         self.exclude.write_text("")
-        subprocess.run(
-            [sys.executable, "-m", "xdfs", "namenode", "--name-dir", str(name_dir), "-format"],
-            env={**os.environ, **ENV}, check=True, capture_output=True,
-        )
-        self.nn = ServerProcess.xdfs(
+        super().start(datanodes, [
             "-D", "namenode.heartbeat_interval_s=1.0",
             "-D", "namenode.replication_check_interval_s=0.5",
             "-D", "namenode.decommission_check_interval_s=1.0",
-            "-D", f"namenode.hosts_exclude_file={self.exclude}",
-            "namenode", "--name-dir", str(name_dir), "--rpc-address", "127.0.0.1:0",
-            log_path=self.base / "nn.log", ready_pattern=r"namenode serving on (\S+)", env=ENV,
-        )
-        self.address = self.nn.start(60).group(1)
-        for _ in range(datanodes):
-            self.add_datanode()
+            "-D", f"namenode.hosts_exclude_file={self.exclude}", *nn_options,
+        ])
 
-    def add_datanode(self) -> str:
-        index = len(self.datanodes)
-        dn = ServerProcess.xdfs(
-            "-D", f"datanode.capacity_bytes={int(self.s.capacity_gib * 1024 * MiB)}",
-            "datanode", "--data-dir", str(self.base / f"dn{index}"), "--namenode",
-            self.address, "--rpc-address", "127.0.0.1:0",
-            log_path=self.base / f"dn{index}.log",
-            ready_pattern=r"datanode serving on (\S+)", env=ENV,
-        )
-        self.datanodes.append(dn)
-        return dn.start(60).group(1)
-
-    def stop(self) -> None:
-        for proc in [*self.datanodes, *([self.nn] if self.nn else [])]:
-            if proc.alive():
-                proc.terminate()
-
-    def client(self) -> AsyncClient:
-        return AsyncClient(f"xdfs://{self.address}", user=USER, password=PASSWORD,
-                           config=XdfsConfig())
+    def add_datanode(self, *options: str) -> str:
+        capacity = int(self.s.capacity_gib * 1024 * MiB)
+        return super().add_datanode("-D", f"datanode.capacity_bytes={capacity}", *options)
 
 
 async def until(check: Callable[[], Awaitable[bool]]) -> None:
