@@ -317,7 +317,9 @@ def test_a_move_copies_then_deletes_the_source_and_never_goes_below_replication(
     assert block.block_id in h.beat(a).delete
 
 
-@pytest.mark.parametrize("case", ["holder", "no-replica", "decommissioning", "full", "dead"])
+@pytest.mark.parametrize(
+    "case", ["holder", "no-replica", "decommissioning", "full", "dead", "safe-mode"]
+)
 def test_unsafe_or_impossible_moves_are_refused_and_change_nothing(case: str) -> None:
     h = lifecycle_harness()
     a, b, c = h.node("a"), h.node("b"), h.node("c", free=5 if case == "full" else 100 * GiB)
@@ -329,6 +331,8 @@ def test_unsafe_or_impossible_moves_are_refused_and_change_nothing(case: str) ->
         refresh(h, exclude=frozenset({"c"}))
     if case == "dead":
         h.bm.declare_dead(h.bm.datanodes.get(c))  # type: ignore[arg-type]
+    if case == "safe-mode":
+        h.safe_mode.enter()
     with pytest.raises(MoveRefused):
         balancing.schedule_move(h.bm.replication, block.block_id, source, target)
     assert len(h.bm.replication.pending) == 0 and not h.bm.replication.move_hints

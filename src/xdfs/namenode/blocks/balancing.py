@@ -53,7 +53,10 @@ def schedule_move(
     monitor: ReplicationMonitor, block_id: int, source_id: str, target_id: str
 ) -> None:
     """Ask ``source_id`` to copy ``block_id`` to ``target_id``; MoveRefused when the move
-    is not safe or not possible now (nothing changed then)."""
+    is not safe or not possible now (nothing changed then). Never in safe mode: the
+    surplus could not be trimmed, and the block map may not be complete."""
+    if monitor.safe_mode.on:
+        raise MoveRefused("the NameNode is in safe mode: no moves")
     source, target = _node(monitor, source_id), _node(monitor, target_id)
     replica = monitor.map.replica(block_id, source_id)
     if replica is None or replica.flags:
