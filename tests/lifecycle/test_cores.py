@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from tests.unit.test_nn_blockmanager import GiB, Harness
-from xdfs.errors import DisallowedDataNode, HostsFileError, MoveRefused
+from xdfs.errors import DisallowedDataNode, HostsFileError, MoveRefused, NotEnoughReplicas
 from xdfs.namenode.blocks import balancing, decommission
 from xdfs.namenode.blocks.admin_states import (
     DECOMMISSIONED,
@@ -346,3 +346,32 @@ def test_a_move_that_would_lose_rack_spread_is_refused() -> None:
     with pytest.raises(MoveRefused, match="rack"):
         balancing.schedule_move(h.bm.replication, block.block_id, "a", "c")
     balancing.schedule_move(h.bm.replication, block.block_id, "b", "c")  # same rack: fine
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_placement_invariants_on_random_clusters(seed: int) -> None:
+    """Distinct eligible targets, as many as asked while enough exist; a second rack is
+    used whenever one has an eligible node; the third shares the second's rack when it
+    can; draining and excluded nodes never."""
+    rng = random.Random(seed)
+    nodes = [dn(f"n{i}", f"/r{rng.randrange(3)}") for i in range(rng.randrange(1, 9))]
+    for node in nodes:
+        node.admin_state = rng.choice([NORMAL] * 4 + [DECOMMISSIONING, IN_MAINTENANCE])
+    excluded = {n.node_id for n in nodes if rng.random() < 0.15}
+    eligible = [n for n in nodes if n.admin_state == NORMAL and n.node_id not in excluded]
+    count = rng.randrange(1, 5)
+    if not eligible:
+        with pytest.raises(NotEnoughReplicas):
+            choose_targets(nodes, count, excluded=excluded, rng=rng)
+        return
+    chosen = choose_targets(nodes, count, excluded=excluded, rng=rng)
+    assert len(chosen) == min(count, len(eligible))
+    assert len({n.node_id for n in chosen}) == len(chosen)
+    assert all(n in eligible for n in chosen)
+    racks = {n.rack for n in eligible}
+    if len(chosen) >= 2 and len(racks) > 1:
+        assert chosen[1].rack != chosen[0].rack
+    if len(chosen) >= 3 and len(racks) > 1:
+        second_rack = [n for n in eligible if n.rack == chosen[1].rack]
+        if len(second_rack) >= 2:
+            assert chosen[2].rack == chosen[1].rack
