@@ -144,28 +144,34 @@ class Cluster:
         self.datanodes: list[ServerProcess] = []
         self.address = ""
 
-    def start(self) -> None:
+    def start(self, datanodes: int = 3, nn_options: Sequence[str] = FAST_HEARTBEATS) -> None:
+        """Format and start the NameNode (``nn_options``: ``-D`` flags), then DataNodes."""
         name_dir = self.base / "nn"
         subprocess.run(
             [sys.executable, "-m", "xdfs", "namenode", "--name-dir", str(name_dir), "-format"],
             env={**os.environ, **ENV}, check=True, capture_output=True,
         )
         self.nn = ServerProcess.xdfs(
-            *FAST_HEARTBEATS, "namenode", "--name-dir", str(name_dir),
+            *nn_options, "namenode", "--name-dir", str(name_dir),
             "--rpc-address", "127.0.0.1:0", log_path=self.base / "nn.log",
             ready_pattern=r"namenode serving on (\S+)", env=ENV,
         )
         match = self.nn.start(60)
         self.address = match.group(1)
-        for index in range(3):
-            dn = ServerProcess.xdfs(
-                "datanode", "--data-dir", str(self.base / f"dn{index}"), "--namenode",
-                self.address, "--rpc-address", "127.0.0.1:0",
-                log_path=self.base / f"dn{index}.log",
-                ready_pattern=r"datanode serving on (\S+)", env=ENV,
-            )
-            dn.start(60)
-            self.datanodes.append(dn)
+        for _ in range(datanodes):
+            self.add_datanode()
+
+    def add_datanode(self, *options: str) -> str:
+        """Start one more DataNode (``options``: ``-D`` flags); its address."""
+        index = len(self.datanodes)
+        dn = ServerProcess.xdfs(
+            *options, "datanode", "--data-dir", str(self.base / f"dn{index}"), "--namenode",
+            self.address, "--rpc-address", "127.0.0.1:0",
+            log_path=self.base / f"dn{index}.log",
+            ready_pattern=r"datanode serving on (\S+)", env=ENV,
+        )
+        self.datanodes.append(dn)
+        return dn.start(60).group(1)
 
     def stop(self) -> None:
         for proc in [*self.datanodes, *([self.nn] if self.nn else [])]:

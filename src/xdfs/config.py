@@ -309,6 +309,46 @@ class NameNodeConfig:
         "large tree, which any user may run where they may read, cannot monopolise the "
         "NameNode.",
     )
+    # --- DataNode lifecycle: racks, decommission, maintenance, balancer ---------------
+    topology_file: str = setting(
+        "",
+        "Rack of each DataNode: lines 'HOST[:PORT] /rack' (HDFS net.topology); empty: no "
+        "file. Unlisted nodes ask topology_script, else /default-rack.",
+    )
+    topology_script: str = setting(
+        "",
+        "Program given DataNode addresses as arguments, printing one rack per address "
+        "(HDFS net.topology.script.file.name); answers are cached. Empty: none.",
+    )
+    topology_script_timeout_s: float = setting(
+        5.0, "A topology script that has not answered by then fails the registration."
+    )
+    hosts_include_file: str = setting(
+        "",
+        "DataNodes allowed to register (HOST or HOST:PORT per line); empty file or no file: "
+        "all (HDFS dfs.hosts). Re-read by admin -refreshNodes and at start.",
+    )
+    hosts_exclude_file: str = setting(
+        "", "DataNodes to decommission (HOST or HOST:PORT per line; HDFS dfs.hosts.exclude)."
+    )
+    hosts_maintenance_file: str = setting(
+        "",
+        "DataNodes to put in maintenance: lines 'HOST[:PORT] UNTIL' (epoch seconds or ISO "
+        "8601 with a zone); back in service at UNTIL.",
+    )
+    maintenance_min_replicas: int = setting(
+        1,
+        "Replicas a block keeps on in-service nodes while others of its replicas are in "
+        "maintenance (HDFS dfs.namenode.maintenance.replication.min).",
+    )
+    decommission_check_interval_s: float = setting(
+        30.0, "How often decommission and maintenance progress is computed (HDFS: 30 s)."
+    )
+    balancer_move_timeout_s: float = setting(
+        20.0,
+        "How long a balancer's move call waits for the target's copy to be reported "
+        "(below rpc.call_timeout_s).",
+    )
 
     def validate(self) -> None:
         _require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -363,6 +403,13 @@ class NameNodeConfig:
         _require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")
         _require(self.failover_safe_mode_extension_s >= 0,
                  "namenode.failover_safe_mode_extension_s must be >= 0")
+        _require(self.topology_script_timeout_s > 0,
+                 "namenode.topology_script_timeout_s must be > 0")
+        _require(self.maintenance_min_replicas >= 1,
+                 "namenode.maintenance_min_replicas must be >= 1")
+        _require(self.decommission_check_interval_s > 0,
+                 "namenode.decommission_check_interval_s must be > 0")
+        _require(self.balancer_move_timeout_s > 0, "namenode.balancer_move_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -467,6 +514,11 @@ class DataNodeConfig:
         "Where the DataNode serves HTTP (WebHDFS data: CREATE, OPEN, GETFILECHECKSUM), "
         "host:port (HDFS: 9864); empty: no HTTP server.",
     )
+    capacity_bytes: int = setting(
+        0,
+        "Capacity the DataNode reports (utilization and the balancer judge by it); 0: its "
+        "file system's size. For several DataNodes sharing one disk.",
+    )
 
     def validate(self) -> None:
         _require(
@@ -491,6 +543,7 @@ class DataNodeConfig:
             self.directory_scan_batch_dirs >= 1, "datanode.directory_scan_batch_dirs must be >= 1"
         )
         _require(self.block_recovery_max >= 1, "datanode.block_recovery_max must be >= 1")
+        _require(self.capacity_bytes >= 0, "datanode.capacity_bytes must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -813,6 +866,48 @@ class LogServiceConfig:
 
 
 @dataclass(frozen=True)
+class BalancerConfig:
+    threshold_percent: float = setting(
+        10.0, "A node is balanced within this many points of the mean utilization (-threshold)."
+    )
+    bandwidth_bytes_per_s: int = setting(
+        100 * MiB, "Most bytes per second the balancer has moved, all moves together (-bandwidth)."
+    )
+    moves_in_flight_max: int = setting(8, "Moves the balancer has under way at once.")
+    moves_per_node_max: int = setting(
+        4,
+        "Moves one DataNode takes part in at once, as source or target (at most "
+        "namenode.replication_streams_per_node; HDFS dfs.datanode.balance.max.concurrent.moves).",
+    )
+    iteration_bytes_max: int = setting(
+        10 * GiB, "Most bytes one node sends or receives in one iteration (HDFS: 10 GiB)."
+    )
+    iteration_wait_s: float = setting(
+        6.0,
+        "Pause after an iteration so DataNodes' heartbeats bring the NameNode their new "
+        "usage (two heartbeat intervals).",
+    )
+    idle_iterations_max: int = setting(
+        5, "Iterations in a row that move nothing before the balancer gives up (exit 3)."
+    )
+    lock_renew_interval_s: float = setting(
+        10.0,
+        "The balancer renews its lease on /system/balancer.id this often (keep it below "
+        "the NameNode's lease_soft_limit_s, after which a killed balancer's lock lapses).",
+    )
+
+    def validate(self) -> None:
+        _require(0 < self.threshold_percent < 100, "balancer.threshold_percent in (0, 100)")
+        _require(self.bandwidth_bytes_per_s > 0, "balancer.bandwidth_bytes_per_s must be > 0")
+        _require(self.moves_in_flight_max >= 1, "balancer.moves_in_flight_max must be >= 1")
+        _require(self.moves_per_node_max >= 1, "balancer.moves_per_node_max must be >= 1")
+        _require(self.iteration_bytes_max > 0, "balancer.iteration_bytes_max must be > 0")
+        _require(self.iteration_wait_s >= 0, "balancer.iteration_wait_s must be >= 0")
+        _require(self.idle_iterations_max >= 1, "balancer.idle_iterations_max must be >= 1")
+        _require(self.lock_renew_interval_s > 0, "balancer.lock_renew_interval_s must be > 0")
+
+
+@dataclass(frozen=True)
 class XdfsConfig:
     rpc: RpcConfig = field(default_factory=RpcConfig)
     namenode: NameNodeConfig = field(default_factory=NameNodeConfig)
@@ -824,6 +919,7 @@ class XdfsConfig:
     dev: DevConfig = field(default_factory=DevConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     logservice: LogServiceConfig = field(default_factory=LogServiceConfig)
+    balancer: BalancerConfig = field(default_factory=BalancerConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
@@ -835,6 +931,7 @@ class XdfsConfig:
         self.http.validate()
         self.logservice.validate()
         self.client.validate()
+        self.balancer.validate()
         return self
 
 

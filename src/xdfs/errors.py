@@ -449,6 +449,42 @@ class NotKeeper(LogError):
         return self.message.removeprefix("keeper at ").split(" ", 1)[0]
 
 
+# --- 710-729: DataNode lifecycle (decommission, maintenance, balancer, racks) ---------
+
+
+class DataNodeAdminError(ClusterStateError):
+    """Base of the DataNode lifecycle errors (hosts files, topology, balancer)."""
+
+    code = 710
+
+
+class DisallowedDataNode(DataNodeAdminError):
+    """The DataNode is not in the include file, or was removed from it: it may not
+    register (as HDFS's DisallowedDatanodeException)."""
+
+    code = 711
+
+
+class HostsFileError(DataNodeAdminError):
+    """A hosts file (include, exclude, maintenance) or the topology file or script could
+    not be read or parsed; nothing was changed."""
+
+    code = 712
+
+
+class BalancerRunning(DataNodeAdminError):
+    """Another balancer holds /system/balancer.id (its lease is alive)."""
+
+    code = 713
+
+
+class MoveRefused(DataNodeAdminError):
+    """A balancer move the NameNode will not schedule (the block changed, the target
+    already holds it, the source does not, a move of it is under way ...)."""
+
+    code = 714
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

@@ -17,7 +17,7 @@ NEW_PASSWORD_ENV = "XDFS_NEW_PASSWORD"
 _PASSWORD_FROM = "password from $XDFS_NEW_PASSWORD or a prompt"
 
 admin = HdfsShell("admin", summary="Administration: -report, -safemode, -saveNamespace, "
-                                   "-rollEdits, users, backups, HA.")
+                                   "-rollEdits, -refreshNodes, users, backups, HA.")
 _BACKUP = click.Option(["--backup", "backup"], required=True, metavar="HOST:PORT",
                        help="the BackupNode's address")
 
@@ -44,6 +44,18 @@ def _command(
 def report(client: Any) -> None:
     _report(client.status())
     _datanode_report(client.datanode_report())
+
+
+@_command("-refreshNodes", "", help="re-read the include, exclude and maintenance files")
+def refresh_nodes(client: Any) -> None:
+    answer = client.refresh_nodes()
+    click.echo("Refresh nodes successful")
+    for label, nodes in (("Decommissioning", answer.decommissioning),
+                         ("Decommissioned", answer.decommissioned),
+                         ("In maintenance", answer.maintenance),
+                         ("Refused (not in the include file)", answer.refused)):
+        if nodes:
+            click.echo(f"{label}: {', '.join(nodes)}")
 
 
 @_command("-safemode", "get|enter|leave",
@@ -287,6 +299,27 @@ def _used_share(used: int, capacity: int) -> str:
     return f"{100.0 * used / capacity if capacity else 0.0:.2f}%"
 
 
+_ADMIN_STATES = {
+    "normal": "Normal",
+    "decommissioning": "Decommission in progress",
+    "decommissioned": "Decommissioned",
+    "entering_maintenance": "Entering maintenance",
+    "in_maintenance": "In maintenance",
+}
+
+
+def _admin_state(node: Any) -> str:
+    """As dfsadmin -report's 'Decommission Status', with the progress and expiry."""
+    text: str = _ADMIN_STATES.get(node.admin_state, node.admin_state)
+    if node.admin_state in ("decommissioning", "entering_maintenance"):
+        text += f" ({node.decommission_blocks_left} block(s) left)"
+    if node.maintenance_expiry_ms:
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                              time.gmtime(node.maintenance_expiry_ms / 1000))
+        text += f", until {until}"
+    return text
+
+
 def _datanode_report(report: Any) -> None:
     """The DataNode part of ``-report``, laid out as ``hdfs dfsadmin -report``."""
     click.echo(f"{'Configured Capacity:':<28}{_size(report.capacity_bytes)}")
@@ -311,6 +344,8 @@ def _datanode_report(report: Any) -> None:
         for node in nodes:
             click.echo("")
             click.echo(f"Name: {node.address} ({node.node_id})")
+            click.echo(f"Rack: {node.rack}")
+            click.echo(f"Decommission Status: {_admin_state(node)}")
             click.echo(f"Configured Capacity: {_size(node.capacity_bytes)}")
             click.echo(f"DFS Used: {_size(node.used_bytes)}")
             click.echo(f"DFS Remaining: {_size(node.free_bytes)}")

@@ -53,6 +53,7 @@ def render(report: Any, show_blocks: bool) -> list[str]:
         for index, block in enumerate(blocks if show_blocks else []):
             where = f" {block.locations}" if block.locations else ""
             bad = f" corrupt={block.corrupt_locations}" if block.corrupt_locations else ""
+            bad += " MIS-REPLICATED (one rack)" if block.mis_replicated else ""
             lines.append(
                 f"{index}. blk_{block.block.block_id}_{block.block.genstamp} "
                 f"len={block.block.num_bytes} Live_repl={block.live_replicas}{where}{bad} "
@@ -74,6 +75,8 @@ def render(report: Any, show_blocks: bool) -> list[str]:
         f" Minimally replicated blocks:\t{_share(blocks - report.missing_blocks, blocks)}",
         f" Under-replicated blocks:\t{_share(report.under_replicated_blocks, blocks)}",
         f" Default replication factor:\t{report.default_replication}",
+        f" Mis-replicated blocks:\t{_share(report.mis_replicated_blocks, blocks)}",
+        f" Number of racks:\t\t{report.racks}",
         f" Missing blocks:\t\t{report.missing_blocks}",
         f" Corrupt blocks:\t\t{report.corrupt_blocks}",
         *([f" Blocks from the future (kept):\t{report.future_blocks}"]

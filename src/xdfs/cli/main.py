@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
     "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
     "fsck": ("xdfs.cli.fsck", "fsck", "Check the health of files and blocks."),
+    "balancer": ("xdfs.cli.balancer", "balancer", "Even out DataNode usage (moves replicas)."),
     "debug": ("xdfs.cli.debug", "debug", "Repair commands, like `hdfs debug` (-recoverLease)."),
     "oiv": ("xdfs.cli.offline", "oiv", "Offline image viewer: export an fsimage."),
     "oev": ("xdfs.cli.offline", "oev", "Offline edits viewer: dump an edits log."),

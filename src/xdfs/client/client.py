@@ -351,6 +351,18 @@ class AsyncClient:
     async def datanode_report(self) -> p.DataNodeReport:
         return await self.rpc.call(p.DATANODE_REPORT, Empty())
 
+    async def refresh_nodes(self) -> p.RefreshNodesResponse:
+        """Have the NameNode re-read its include, exclude and maintenance files."""
+        return await self.rpc.call(p.REFRESH_NODES, Empty())
+
+    async def balancer_blocks(self, node_id: str, bytes_max: int) -> list[p.BalancerBlock]:
+        answer = await self.rpc.call(p.BALANCER_BLOCKS, p.BalancerBlocksRequest(node_id, bytes_max))
+        return answer.blocks
+
+    async def move_replica(self, block_id: int, source: str, target: str) -> p.MoveReplicaResponse:
+        """Move one replica (node ids); answers once the target reported it (or not)."""
+        return await self.rpc.call(p.MOVE_REPLICA, p.MoveReplicaRequest(block_id, source, target))
+
     async def fsck(
         self, path: str, files: bool = False, blocks: bool = False, locations: bool = False
     ) -> p.FsckReport:

@@ -66,7 +66,8 @@ class DataNode:
         self.namenode_addresses = list(namenode_addresses)
         self.clock = clock
         dn = config.datanode
-        self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes)
+        self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
+                                   dn.capacity_bytes)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()

@@ -39,13 +39,17 @@ class StartupSummary:
 
 
 class DataStorage:
-    def __init__(self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0) -> None:
+    def __init__(
+        self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
+        capacity_bytes: int = 0,
+    ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
         self.finalized = self.current / layout.FINALIZED
         self.rbw = self.current / layout.RBW
         self.checksum_chunk_bytes = checksum_chunk_bytes
         self.reserved_bytes = reserved_bytes
+        self.capacity_bytes = capacity_bytes  # 0: the file system's size
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
@@ -335,4 +339,8 @@ class DataStorage:
         except OSError as exc:
             raise StorageError(f"cannot stat the file system of {self.root}: {exc}") from exc
         free = max(0, usage.free - self.reserved_bytes)
-        return StorageReport(usage.total, self.used_bytes, free)
+        if not self.capacity_bytes:
+            return StorageReport(usage.total, self.used_bytes, free)
+        # a share of a disk (several DataNodes on one machine): usage is against it
+        free = min(free, max(0, self.capacity_bytes - self.used_bytes))
+        return StorageReport(self.capacity_bytes, self.used_bytes, free)

@@ -548,9 +548,11 @@ class Namesystem:
         path: str,
         previous: BlockRecord | None,
         excluded: Sequence[str] = (),
+        writer: str = "",
     ) -> LocatedBlock:
         """Allocate the next block and its targets (``excluded``: addresses the writer
-        failed with). No live target: NotEnoughReplicas before anything is logged.
+        failed with; ``writer``: its address, whose DataNode takes the first replica).
+        No live target: NotEnoughReplicas before anything is logged.
 
         A retry whose first try's answer was lost and is not in the retry cache (add_block
         is kept in memory only: its targets are not in the edits, so a restarted or new
@@ -577,7 +579,8 @@ class Namesystem:
             # targets first: no live target fails the call before an id is allocated
             # quota first (as HDFS): a refused block allocates nothing and asks no DataNode
             self.ns.check_block_quota(iip, (*blocks, BlockRecord(0, 0, 0)))
-            chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size)
+            chosen = self.blocks.choose_targets(node.replication, excluded, node.block_size,
+                                                writer=writer)
             block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
             ops.append(AddBlockOp(iip.path, block))
             located = self._locate_new(user, node, block, offset, excluded, chosen)

@@ -37,6 +37,7 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.http.server import HttpServer
+from xdfs.namenode import hosts
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replay import checkpoint_due
 from xdfs.namenode.editlog.replicator import EditsReplicator
@@ -167,6 +168,7 @@ class NameNode:
         promoted BackupNode's hot copy); ``server``: serve on this running server (its
         address) instead of starting one; ``new_epoch``: a promotion (the old NameNode is
         fenced): log a higher active epoch before anything is served."""
+        topology_and_hosts = hosts.load(self.config.namenode)  # a bad hosts file: no start
         try:
             for d in self.dirs:
                 d.lock()
@@ -196,6 +198,7 @@ class NameNode:
         assert self.edits is not None
         self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock,
                              retry_cache=self.retry_cache)
+        hosts.install(self.fs.blocks, topology_and_hosts)
         self.auth = NameNodeAuth(self.fs)
         self.server = self._make_server(version.cluster_id, version.namespace_id, server)
         self.metrics = NameNodeMetrics(self, self.server.metrics)
@@ -370,8 +373,10 @@ class NameNode:
         nn = self.config.namenode
         settings = dataclasses.replace(
             nn, safe_mode_extension_s=nn.failover_safe_mode_extension_s)
+        old = self.fs.blocks.datanodes
         self.fs = Namesystem(self.fs.ns, self.edits, settings, clock=self.clock,
                              retry_cache=self.retry_cache)
+        hosts.install(self.fs.blocks, (old.topology, old.hosts))
         self.auth = NameNodeAuth(self.fs)
         self.server.authenticator = self.auth
         self.server.remove_service(HA_SERVICE_PROTOCOL)

@@ -299,6 +299,13 @@ class DataNodeInfo(msgspec.Struct):
     last_contact_s: float  # seconds since its last heartbeat
     transfers_in_progress: int
     registered_ms: int
+    rack: str = "/default-rack"
+    #: normal | decommissioning | decommissioned | entering_maintenance | in_maintenance
+    admin_state: str = "normal"
+    #: Blocks it holds still lacking replication elsewhere (while decommissioning or
+    #: entering maintenance; as of the last progress check).
+    decommission_blocks_left: int = 0
+    maintenance_expiry_ms: int = 0  # when its maintenance ends (0: not in maintenance)
 
 
 class DataNodeReport(msgspec.Struct):
@@ -332,6 +339,8 @@ class FsckBlock(msgspec.Struct):
     expected_replicas: int
     locations: list[str] = []
     corrupt_locations: list[str] = []
+    #: Every replica on one rack while the cluster has more (placement policy violated).
+    mis_replicated: bool = False
 
 
 class FsckFile(msgspec.Struct):
@@ -358,6 +367,8 @@ class FsckReport(msgspec.Struct):
     listed: list[FsckFile]  # unhealthy files (every file with FsckRequest.files)
     truncated: bool  # listed stopped at the server's limit
     future_blocks: int = 0  # cluster-wide, as DataNodeReport.future_blocks
+    mis_replicated_blocks: int = 0  # see FsckBlock.mis_replicated
+    racks: int = 1  # racks with a live in-service DataNode
 
 
 class BackupInfo(msgspec.Struct):
@@ -385,6 +396,46 @@ class NameNodeStatus(msgspec.Struct):
     safe_mode_reason: str = ""
     #: Free bytes on each name dir (same order as name_dirs), as last read.
     name_dir_free_bytes: list[int] = []
+
+
+class RefreshNodesResponse(msgspec.Struct):
+    """What ``admin -refreshNodes`` applied (nodes named by address)."""
+
+    decommissioning: list[str]
+    decommissioned: list[str]
+    maintenance: list[str]  # entering or in maintenance
+    refused: list[str]  # live nodes no longer in the include file (declared dead)
+
+
+class BalancerBlocksRequest(msgspec.Struct):
+    """A balancer asks for blocks to move off ``node_id`` (HDFS getBlocks)."""
+
+    node_id: str
+    bytes_max: int  # stop listing once the blocks add up to this many bytes
+
+
+class BalancerBlock(msgspec.Struct, array_like=True):
+    block_id: int
+    num_bytes: int
+    holders: list[str]  # node ids of its good replicas
+
+
+class BalancerBlocksResponse(msgspec.Struct):
+    blocks: list[BalancerBlock]
+
+
+class MoveReplicaRequest(msgspec.Struct):
+    """Copy ``block_id`` from ``source`` to ``target`` (node ids); once the target reports
+    the copy, the surplus replica goes, the source's by preference."""
+
+    block_id: int
+    source: str
+    target: str
+
+
+class MoveReplicaResponse(msgspec.Struct):
+    moved: bool  # the target reported its copy in time
+    detail: str = ""
 
 
 def _m(
@@ -450,6 +501,18 @@ FSCK = _m("fsck", FsckRequest, FsckReport, True, "Block health of a subtree.")
 ACCESS = _m(
     "access", AccessRequest, Empty, True,
     "Check the caller's access to a path: AccessDenied if refused (dfs -test -r/-w).",
+)
+REFRESH_NODES = _m(
+    "refresh_nodes", Empty, RefreshNodesResponse, True,
+    "Re-read the include, exclude and maintenance files (superuser only).",
+)
+BALANCER_BLOCKS = _m(
+    "balancer_blocks", BalancerBlocksRequest, BalancerBlocksResponse, True,
+    "Movable blocks of one DataNode, for the balancer (superuser only).",
+)
+MOVE_REPLICA = _m(
+    "move_replica", MoveReplicaRequest, MoveReplicaResponse, True,
+    "Move one replica between DataNodes; answers once the copy is reported (superuser).",
 )
 SET_QUOTA = _m(
     "set_quota", SetQuotaRequest, Empty, True,
@@ -538,5 +601,8 @@ ADMIN_SERVICE = Service(
         FSCK,
         BLOCK_MAP,
         SET_QUOTA,
+        REFRESH_NODES,
+        BALANCER_BLOCKS,
+        MOVE_REPLICA,
     ),
 )

@@ -120,6 +120,7 @@ class MiniCluster:
         config: XdfsConfig | None = None,
         user: str | None = None,
         password: str = "rootpw",
+        port: int = 0,
     ) -> DataNode:
         """A real DataNode on ``base_dir/name`` (the same dir again when a node of that name
         is started after being stopped), registering with ``namenode`` (``host:port[,...]``;
@@ -131,7 +132,7 @@ class MiniCluster:
             secret = self.namenodes[0].dirs[0].root / DATANODE_SECRET_FILE
             config = replace(config, datanode=replace(config.datanode, secret_file=str(secret)))
         node = DataNode(config, self.base_dir / name, namenode.split(","))
-        await node.start("127.0.0.1", 0)
+        await node.start("127.0.0.1", port)
         self.datanodes.append(node)
         return node
 

@@ -18,7 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from xdfs.errors import InvalidArgument, UnknownDataNode
+from xdfs.errors import DisallowedDataNode, InvalidArgument, UnknownDataNode
+from xdfs.namenode.blocks.admin_states import (
+    DECOMMISSION_STATES,
+    MAINTENANCE_STATES,
+    NORMAL,
+    HostLists,
+)
+from xdfs.namenode.blocks.topology import DEFAULT_RACK, Topology
 from xdfs.protocol.datanode import StorageReport
 
 
@@ -63,6 +70,26 @@ class DataNode:
     future: set[int] = field(default_factory=set)
     report_requested_s: float = 0.0  # registration, or when a full report was last asked
     http_address: str = ""  # its HTTP server (WebHDFS redirects go there); "": none
+    rack: str = DEFAULT_RACK
+    #: admin_states.NORMAL, DECOMMISSIONING, ... (see admin_states.py)
+    admin_state: str = NORMAL
+    maintenance_expiry_s: float = 0.0  # when its maintenance ends (seconds since the epoch)
+    #: Blocks it holds that lack their replication elsewhere (decommission / maintenance
+    #: progress; recomputed by the replication monitor).
+    admin_blocks_left: int = 0
+
+    @property
+    def accepts_replicas(self) -> bool:
+        """Live and in service: a target for new replicas."""
+        return self.live and self.admin_state == NORMAL
+
+    @property
+    def decommissioning(self) -> bool:
+        return self.admin_state in DECOMMISSION_STATES
+
+    @property
+    def in_maintenance(self) -> bool:
+        return self.admin_state in MAINTENANCE_STATES
 
     @property
     def load(self) -> int:
@@ -75,6 +102,9 @@ class DataNodeManager:
         self.dead_after_s = heartbeat_interval_s * heartbeat_misses_dead
         self._nodes: dict[str, DataNode] = {}
         self._live_by_address: dict[str, DataNode] = {}
+        self.topology = Topology()
+        self.hosts = HostLists()
+        self._rack_count: int | None = None
 
     # --- membership ----------------------------------------------------------------------
 
@@ -87,6 +117,10 @@ class DataNodeManager:
         if not node_id or not address:
             raise InvalidArgument("a DataNode registers with a node id and an address")
         _check_storage(storage)
+        if not self.hosts.allowed(address):
+            raise DisallowedDataNode(
+                f"DataNode {node_id} at {address} is not in the include file: not allowed"
+            )
         displaced = [
             other
             for other in (self._live_by_address.get(address),)
@@ -106,7 +140,36 @@ class DataNodeManager:
             node.full_reports = 0
             node.report_requested_s = now_s
         self._live_by_address[address] = node
+        node.rack = self.topology.rack_of(address)
+        self.apply_hosts(node, now_s)
+        self.states_changed()
         return node, displaced
+
+    def apply_hosts(self, node: DataNode, now_s: float) -> bool:
+        """Move ``node`` to the admin state the host lists want; True when it changed (a
+        decommissioned node stays so while excluded, a node in maintenance keeps its
+        progress and takes the new expiry)."""
+        wanted, expiry = self.hosts.wanted(node.address, now_s)
+        before = (node.admin_state, node.maintenance_expiry_s)
+        if wanted == NORMAL:
+            node.admin_state, node.maintenance_expiry_s = NORMAL, 0.0
+        elif wanted in DECOMMISSION_STATES:
+            if not node.decommissioning:
+                node.admin_state, node.maintenance_expiry_s = wanted, 0.0
+        elif node.in_maintenance:
+            node.maintenance_expiry_s = expiry
+        else:
+            node.admin_state, node.maintenance_expiry_s = wanted, expiry
+        return (node.admin_state, node.maintenance_expiry_s) != before
+
+    def refresh(self, hosts: HostLists, now_s: float) -> tuple[list[DataNode], list[DataNode]]:
+        """New host lists: (nodes whose admin state changed, live nodes no longer allowed:
+        the caller declares those dead)."""
+        self.hosts = hosts
+        self.states_changed()
+        changed = [node for node in self._nodes.values() if self.apply_hosts(node, now_s)]
+        refused = [node for node in self.live_nodes() if not hosts.allowed(node.address)]
+        return changed, refused
 
     def heartbeat(
         self, node_id: str, storage: StorageReport, transfers: int, now_s: float
@@ -144,6 +207,7 @@ class DataNodeManager:
         """The node stops being a target or a source; its queued commands are dropped (it
         will register again, report, and be told what to do then)."""
         node.live = False
+        self.states_changed()
         if self._live_by_address.get(node.address) is node:
             del self._live_by_address[node.address]
         node.replicate.clear()
@@ -161,6 +225,18 @@ class DataNodeManager:
 
     def live_count(self) -> int:
         return len(self._live_by_address)
+
+    def rack_count(self) -> int:
+        """Racks with a live in-service node (placement and fsck judge spread by it);
+        cached: every block check asks."""
+        if self._rack_count is None:
+            self._rack_count = len({node.rack for node in self._live_by_address.values()
+                                    if node.accepts_replicas})
+        return self._rack_count
+
+    def states_changed(self) -> None:
+        """A node joined, died, or changed admin state: count the racks again."""
+        self._rack_count = None
 
     def __iter__(self) -> Iterator[DataNode]:
         return iter(self._nodes.values())

@@ -11,11 +11,16 @@ the NameNode runs in rate-limited slices (``namenode.walk_slice_inodes``,
 * ``missing``: no replica at all on a live DataNode.
 
 A subtree is HEALTHY unless one of its blocks is corrupt or missing (as HDFS's fsck).
+Independently of its status a block is *mis-replicated* when every replica is on one rack
+while the cluster has more than one (counted and flagged, not unhealthy; the replication
+monitor moves one replica to another rack).
 """
 
 from __future__ import annotations
 
 from xdfs.config import NameNodeConfig
+from xdfs.namenode.blocks import placement
+from xdfs.namenode.blocks.admin_states import DECOMMISSIONED, DECOMMISSIONING, MAINTENANCE_STATES
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.replication import block_state
 from xdfs.namenode.namespace import paths
@@ -29,6 +34,7 @@ from xdfs.protocol.namenode import (
     FsckBlock,
     FsckFile,
     FsckReport,
+    RefreshNodesResponse,
 )
 
 HEALTHY, UNDER_REPLICATED, CORRUPT, MISSING = (
@@ -76,6 +82,8 @@ def fsck_steps(
     else:
         ns.check_access(user, path, access=R)
     counts = dict.fromkeys(_SEVERITY, 0)
+    racks = blocks.datanodes.rack_count()
+    mis_replicated = 0
     file_count = dir_count = total_bytes = 0
     listed: list[FsckFile] = []
     truncated = False
@@ -86,9 +94,10 @@ def fsck_steps(
             continue
         file_count += 1
         total_bytes += file_length(node)
-        checked = [_check_block(ns, blocks, b, locations) for b in node.blocks]
+        checked = [_check_block(ns, blocks, b, locations, racks) for b in node.blocks]
         for block in checked:
             counts[block.status] += 1
+            mis_replicated += block.mis_replicated
         status = max((b.status for b in checked), key=_SEVERITY.__getitem__, default=HEALTHY)
         if not files and status == HEALTHY:
             continue
@@ -115,11 +124,13 @@ def fsck_steps(
         listed=listed,
         truncated=truncated,
         future_blocks=blocks.future_block_count(),
+        mis_replicated_blocks=mis_replicated,
+        racks=racks,
     )
 
 
 def _check_block(
-    ns: Namespace, blocks: BlockManager, record: BlockRecord, locations: bool
+    ns: Namespace, blocks: BlockManager, record: BlockRecord, locations: bool, racks: int
 ) -> FsckBlock:
     state = block_state(ns, record.block_id)
     assert state is not None, "a block of a file is in the block index"
@@ -133,7 +144,14 @@ def _check_block(
         status = UNDER_REPLICATED
     else:
         status = CORRUPT if corrupt else MISSING
-    block = FsckBlock(record, status, len(good), expected)
+    counts = blocks.replication.counts(record.block_id, expected)
+    replica_racks = [
+        node.rack
+        for node in map(blocks.datanodes.get, counts.normal + counts.maintenance)
+        if node is not None
+    ]
+    mis = state.complete and placement.mis_replicated(replica_racks, racks, expected)
+    block = FsckBlock(record, status, len(good), expected, mis_replicated=mis)
     if locations:
         block.locations = [blocks.address(node_id) for node_id in good]
         block.corrupt_locations = [blocks.address(node_id) for node_id in corrupt]
@@ -157,6 +175,10 @@ def datanode_report(ns: Namespace, blocks: BlockManager) -> DataNodeReport:
             last_contact_s=max(0.0, now_s - node.last_heartbeat_s),
             transfers_in_progress=node.transfers_in_progress,
             registered_ms=int(node.registered_s * 1000),
+            rack=node.rack,
+            admin_state=node.admin_state,
+            decommission_blocks_left=node.admin_blocks_left,
+            maintenance_expiry_ms=int(node.maintenance_expiry_s * 1000),
         )
         for node in nodes
     ]
@@ -175,4 +197,17 @@ def datanode_report(ns: Namespace, blocks: BlockManager) -> DataNodeReport:
         pending_deletion=blocks.pending_deletion_count(),
         safe_mode=blocks.safe_mode.on,
         future_blocks=blocks.future_block_count(),
+    )
+
+
+def admin_summary(blocks: BlockManager, refused: list[str]) -> RefreshNodesResponse:
+    """Nodes by admin state after ``admin -refreshNodes`` (addresses, sorted)."""
+    def having(*states: str) -> list[str]:
+        return sorted(node.address for node in blocks.datanodes if node.admin_state in states)
+
+    return RefreshNodesResponse(
+        decommissioning=having(DECOMMISSIONING),
+        decommissioned=having(DECOMMISSIONED),
+        maintenance=having(*MAINTENANCE_STATES),
+        refused=sorted(refused),
     )

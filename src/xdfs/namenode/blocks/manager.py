@@ -221,7 +221,8 @@ class BlockManager:
     # --- client path ---------------------------------------------------------------------
 
     def choose_targets(
-        self, count: int, excluded_addresses: Iterable[str], block_size_bytes: int
+        self, count: int, excluded_addresses: Iterable[str], block_size_bytes: int,
+        writer: str = "",
     ) -> list[DataNode]:
         excluded = {
             node.node_id
@@ -230,7 +231,7 @@ class BlockManager:
         }
         return placement.choose_targets(
             self.datanodes.live_nodes(), count, excluded=excluded,
-            block_size_bytes=block_size_bytes, rng=self.rng,
+            block_size_bytes=block_size_bytes, rng=self.rng, writer=writer or None,
         )
 
     def block_token(self, user: str, block_id: int, mode: str) -> str:
@@ -252,12 +253,18 @@ class BlockManager:
         tokens.check_block_token(token, keys, int(self.clock() * 1000), block_id, mode)
 
     def locations(self, block_id: int) -> list[str]:
-        """Addresses of the good replicas in random order (readers spread over them); the
-        corrupt ones only when nothing else exists."""
+        """Addresses of the good replicas in random order (readers spread over them), those
+        on nodes being decommissioned or in maintenance last (as HDFS); the corrupt ones
+        only when nothing else exists."""
         replicas = self.map.replicas(block_id)
-        good = [self.address(r.node_id) for r in replicas if not r.flags]
+        good = [r.node_id for r in replicas if not r.flags]
         self.rng.shuffle(good)
-        return good or [self.address(r.node_id) for r in replicas]
+        good.sort(key=self._draining)  # decommissioning or in maintenance: read last
+        return [self.address(n) for n in good] or [self.address(r.node_id) for r in replicas]
+
+    def _draining(self, node_id: str) -> bool:
+        node = self.datanodes.get(node_id)
+        return node is not None and not node.accepts_replicas
 
     def replicas_matching(self, block: BlockRecord) -> int:
         """Replicas with exactly this genstamp and length (and no checksum failure): what
@@ -487,6 +494,10 @@ class BlockManager:
             flags = replica_flags(state, reported) | (replica.flags & REPORTED_BAD)
             self.map.set_flags(block_id, replica.node_id, flags)
         self.replication.check(block_id)
+
+    def declare_dead(self, node: DataNode) -> None:
+        """Treat ``node`` as dead now (admin -refreshNodes refused it)."""
+        self._node_dead(node)
 
     def _node_dead(self, node: DataNode) -> None:
         # Replicas known bad are remembered: once back, the node will not report them (a

@@ -34,7 +34,8 @@ from typing import NamedTuple
 
 from xdfs.config import NameNodeConfig
 from xdfs.errors import NotEnoughReplicas
-from xdfs.namenode.blocks import placement
+from xdfs.namenode.blocks import decommission, placement
+from xdfs.namenode.blocks.admin_states import IN_MAINTENANCE, NORMAL
 from xdfs.namenode.blocks.blockmap import BAD_GENSTAMP, BAD_LENGTH, BlockMap
 from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager, ReplicationWork
 from xdfs.namenode.blocks.replication_queues import (
@@ -43,6 +44,7 @@ from xdfs.namenode.blocks.replication_queues import (
     PendingTask,
 )
 from xdfs.namenode.blocks.safemode import SafeMode
+from xdfs.namenode.blocks.topology import DEFAULT_RACK
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
@@ -86,6 +88,32 @@ def replica_flags(state: BlockState, reported: BlockRecord) -> int:
     return flags
 
 
+class ReplicaCounts(NamedTuple):
+    """One block's good replicas by the admin state of their nodes: ``normal`` (in
+    service), ``maintenance`` (in maintenance, live or down: counted), decommissioning ones
+    only in ``any_good`` (readable, a copy source, not counted), and ``corrupt`` ones."""
+
+    expected: int
+    normal: tuple[str, ...]
+    maintenance: tuple[str, ...]
+    corrupt: tuple[str, ...]
+    any_good: int
+    floor: int  # normal replicas a block with replicas in maintenance must keep
+
+    @property
+    def counted(self) -> int:
+        return len(self.normal) + len(self.maintenance)
+
+    @property
+    def short(self) -> int:
+        """Copies it needs (enough counted replicas, and enough normal ones)."""
+        return max(self.expected - self.counted, self.floor - len(self.normal))
+
+    @property
+    def surplus(self) -> int:
+        return self.counted - self.expected
+
+
 class ReplicationMonitor:
     def __init__(
         self,
@@ -112,39 +140,107 @@ class ReplicationMonitor:
         # replicas (node id, block id) to delete if their block is still unknown then.
         self._postponed: dict[int, None] = {}
         self._postponed_orphans: dict[tuple[str, int], None] = {}
+        #: Replicas of nodes that died in maintenance: block id -> node ids, still counted
+        #: until the maintenance ends (the map dropped them: they are not readable).
+        self.held: dict[int, set[str]] = {}
+        #: Balancer moves: block id -> source node id, the replica to drop once the
+        #: target's copy makes one too many (HDFS's delHint).
+        self.move_hints: dict[int, str] = {}
+        self._admin_checked_s = float("-inf")
+        self._racks_seen = 1
+        self._rescan: list[int] = []
 
     # --- events --------------------------------------------------------------------------
 
     def check(self, block_id: int) -> None:
         """File the block as needed, missing or neither; trim excess and corrupt replicas
-        (postponed in safe mode)."""
+        (postponed in safe mode).
+
+        Replicas on decommissioning nodes do not count (they are copied elsewhere, and are
+        never deleted for being in excess); those on nodes in maintenance count, down or
+        not, as long as ``maintenance_min_replicas`` others do (see admin_states.py)."""
+        try:
+            self._check(block_id)
+        finally:
+            if block_id in self.move_hints and not self.pending.count(block_id):
+                del self.move_hints[block_id]  # the move ended: its hint served or not
+
+    def _check(self, block_id: int) -> None:
         state = block_state(self.ns, block_id)
         if state is None or not state.complete:
             self._unqueue(block_id)
             return
         if not self.safe_mode.on:
             self._drop_leftovers(block_id, state)
-        replicas = self.map.replicas(block_id)
-        good = [r for r in replicas if not r.flags]
-        live, expected = len(good), state.file.replication
-        if live == 0:
+        counts = self.counts(block_id, state.file.replication)
+        if counts.any_good == 0:
             self.missing.add(block_id)
         else:
             self.missing.discard(block_id)
-        if live > 0 and live + self.pending.count(block_id) < expected:
-            self.needed.add(block_id, live)
+        pending = self.pending.count(block_id)
+        if counts.any_good > 0 and (
+            counts.short > pending or (pending == 0 and self._mis_replicated(counts))
+        ):
+            self.needed.add(block_id, max(1, counts.counted))
         else:
             self.needed.remove(block_id)
-        if live < expected or (live == expected and len(good) == len(replicas)):
+        if counts.counted < counts.expected or not (counts.surplus > 0 or counts.corrupt):
             return
         if self.safe_mode.on:
             self._postponed[block_id] = None
             return
-        for replica in [r for r in replicas if r.flags]:
-            self.invalidate(block_id, replica.node_id)
-        fullest_first = sorted(good, key=lambda r: (self._free_bytes(r.node_id), self.rng.random()))
-        for replica in fullest_first[: live - expected]:
-            self.invalidate(block_id, replica.node_id)
+        for node_id in counts.corrupt:
+            self.invalidate(block_id, node_id)
+        for node_id in self._excess(block_id, counts):
+            self.invalidate(block_id, node_id)
+
+    def counts(self, block_id: int, expected: int) -> ReplicaCounts:
+        """The block's replicas by what they count for (see :class:`ReplicaCounts`)."""
+        normal: list[str] = []
+        maintenance = set(self.held.get(block_id, ()))
+        corrupt: list[str] = []
+        any_good = 0
+        for replica in self.map.replicas(block_id):
+            if replica.flags:
+                corrupt.append(replica.node_id)
+                continue
+            any_good += 1
+            node = self.datanodes.get(replica.node_id)
+            if node is None or node.admin_state == NORMAL:
+                normal.append(replica.node_id)
+            elif node.in_maintenance:
+                maintenance.add(replica.node_id)
+        floor = min(self.config.maintenance_min_replicas, expected) if maintenance else 0
+        return ReplicaCounts(expected, tuple(normal), tuple(maintenance), tuple(corrupt),
+                             any_good, floor)
+
+    def _mis_replicated(self, counts: ReplicaCounts) -> bool:
+        cluster_racks = self.datanodes.rack_count()
+        if cluster_racks <= 1:
+            return False  # the common case, without a look at the replicas' racks
+        racks = [self._rack(node_id) for node_id in counts.normal + counts.maintenance]
+        return placement.mis_replicated(racks, cluster_racks, counts.expected)
+
+    def _excess(self, block_id: int, counts: ReplicaCounts) -> list[str]:
+        """Which normal replicas to delete: never below the replication nor below the
+        maintenance floor; first where a rack keeps another replica (rack spread is not
+        lost), then a balancer's source (``move_hints``), then the fullest nodes."""
+        trim = min(counts.surplus, len(counts.normal) - counts.floor)
+        if trim <= 0:
+            return []
+        hint = self.move_hints.get(block_id)
+        chosen: list[str] = []
+        racks = [self._rack(n) for n in counts.normal + counts.maintenance]
+        left = list(counts.normal)
+        for _ in range(trim):
+            pick = min(left, key=lambda n: (
+                racks.count(self._rack(n)) < 2 and len(set(racks)) > 1,
+                n != hint, self._free_bytes(n), self.rng.random(),
+            ))
+            left.remove(pick)
+            racks.remove(self._rack(pick))
+            chosen.append(pick)
+        return chosen
 
     def _drop_leftovers(self, block_id: int, state: BlockState) -> None:
         """Once a complete block has min_replication good replicas, delete what a write or
@@ -175,6 +271,8 @@ class ReplicationMonitor:
 
     def invalidate(self, block_id: int, node_id: str) -> None:
         """Remove a replica from the map now and queue its deletion on the node."""
+        if self.move_hints.get(block_id) == node_id:
+            del self.move_hints[block_id]
         self.map.remove(block_id, node_id)
         self._queue_deletion(block_id, node_id)
 
@@ -186,6 +284,8 @@ class ReplicationMonitor:
     def forget_block(self, block_id: int) -> None:
         """The block left the namespace durably: delete every replica."""
         self._unqueue(block_id)
+        self.held.pop(block_id, None)
+        self.move_hints.pop(block_id, None)
         for task in self.pending.drop_block(block_id):
             self._release(task)
         for replica in self.map.drop_block(block_id):
@@ -194,6 +294,9 @@ class ReplicationMonitor:
     def node_dead(self, node: DataNode, lost_blocks: list[int]) -> None:
         """``node`` died and its replicas of ``lost_blocks`` were dropped from the map."""
         affected = set(lost_blocks)
+        if node.admin_state == IN_MAINTENANCE:  # still counted until the maintenance ends
+            for block_id in lost_blocks:
+                self.held.setdefault(block_id, set()).add(node.node_id)
         for task in self.pending.drop_node(node.node_id):
             self._release(task)
             affected.add(task.block_id)
@@ -212,10 +315,44 @@ class ReplicationMonitor:
             self.check(task.block_id)
         if self.safe_mode.on:
             return 0
+        self._admin_progress()
+        self._rack_rescan(self.config.deletions_per_heartbeat)
         limit = max(1, 2 * self.config.replication_streams_per_node * self.datanodes.live_count())
         # postponed decisions mostly delete: as many as one heartbeat may carry
         self._run_postponed(self.config.deletions_per_heartbeat)
         return sum(self._schedule(block_id) for block_id in self.needed.pop_batch(limit))
+
+    def block_state(self, block_id: int) -> BlockState | None:
+        return block_state(self.ns, block_id)
+
+    def _admin_progress(self) -> None:
+        now_s = self.clock()
+        if now_s - self._admin_checked_s < self.config.decommission_check_interval_s:
+            return
+        self._admin_checked_s = now_s
+        decommission.progress(self, now_s)
+
+    def _rack_rescan(self, batch: int) -> None:
+        """When the cluster gains a second rack, blocks placed while it had one are
+        mis-replicated: look at every block again (``batch`` per round, HDFS's
+        processMisReplicatedBlocks); nothing else would (no replica of theirs changes)."""
+        racks = self.datanodes.rack_count()
+        if racks > 1 and self._racks_seen <= 1:
+            self._rescan = sorted(set().union(
+                *(self.map.node_blocks(n.node_id) for n in self.datanodes.live_nodes())))
+        self._racks_seen = racks
+        for block_id in self._rescan[:batch]:
+            self.check(block_id)
+        del self._rescan[:batch]
+
+    def release_held(self, node_id: str) -> None:
+        """The maintenance of ``node_id`` ended while it was down: its replicas stop
+        counting."""
+        for block_id in [b for b, nodes in self.held.items() if node_id in nodes]:
+            self.held[block_id].discard(node_id)
+            if not self.held[block_id]:
+                del self.held[block_id]
+            self.check(block_id)
 
     def _schedule(self, block_id: int) -> int:
         """Ask a source to copy ``block_id`` to enough new targets; 0 when it cannot now."""
@@ -224,7 +361,11 @@ class ReplicationMonitor:
             return 0
         replicas = self.map.replicas(block_id)
         good = [r for r in replicas if not r.flags]
-        need = state.file.replication - len(good) - self.pending.count(block_id)
+        counts = self.counts(block_id, state.file.replication)
+        pending = self.pending.count(block_id)
+        need = counts.short - pending
+        if need <= 0 and pending == 0 and self._mis_replicated(counts):
+            need = 1  # one more on another rack; the surplus goes once it is reported
         if need <= 0 or not good:
             self.check(block_id)
             return 0
@@ -235,7 +376,8 @@ class ReplicationMonitor:
             if node is not None and node.live and node.replication_load < streams
         ]
         if not sources:
-            self.needed.add(block_id, len(good))  # to the end of its level: others go first
+            # to the end of its level: others go first
+            self.needed.add(block_id, max(1, counts.counted))
             return 0
         source = min(sources, key=lambda node: (node.replication_load, self.rng.random()))
         holders = {r.node_id for r in replicas} | set(self.pending.targets(block_id))
@@ -248,10 +390,11 @@ class ReplicationMonitor:
             if block_id in n.deletions or block_id in n.deleting
         )
         count = min(need, streams - source.replication_load)  # each target is a stream
-        targets = self._targets(count, holders, state)
+        racks = [self._rack(n) for n in counts.normal + counts.maintenance]
+        targets = self._targets(count, holders, state, racks=racks)
         if not targets:
             self._repair_in_place(block_id, holders, state)
-            self.needed.add(block_id, len(good))
+            self.needed.add(block_id, max(1, counts.counted))
             return 0
         target_ids = tuple(node.node_id for node in targets)
         source.replicate.append(ReplicationWork(block_id, target_ids))
@@ -264,7 +407,8 @@ class ReplicationMonitor:
         return len(targets)
 
     def _targets(
-        self, count: int, excluded: set[str], state: BlockState, *, busy_too: bool = False
+        self, count: int, excluded: set[str], state: BlockState, *, busy_too: bool = False,
+        racks: list[str] | None = None,
     ) -> list[DataNode]:
         """Nodes with room for the block below their stream limit (``busy_too``: at it,
         too), none of ``excluded``."""
@@ -273,7 +417,7 @@ class ReplicationMonitor:
             return placement.choose_targets(
                 self.datanodes.live_nodes(), count, excluded=excluded,
                 block_size_bytes=state.record.num_bytes, replication_load_max=streams,
-                rng=self.rng,
+                rng=self.rng, existing_racks=racks or (),
             )
         return []
 
@@ -313,6 +457,10 @@ class ReplicationMonitor:
         self.needed.remove(block_id)
         self.missing.discard(block_id)
         self._postponed.pop(block_id, None)
+
+    def _rack(self, node_id: str) -> str:
+        node = self.datanodes.get(node_id)
+        return node.rack if node is not None else DEFAULT_RACK
 
     def _free_bytes(self, node_id: str) -> int:
         node = self.datanodes.get(node_id)

@@ -7,11 +7,13 @@ they wait for the edits log to sync.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotAuthenticated
-from xdfs.namenode.blocks import blockmap_export
+from xdfs.namenode import hosts
+from xdfs.namenode.blocks import balancing, blockmap_export
 from xdfs.namenode.blocks import fsck as health
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
@@ -77,7 +79,8 @@ class ClientHandlers:
 
     async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
         return await self.fs.add_block(
-            caller(ctx, self.fs), req.client, req.path, req.previous, req.excluded
+            caller(ctx, self.fs), req.client, req.path, req.previous, req.excluded,
+            writer=ctx.peer,
         )
 
     async def abandon_block(self, ctx: CallContext, req: p.AbandonBlockRequest) -> Empty:
@@ -261,3 +264,37 @@ class AdminHandlers:
         head, block_ids = await self.fs.walks.run(
             blockmap_export.snapshot_steps(self.fs.ns, self.fs.blocks))
         return Download(head, blockmap_export.frames(self.fs.ns, self.fs.blocks, block_ids))
+
+    def refresh_nodes(self, ctx: CallContext, req: Empty) -> p.RefreshNodesResponse:
+        user = self._superuser(ctx, "refresh the DataNode host lists")
+        refused = hosts.refresh_nodes(self.fs.blocks, self.fs.config)
+        log.info("host lists re-read by %s", user)
+        return health.admin_summary(self.fs.blocks, [node.address for node in refused])
+
+    def balancer_blocks(
+        self, ctx: CallContext, req: p.BalancerBlocksRequest
+    ) -> p.BalancerBlocksResponse:
+        self._superuser(ctx, "list blocks for the balancer")
+        return p.BalancerBlocksResponse(
+            balancing.movable_blocks(self.fs.blocks.replication, req.node_id, req.bytes_max)
+        )
+
+    async def move_replica(
+        self, ctx: CallContext, req: p.MoveReplicaRequest
+    ) -> p.MoveReplicaResponse:
+        """Schedule the move, then wait (bounded) for the target's copy to be reported."""
+        self._superuser(ctx, "move replicas")
+        monitor = self.fs.blocks.replication
+        balancing.schedule_move(monitor, req.block_id, req.source, req.target)
+        arrived = asyncio.Event()
+        self.fs.blocks.watch(req.block_id, arrived.set)
+        try:
+            async with asyncio.timeout(self.fs.config.balancer_move_timeout_s):
+                while (done := balancing.move_done(monitor, req.block_id, req.target)) is None:
+                    arrived.clear()
+                    await arrived.wait()
+        except TimeoutError:
+            return p.MoveReplicaResponse(False, "the target did not report the copy in time")
+        finally:
+            self.fs.blocks.unwatch(req.block_id, arrived.set)
+        return p.MoveReplicaResponse(done, "" if done else "the copy failed or expired")
