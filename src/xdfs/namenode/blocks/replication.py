@@ -112,6 +112,9 @@ class ReplicationMonitor:
         # replicas (node id, block id) to delete if their block is still unknown then.
         self._postponed: dict[int, None] = {}
         self._postponed_orphans: dict[tuple[str, int], None] = {}
+        #: Deletions postponed out of safe mode too: a standby, or a NameNode just made
+        #: active that has not heard from every DataNode since (blocks/failover.py).
+        self.held = False
 
     # --- events --------------------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class ReplicationMonitor:
         if state is None or not state.complete:
             self._unqueue(block_id)
             return
-        if not self.safe_mode.on:
+        if not self._postponing:
             self._drop_leftovers(block_id, state)
         replicas = self.map.replicas(block_id)
         good = [r for r in replicas if not r.flags]
@@ -137,7 +140,7 @@ class ReplicationMonitor:
             self.needed.remove(block_id)
         if live < expected or (live == expected and len(good) == len(replicas)):
             return
-        if self.safe_mode.on:
+        if self._postponing:
             self._postponed[block_id] = None
             return
         for replica in [r for r in replicas if r.flags]:
@@ -163,7 +166,7 @@ class ReplicationMonitor:
 
     def orphan(self, node: DataNode, block_id: int) -> None:
         """``node`` reported a replica of a block no file holds."""
-        if self.safe_mode.on:
+        if self._postponing:
             self._postponed_orphans[(node.node_id, block_id)] = None
         else:
             node.deletions[block_id] = None
@@ -200,6 +203,10 @@ class ReplicationMonitor:
         for block_id in affected:
             self.check(block_id)
 
+    @property
+    def _postponing(self) -> bool:
+        return self.safe_mode.on or self.held
+
     # --- the duty ------------------------------------------------------------------------
 
     def tick(self) -> int:
@@ -214,7 +221,8 @@ class ReplicationMonitor:
             return 0
         limit = max(1, 2 * self.config.replication_streams_per_node * self.datanodes.live_count())
         # postponed decisions mostly delete: as many as one heartbeat may carry
-        self._run_postponed(self.config.deletions_per_heartbeat)
+        if not self.held:
+            self._run_postponed(self.config.deletions_per_heartbeat)
         return sum(self._schedule(block_id) for block_id in self.needed.pop_batch(limit))
 
     def _schedule(self, block_id: int) -> int:
@@ -282,7 +290,7 @@ class ReplicationMonitor:
         replica on a node that can then take a good copy; the copy is scheduled once the
         node reports the deletion."""
         corrupt = {r.node_id for r in self.map.replicas(block_id) if r.flags}
-        if not corrupt or self._targets(1, holders, state, busy_too=True):
+        if not corrupt or self.held or self._targets(1, holders, state, busy_too=True):
             return
         chosen = self._targets(1, holders - corrupt, state)
         if chosen and chosen[0].node_id in corrupt:
