@@ -209,15 +209,16 @@ class NameNodeActor:
                                   __version__, http_address=node.http_address)
         response = await self.rpc.call(REGISTER_DATANODE, request, timeout_s=self._timeout_s)
         await self._check_epoch(response.epoch, response.ha_state)
-        stored = storage.cluster_id
-        if stored and response.cluster_id and response.cluster_id != stored:
-            raise WrongCluster(
-                f"data dir {storage.root} belongs to cluster {stored}, but the NameNode "
-                f"serves cluster {response.cluster_id}"
-            )
-        if response.cluster_id and not stored:
-            await in_thread(storage.set_cluster_id, response.cluster_id)
-            log.info("data dir %s joined cluster %s", storage.root, response.cluster_id)
+        async with self._offer.persist:
+            stored = storage.cluster_id
+            if stored and response.cluster_id and response.cluster_id != stored:
+                raise WrongCluster(
+                    f"data dir {storage.root} belongs to cluster {stored}, but the NameNode "
+                    f"serves cluster {response.cluster_id}"
+                )
+            if response.cluster_id and not stored:
+                await in_thread(storage.set_cluster_id, response.cluster_id)
+                log.info("data dir %s joined cluster %s", storage.root, response.cluster_id)
         if response.cluster_id:
             self.rpc.hello = msgspec.structs.replace(self.rpc.hello, cluster_id=response.cluster_id)
             node.joined_cluster(response.cluster_id)
@@ -358,8 +359,8 @@ class NameNodeActor:
         (its ``complete`` waits for these reports). Within ``report_timeout_s``; a report
         that does not make it stays queued and goes out after the next heartbeat."""
         self._pending.add_received(record)
-        if not self.registered:
-            return
+        if not self.registered or (self._offer.ha and self._throttle.failures):
+            return  # (one of a pair not answering now: it goes with the heartbeats)
         timeout_s = self.node.config.datanode.report_timeout_s
         request = IncrementalReportRequest(self._node_id, received=[record])
         try:

@@ -79,7 +79,9 @@ class NameNodeOffer:
         self.actors = actors
         self.ha = ha
         self.choice = ActiveChoice()
-        self._persist = asyncio.Lock()  # one epoch file write at a time
+        #: One write at a time of the data dir's small files (epoch, cluster id): the
+        #: actors register and judge answers concurrently.
+        self.persist = asyncio.Lock()
         #: Held while a command runs; a heartbeat waits for it to end first, so that what
         #: the command changed is reported before the heartbeat (blocks/failover.py).
         self.commands = asyncio.Lock()
@@ -102,7 +104,7 @@ class NameNodeOffer:
         epochs = self.choice.epochs
         if self.choice.judge(epoch) is Verdict.STALE:
             raise Fenced(epochs.stale_message(address, epoch))
-        async with self._persist:
+        async with self.persist:
             if self.choice.judge(epoch) is Verdict.NEWER:
                 await in_thread(store_epoch, self.node.storage.current, epoch)
                 previous = epochs.highest
