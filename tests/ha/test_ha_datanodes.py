@@ -175,3 +175,27 @@ def test_only_the_active_makes_datanodes_delete(ha: HaCluster) -> None:
         assert _deleted_by_datanodes(ha) == 2
     finally:
         os.kill(old.pid, signal.SIGCONT)
+
+
+def test_graceful_failovers_keep_both_block_maps(ha: HaCluster) -> None:
+    """nn1 -> nn2 -> nn1 through -transitionToStandby/-transitionToActive: each new active
+    reads everything at once from its warm map, and the one gone standby keeps its map
+    (and follows the new active's writes)."""
+    asyncio.run(_write(ha, 3))
+    reports = [proc.log_text().count(FULL_REPORT) for proc in ha.namenodes.values()]
+    for round_, (old, new) in enumerate((("nn1", "nn2"), ("nn2", "nn1"))):
+        ha.wait(lambda: _same_map(ha), f"round {round_}: the standby's map is the active's")
+        for step in (("-transitionToStandby", old), ("-transitionToActive", new)):
+            result = ha.admin(*step)
+            assert result.returncode == 0, result.stderr
+
+        async def check(new: str = new, round_: int = round_) -> None:
+            async with ha.client(new) as client:
+                assert not (await client.safe_mode("get")).on
+                for i in range(3):
+                    assert await client.read_file(f"/files/f{i}") == _data(i)
+                await client.write_file(f"/round{round_}", b"w" * 3000, replication=DATANODES)
+
+        asyncio.run(check())
+    ha.wait(lambda: _same_map(ha), "the standby follows the last active's writes")
+    assert [proc.log_text().count(FULL_REPORT) for proc in ha.namenodes.values()] == reports

@@ -92,8 +92,6 @@ def test_standby_queues_reports_ahead_of_its_edits_and_places_them_after_the_tai
     assert not h.bm.map.replicas(block.block_id)
     assert len(h.bm.ha.pending) == 2
     assert not any(n.future for n in h.bm.datanodes)  # not "from the future": queued
-    h.ns.allocate_block_id()
-    h.ns.allocate_genstamp()
     _tail(h, *ops, AddBlockOp("/f", BlockRecord(block.block_id, block.genstamp, 0)),
           CloseFileOp("/f", 1, 1, (block,)))
     assert h.holders(block) == ["a", "b"]
