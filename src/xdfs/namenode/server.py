@@ -373,13 +373,17 @@ class NameNode:
         threshold, after ``failover_safe_mode_extension_s``."""
         assert self.fs is not None
         fs = self.fs
+        assert self.datanode_handlers is not None
         fs.restore_leases()
         fs.blocks.become_active()
+        log.info("took over the standby's block map (%d replica(s) from the future); no "
+                 "deletion until each of %d live DataNode(s) heartbeats",
+                 fs.blocks.future_block_count(), len(fs.blocks.ha.stale_nodes()))
         fs.safe_mode.extension_s = self.config.namenode.failover_safe_mode_extension_s
-        if fs.ns.block_count() and fs.safe_mode.wait_for_blocks():
-            fs.safe_mode.reached_s = None
-            assert self.datanode_handlers is not None
-            self.datanode_handlers.update_safe_mode()
+        if fs.ns.block_count():
+            fs.safe_mode.wait_for_blocks()
+        fs.safe_mode.reached_s = None
+        self.datanode_handlers.update_safe_mode()  # (it ends at once when the map is full)
 
     async def transition_to_standby(self) -> ServiceStatus:
         """Active -> standby: stop serving clients, sync and close the edits log (every

@@ -45,11 +45,6 @@ class HaView:
     def stale_nodes(self) -> list[str]:
         return sorted(self._stale)
 
-    @property
-    def postponing(self) -> bool:
-        """True while deletions wait (standby, or stale DataNodes after a failover)."""
-        return self.replication.held
-
     def hold(self, ns: Namespace, node: DataNode, record: BlockRecord, *,
              rbw: bool = False) -> bool:
         """A standby queues a report it cannot judge yet (True: queued)."""
@@ -92,10 +87,6 @@ class HaView:
             _drop_commands(node)  # computed on a standby's view
         self._stale = {node.node_id for node in datanodes.live_nodes()}
         self.replication.held = bool(self._stale)
-
-    def counts(self) -> tuple[int, int]:
-        """(queued reports, DataNodes not heard from since the failover)."""
-        return len(self.pending), len(self._stale)
 
 
 def _drop_commands(node: DataNode) -> None:

@@ -94,7 +94,10 @@ class DataNodeHandlers:
 
     def heartbeat(self, ctx: CallContext, req: d.HeartbeatRequest) -> d.HeartbeatResponse:
         self._datanode(ctx)
+        held = self.blocks.replication.held
         commands = self.blocks.heartbeat(req.node_id, req.storage, req.transfers_in_progress)
+        if held and not self.blocks.replication.held:
+            log.info("every DataNode has heartbeated since the failover: deletions resume")
         return d.HeartbeatResponse(
             replicate=commands.replicate,
             delete=commands.delete,
