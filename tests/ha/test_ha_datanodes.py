@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 BLOCK = 64 * 1024
 DATANODES = 3
 FULL_REPORT = "full block report of DataNode"
+RESUMED = "every DataNode has heartbeated since the failover: deletions resume"
 
 
 @pytest.fixture
@@ -114,6 +115,8 @@ def test_the_standby_map_is_warm_and_the_new_active_serves_reads_at_once(ha: HaC
     assert contents == [_data(i) for i in range(files)]
     # nothing needed a new full report: the map was the standby's
     assert standby.log_text().count(FULL_REPORT) == reports_before
+    # deletions, postponed at the takeover, resume once every DataNode has heartbeated
+    ha.wait(lambda: RESUMED in standby.log_text(), "deletions resume on the new active")
     # and it takes writes with the same DataNodes
     asyncio.run(_write_one(ha, "/after", b"x" * 5000))
 
