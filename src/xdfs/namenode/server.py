@@ -282,8 +282,8 @@ class NameNode:
 
     def _refuse_as_standby(self) -> None:
         """Clients and backups get Standby (and move to the next address); DataNodes are
-        served (a warm block map, no commands: blocks/failover.py), and so are the admin
-        reports of that map (``-report``, ``-dumpBlockMap``)."""
+        served (a warm block map, no commands: blocks/failover.py), and so are two admin
+        reads of that map (StandbyAdminHandlers)."""
         assert self.server is not None and self.fs is not None and self.auth is not None
         assert self.datanode_handlers is not None
         self.fs.blocks.become_standby()

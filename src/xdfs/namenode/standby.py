@@ -160,8 +160,8 @@ class StandbyTailer:
 
 class StandbyAdminHandlers(NotActiveHandlers):
     """The admin service of a standby: its DataNode report and block map dump are served
-    (an operator checks them before a failover: ``admin -report``, ``-dumpBlockMap``
-    against the standby), every other admin call is refused with Standby."""
+    (what an operator checks before a failover: ``admin -fs xdfs://<standby>
+    -dumpBlockMap``), every other admin call is refused with Standby."""
 
     def __init__(self, admin: AdminHandlers) -> None:
         super().__init__(lambda: "this NameNode is standby", Standby)
