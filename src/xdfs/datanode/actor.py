@@ -343,8 +343,8 @@ class NameNodeActor:
                 raise
 
     async def _flush_bad(self) -> None:
-        if not self._bad_pending:
-            return
+        if not self._bad_pending or not self._obeyed:
+            return  # (a standby refuses the client service: it waits for its turn)
         ids = sorted(self._bad_pending)
         address = self.node.address
         request = BadReplicasRequest([BadReplica(block_id, address) for block_id in ids])
