@@ -91,7 +91,8 @@ async def test_both_namenodes_hear_everything_and_only_the_active_commands(
     # a deletion from the standby is ignored; the active's is carried out and both hear it
     standby.commands[node_id] = [HeartbeatResponse(delete=[first.block_id])]
     await eventually(lambda: not standby.commands[node_id])
-    await eventually(lambda: len(standby.heartbeats) > 3)
+    beats = len(standby.heartbeats)  # the next heartbeat goes after the answer was handled
+    await eventually(lambda: len(standby.heartbeats) > beats + 1)
     assert node.storage.replicas.get(first.block_id) is not None
     active.commands[node_id] = [HeartbeatResponse(delete=[second.block_id])]
     await eventually(lambda: second.block_id in standby.deleted(node_id)
@@ -120,5 +121,5 @@ async def test_a_failover_moves_obedience_and_the_old_epoch_is_fenced(
     assert node.storage.replicas.get(block.block_id) is not None
     # corrupt replicas go to the believed active only
     offer.report_bad(block.block_id)
-    await eventually(lambda: [b.block_id for b in new.bad] == [block.block_id])
+    await eventually(lambda: {b.block_id for b in new.bad} == {block.block_id})  # (maybe twice)
     assert old.bad == []
