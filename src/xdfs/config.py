@@ -253,8 +253,8 @@ class NameNodeConfig:
         10000, "Most edits a standby NameNode reads and applies in one batch."
     )
     failover_safe_mode_extension_s: float = setting(
-        0.0, "safe_mode_extension_s of a NameNode that just became active: its DataNodes "
-        "are all running and report within a heartbeat or two, so it leaves safe mode as "
+        0.0, "safe_mode_extension_s of a NameNode that just became active: its block map "
+        "is the standby's, filled by the DataNodes' reports, so it leaves safe mode as "
         "soon as the threshold is reached (the extension at startup waits for slow ones)."
     )
     edits_fetch_bytes_max: int = setting(

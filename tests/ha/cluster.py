@@ -37,6 +37,7 @@ class HaCluster:
     ports: dict[str, int] = field(default_factory=lambda: {i: free_port() for i in IDS})
     namenodes: dict[str, ServerProcess] = field(default_factory=dict)
     controllers: dict[str, ServerProcess] = field(default_factory=dict)
+    datanodes: list[ServerProcess] = field(default_factory=list)
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -78,11 +79,13 @@ class HaCluster:
         return proc
 
     def start_datanode(self, index: int) -> ServerProcess:
-        return self.qjm.group.start_xdfs(
+        proc = self.qjm.group.start_xdfs(
             f"dn{index}", "--conf", str(self.conf_file), *self.qjm.conf(), "datanode",
             "--data-dir", str(self.base / f"dn{index}"), "--rpc-address", "127.0.0.1:0",
             ready_pattern=r"datanode serving on (\S+)", env=ENV,
         )
+        self.datanodes.append(proc)
+        return proc
 
     def active(self) -> str | None:
         states = {nn_id: self.state(nn_id) for nn_id in IDS}

@@ -12,9 +12,10 @@ has ``datanode.namenode_call_timeout_s``: a paused NameNode (connection open, no
 is left for the next address like a dead one (:meth:`RpcClient.avoid` via the timeout).
 
 Epochs (:mod:`xdfs.datanode.epochs`): every register and heartbeat answer is judged before
-anything in it is obeyed. A higher epoch is persisted first; a lower one than this
-DataNode has seen means a fenced NameNode: nothing of its answer is obeyed, one line is
-logged, and the next address is tried.
+anything in it is obeyed (:mod:`xdfs.datanode.offer`, shared by the actors of an HA pair).
+A higher epoch is persisted first; a lower one than this DataNode has seen means a fenced
+NameNode: nothing of its answer is obeyed, one line is logged, and the next address is
+tried. In HA only the actor of the NameNode believed active carries out commands.
 
 Incremental reports (received, kept in rbw, deleted or found missing) are sent as they
 happen; those that fail stay queued (``PendingReports``) and go out after the next
@@ -34,7 +35,6 @@ import msgspec
 
 from xdfs import __version__
 from xdfs.common.tokens import BlockKey
-from xdfs.datanode.epochs import EpochWatermark, Verdict, load_epoch, store_epoch
 from xdfs.datanode.reports import LogThrottle, PendingReports, backoff_s, report_batches
 from xdfs.datanode.transfer import in_thread
 from xdfs.errors import (
@@ -67,6 +67,7 @@ from xdfs.protocol.namenode import REPORT_BAD_REPLICAS
 from xdfs.rpc.client import RpcClient
 
 if TYPE_CHECKING:
+    from xdfs.datanode.offer import NameNodeOffer
     from xdfs.datanode.server import DataNode
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class NameNodeActor:
     def __init__(self, node: DataNode, rpc: RpcClient) -> None:
         self.node = node
         self.rpc = rpc
+        self.offer: NameNodeOffer | None = None  # set by the offer that runs this actor
         self.settings: RegisterResponse | None = None
         self.registered = False
         self._registered_with = ""  # the NameNode address of the registration
@@ -95,7 +97,7 @@ class NameNodeActor:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._throttle = LogThrottle(_LOG_INTERVAL_S)
-        self.epochs = EpochWatermark()
+        self._flush_lock = asyncio.Lock()  # one incremental report in flight at a time
         self._timeout_s = node.config.datanode.namenode_call_timeout_s
         self._fenced_seen: set[tuple[str, int]] = set()  # logged once each
 
@@ -110,12 +112,12 @@ class NameNodeActor:
 
     # -- the loop -----------------------------------------------------------------------
 
+    @property
+    def _offer(self) -> NameNodeOffer:
+        assert self.offer is not None
+        return self.offer
+
     async def run(self) -> None:
-        try:
-            self.epochs.raise_to(await in_thread(load_epoch, self.node.storage.current))
-        except StorageError as exc:
-            self.node.on_fatal(exc)
-            return
         unknown_in_a_row = 0
         while True:
             self._wake.clear()  # a wake-up during the step cuts the next sleep short
@@ -162,8 +164,13 @@ class NameNodeActor:
             await self._register()
         if self._report_needed or self._full_report_due():
             await self._full_report()
+        # What a command changed is reported before the heartbeat: a NameNode just made
+        # active may delete again only once every DataNode heartbeated (blocks/failover.py)
+        async with self._offer.commands:
+            pass
+        await self._flush_pending()
         response = await self._heartbeat()
-        await self._check_epoch(response.epoch)
+        await self._check_epoch(response.epoch, response.ha_state)
         await self._handle(response)
         if self._report_needed:  # asked for by the heartbeat reply
             await self._full_report()
@@ -201,46 +208,46 @@ class NameNodeActor:
         request = RegisterRequest(storage.node_id, node.address, storage.storage_report(),
                                   __version__, http_address=node.http_address)
         response = await self.rpc.call(REGISTER_DATANODE, request, timeout_s=self._timeout_s)
-        await self._check_epoch(response.epoch)
-        stored = storage.cluster_id
-        if stored and response.cluster_id and response.cluster_id != stored:
-            raise WrongCluster(
-                f"data dir {storage.root} belongs to cluster {stored}, but the NameNode "
-                f"serves cluster {response.cluster_id}"
-            )
-        if response.cluster_id and not stored:
-            await in_thread(storage.set_cluster_id, response.cluster_id)
-            log.info("data dir %s joined cluster %s", storage.root, response.cluster_id)
+        await self._check_epoch(response.epoch, response.ha_state)
+        async with self._offer.persist:
+            stored = storage.cluster_id
+            if stored and response.cluster_id and response.cluster_id != stored:
+                raise WrongCluster(
+                    f"data dir {storage.root} belongs to cluster {stored}, but the NameNode "
+                    f"serves cluster {response.cluster_id}"
+                )
+            if response.cluster_id and not stored:
+                await in_thread(storage.set_cluster_id, response.cluster_id)
+                log.info("data dir %s joined cluster %s", storage.root, response.cluster_id)
         if response.cluster_id:
             self.rpc.hello = msgspec.structs.replace(self.rpc.hello, cluster_id=response.cluster_id)
             node.joined_cluster(response.cluster_id)
         self.settings = response
-        self._install_keys(response.block_keys)
+        if self._obeyed:
+            self._install_keys(response.block_keys)
         self.registered = True
         self._registered_with = self.rpc.current_address
         self._report_needed = True
         log.info("registered with NameNode %s as %s (%s)", self.rpc.current_address,
                  storage.node_id, node.address)
 
-    async def _check_epoch(self, epoch: int) -> None:
+    async def _check_epoch(self, epoch: int, ha_state: str) -> None:
         """Obey this answer only if its epoch is not below the highest seen (a higher one
         is made durable first); Fenced otherwise, and the next address is tried."""
         address = self.rpc.current_address
-        verdict = self.epochs.judge(epoch)
-        if verdict is Verdict.STALE:
+        try:
+            await self._offer.judge(address, ha_state, epoch)
+        except Fenced as exc:
             self.registered = False
             self.rpc.avoid(address)
-            message = self.epochs.stale_message(address, epoch)
             if (address, epoch) not in self._fenced_seen:
                 self._fenced_seen.add((address, epoch))
-                log.warning("%s", message)
-            raise Fenced(message)
-        if verdict is Verdict.NEWER:
-            await in_thread(store_epoch, self.node.storage.current, epoch)
-            previous = self.epochs.highest
-            self.epochs.raise_to(epoch)
-            log.info("NameNode %s is active at epoch %d (this DataNode had seen %d)",
-                     address, epoch, previous)
+                log.warning("%s", exc.message)
+            raise
+
+    @property
+    def _obeyed(self) -> bool:
+        return self._offer.obeys(self.rpc.current_address)
 
     def _install_keys(self, keys: list[BlockKey]) -> None:
         if keys:
@@ -279,15 +286,24 @@ class NameNodeActor:
         return await self.rpc.call(HEARTBEAT, request, timeout_s=self._timeout_s)
 
     async def _handle(self, response: HeartbeatResponse) -> None:
-        self._install_keys(response.block_keys)
-        for task in response.replicate:
-            self.node.replicator.submit(task)
-        for recovery in response.recover:
-            self.node.block_recovery.submit(recovery)
-        if response.delete:
-            await self._delete(response.delete)
-        if response.send_full_report:
+        if response.send_full_report:  # about this NameNode's own map: from any
             self._report_needed = True
+        if not self._obeyed:
+            if response.replicate or response.recover or response.delete:
+                log.warning("ignoring %d replication(s), %d recovery(ies) and %d deletion(s) "
+                            "from NameNode %s: it is not the one believed active (%s)",
+                            len(response.replicate), len(response.recover),
+                            len(response.delete), self.rpc.current_address,
+                            self._offer.choice.active or "none")
+            return
+        async with self._offer.commands:
+            self._install_keys(response.block_keys)
+            for task in response.replicate:
+                self.node.replicator.submit(task)
+            for recovery in response.recover:
+                self.node.block_recovery.submit(recovery)
+            if response.delete:
+                await self._delete(response.delete)
 
     async def _delete(self, block_ids: list[int]) -> None:
         storage = self.node.storage
@@ -308,23 +324,27 @@ class NameNodeActor:
                 storage.release(block_id)
         log.info("deleted %d replica(s) as the NameNode asked", len(taken))
         self._pending.add_deleted(claimed)
+        for other in self._offer.actors:  # every NameNode hears of it
+            if other is not self:
+                other.report_soon(deleted=claimed)
 
     async def _flush_pending(self) -> None:
-        batch = self._pending.take()
-        if batch is None:
-            return
-        request = IncrementalReportRequest(
-            self._node_id, batch.received, batch.deleted, batch.rbw
-        )
-        try:
-            await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=self._timeout_s)
-        except BaseException:
-            self._pending.restore(batch)
-            raise
+        async with self._flush_lock:
+            batch = self._pending.take()
+            if batch is None:
+                return
+            request = IncrementalReportRequest(
+                self._node_id, batch.received, batch.deleted, batch.rbw
+            )
+            try:
+                await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=self._timeout_s)
+            except BaseException:
+                self._pending.restore(batch)
+                raise
 
     async def _flush_bad(self) -> None:
-        if not self._bad_pending:
-            return
+        if not self._bad_pending or not self._obeyed:
+            return  # (a standby refuses the client service: it waits for its turn)
         ids = sorted(self._bad_pending)
         address = self.node.address
         request = BadReplicasRequest([BadReplica(block_id, address) for block_id in ids])
@@ -339,8 +359,8 @@ class NameNodeActor:
         (its ``complete`` waits for these reports). Within ``report_timeout_s``; a report
         that does not make it stays queued and goes out after the next heartbeat."""
         self._pending.add_received(record)
-        if not self.registered:
-            return
+        if not self.registered or (self._offer.ha and self._throttle.failures):
+            return  # (one of a pair not answering now: it goes with the heartbeats)
         timeout_s = self.node.config.datanode.report_timeout_s
         request = IncrementalReportRequest(self._node_id, received=[record])
         try:

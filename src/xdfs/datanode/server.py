@@ -26,6 +26,7 @@ from xdfs.datanode.actor import NameNodeActor
 from xdfs.datanode.block_recovery import BlockRecovery
 from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers
+from xdfs.datanode.offer import NameNodeOffer
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.replication import Replicator
 from xdfs.datanode.scanner import BlockScanner
@@ -76,7 +77,7 @@ class DataNode:
         self.bytes_written = 0
         self.server: RpcServer | None = None
         self.http: HttpServer | None = None
-        self.actor: NameNodeActor | None = None
+        self.actor: NameNodeOffer | None = None  # its NameNode actors
         self.replicator = Replicator(self)
         self.block_recovery = BlockRecovery(self)
         self.scanner = BlockScanner(
@@ -146,14 +147,26 @@ class DataNode:
         except BaseException:
             await self.stop()
             raise
-        self.actor = NameNodeActor(
-            self, RpcClient(self.namenode_addresses, rpc, hello=hello,
-                            ssl_context=client_context(rpc))
-        )
-        self._spawn("namenode actor", self.actor.run())
+        self.actor = self._offer(hello)
+        self._spawn("namenode actors", self.actor.run())
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
         return self.server.address
+
+    def _offer(self, hello: Hello) -> NameNodeOffer:
+        """One actor per NameNode of an HA pair, else one for the address list (offer.py)."""
+        rpc = self.config.rpc
+        addresses = self.namenode_addresses
+        ha = len(addresses) > 1 and set(addresses) <= set(self.config.ha.namenodes.values())
+        actors = [
+            NameNodeActor(self, RpcClient(group, rpc, hello=hello,
+                                          ssl_context=client_context(rpc)))
+            for group in ([[a] for a in addresses] if ha else [addresses])
+        ]
+        offer = NameNodeOffer(self, actors, ha=ha)
+        for actor in actors:
+            actor.offer = offer
+        return offer
 
     async def _start_http(self) -> None:
         """WebHDFS data, the status page and /metrics on datanode.http_address (if set)."""
@@ -219,7 +232,7 @@ class DataNode:
         if self.server is not None:
             await self.server.close()  # cancels writes in progress: their rbw files go
         if self.actor is not None:
-            await self.actor.rpc.close()
+            await self.actor.close_rpc()
         if self._started:
             with contextlib.suppress(Exception):
                 self.storage.close()

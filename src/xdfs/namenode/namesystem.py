@@ -189,7 +189,6 @@ class Namesystem:
         )
         if namespace.block_count() and self.safe_mode.wait_for_blocks():
             self.blocks.update_safe_mode()  # sets the reason: no block reported yet
-        self.leases = LeaseManager()
         self.retry_cache = retry_cache or RetryCache(
             config.retry_cache_entries_max, config.retry_cache_expiry_s
         )
@@ -197,9 +196,14 @@ class Namesystem:
         #: whole-subtree walks run in slices; fsck's also rate-limited, all fscks together
         self.walks = WalkPacer(config.walk_slice_inodes)
         self.fsck_walks = WalkPacer(config.walk_slice_inodes, config.fsck_rate_inodes_per_s)
-        now_s = clock()
-        for holder, owner in namespace.lease_holders():
-            # a restart gives every writer a fresh lease, bound to the file's creator
+        self.restore_leases()
+
+    def restore_leases(self) -> None:
+        """A fresh lease for every writer of an open file, bound to the file's creator: at
+        a restart, and when a standby (which tails files open and closed) becomes active."""
+        self.leases = LeaseManager()
+        now_s = self.clock()
+        for holder, owner in self.ns.lease_holders():
             self.leases.restore(holder, owner, now_s)
 
     # -- the one mutation path ----------------------------------------------------------

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -59,7 +58,13 @@ from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.retry_cache import RetryCache, record_applied
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
-from xdfs.namenode.standby import StandbyTailer, committed_txid, trim_unconfirmed
+from xdfs.namenode.standby import (
+    StandbyAdminHandlers,
+    StandbyTailer,
+    TrackedNamespace,
+    committed_txid,
+    trim_unconfirmed,
+)
 from xdfs.protocol.backup import NAMENODE_BACKUP_PROTOCOL, ImageHead, UploadImageResponse
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.ha import (
@@ -236,6 +241,8 @@ class NameNode:
         self.fs.edits = self.edits
         if new_epoch:
             await self._raise_epoch()
+        if self.fs.blocks.ha.standby:  # (after the raise: answers say active from here)
+            self._take_over_block_map()
         await self._check_resources()
         nn = self.config.namenode
         self.replicator = EditsReplicator(
@@ -290,27 +297,40 @@ class NameNode:
                                        self._remember_call)
 
     def _refuse_as_standby(self) -> None:
-        """Clients, DataNodes and backups get Standby (and move to the next address)."""
-        assert self.server is not None
+        """Clients and backups get Standby (and move to the next address); DataNodes are
+        served (a warm block map, no commands: blocks/failover.py), and so are two admin
+        reads of that map (StandbyAdminHandlers)."""
+        assert self.server is not None and self.fs is not None and self.auth is not None
+        assert self.datanode_handlers is not None
+        self.fs.blocks.become_standby()
         stub = NotActiveHandlers(lambda: "this NameNode is standby", Standby)
-        for service in (CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
-                        NAMENODE_BACKUP_PROTOCOL):
+        admin = StandbyAdminHandlers(AdminHandlers(self.fs, self.auth, self.save_namespace,
+                                                   self.roll_edits, self.status))
+        services: list[tuple[Service, object]] = [
+            (CLIENT_SERVICE, stub), (NAMENODE_BACKUP_PROTOCOL, stub), (ADMIN_SERVICE, admin),
+            (DATANODE_PROTOCOL, self.datanode_handlers)]
+        for service, impl in services:
             self.server.remove_service(service)
-            self.server.add_service(service, stub)
+            self.server.add_service(service, impl)
 
     def _serve_standby(self, last_txid: int) -> None:
-        """Tail the journal and checkpoint (the services refuse already)."""
+        """Tail the journal (the block map following it), checkpoint, and watch DataNode
+        liveness (the services refuse or serve as a standby already)."""
         assert self.fs is not None and self.edits is not None
         nn = self.config.namenode
         self.standby = StandbyTailer(
-            journal_tailer(self.config), self.fs.ns, self.edits, last_txid,
-            batch_txns=nn.standby_tail_txns_max,
+            journal_tailer(self.config), TrackedNamespace(self.fs.ns, self.fs.blocks),
+            self.edits, last_txid, batch_txns=nn.standby_tail_txns_max,
             on_applied=functools.partial(self._remember_call, self.fs.ns))
-        self._standby_task = asyncio.get_running_loop().create_task(
-            self._run_standby(self.standby), name="standby tailer")
-        self._tasks = [asyncio.get_running_loop().create_task(
-            _every("standby checkpointer", nn.checkpoint_check_interval_s,
-                   self._maybe_standby_checkpoint))]
+        loop = asyncio.get_running_loop()
+        self._standby_task = loop.create_task(self._run_standby(self.standby),
+                                              name="standby tailer")
+        self._tasks = [
+            loop.create_task(_every("standby checkpointer", nn.checkpoint_check_interval_s,
+                                    self._maybe_standby_checkpoint)),
+            loop.create_task(_every("heartbeat monitor", nn.heartbeat_interval_s,
+                                    self._check_datanodes)),
+        ]
         self.ha_state = STATE_STANDBY
 
     async def _run_standby(self, standby: StandbyTailer) -> None:
@@ -359,31 +379,27 @@ class NameNode:
         _namespace, last = await self._take_over_shared_edits(self.version,
                                                               loaded=(self.fs.ns, last))
         await self._open_edits(last)
-        self._fresh_namesystem()
         await self._serve_active(new_epoch=True)
 
-    def _fresh_namesystem(self) -> None:
-        """A new block map (and safe mode) over the namespace: what this NameNode knew of
-        replicas is from before it was standby, and deciding replications or deletions
-        on it could destroy data; DataNodes register and report again (they notice the
-        change of NameNode), and safe mode waits for their reports, as at startup."""
-        assert self.fs is not None and self.edits is not None and self.server is not None
-        assert self.version is not None and self.auth is not None
-        self.auth.close()
-        nn = self.config.namenode
-        settings = dataclasses.replace(
-            nn, safe_mode_extension_s=nn.failover_safe_mode_extension_s)
-        old = self.fs.blocks.datanodes
-        self.fs = Namesystem(self.fs.ns, self.edits, settings, clock=self.clock,
-                             retry_cache=self.retry_cache)
-        hosts.install(self.fs.blocks, (old.topology, old.hosts))
-        self.auth = NameNodeAuth(self.fs)
-        self.server.authenticator = self.auth
-        self.server.remove_service(HA_SERVICE_PROTOCOL)
-        self.server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
-            self, self.auth, self.config.ha.automatic_failover))
-        self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, self.version.cluster_id,
-                                                  self.version.namespace_id)
+    def _take_over_block_map(self) -> None:
+        """The standby's namesystem and warm block map go on serving (no fresh one): the
+        leases of the files open now, the reports that waited for the last edits placed,
+        every replica judged again, deletions postponed until each DataNode heartbeats
+        (blocks/failover.py), and safe mode ends as soon as the reports it has meet the
+        threshold, after ``failover_safe_mode_extension_s``."""
+        assert self.fs is not None
+        fs = self.fs
+        assert self.datanode_handlers is not None
+        fs.restore_leases()
+        fs.blocks.become_active()
+        log.info("took over the standby's block map (%d replica(s) from the future); no "
+                 "deletion until each of %d live DataNode(s) heartbeats",
+                 fs.blocks.future_block_count(), len(fs.blocks.ha.stale_nodes()))
+        fs.safe_mode.extension_s = self.config.namenode.failover_safe_mode_extension_s
+        if fs.ns.block_count():
+            fs.safe_mode.wait_for_blocks()
+        fs.safe_mode.reached_s = None
+        self.datanode_handlers.update_safe_mode()  # (it ends at once when the map is full)
 
     async def transition_to_standby(self) -> ServiceStatus:
         """Active -> standby: stop serving clients, sync and close the edits log (every

@@ -13,29 +13,41 @@ NameNode was active. Its records after the journal's committed txid may never ha
 acknowledged (and another writer may have replaced them), so they are cut off before the
 namespace is loaded (kept beside the segment as ``.unacked``, never deleted): anything
 acknowledged is on a majority of JournalNodes and comes back through the tailer.
+
+DataNodes report to the standby too (namenode/blocks/failover.py): :class:`TrackedNamespace`
+is the tailer's replay target, which tells the block manager what each batch changed
+(blocks gone, blocks whose length or replication changed) once the batch is synced, so
+that the warm block map follows the namespace and the reports that waited for the batch
+are placed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from xdfs.editlog.segments import segment_index
-from xdfs.errors import ProtocolError, StorageError, XdfsError
+from xdfs.errors import ProtocolError, Standby, StorageError, XdfsError
 from xdfs.namenode.editlog.editlog import EditLog
 from xdfs.namenode.editlog.replay import (
     Backoff,
     Decoded,
-    ReplayTarget,
     apply_batch,
     decode_batch,
 )
 from xdfs.namenode.editlog.shared import trim_in_progress
+from xdfs.namenode.handlers.client import AdminHandlers
 from xdfs.namenode.namespace.ops import Op
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.protocol.namenode import DataNodeReport
 from xdfs.quorum.channel import JournalChannel
 from xdfs.quorum.reader import JournalTailer
+from xdfs.rpc.messages import Empty
+from xdfs.rpc.server import CallContext, Download
+from xdfs.rpc.service import NotActiveHandlers
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +77,42 @@ def trim_unconfirmed(current: Path, committed: int) -> None:
             trim_in_progress(segment.path, segment.start, bound)
 
 
+class BlockTracker(Protocol):
+    """What of the block manager a tailing standby drives (BlockManager)."""
+
+    def leaving(self, block_ids: Iterable[int]) -> None: ...
+
+    def affected_blocks(self, op: Op) -> tuple[int, ...]: ...
+
+    def tailed(self, dropped: Iterable[int], affected: Iterable[int]) -> None: ...
+
+
+class TrackedNamespace:
+    """Replay target of a standby: the namespace, with the block manager told (module doc)."""
+
+    def __init__(self, ns: Namespace, blocks: BlockTracker) -> None:
+        self.ns = ns
+        self.blocks = blocks
+        self._dropped: list[int] = []
+        self._affected: list[int] = []
+
+    def apply(self, op: Op) -> tuple[int, ...]:
+        gone = self.ns.apply(op)
+        self.blocks.leaving(gone)  # not orphans until the batch is synced
+        self._dropped.extend(gone)
+        self._affected.extend(self.blocks.affected_blocks(op))
+        return gone
+
+    def batch_done(self) -> None:
+        dropped, self._dropped = self._dropped, []
+        affected, self._affected = self._affected, []
+        self.blocks.tailed(dropped, affected)
+
+
 class StandbyTailer:
     """Applies the journal's committed records to the namespace and the local log."""
 
-    def __init__(self, tailer: JournalTailer, namespace: ReplayTarget, edits: EditLog,
+    def __init__(self, tailer: JournalTailer, namespace: TrackedNamespace, edits: EditLog,
                  last_txid: int, *, batch_txns: int,
                  on_applied: Callable[[int, Op], None] | None = None) -> None:
         """``on_applied(txid, op)`` after each op (the retry cache learns its calls)."""
@@ -111,3 +155,20 @@ class StandbyTailer:
             last = apply_batch(records, self.namespace, self.edits, self.on_applied)
             await self.edits.sync(last)
             self.last_txid = last
+            self.namespace.batch_done()
+
+
+class StandbyAdminHandlers(NotActiveHandlers):
+    """The admin service of a standby: its DataNode report and block map dump are served
+    (what an operator checks before a failover: ``admin -fs xdfs://<standby>
+    -dumpBlockMap``), every other admin call is refused with Standby."""
+
+    def __init__(self, admin: AdminHandlers) -> None:
+        super().__init__(lambda: "this NameNode is standby", Standby)
+        self._admin = admin
+
+    def datanode_report(self, ctx: CallContext, req: Empty) -> DataNodeReport:
+        return self._admin.datanode_report(ctx, req)
+
+    async def block_map(self, ctx: CallContext, req: Empty) -> Download:
+        return await self._admin.block_map(ctx, req)

@@ -9,6 +9,9 @@ Two services:
   :class:`~xdfs.errors.UnknownDataNode` when a node must register and report again.
   Register and heartbeat answers carry the NameNode's active epoch: a DataNode obeys no
   NameNode whose epoch is below the highest it has seen (a NameNode fenced by a takeover).
+  In HA they also carry its state (``ha_state``): a DataNode reports to every NameNode of
+  ``ha.namenodes`` and obeys only the one it believes active, the last to claim
+  ``active`` at the highest epoch; a standby answers with no command at all.
   A DataNode authenticates as ``dn/<node id>`` (:data:`DATANODE_USER_PREFIX`; no user name
   can contain ``/``) with the cluster's DataNode secret as its password (the NameNode writes
   it to ``DIR/datanode.secret`` in each name dir); that identity serves this service and
@@ -64,6 +67,8 @@ class RegisterResponse(msgspec.Struct):
     #: The NameNode's active epoch: a DataNode that has seen a higher one ignores this
     #: NameNode (never obeys it) and tries its next address. 0: a NameNode without epochs.
     epoch: int = 0
+    #: "active" or "standby" (xdfs.protocol.ha ROLE_*); "": a NameNode without HA (active).
+    ha_state: str = ""
 
 
 class BlockReportRequest(msgspec.Struct):
@@ -116,6 +121,7 @@ class HeartbeatResponse(msgspec.Struct):
     send_full_report: bool = False
     epoch: int = 0  # the NameNode's active epoch, as in RegisterResponse
     recover: list[RecoverBlockTask] = []
+    ha_state: str = ""  # as in RegisterResponse
 
 
 class IncrementalReportRequest(msgspec.Struct):

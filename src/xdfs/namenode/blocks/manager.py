@@ -37,6 +37,7 @@ from xdfs.errors import InternalError, InvalidArgument
 from xdfs.namenode.blocks import placement
 from xdfs.namenode.blocks.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
 from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager, RecoveryWork
+from xdfs.namenode.blocks.failover import HaView
 from xdfs.namenode.blocks.recovery import (
     Attempt,
     BlockRecoveries,
@@ -110,6 +111,8 @@ class BlockManager:
         # The last block of each open file -> the nodes it was sent to (HDFS's expected
         # locations): a recovery asks them even before they report the replica.
         self._expected: dict[int, set[str]] = {}
+        #: Standby or just failed over: reports held back, deletions postponed (failover.py).
+        self.ha = HaView(self.replication)
 
     # --- DataNode protocol ---------------------------------------------------------------
 
@@ -118,6 +121,7 @@ class BlockManager:
         for other in displaced:
             self._node_dead(other)
         self.reports.forget(node_id)
+        self.ha.pending.forget_node(node_id)
         for block_id in self._bad_on_dead.pop(node_id, ()):
             node.deletions[block_id] = None  # see _node_dead
         return node
@@ -143,6 +147,7 @@ class BlockManager:
         if seen is None:
             return False
         node.future &= seen
+        self.ha.pending.forget_node(node_id, keep=seen)
         for block_id in self.map.node_blocks(node_id) - seen:
             replica = self._lost(block_id, node_id)
             if replica is not None and replica.flags & REPORTED_BAD:
@@ -168,6 +173,7 @@ class BlockManager:
             self._reported_rbw(node, record)
         for block_id in deleted:
             self.reports.note_deleted(node_id, block_id)
+            self.ha.pending.forget(node_id, block_id)
             node.future.discard(block_id)
             node.deleting.discard(block_id)
             self.map.remove_rbw(block_id, node_id)
@@ -175,6 +181,8 @@ class BlockManager:
 
     def heartbeat(self, node_id: str, storage: StorageReport, transfers: int) -> Commands:
         node = self.datanodes.heartbeat(node_id, storage, transfers, self.clock())
+        if self.ha.heartbeat(node):  # a standby: no commands, whatever was computed
+            return Commands([], [], self._full_report_overdue(node), [])
         work, deletions = self.datanodes.take_commands(node, self.config.deletions_per_heartbeat)
         replicate = []
         for item in work:
@@ -418,6 +426,40 @@ class BlockManager:
                 self.recoveries.finish(block_id)
             self._reevaluate(block_id)
 
+    # --- HA (failover.py) ------------------------------------------------------------------
+
+    def become_standby(self) -> None:
+        self.ha.become_standby(self.datanodes)
+
+    def tailed(self, dropped: Iterable[int], affected: Iterable[int]) -> None:
+        """A standby applied a batch of edits: the namespace changes as ops_durable, then
+        the reports that waited for them."""
+        self.ops_durable(dropped, affected)
+        self.retry_pending()
+
+    def retry_pending(self) -> None:
+        for message in self.ha.ready(self.ns):
+            node = self.datanodes.get(message.node_id)
+            if node is not None and node.live:
+                (self._reported_rbw if message.rbw else self._reported)(node, message.record)
+
+    def become_active(self) -> None:
+        """After the final catch-up: place what waited, then judge every replica again;
+        deletions stay postponed until each live DataNode has heartbeated to us."""
+        self.retry_pending()
+        self.ha.become_active(self.datanodes)
+        self.retry_pending()  # what is still ahead is now from the future: kept, counted
+        # the final catch-up applied ops the map did not follow: every replica again
+        mapped: set[int] = set().union(*(self.map.node_blocks(n.node_id) for n in self.datanodes))
+        for block_id in mapped:
+            if block_state(self.ns, block_id) is not None:
+                self._reevaluate(block_id)
+                continue
+            for replica in self.map.drop_block(block_id):  # orphans: postponed deletions
+                node = self.datanodes.get(replica.node_id)
+                if node is not None and node.live:
+                    self.replication.orphan(node, block_id)
+
     # --- replication monitor -------------------------------------------------------------
 
     def replication_tick(self) -> int:
@@ -451,6 +493,8 @@ class BlockManager:
         block_id = record.block_id
         if block_id in node.deletions:
             return  # already being deleted there: not a replica to count again
+        if self.ha.hold(self.ns, node, record):
+            return
         if from_the_future(self.ns, record):
             node.future.add(block_id)  # kept: never an orphan, never corrupt
             return
@@ -470,6 +514,8 @@ class BlockManager:
         replication monitor) once its block is complete."""
         block_id = record.block_id
         if block_id in node.deletions:
+            return
+        if self.ha.hold(self.ns, node, record, rbw=True):
             return
         if block_state(self.ns, block_id) is None and block_id not in self._leaving:
             self.replication.orphan(node, block_id)
@@ -511,6 +557,7 @@ class BlockManager:
         if bad:
             self._bad_on_dead.setdefault(node.node_id, set()).update(bad)
         self.datanodes.mark_dead(node)
+        self.ha.node_dead(node.node_id)
         self.recoveries.node_dead(node.node_id)
         self.reports.forget(node.node_id)
         self.replication.node_dead(node, self.map.drop_node(node.node_id))

@@ -149,6 +149,9 @@ class ReplicationMonitor:
         self._admin_checked_s = float("-inf")
         self._racks_seen = 1
         self._rescan: list[int] = []
+        #: Deletions postponed out of safe mode too: a standby, or a NameNode just made
+        #: active that has not heard from every DataNode since (blocks/failover.py).
+        self.deletions_held = False
 
     # --- events --------------------------------------------------------------------------
 
@@ -170,7 +173,7 @@ class ReplicationMonitor:
         if state is None or not state.complete:
             self._unqueue(block_id)
             return
-        if not self.safe_mode.on:
+        if not self._postponing:
             self._drop_leftovers(block_id, state)
         counts = self.counts(block_id, state.file.replication)
         if counts.any_good == 0:
@@ -186,7 +189,7 @@ class ReplicationMonitor:
             self.needed.remove(block_id)
         if counts.counted < counts.expected or not (counts.surplus > 0 or counts.corrupt):
             return
-        if self.safe_mode.on:
+        if self._postponing:
             self._postponed[block_id] = None
             return
         for node_id in counts.corrupt:
@@ -259,7 +262,7 @@ class ReplicationMonitor:
 
     def orphan(self, node: DataNode, block_id: int) -> None:
         """``node`` reported a replica of a block no file holds."""
-        if self.safe_mode.on:
+        if self._postponing:
             self._postponed_orphans[(node.node_id, block_id)] = None
         else:
             node.deletions[block_id] = None
@@ -303,6 +306,10 @@ class ReplicationMonitor:
         for block_id in affected:
             self.check(block_id)
 
+    @property
+    def _postponing(self) -> bool:
+        return self.safe_mode.on or self.deletions_held
+
     # --- the duty ------------------------------------------------------------------------
 
     def tick(self) -> int:
@@ -319,7 +326,8 @@ class ReplicationMonitor:
         self._rack_rescan(self.config.deletions_per_heartbeat)
         limit = max(1, 2 * self.config.replication_streams_per_node * self.datanodes.live_count())
         # postponed decisions mostly delete: as many as one heartbeat may carry
-        self._run_postponed(self.config.deletions_per_heartbeat)
+        if not self.deletions_held:
+            self._run_postponed(self.config.deletions_per_heartbeat)
         return sum(self._schedule(block_id) for block_id in self.needed.pop_batch(limit))
 
     def block_state(self, block_id: int) -> BlockState | None:
@@ -426,7 +434,7 @@ class ReplicationMonitor:
         replica on a node that can then take a good copy; the copy is scheduled once the
         node reports the deletion."""
         corrupt = {r.node_id for r in self.map.replicas(block_id) if r.flags}
-        if not corrupt or self._targets(1, holders, state, busy_too=True):
+        if not corrupt or self.deletions_held or self._targets(1, holders, state, busy_too=True):
             return
         chosen = self._targets(1, holders - corrupt, state)
         if chosen and chosen[0].node_id in corrupt:

@@ -7,16 +7,23 @@ for it to be durable) is a plain function: it runs inline on the event loop and 
 block manager's pure core, with nothing to wait for. The NameNode answers with commands only
 (replicate, delete, fresh block keys, a full report wanted); an unknown or dead node gets
 UnknownDataNode and registers and reports again.
+
+A standby NameNode serves this service too (its block map stays warm for a failover,
+namenode/blocks/failover.py): its answers say ``ha_state`` "standby" and carry no command
+and no block key, it does not end its safe mode from the reports, and it refuses
+``commit_block_synchronization`` (Standby: only the active closes files).
 """
 
 from __future__ import annotations
 
 import logging
 
+from xdfs.errors import Standby
 from xdfs.namenode.handlers.client import caller
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import DataNodePrincipal, NameNodeAuth
 from xdfs.protocol import datanode as d
+from xdfs.protocol.ha import ROLE_ACTIVE, ROLE_STANDBY
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import CallContext
 
@@ -32,6 +39,14 @@ class DataNodeHandlers:
         self.auth = auth
         self.cluster_id = cluster_id
         self.namespace_id = namespace_id
+
+    @property
+    def standby(self) -> bool:
+        return self.blocks.ha.standby
+
+    @property
+    def _ha_state(self) -> str:
+        return ROLE_STANDBY if self.standby else ROLE_ACTIVE
 
     def _datanode(self, ctx: CallContext) -> None:
         if not isinstance(ctx.principal, DataNodePrincipal):
@@ -52,8 +67,9 @@ class DataNodeHandlers:
             heartbeat_interval_s=config.heartbeat_interval_s,
             block_report_batch_max=config.block_report_batch_max,
             full_report_interval_s=config.full_report_interval_s,
-            block_keys=self.blocks.block_keys(),
+            block_keys=[] if self.standby else self.blocks.block_keys(),
             epoch=self.fs.ns.epoch,
+            ha_state=self._ha_state,
         )
 
     def block_report(self, ctx: CallContext, req: d.BlockReportRequest) -> Empty:
@@ -78,20 +94,24 @@ class DataNodeHandlers:
 
     def heartbeat(self, ctx: CallContext, req: d.HeartbeatRequest) -> d.HeartbeatResponse:
         self._datanode(ctx)
+        held = self.blocks.replication.deletions_held
         commands = self.blocks.heartbeat(req.node_id, req.storage, req.transfers_in_progress)
+        if held and not self.blocks.replication.deletions_held:
+            log.info("every DataNode has heartbeated since the failover: deletions resume")
         return d.HeartbeatResponse(
             replicate=commands.replicate,
             delete=commands.delete,
-            block_keys=self.blocks.block_keys(),
+            block_keys=[] if self.standby else self.blocks.block_keys(),
             send_full_report=commands.send_full_report,
             epoch=self.fs.ns.epoch,
             recover=commands.recover,
+            ha_state=self._ha_state,
         )
 
     def incremental_report(self, ctx: CallContext, req: d.IncrementalReportRequest) -> Empty:
         self._datanode(ctx)
         self.blocks.incremental_report(req.node_id, req.received, req.deleted, req.rbw)
-        if self.fs.safe_mode.startup:
+        if self.fs.safe_mode.startup and not self.standby:
             self.update_safe_mode()
         return Empty()
 
@@ -99,6 +119,8 @@ class DataNodeHandlers:
         self, ctx: CallContext, req: d.CommitBlockSyncRequest
     ) -> Empty:
         self._datanode(ctx)
+        if self.standby:
+            raise Standby("commit_block_synchronization: this NameNode is standby")
         await self.fs.commit_block_synchronization(
             req.block, req.recovery_genstamp, req.length, req.delete_block
         )
@@ -110,6 +132,8 @@ class DataNodeHandlers:
         return Empty()
 
     def update_safe_mode(self) -> None:
+        if self.standby:  # it leaves safe mode once active (server.py)
+            return
         message = self.blocks.update_safe_mode()
         if message:
             log.info("%s", message)
