@@ -189,7 +189,7 @@ class Namesystem:
         )
         if namespace.block_count() and self.safe_mode.wait_for_blocks():
             self.blocks.update_safe_mode()  # sets the reason: no block reported yet
-        self.retry_cache = retry_cache or RetryCache(
+        self.retry_cache = retry_cache if retry_cache is not None else RetryCache(
             config.retry_cache_entries_max, config.retry_cache_expiry_s
         )
         self._keyed: dict[asyncio.Task[object], CallKey] = {}  # task -> key of its call
