@@ -202,7 +202,12 @@ class ReplicaWriter:
         see :func:`move_files`)."""
         self._finish_and_sync()
         fault_point("datanode.before_finalize")
-        data_dest, meta_dest = move_files(self.data_path, self.meta_path, dest_dir)
+        # Durable once ``dest_dir`` is synced: the data file there is the commit point. The
+        # names leaving rbw/ are not synced (one fsync less per block): a rename is one
+        # atomic change of the file system, and should a crash still show the files in
+        # rbw/ too, startup drops them there for the finalized replica (DataStorage).
+        data_dest, meta_dest = rename_files(self.data_path, self.meta_path, dest_dir)
+        fsync_dir(dest_dir)
         self._drop_stale_meta(meta_dest)
         self.finalized = Replica(
             self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
