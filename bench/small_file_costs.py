@@ -82,9 +82,9 @@ def instrument(counts: Counts, base: Path) -> None:
     from xdfs.common import files
 
     real_datasync = files.datasync
-    os.fsync = counted_sync(os.fsync)
+    os.fsync = counted_sync(os.fsync)  # type: ignore[assignment]
     if hasattr(os, "fdatasync"):
-        os.fdatasync = counted_sync(os.fdatasync)
+        os.fdatasync = counted_sync(os.fdatasync)  # type: ignore[assignment]
     for module in list(sys.modules.values()):  # those that imported it by name
         if module is not None and module.__name__.startswith("xdfs") and \
                 getattr(module, "datasync", None) is real_datasync:
