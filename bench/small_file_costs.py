@@ -54,10 +54,10 @@ def _fsync_kind(fd: int, base: Path) -> str:
     except OSError:
         return "fsync: ?"
     rel = target.relative_to(base) if target.is_relative_to(base) else target
-    if target.is_dir():
-        return f"fsync: directory ({rel.parts[0] if rel.parts else '?'})"
     if rel.parts and rel.parts[0].startswith("nn"):
-        return "fsync: NameNode edits"
+        return "fsync: NameNode " + ("directory" if target.is_dir() else "edits")
+    if target.is_dir():
+        return "fsync: DataNode directory"
     return "fsync: replica checksum file" if target.name.endswith(".meta") else \
         "fsync: replica data file"
 
@@ -67,7 +67,7 @@ def instrument(counts: Counts, base: Path) -> None:
     on_envelope = rpc_server.ServerConnection.on_envelope
 
     def counted_envelope(self: Any, envelope: Any) -> None:
-        if envelope.method:
+        if envelope.method and envelope.method != "heartbeat":  # timed, not per file
             counts.add(f"call: {envelope.method}")
         on_envelope(self, envelope)
 
