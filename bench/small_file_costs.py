@@ -5,7 +5,8 @@
 
 A NameNode and three DataNodes run in this process (replication 2, the in-process
 MiniCluster on a loop thread of its own); ``fsspec.filesystem("xdfs")`` writes the files one
-after the other, each as ``with fs.open(path, "wb") as f: f.write(body)``. Counted per file:
+after the other, each as ``with fs.open(path, "wb") as f: f.write(body)``, then reads them
+back (``fs.open(path, "rb")``, ``read()``). Counted per file written and per file read:
 the RPC calls each server answered (by method), the fsyncs (``fsync``/``fdatasync``, by
 what they made durable: the NameNode's edits, a replica's data or checksum file, a
 directory), the DataNode's hops to a worker thread, and the client's hops to its event-loop
@@ -40,12 +41,12 @@ ROOT, ROOT_PW = "root", "rootpw"
 
 class Counts:
     def __init__(self) -> None:
-        self.counter: Counter[str] = Counter()
-        self.on = False
+        self.phases: dict[str, Counter[str]] = {}
+        self.phase = ""  # "": not counting
 
     def add(self, key: str) -> None:
-        if self.on:
-            self.counter[key] += 1
+        if self.phase:
+            self.phases.setdefault(self.phase, Counter())[key] += 1
 
 
 def _fsync_kind(fd: int, base: Path) -> str:
@@ -146,20 +147,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i in range(3):  # warm: connections made, directories of the first blocks
             with fs.open(f"/small/warm-{i}", "wb") as fh:
                 fh.write(body)
-        counts.on = True
+        counts.phase = "written"
         for i in range(args.files):
             with fs.open(f"/small/f{i}", "wb") as fh:
                 fh.write(body)
-        counts.on = False
+        counts.phase = "read"
+        for i in range(args.files):
+            with fs.open(f"/small/f{i}", "rb") as fh:
+                assert fh.read() == body
+        counts.phase = ""
         fs.client.close()
     finally:
         loop.run(mc.close())
         loop.close()
-    print(f"per file of {args.kib} KiB written through fsspec ({args.files} files, "
-          "replication 2):\n")
-    print("| what | per file |\n|---|---:|")
-    for key, value in sorted(counts.counter.items()):
-        print(f"| {key} | {value / args.files:.2f} |")
+    for phase, counter in counts.phases.items():
+        print(f"\nper file of {args.kib} KiB {phase} through fsspec ({args.files} files, "
+              "replication 2):\n")
+        print("| what | per file |\n|---|---:|")
+        for key, value in sorted(counter.items()):
+            print(f"| {key} | {value / args.files:.2f} |")
     return 0
 
 

@@ -356,6 +356,11 @@ class ReplicaReader:
     def _name(self) -> str:
         return f"block {self.replica.block_id} ({self.replica.data_path})"
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether every piece of the range was read (the next read returns None)."""
+        return self._pos >= self._end
+
     def read_piece(self) -> memoryview | None:
         """The next verified piece of the requested range (a view of a buffer that the call
         after next reuses), or None at the end."""

@@ -187,6 +187,9 @@ class PieceStream:
         reader = self._reader
         if reader is None:
             raise StopAsyncIteration
+        if self._ahead is None and reader.exhausted:  # no read in flight moves it meanwhile
+            self.close()
+            raise StopAsyncIteration
         pending = self._ahead or self._read_ahead(reader)
         self._ahead = None
         try:
@@ -201,7 +204,8 @@ class PieceStream:
         if piece is None:
             self.close()
             raise StopAsyncIteration
-        self._ahead = self._read_ahead(reader)
+        if not reader.exhausted:  # the end is known without a hop: a small block is one
+            self._ahead = self._read_ahead(reader)
         return piece
 
     def close(self) -> None:
