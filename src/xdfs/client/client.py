@@ -430,6 +430,9 @@ class Client:
                 return self._loop.run(result)
             return result
 
+        # Kept: the next call of this method finds it without coming here (every fsspec
+        # operation is one of these calls, from any number of threads).
+        self.__dict__[name] = call
         return call
 
     @property
