@@ -240,3 +240,54 @@ async def test_concat_applies_once_also_after_a_restart(
     again = minicluster.client(restarted.address, hello=first.hello)  # same client id
     conn = await connection(again, restarted)
     assert await send(conn, p.CONCAT, concat, 21) == Empty()
+
+
+async def test_create_with_block_applies_once_and_a_restart_hands_its_block_to_add_block(
+    minicluster: MiniCluster, nn: NameNode
+) -> None:
+    """create_with_block's retry gets the first answer from the cache; after a restart the
+    answer comes from the edits (the key is on its add_file op): the status, without the
+    block, whose targets were in memory only; add_block then gets that same block."""
+    datanode = await minicluster.start_datanode()
+    fs = nn.fs
+    assert fs is not None
+    await eventually(lambda: fs.blocks.datanodes.live_count() == 1, what="a live DataNode")
+    client = minicluster.client(nn.address, hello=root_hello())
+    conn = await connection(client, nn)
+    request = p.CreateRequest("/tmp/cwb", "w", replication=1, overwrite=False)
+    first = await send(conn, p.CREATE_WITH_BLOCK, request, 1)
+    assert first.block is not None and first.block.offset == 0
+    assert first.status.under_construction
+    assert await send(conn, p.CREATE_WITH_BLOCK, request, 1) == first  # from the cache
+    with pytest.raises(AlreadyExists):  # what a second execution answers
+        await send(conn, p.CREATE_WITH_BLOCK, request, 2)
+    assert list(fs.ns.get_blocks("/tmp/cwb")) == [first.block.block]
+
+    await minicluster.stop_datanode(datanode)
+    await minicluster.stop_namenode(nn)
+    restarted = await minicluster.start_namenode(format_dirs=False)
+    same_id = minicluster.client(restarted.address, hello=client.hello)
+    again = await connection(same_id, restarted)
+    replayed = await send(again, p.CREATE_WITH_BLOCK, request, 1)
+    assert replayed == p.CreateBlockResponse(first.status, None)
+    await minicluster.start_datanode()  # the same DataNode, registering with the new one
+    assert restarted.fs is not None
+    live = restarted.fs.blocks.datanodes.live_count
+    await eventually(lambda: live() == 1, what="a live DataNode")
+    await send(again, p.SAFE_MODE, p.SafeModeRequest("leave"), 0)
+    located = await send(again, p.ADD_BLOCK, p.AddBlockRequest("/tmp/cwb", "w", None), 3)
+    assert located.block == first.block.block
+
+
+async def test_create_with_block_leaves_the_block_to_add_block_under_quotas(
+    minicluster: MiniCluster, nn: NameNode
+) -> None:
+    await minicluster.start_datanode()
+    fs = nn.fs
+    assert fs is not None
+    await eventually(lambda: fs.blocks.datanodes.live_count() == 1, what="a live DataNode")
+    conn = await connection(minicluster.client(nn.address, hello=root_hello()), nn)
+    await send(conn, p.MKDIRS, p.MkdirsRequest("/q"), 1)
+    await send(conn, p.SET_QUOTA, p.SetQuotaRequest("/q", None, 1), 0)  # one byte of space
+    made = await send(conn, p.CREATE_WITH_BLOCK, p.CreateRequest("/tmp/f", "w"), 2)
+    assert made.block is None and list(fs.ns.get_blocks("/tmp/f")) == []

@@ -236,6 +236,36 @@ def test_restart_drops_empty_rbw_and_half_written_files_and_loads_the_rest(
         again.close()
 
 
+def test_names_left_in_rbw_by_a_finalize_are_dropped_at_restart(tmp_path: Path) -> None:
+    # A finalize syncs the directory its files move to, not rbw/: a file system may show
+    # them in both after a crash (a hard link stands in for that). The finalized one stays.
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    replica = store(storage, 7, 2, b"seven")
+    storage.close()
+    os.link(replica.data_path, root / "current" / "rbw" / "blk_7")
+    os.link(replica.meta_path, root / "current" / "rbw" / "blk_7_2.meta")
+    again = reopened(storage)
+    assert os.listdir(again.rbw) == []
+    assert again.get(7) == replica
+    assert again.used_bytes == replica.disk_bytes
+    assert read_all(again.get(7)) == b"seven"  # type: ignore[arg-type]
+
+
+def test_a_new_leaf_directory_brings_its_siblings_under_one_fsync(
+    storage: DataStorage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    monkeypatch.setattr("xdfs.datanode.storage.fsync_dir", synced.append)
+    store(storage, 0x1_05_00, 1, b"first")
+    first = storage.finalized / "subdir5"
+    assert sorted(os.listdir(first)) == sorted(layout.LEAF_NAMES)
+    assert synced == [storage.finalized, first]  # the new first level, then its leaves
+    synced.clear()
+    store(storage, 0x1_05_01, 1, b"next")  # its leaf exists: no directory made or synced
+    assert synced == []
+
+
 def test_crash_before_finalize_leaves_no_finalized_replica(tmp_path: Path) -> None:
     root = tmp_path / "dn"
     storage = open_storage(root)

@@ -377,9 +377,10 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
 
     def _upload_chunk(self, final: bool = False) -> bool:
         assert self._writer is not None, "a file open for writing has its writer"
-        self._writer.write(self.buffer.getbuffer())
         if final:
-            self._writer.close()
+            self._writer.write_and_close(self.buffer.getbuffer())
+        else:
+            self._writer.write(self.buffer.getbuffer())
         return True
 
     def commit(self) -> None:

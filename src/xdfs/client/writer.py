@@ -103,7 +103,9 @@ class FileWriter:
         client_name: str,
         status: p.FileStatus,
         blocks: list[BlockRecord] | None = None,
+        first: p.LocatedBlock | None = None,
     ) -> None:
+        """``first``: the file's first block, allocated by ``create_with_block``."""
         self.nn = nn
         self.pool = pool
         self.config = config
@@ -120,6 +122,8 @@ class FileWriter:
         #: continues on the replicas that hold it: where they are, and what they hold.
         self._continue: tuple[p.LocatedBlock, BlockRecord] | None = None
         self._excluded: set[str] = set()
+        #: A block the NameNode allocated with the file, used by the first write.
+        self._first = first
         self._renewer = asyncio.get_running_loop().create_task(self._renew_lease())
 
     @classmethod
@@ -196,6 +200,9 @@ class FileWriter:
         try:
             if self._current is not None:
                 await self._finish_block()
+            if self._first is not None:  # an empty file: its block goes unused
+                await self._abandon(self._first.block.block_id)
+                self._first = None
             return await self._complete()
         finally:
             await self._stop()
@@ -218,14 +225,18 @@ class FileWriter:
     # -- blocks -----------------------------------------------------------------------------
 
     async def _start_block(self, buffer: BlockBuffer | None = None) -> _BlockWrite:
-        """Ask for the next block and start its uploads (replaying ``buffer`` when given)."""
-        request = p.AddBlockRequest(
-            self.path,
-            self.client_name,
-            self.blocks[-1] if self.blocks else None,
-            sorted(self._excluded),
-        )
-        located = await self.nn.call(p.ADD_BLOCK, request)
+        """Ask for the next block (unless the file came with it) and start its uploads
+        (replaying ``buffer`` when given)."""
+        located = self._first
+        self._first = None
+        if located is None:
+            request = p.AddBlockRequest(
+                self.path,
+                self.client_name,
+                self.blocks[-1] if self.blocks else None,
+                sorted(self._excluded),
+            )
+            located = await self.nn.call(p.ADD_BLOCK, request)
         block = _BlockWrite(located, buffer or BlockBuffer())
         for address in block.located.locations:
             self._upload(block, address, block.located.token)
@@ -302,9 +313,12 @@ class FileWriter:
 
     async def _resend(self, failed: _BlockWrite) -> _BlockWrite:
         """Abandon a block no target stored and send its bytes to fresh targets."""
-        request = p.AbandonBlockRequest(self.path, self.client_name, failed.located.block.block_id)
-        await self.nn.call(p.ABANDON_BLOCK, request)
-        return await self._start_block(failed.buffer)  # complete: the new uploads replay it
+        await self._abandon(failed.located.block.block_id)
+        return await self._start_block(failed.buffer)
+
+    async def _abandon(self, block_id: int) -> None:
+        request = p.AbandonBlockRequest(self.path, self.client_name, block_id)
+        await self.nn.call(p.ABANDON_BLOCK, request)  # complete: the new uploads replay it
 
     async def _replace_failed(self, block: _BlockWrite, stored: list[str]) -> list[str]:
         """Send the finished block to replacements for failed targets (best effort: the

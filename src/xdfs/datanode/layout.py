@@ -39,7 +39,11 @@ _META_RE = re.compile(r"^blk_(-?\d+)_(\d+)\.meta$")
 
 def subdirs(block_id: int) -> tuple[str, str]:
     """The two directory levels under ``finalized/`` that hold ``block_id``."""
-    return f"subdir{(block_id >> 8) & 0xFF}", f"subdir{block_id & 0xFF}"
+    return f"subdir{(block_id >> 8) & 0xFF}", LEAF_NAMES[block_id & 0xFF]
+
+
+#: The names of the leaf directories under each first-level one.
+LEAF_NAMES = tuple(f"subdir{second}" for second in range(256))
 
 
 def data_name(block_id: int) -> str:

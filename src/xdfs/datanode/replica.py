@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,19 @@ class Replica:
     @property
     def disk_bytes(self) -> int:
         return self.num_bytes + self.meta_bytes
+
+
+#: Threads for the checksum files' fdatasyncs (:meth:`ReplicaWriter._finish_and_sync`):
+#: one per block being finalized at once, never waiting on each other, so a bound only
+#: queues a burst; as many as asyncio's default executor (the callers' threads) has.
+_SYNCS = ThreadPoolExecutor(min(32, (os.cpu_count() or 1) + 4), "xdfs-meta-sync")
+
+
+def _sync_file(fd: int, path: Path) -> None:
+    try:
+        datasync(fd)
+    except OSError as exc:
+        raise StorageError(f"fsync of {path} failed: {exc}") from exc
 
 
 def _open(path: Path, flags: int) -> int:
@@ -202,7 +216,12 @@ class ReplicaWriter:
         see :func:`move_files`)."""
         self._finish_and_sync()
         fault_point("datanode.before_finalize")
-        data_dest, meta_dest = move_files(self.data_path, self.meta_path, dest_dir)
+        # Durable once ``dest_dir`` is synced: the data file there is the commit point. The
+        # names leaving rbw/ are not synced (one fsync less per block): a rename is one
+        # atomic change of the file system, and should a crash still show the files in
+        # rbw/ too, startup drops them there for the finalized replica (DataStorage).
+        data_dest, meta_dest = rename_files(self.data_path, self.meta_path, dest_dir)
+        fsync_dir(dest_dir)
         self._drop_stale_meta(meta_dest)
         self.finalized = Replica(
             self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
@@ -253,13 +272,17 @@ class ReplicaWriter:
         return self._data_fd >= 0
 
     def _finish_and_sync(self) -> None:
-        """Checksum the last partial chunk, make both files durable and close them."""
+        """Checksum the last partial chunk, make both files durable and close them.
+
+        The two fdatasyncs run at once (the checksum file's in a helper thread): two in
+        flight together cost about one (the file system commits them together), where
+        one after the other they cost two, on the path of every acknowledged block."""
         self._write_meta(self._builder.finish())
-        for fd, path in ((self._data_fd, self.data_path), (self._meta_fd, self.meta_path)):
-            try:
-                datasync(fd)
-            except OSError as exc:
-                raise StorageError(f"fsync of {path} failed: {exc}") from exc
+        meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
+        try:
+            _sync_file(self._data_fd, self.data_path)
+        finally:
+            meta.result()  # waited for even when the data file failed: it closes the fd
         self._close()
 
     def _close(self) -> None:
@@ -332,6 +355,11 @@ class ReplicaReader:
     @property
     def _name(self) -> str:
         return f"block {self.replica.block_id} ({self.replica.data_path})"
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every piece of the range was read (the next read returns None)."""
+        return self._pos >= self._end
 
     def read_piece(self) -> memoryview | None:
         """The next verified piece of the requested range (a view of a buffer that the call

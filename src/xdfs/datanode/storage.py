@@ -202,6 +202,7 @@ class DataStorage:
             size = entry.stat().st_size
             replica = Replica(block_id, genstamp, size, Path(entry.path), Path(meta.path),
                               meta.stat().st_size)
+            self._drop_finalized_rbw(replica)
             self.replicas[block_id] = replica
             self.used_bytes += replica.disk_bytes
         for entry in data.values():  # data files without any checksum file
@@ -210,6 +211,20 @@ class DataStorage:
         if removed:
             fsync_dir(directory)
         return [str(directory.relative_to(self.finalized) / name) for name in removed]
+
+    def _drop_finalized_rbw(self, finalized: Replica) -> None:
+        """Names in rbw/ of a replica finalized since: a finalize syncs the directory the
+        files move to, not rbw/ (``ReplicaWriter.finalize``), so after a crash a file
+        system could show them in both places; the finalized replica is the one kept."""
+        rbw = self.replicas.get(finalized.block_id)
+        if rbw is None or rbw.finalized or rbw.genstamp > finalized.genstamp:
+            return
+        del self.replicas[finalized.block_id]
+        self.used_bytes -= rbw.disk_bytes
+        unlink_quietly(rbw.data_path, rbw.meta_path)
+        fsync_dir(self.rbw)
+        log.warning("removed rbw/ names of block %d, finalized before the restart",
+                    finalized.block_id)
 
     # -- the replica map ----------------------------------------------------------------
 
@@ -283,13 +298,23 @@ class DataStorage:
         # Checked under the lock too: a directory another writer just made is durable
         # only once that writer's fsync of its parent is done, which the lock waits for.
         with self._mkdir_lock:
-            for directory in (dest.parent, dest):
-                if not directory.is_dir():
-                    try:
-                        directory.mkdir()
-                    except OSError as exc:
-                        raise StorageError(f"cannot create {directory}: {exc}") from exc
-                    fsync_dir(directory.parent)
+            if dest.is_dir():
+                return
+            parent = dest.parent
+            # Every missing leaf of the parent at once, under one fsync of it: block ids
+            # are allocated in sequence and each leaf holds every 256th, so the blocks that
+            # follow land in the siblings made now (one directory fsync per 256 blocks
+            # instead of one per block while a fresh DataNode fills its leaves).
+            leaves = (parent / name for name in layout.LEAF_NAMES)
+            made = [d for d in (parent, *leaves) if not d.is_dir()]
+            for directory in made:
+                try:
+                    directory.mkdir()
+                except OSError as exc:
+                    raise StorageError(f"cannot create {directory}: {exc}") from exc
+                if directory is parent:
+                    fsync_dir(parent.parent)
+            fsync_dir(parent)
 
     def add(self, replica: Replica) -> None:
         """Put a just-finalized replica in the map (replacing an older one of its id)."""

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterable, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
+from xdfs.rpc.streams import StreamReceiver
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +77,18 @@ async def receive_replica(
     disk_failed = False
     try:
         if append_to is None:
-            await in_thread(writer.open)
+            # One hop to a worker thread per batch of chunks: the first also opens the
+            # files, the last also finalizes (a small block: one hop in all).
+            async for batch, ended in _batches(chunks):
+                replaced = storage.get(block_id) if ended else None
+                await in_thread(_write_new, storage, writer, batch, ended, replaced)
         else:
             tail = await in_thread(writer.prepare_reopen, append_to)
             # on the loop, with the map: no reader opens the replica between the two
             storage.add(writer.reopen(append_to, tail))
             await in_thread(writer.sync_reopened, append_to.data_path.parent)
-        async for data in chunks:
-            await in_thread(writer.write, data)
-        if append_to is None:
-            await in_thread(storage.commit, writer, storage.get(block_id))
-        else:
+            async for data in chunks:
+                await in_thread(writer.write, data)
             dest = await in_thread(storage.finish_append, writer)
             storage.add(writer.move_appended(dest))  # with the map, as reopen
             await in_thread(writer.sync_appended)
@@ -102,6 +104,36 @@ async def receive_replica(
             await _keep_or_abort(storage, writer, disk_failed, on_kept)
     assert writer.finalized is not None
     return writer.finalized
+
+
+async def _batches(
+    chunks: AsyncIterable[bytes | memoryview],
+) -> AsyncIterator[tuple[list[bytes | memoryview], bool]]:
+    """``chunks`` as batches of what arrived together, each with whether the stream ended
+    with it (the last batch may be empty: the stream ended with no more data)."""
+    if isinstance(chunks, StreamReceiver):
+        while True:
+            batch, ended = await chunks.next_batch()
+            yield batch, ended
+            if ended:
+                return
+    async for data in chunks:
+        yield [data], False
+    yield [], True
+
+
+def _write_new(
+    storage: DataStorage, writer: ReplicaWriter, batch: list[bytes | memoryview],
+    ended: bool, replaced: Replica | None,
+) -> None:
+    """Worker thread: a batch of a new replica's chunks, its files opened first when this
+    is the first batch, the replica finalized after it when the stream ``ended``."""
+    if not writer.is_open:
+        writer.open()
+    for data in batch:
+        writer.write(data)
+    if ended:
+        storage.commit(writer, replaced)
 
 
 async def _keep_or_abort(
@@ -155,6 +187,9 @@ class PieceStream:
         reader = self._reader
         if reader is None:
             raise StopAsyncIteration
+        if self._ahead is None and reader.exhausted:  # no read in flight moves it meanwhile
+            self.close()
+            raise StopAsyncIteration
         pending = self._ahead or self._read_ahead(reader)
         self._ahead = None
         try:
@@ -169,7 +204,8 @@ class PieceStream:
         if piece is None:
             self.close()
             raise StopAsyncIteration
-        self._ahead = self._read_ahead(reader)
+        if not reader.exhausted:  # the end is known without a hop: a small block is one
+            self._ahead = self._read_ahead(reader)
         return piece
 
     def close(self) -> None:

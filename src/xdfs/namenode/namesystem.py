@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
@@ -89,6 +89,7 @@ from xdfs.protocol.namenode import (
     DEFAULT_MODE,
     AppendResponse,
     ContentSummary,
+    CreateBlockResponse,
     FileStatus,
     LocatedBlock,
     LocatedBlocks,
@@ -146,6 +147,13 @@ def at_most_once(
         return await self.run_once(key, lambda: method(self, *args, **kwargs))
 
     return once
+
+
+def _keyed_ops(ops: Sequence[Op], key: CallKey) -> list[Op]:
+    """``ops`` with the call's key on the last (on the one before when the last adds the
+    first block of a ``create_with_block``: its add_file carries the key)."""
+    last = len(ops) - 2 if len(ops) > 1 and isinstance(ops[-1], AddBlockOp) else len(ops) - 1
+    return [with_key(op, key) if index == last else op for index, op in enumerate(ops)]
 
 
 def _retried_add_block(blocks: Sequence[BlockRecord], previous: BlockRecord | None) -> bool:
@@ -230,7 +238,7 @@ class Namesystem:
         key = self._keyed.get(cast("asyncio.Task[object]", asyncio.current_task()))
         ops = planned.ops
         if key is not None and keyed and ops:
-            ops = [*ops[:-1], with_key(ops[-1], key)]
+            ops = _keyed_ops(ops, key)
         txid = self.edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
@@ -469,6 +477,61 @@ class Namesystem:
         overwrite: bool,
         create_parents: bool,
     ) -> FileStatus:
+        status = await self._create(
+            user, client, path, mode=mode, replication=replication, block_size=block_size,
+            overwrite=overwrite, create_parents=create_parents, first_block=False,
+        )
+        assert isinstance(status, FileStatus)
+        return status
+
+    async def create_with_block(
+        self,
+        user: str,
+        client: str,
+        path: str,
+        *,
+        mode: int,
+        replication: int,
+        block_size: int,
+        overwrite: bool,
+        create_parents: bool,
+    ) -> CreateBlockResponse:
+        """``create`` and the writer's first ``add_block`` in one call and one edits sync.
+        The first block is left to ``add_block`` (``block`` None) when no target is live
+        or quotas are set (``add_block`` checks them before it allocates anything)."""
+        answer = await self._create_with_block_once(
+            user, client, path, mode=mode, replication=replication, block_size=block_size,
+            overwrite=overwrite, create_parents=create_parents,
+        )
+        if isinstance(answer, FileStatus):
+            # A retry answered from the edits (replayed after a restart or a failover: the
+            # key is on the add_file op). The block's targets were in memory only: the
+            # writer's add_block gets that block again, with targets chosen anew (a retried
+            # add_block is recognised from the file).
+            return CreateBlockResponse(answer)
+        return answer
+
+    @at_most_once
+    async def _create_with_block_once(
+        self, /, user: str, client: str, path: str, **options: Any
+    ) -> CreateBlockResponse | FileStatus:
+        return await self._create(user, client, path, first_block=True, **options)
+
+    async def _create(
+        self,
+        user: str,
+        client: str,
+        path: str,
+        *,
+        mode: int,
+        replication: int,
+        block_size: int,
+        overwrite: bool,
+        create_parents: bool,
+        first_block: bool,
+    ) -> FileStatus | CreateBlockResponse:
+        """A ``CreateBlockResponse`` when ``first_block``, else the new file's status (the
+        answer each call's retry cache keeps, hence one type per call)."""
         resolved = self.ns.resolve(path)
         replication = replication or self.config.default_replication
         block_size = block_size or self.config.default_block_size_bytes
@@ -485,7 +548,7 @@ class Namesystem:
             raise InvalidArgument(f"client name {client} is reserved for lease recovery")
         await self._recover_if_abandoned(user, client, resolved, overwrite)
 
-        def plan() -> Plan[FileStatus]:
+        def plan() -> Plan[FileStatus | CreateBlockResponse]:
             iip = self.ns.fresh(resolved)
             self.ns.check_access(user, iip)  # traverse first, as mkdirs
             if iip.exists:
@@ -515,9 +578,30 @@ class Namesystem:
             )
             self.ns.check_name_quota(iip, len(ops) - (1 if iip.exists else 0))
             self.leases.take(client, user, self.clock())
+            if first_block:
+                located = self._first_block(user, ops)
+                return Plan(ops, lambda: CreateBlockResponse(self.ns.stat(iip), located), (iip,))
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
         return await self.mutate("create", plan)
+
+    def _first_block(self, user: str, ops: list[Op]) -> LocatedBlock | None:
+        """The first block of the file ``ops`` end by adding (logged right after it, in
+        the same sync), or None to leave it to ``add_block``: no live target, or quotas,
+        which only ``add_block`` checks before anything is applied."""
+        added = ops[-1]
+        assert isinstance(added, AddFileOp)
+        if self.ns.has_quotas():
+            return None
+        try:
+            chosen = self.blocks.choose_targets(added.replication, (), added.block_size)
+        except NotEnoughReplicas:
+            return None
+        block = BlockRecord(self.ns.allocate_block_id(), self.ns.allocate_genstamp(), 0)
+        ops.append(AddBlockOp(added.path, block))
+        self.blocks.expect(block.block_id, (n.node_id for n in chosen))
+        return LocatedBlock(block, 0, [n.address for n in chosen],
+                            self.blocks.block_token(user, block.block_id, "w"))
 
     def _check_overwrite(
         self, user: str, client: str, iip: INodesInPath, overwrite: bool

@@ -85,6 +85,14 @@ class LocatedBlock(msgspec.Struct, array_like=True):
     token: str = ""  # block token for the DataNodes
 
 
+class CreateBlockResponse(msgspec.Struct):
+    """``create_with_block``: the new file and its first block with its targets (None when
+    the NameNode left that to ``add_block``: no live target, or quotas to check)."""
+
+    status: FileStatus
+    block: LocatedBlock | None = None
+
+
 class AddBlockRequest(msgspec.Struct):
     path: str
     client: str
@@ -454,6 +462,10 @@ LOGIN = _m("login", LoginRequest, LoginResponse, True, "Password -> expiring tok
 MKDIRS = _once("mkdirs", MkdirsRequest, FileStatus, "Create a directory (and parents).")
 CREATE = _once("create", CreateRequest, FileStatus, "Create a file; take its lease.")
 ADD_BLOCK = _once("add_block", AddBlockRequest, LocatedBlock, "Allocate the next block.")
+CREATE_WITH_BLOCK = _once(
+    "create_with_block", CreateRequest, CreateBlockResponse,
+    "Create a file and allocate its first block: create and add_block in one call.",
+)
 COMPLETE = _once("complete", CompleteRequest, FileStatus, "Close a file being written.")
 RENEW_LEASE = _m("renew_lease", RenewLeaseRequest, Empty, True, "Keep a writer's leases.")
 RECOVER_LEASE = _m(
@@ -585,6 +597,7 @@ CLIENT_SERVICE = Service(
         TRUNCATE,
         CONCAT,
         ACCESS,
+        CREATE_WITH_BLOCK,
     ),
 )
 ADMIN_SERVICE = Service(

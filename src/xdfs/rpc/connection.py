@@ -116,6 +116,10 @@ class RpcProtocol(asyncio.BufferedProtocol):
         self._can_write.set()
         self._closed = asyncio.get_running_loop().create_future()
         self._payload_is_shared = True
+        #: Small frames sent during this loop turn, written together at its end (one
+        #: socket write for every reply a turn produces: see :meth:`send`).
+        self._out: list[bytes | bytearray | memoryview] = []
+        self._receiving = False
         self.senders: dict[int, StreamSender] = {}
         self.receivers: dict[int, StreamReceiver] = {}
 
@@ -139,6 +143,7 @@ class RpcProtocol(asyncio.BufferedProtocol):
         return self._reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._receiving = True
         try:
             for payload in self._reader.feed(nbytes):
                 if self.is_closing:
@@ -149,6 +154,9 @@ class RpcProtocol(asyncio.BufferedProtocol):
         except Exception as exc:  # a bug must cost one connection, never the server
             log.exception("unexpected error handling a frame from %s", self.peer)
             self.abort_with(InternalError(f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._receiving = False
+            self.flush()
 
     def _on_payload(self, payload: memoryview) -> None:
         try:
@@ -164,6 +172,7 @@ class RpcProtocol(asyncio.BufferedProtocol):
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._out = []
         if not self._closed.done():
             self._closed.set_result(None)
         self._can_write.set()
@@ -213,13 +222,39 @@ class RpcProtocol(asyncio.BufferedProtocol):
         """``logical_call``: the number every retry of this call carries (REQUEST, HEAD)."""
         if self.is_closing:
             return  # connection_lost fails whoever is waiting
-        assert self.transport is not None
+        frames: tuple[bytes | bytearray | memoryview, ...]
         if kind == Kind.CHUNK and isinstance(body, Chunk) and _immutable(body.data):
             # Bulk data goes to the socket without being copied into the frame first
             # (one writelines: a single writev, as one frame was).
-            self.transport.writelines((encode_chunk_head(call_id, body), body.data))
+            frames = (encode_chunk_head(call_id, body), body.data)
+        else:
+            frames = (encode_frame(kind, call_id, method, body, logical_call),)
+        if self._receiving:
+            # Sent while handling what one read brought (a batch of requests answered at
+            # once, their credits): queued and written in one go when the batch is done,
+            # not one system call each. Deferring to a later loop turn instead would cost
+            # every lone call an extra turn of the loop, more than the write it saves.
+            self._out += frames
             return
-        self.transport.write(encode_frame(kind, call_id, method, body, logical_call))
+        assert self.transport is not None
+        if len(frames) == 1:
+            self.transport.write(frames[0])
+        else:
+            self.transport.writelines(frames)
+
+    def flush(self) -> None:
+        """Write the frames :meth:`send` queued while receiving (in their order)."""
+        out = self._out
+        if not out:
+            return
+        self._out = []
+        if self.is_closing:
+            return
+        assert self.transport is not None
+        if len(out) == 1:
+            self.transport.write(out[0])
+        else:
+            self.transport.writelines(out)
 
     def send_error(self, call_id: int, error: XdfsError) -> None:
         self.send(Kind.ERROR, call_id, "", ErrorInfo(error.code, error.message))
@@ -237,11 +272,12 @@ class RpcProtocol(asyncio.BufferedProtocol):
             return
         log.info("closing connection %s: %s", self.peer, error.message)
         self.send_error(0, error)
-        assert self.transport is not None
-        self.transport.close()
+        self.close()
 
     def close(self) -> None:
+        """Close after writing what is queued (the transport flushes its own buffer)."""
         if self.transport is not None and not self.transport.is_closing():
+            self.flush()
             self.transport.close()
 
     # -- stream frames, the same for both directions ------------------------------------

@@ -179,12 +179,31 @@ class StreamReceiver:
                 raise StopAsyncIteration
             self._wake.clear()
             await self._wake.wait()
+        return self._take()
+
+    def _take(self) -> memoryview | bytes:
         data = self._queue.popleft()
         self._consumed_since_credit += 1
         if self._consumed_since_credit >= self._credit_batch and not self.finished:
             self._proto.send(Kind.CREDIT, self._id, "", Credit(self._consumed_since_credit))
             self._consumed_since_credit = 0
         return data
+
+    async def next_batch(self) -> tuple[list[memoryview | bytes], bool]:
+        """Every chunk received by now (waiting for one when there is none), and whether
+        the stream ended with them: a consumer that hands chunks to a worker thread then
+        makes one hop per batch, and can finish its work in the same hop as the last
+        chunk. Errors are raised as by iteration; ``([], True)`` at the end."""
+        try:
+            batch = [await self.__anext__()]
+        except StopAsyncIteration:
+            return [], True
+        while self._queue:
+            batch.append(self._take())
+        if self._done and self._error is None:
+            self._exhausted = True
+            return batch, True
+        return batch, False
 
     async def read_all(self) -> bytes:
         return b"".join([bytes(part) async for part in self])

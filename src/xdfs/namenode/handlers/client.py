@@ -77,6 +77,17 @@ class ClientHandlers:
             create_parents=req.create_parents,
         )
 
+    async def create_with_block(
+        self, ctx: CallContext, req: p.CreateRequest
+    ) -> p.CreateBlockResponse:
+        if not req.client:
+            raise InvalidArgument("create needs a client name (the lease holder)")
+        return await self.fs.create_with_block(
+            caller(ctx, self.fs), req.client, req.path, mode=req.mode,
+            replication=req.replication, block_size=req.block_size, overwrite=req.overwrite,
+            create_parents=req.create_parents,
+        )
+
     async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
         return await self.fs.add_block(
             caller(ctx, self.fs), req.client, req.path, req.previous, req.excluded,

@@ -916,6 +916,10 @@ class Namespace:
         if isinstance(node, FileInode):
             self._blocks_charge(iip, node, blocks, True)
 
+    def has_quotas(self) -> bool:
+        """Whether any directory has a quota."""
+        return bool(self._quotas)
+
     def quota_of(self, path: PathArg) -> quota.Quota | None:
         """The quota of a directory (with its usage), None when it has none."""
         return self._quotas.get(self._at(path).get().id)
