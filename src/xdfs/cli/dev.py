@@ -125,6 +125,10 @@ def dev(
     _write_cluster_files(base, uri, launch.children, credentials, known, devlog)
     click.echo(f"xdfs dev cluster ready: {uri}")
     click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs dfs -ls /")
+    for role, child in launch.children:
+        if role == "namenode" and _http(child, role):
+            click.echo(f"  web UI: http://{_http(child, role)}/ui/   (log in as "
+                       f"{credentials['user']}; the password is in client.toml)")
     sys.stdout.flush()
     sys.exit(_supervise(launch.children, watch.poll if watch else None))
 
