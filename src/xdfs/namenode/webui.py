@@ -183,8 +183,9 @@ class WebUi:
         assert fs is not None
         report = datanode_report(fs.ns, fs.blocks)
         rows = [_datanode_row(info) for info in report.nodes]
-        body = (table(["address", "state", "capacity", "used", "remaining", "blocks",
-                       "last contact", "transfers", "node id"], rows, css="datanodes")
+        body = (table(["address", "state", "admin state", "rack", "capacity", "used",
+                       "remaining", "blocks", "last contact", "transfers", "node id"], rows,
+                      css="datanodes")
                 if rows else "<p>No DataNode has registered.</p>")
         return page("DataNodes", NAV, body, role="namenode", user=user)
 
@@ -299,7 +300,12 @@ def _entry_row(entry: FileStatus) -> tuple[str, ...]:
 
 def _datanode_row(info: DataNodeInfo) -> tuple[str, ...]:
     state = f'<span class="{h(info.state)}">{h(info.state)}</span>'
-    return (h(info.address), state, h(size(info.capacity_bytes)),
+    admin = info.admin_state
+    if admin in ("decommissioning", "entering_maintenance"):
+        admin += f" ({info.decommission_blocks_left} blocks left)"
+    elif admin == "in_maintenance" and info.maintenance_expiry_ms:
+        admin += f" until {when(info.maintenance_expiry_ms / 1000)}"
+    return (h(info.address), state, h(admin), h(info.rack), h(size(info.capacity_bytes)),
             bar(info.used_bytes, info.capacity_bytes), h(size(info.free_bytes)),
             h(info.blocks), h(f"{info.last_contact_s:.1f} s ago"),
             h(info.transfers_in_progress), h(info.node_id))
