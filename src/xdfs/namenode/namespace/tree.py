@@ -8,6 +8,12 @@ the same namespace. Everything else here is a query or a permission check. Besid
 every block id is indexed to its file, kept exact by apply and by image loading: the block
 manager's way from a reported replica to its expected replication and committed length.
 
+One class in modules by job: :mod:`.tree_base` (state, counters, the op dispatch, the block
+index, path resolution), :mod:`.tree_files` (ops on files' blocks: add, update, close,
+append, truncate, concat), :mod:`.tree_quota` (quota charges and checks),
+:mod:`.tree_users` (users, token keys, the DataNode secret, the epoch); here the ops on
+the tree's shape and attributes, the queries and the permission checks.
+
 Pure: no I/O, no clock (every time comes inside an op), no logging. Not thread-safe: the
 server applies and queries from one thread, and must not change the namespace while an
 iterator returned from here (:meth:`Namespace.iter_inode_records`,
