@@ -4,12 +4,13 @@ process tests; optionally a ZooKeeper ensemble and a failover controller per Nam
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from xdfs.config import XdfsConfig
 from xdfs.errors import XdfsError
 from xdfs.testing.net import free_port
 
-from ..journal.qjm_cluster import ENV, PASSWORD, USER, QjmCluster
+from ..journal.qjm_cluster import ENV, PASSWORD, USER, QjmCluster, make_cluster, running
 
 IDS = ("nn1", "nn2")
 #: Deadline of anything a test waits for (generous: a loaded 2-core machine).
@@ -168,3 +169,14 @@ class HaCluster:
             return asyncio.run(ask())
         except XdfsError:
             return False
+
+
+@contextlib.contextmanager
+def formatted_pair(tmp_path: Path, *extra: str) -> Iterator[HaCluster]:
+    """nn1 and nn2 formatted on three JournalNodes (``extra``: arguments for every
+    process), nothing started yet; every process killed after it."""
+    with running(make_cluster(tmp_path, tmp_path)) as qjm:
+        qjm.extra += list(extra)
+        cluster = HaCluster(qjm, tmp_path)
+        cluster.format()
+        yield cluster

@@ -10,8 +10,7 @@ import pytest
 
 from xdfs.common.zookeeper import ZooKeeperEnsemble
 
-from ..journal.qjm_cluster import make_cluster
-from .cluster import WAIT_S, HaCluster
+from .cluster import WAIT_S, HaCluster, formatted_pair
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +23,7 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnse
 @pytest.fixture
 def auto_ha(tmp_path: Path, ensemble: ZooKeeperEnsemble) -> Iterator[HaCluster]:
     """Elected and taking writes when the test starts; every process killed after it."""
-    qjm = make_cluster(tmp_path, tmp_path)
-    cluster = HaCluster(qjm, tmp_path)
-    try:
-        cluster.format()
+    with formatted_pair(tmp_path) as cluster:
         cluster.automatic(ensemble.hosts)
         for nn_id in ("nn1", "nn2"):
             cluster.start(nn_id)
@@ -36,5 +32,3 @@ def auto_ha(tmp_path: Path, ensemble: ZooKeeperEnsemble) -> Iterator[HaCluster]:
         cluster.wait(cluster.active, "one NameNode elected active")
         cluster.wait(cluster.writable, "the active takes writes")
         yield cluster
-    finally:
-        qjm.group.kill_all()

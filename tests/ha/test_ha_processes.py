@@ -20,21 +20,15 @@ import pytest
 
 from xdfs.errors import XdfsError
 
-from ..journal.qjm_cluster import make_cluster
-from .cluster import HaCluster
+from .cluster import HaCluster, formatted_pair
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def ha(tmp_path: Path) -> Iterator[HaCluster]:
-    qjm = make_cluster(tmp_path, tmp_path)
-    cluster = HaCluster(qjm, tmp_path)
-    try:
-        cluster.format()
+    with formatted_pair(tmp_path) as cluster:
         yield cluster
-    finally:
-        qjm.group.kill_all()
 
 
 def _ok(result: object) -> str:

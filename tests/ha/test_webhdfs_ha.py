@@ -18,24 +18,19 @@ import pytest
 from xdfs.client.webhdfs_ha import active_webhdfs, webhdfs_filesystem
 from xdfs.testing.net import free_port
 
-from ..journal.qjm_cluster import PASSWORD, USER, make_cluster
-from .cluster import IDS, HaCluster
+from ..journal.qjm_cluster import PASSWORD, USER
+from .cluster import IDS, HaCluster, formatted_pair
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def ha(tmp_path: Path) -> Iterator[tuple[HaCluster, dict[str, str]]]:
-    qjm = make_cluster(tmp_path, tmp_path)
-    cluster = HaCluster(qjm, tmp_path)
     gateways = {nn_id: f"127.0.0.1:{free_port()}" for nn_id in IDS}
-    try:
-        cluster.format()
+    with formatted_pair(tmp_path) as cluster:
         for nn_id in IDS:
             cluster.start(nn_id, "-D", f"namenode.http_address={gateways[nn_id]}")
         yield cluster, gateways
-    finally:
-        qjm.group.kill_all()
 
 
 def _fs(gateway: str) -> fsspec.AbstractFileSystem:

@@ -13,8 +13,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.ha.cluster import HaCluster
-from tests.journal.qjm_cluster import PASSWORD, USER, make_cluster
+from tests.ha.cluster import HaCluster, formatted_pair
+from tests.journal.qjm_cluster import PASSWORD, USER
 from tests.metrics.test_dashboard import STANDBY_ONLY, dashboard_metrics
 from xdfs.testing.net import free_port
 
@@ -23,13 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def ha(tmp_path: Path) -> Iterator[HaCluster]:
-    qjm = make_cluster(tmp_path, tmp_path)
-    cluster = HaCluster(qjm, tmp_path)
-    try:
-        cluster.format()
+    with formatted_pair(tmp_path) as cluster:
         yield cluster
-    finally:
-        qjm.group.kill_all()
 
 
 def metrics(http: str) -> dict[str, float]:

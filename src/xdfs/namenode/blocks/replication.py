@@ -142,7 +142,7 @@ class ReplicationMonitor:
         self._postponed_orphans: dict[tuple[str, int], None] = {}
         #: Replicas of nodes that died in maintenance: block id -> node ids, still counted
         #: until the maintenance ends (the map dropped them: they are not readable).
-        self.held: dict[int, set[str]] = {}
+        self.maintenance_held: dict[int, set[str]] = {}
         #: Balancer moves: block id -> source node id, the replica to drop once the
         #: target's copy makes one too many (HDFS's delHint).
         self.move_hints: dict[int, str] = {}
@@ -200,7 +200,7 @@ class ReplicationMonitor:
     def counts(self, block_id: int, expected: int) -> ReplicaCounts:
         """The block's replicas by what they count for (see :class:`ReplicaCounts`)."""
         normal: list[str] = []
-        maintenance = set(self.held.get(block_id, ()))
+        maintenance = set(self.maintenance_held.get(block_id, ()))
         corrupt: list[str] = []
         any_good = 0
         for replica in self.map.replicas(block_id):
@@ -287,7 +287,7 @@ class ReplicationMonitor:
     def forget_block(self, block_id: int) -> None:
         """The block left the namespace durably: delete every replica."""
         self._unqueue(block_id)
-        self.held.pop(block_id, None)
+        self.maintenance_held.pop(block_id, None)
         self.move_hints.pop(block_id, None)
         for task in self.pending.drop_block(block_id):
             self._release(task)
@@ -299,7 +299,7 @@ class ReplicationMonitor:
         affected = set(lost_blocks)
         if node.admin_state == IN_MAINTENANCE:  # still counted until the maintenance ends
             for block_id in lost_blocks:
-                self.held.setdefault(block_id, set()).add(node.node_id)
+                self.maintenance_held.setdefault(block_id, set()).add(node.node_id)
         for task in self.pending.drop_node(node.node_id):
             self._release(task)
             affected.add(task.block_id)
@@ -356,10 +356,10 @@ class ReplicationMonitor:
     def release_held(self, node_id: str) -> None:
         """The maintenance of ``node_id`` ended while it was down: its replicas stop
         counting."""
-        for block_id in [b for b, nodes in self.held.items() if node_id in nodes]:
-            self.held[block_id].discard(node_id)
-            if not self.held[block_id]:
-                del self.held[block_id]
+        for block_id in [b for b, nodes in self.maintenance_held.items() if node_id in nodes]:
+            self.maintenance_held[block_id].discard(node_id)
+            if not self.maintenance_held[block_id]:
+                del self.maintenance_held[block_id]
             self.check(block_id)
 
     def _schedule(self, block_id: int) -> int:
