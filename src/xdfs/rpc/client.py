@@ -30,6 +30,8 @@ import asyncio
 import itertools
 import os
 import ssl
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -50,6 +52,7 @@ from xdfs.errors import (
     XdfsError,
     error_from_code,
 )
+from xdfs.rpc.blocking import BlockingConnection
 from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
 from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
 from xdfs.rpc.messages import (
@@ -62,6 +65,7 @@ from xdfs.rpc.messages import (
 )
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
 from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
+from xdfs.rpc.sync import LoopThread, inline_loop
 
 T = TypeVar("T")
 
@@ -358,6 +362,12 @@ class RpcClient:
         self._preferred = 0
         self._connections: dict[str, ClientConnection] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+        #: Each synchronous caller thread's blocking connections, by address (see call).
+        self._inline = threading.local()
+        self._inline_all: list[tuple[threading.Thread, BlockingConnection]] = []
+        self._inline_lock = threading.Lock()
+        #: The user the servers authenticated this client as (the last handshake's).
+        self.authenticated_user = ""
 
     @property
     def current_address(self) -> str:
@@ -385,9 +395,18 @@ class RpcClient:
                     address, self.config, self.hello, self.ssl_context
                 )
                 self._connections[address] = conn
+                self._welcomed(conn.welcome)
             return conn
 
+    def _welcomed(self, welcome: Welcome | None) -> None:
+        if welcome is not None:
+            self.authenticated_user = welcome.user
+
     async def close(self) -> None:
+        with self._inline_lock:
+            inline, self._inline_all = self._inline_all, []
+        for _thread, blocking in inline:
+            blocking.close()
         conns = list(self._connections.values())
         self._connections.clear()
         for conn in conns:
@@ -398,11 +417,119 @@ class RpcClient:
     async def call(
         self, method: Method[Req, Resp], request: Req, *, timeout_s: float | None = None
     ) -> Resp:
+        """One unary call, with the retries and failover above.
+
+        From a thread that runs this coroutine itself on behalf of a synchronous client
+        (:meth:`~xdfs.rpc.sync.LoopThread.run_inline`), the first try goes over that
+        thread's own blocking connection and nothing awaits the event loop: no thread hop
+        (see :mod:`xdfs.rpc.blocking`). Anything but an answer there (no connection, a
+        standby, overloaded, lost, timed out where the call may be repeated) hands the
+        call, with the same call number, to the failover above on the loop."""
         deadline = timeout_s or self.config.call_timeout_s
         number = next(self._call_numbers)
+        loop = inline_loop()
+        if loop is not None:
+            return self._call_inline(loop, method, request, deadline, number)
+        return await self._failover_call(method, request, deadline, number)
+
+    async def _failover_call(
+        self, method: Method[Req, Resp], request: Req, deadline: float, number: int
+    ) -> Resp:
         return await self._with_failover(
             method, lambda conn: conn.call(method, request, deadline, number), restartable=True
         )
+
+    # -- synchronous callers: a blocking connection per thread --------------------------
+
+    def _call_inline(
+        self, loop: LoopThread, method: Method[Req, Resp], request: Req, deadline: float,
+        number: int,
+    ) -> Resp:
+        """The first try of a call over this thread's connection to the preferred address;
+        the rules of :meth:`_with_failover` for what follows a failed try."""
+        index = self._preferred
+        address = self.addresses[index]
+        try:
+            conn = self._inline_connection(address)
+            call_id = conn.request(method, request, number)
+        except (Unavailable, Overloaded):  # not sent: the failover path starts over
+            return loop.run(self._failover_call(method, request, deadline, number))
+        except ConnectionLost:  # the write failed: maybe sent
+            if not method.retry_safe:
+                raise
+            return loop.run(self._failover_call(method, request, deadline, number))
+        try:
+            return self._inline_answer(loop, conn, call_id, method, deadline, index)
+        except _MovedOn as moved:
+            self._moved_on(method.name, method.retry_safe, address, moved.index)
+        except (NotActive, Overloaded):
+            pass  # nothing ran
+        except RpcTimeout:
+            self._skip(index)  # paused or overloaded: the next call starts elsewhere
+            if not method.retry_safe:
+                raise
+        except ConnectionLost:
+            if not method.retry_safe:
+                raise
+        except XdfsError:  # the call's own error: the connection is fine
+            raise
+        except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
+            conn.close()
+            raise
+        return loop.run(self._failover_call(method, request, deadline, number))
+
+    def _inline_answer(
+        self, loop: LoopThread, conn: BlockingConnection, call_id: int,
+        method: Method[Any, Resp], deadline: float, index: int,
+    ) -> Resp:
+        """Wait for the answer of ``call_id`` up to ``deadline`` seconds (then RpcTimeout,
+        the call cancelled); with a probe, ask who is active every ``probe.after_s`` while
+        waiting, as :meth:`_watched` does (the asking runs on the loop)."""
+        probe = self.probe
+        now = time.monotonic()
+        end = now + deadline
+        round_end = end if probe is None else now + probe.after_s
+        while True:
+            try:
+                return conn.answer(call_id, method, min(round_end, end) - now)
+            except TimeoutError:
+                pass
+            now = time.monotonic()
+            if now >= end:
+                conn.cancel(call_id)
+                raise RpcTimeout(f"{method.name} got no answer within {deadline} s")
+            assert probe is not None
+            round_end = now + probe.after_s
+            moved_to = loop.run(self._find_active(probe, index))
+            if moved_to is not None:
+                conn.close()  # abandoned: whatever it answers is not wanted
+                raise _MovedOn(moved_to)
+            now = time.monotonic()
+
+    def _inline_connection(self, address: str) -> BlockingConnection:
+        """This thread's open connection to ``address`` (made, with the client's hello,
+        when missing or closed)."""
+        conns: dict[str, BlockingConnection] | None = getattr(self._inline, "conns", None)
+        if conns is None:
+            conns = self._inline.conns = {}
+        conn = conns.get(address)
+        if conn is not None and conn.usable():
+            return conn
+        conn = BlockingConnection.open(address, self.config, self.hello, self.ssl_context)
+        conns[address] = conn
+        self._welcomed(conn.welcome)
+        with self._inline_lock:
+            # Connections of threads that have ended are closed here (a thread pool's
+            # threads come and go; each leaves at most one connection per address).
+            alive = []
+            for thread, other in self._inline_all:
+                if thread.is_alive() and not other.closed:
+                    alive.append((thread, other))
+                else:
+                    other.close()
+            alive.append((threading.current_thread(), conn))
+            self._inline_all = alive
+        return conn
 
     async def upload(
         self,
