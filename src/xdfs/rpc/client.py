@@ -433,10 +433,12 @@ class RpcClient:
         return await self._failover_call(method, request, deadline, number)
 
     async def _failover_call(
-        self, method: Method[Req, Resp], request: Req, deadline: float, number: int
+        self, method: Method[Req, Resp], request: Req, deadline: float, number: int,
+        start: int | None = None,
     ) -> Resp:
         return await self._with_failover(
-            method, lambda conn: conn.call(method, request, deadline, number), restartable=True
+            method, lambda conn: conn.call(method, request, deadline, number), restartable=True,
+            start=start,
         )
 
     # -- synchronous callers: a blocking connection per thread --------------------------
@@ -462,7 +464,10 @@ class RpcClient:
             return self._inline_answer(loop, conn, call_id, method, deadline, index)
         except _MovedOn as moved:
             self._moved_on(method.name, method.retry_safe, address, moved.index)
-        except (NotActive, Overloaded):
+        except NotActive:  # nothing ran; a standby: the others next
+            start = (index + 1) % len(self.addresses)
+            return loop.run(self._failover_call(method, request, deadline, number, start))
+        except Overloaded:
             pass  # nothing ran
         except RpcTimeout:
             self._skip(index)  # paused or overloaded: the next call starts elsewhere
@@ -566,10 +571,13 @@ class RpcClient:
         attempt: Callable[[ClientConnection], Awaitable[T]],
         *,
         restartable: bool,
+        start: int | None = None,
     ) -> T:
+        """``start``: the address to try first (default: the preferred one)."""
         failures: list[str] = []
         count = len(self.addresses)
-        order = [(self._preferred + i) % count for i in range(count)]
+        first = self._preferred if start is None else start
+        order = [(first + i) % count for i in range(count)]
         while order:
             index = order.pop(0)
             address = self.addresses[index]
