@@ -447,7 +447,8 @@ class Client:
         target = getattr(self._async, name)
         if not callable(target) or name.startswith("_"):
             return target
-        run = self._loop.run_inline if name in INLINE_METHODS else self._loop.run
+        inline = name in INLINE_METHODS and self._async.config.client.inline_calls
+        run = self._loop.run_inline if inline else self._loop.run
 
         def call(*args: Any, **kwargs: Any) -> Any:
             result = target(*args, **kwargs)
