@@ -53,7 +53,13 @@ from xdfs.errors import (
     error_from_code,
 )
 from xdfs.rpc.blocking import BlockingConnection
-from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
+from xdfs.rpc.connection import (
+    DECODE_ERRORS,
+    ERROR_DECODER,
+    RpcProtocol,
+    decode_error,
+    encode_frame,
+)
 from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
@@ -130,9 +136,11 @@ class ClientConnection(RpcProtocol):
         super().__init__(config)
         self.address = ""
         self.welcome: Welcome | None = None
-        self._welcome_future: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._welcome_future: asyncio.Future[Welcome] = self._loop.create_future()
         self._next_id = 1
         self._pending: dict[int, tuple[asyncio.Future[Any], Method[Any, Any]]] = {}
+        self._flush_soon = False  # a flush of queued requests is scheduled (_send_request)
 
     @classmethod
     async def open(
@@ -285,8 +293,32 @@ class ClientConnection(RpcProtocol):
         """``logical_call``: the number all tries of this call carry (see RpcClient)."""
         assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
         call_id, future = self._new_call(method)
-        self.send(Kind.REQUEST, call_id, method.name, request, logical_call)
+        self._send_request(call_id, method.name, request, logical_call)
         return await self._await_answer(call_id, future, method, timeout_s)
+
+    def _send_request(self, call_id: int, name: str, request: Any, logical_call: int) -> None:
+        """Send a unary request; with other calls in flight, at the end of this loop turn
+        together with the others made in it (many callers woken by one batch of answers
+        send one write, not one system call each). A lone call goes out at once."""
+        if len(self._pending) <= 1 or self._receiving:
+            self.flush()  # anything queued goes first: frames keep their order
+            self.send(Kind.REQUEST, call_id, name, request, logical_call)
+            return
+        self._out.append(encode_frame(Kind.REQUEST, call_id, name, request, logical_call))
+        if not self._flush_soon:
+            self._flush_soon = True
+            self._loop.call_soon(self._flush_queued)
+
+    def _flush_queued(self) -> None:
+        self._flush_soon = False
+        self.flush()
+
+    def send(
+        self, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
+    ) -> None:
+        if self._out and not self._receiving:
+            self.flush()  # requests queued by _send_request go first
+        super().send(kind, call_id, method, body, logical_call)
 
     async def upload(
         self,
