@@ -1,11 +1,13 @@
-"""Unary calls made inline by synchronous callers (LoopThread.run_inline): each thread over
-its own blocking connection, with the failover rules of RpcClient (tests/rpc/test_failover
-for the loop path)."""
+"""Unary calls made inline by synchronous callers (LoopThread.run_inline): from the calling
+thread over a blocking connection taken from the client's idle ones, with the failover
+rules of RpcClient (tests/rpc/test_failover for the loop path)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -67,21 +69,32 @@ async def caller_of(minicluster: MiniCluster) -> AsyncIterator[Callable[..., Cal
         await caller.close()
 
 
-async def test_each_thread_calls_over_its_own_connection_without_the_loop(
+async def test_calls_at_once_get_a_connection_each_and_later_threads_reuse_them(
     server: RpcServer, handlers: TestHandlers, caller_of: Callable[..., Caller]
 ) -> None:
     caller = caller_of(server.address)
     handlers.name = "s1"
+    gate = threading.Barrier(3)
 
-    def five_calls() -> list[Name]:
-        return [caller.loop.run_inline(caller.rpc.call(WHOAMI, Empty())) for _ in range(5)]
+    def call_together() -> Name:
+        gate.wait()  # three calls at once need three connections
+        return caller.loop.run_inline(caller.rpc.call(WHOAMI, Empty()))
 
-    answers = await asyncio.gather(*(asyncio.to_thread(five_calls) for _ in range(3)))
-    assert [name.name for batch in answers for name in batch] == ["s1"] * 15
+    def in_new_threads(threads: int, calls: int, call: Callable[[], Name]) -> list[Name]:
+        # (in a worker thread: the servers run on this test's loop)
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(lambda _i: call(), range(calls)))
+
+    answers = await asyncio.to_thread(in_new_threads, 3, 3, call_together)
+    assert [name.name for name in answers] == ["s1"] * 3
+    assert len(server.connections) == 3
+    # Threads that come later (the pool above is gone) take idle connections: no new
+    # handshake; none was made by the client's event loop (no call hopped to it).
+    for _ in range(3):
+        await asyncio.to_thread(in_new_threads, 2, 4, lambda: caller.loop.run_inline(
+            caller.rpc.call(WHOAMI, Empty())))
     assert handlers.calls["test_whoami"] == 15
-    # asyncio.to_thread's pool gave the three batches up to three threads: one connection
-    # each, none made by the client's event loop (no call hopped to it).
-    assert 1 <= len(server.connections) <= 3
+    assert len(server.connections) == 3
     assert not caller.rpc._connections
 
 

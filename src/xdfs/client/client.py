@@ -422,7 +422,8 @@ class AsyncClient:
 
 #: Methods of :class:`AsyncClient` that only resolve their paths and make unary calls: the
 #: synchronous client runs them in the calling thread (LoopThread.run_inline), each call
-#: over that thread's own connection, with no hop to the event loop's thread and back.
+#: over a blocking connection that thread takes for it, with no hop to the event loop's
+#: thread and back.
 INLINE_METHODS = frozenset({
     "access", "block_locations", "content_summary", "delete", "exists", "expunge", "home",
     "absolute", "mkdirs", "rename", "restore", "set_owner", "set_permission",

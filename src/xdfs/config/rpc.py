@@ -166,10 +166,10 @@ class ClientConfig:
     )
     inline_calls: bool = setting(
         True, "The synchronous client (Client, fsspec) makes its metadata calls from the "
-        "calling thread, over a connection of that thread's own (one per thread and "
-        "NameNode), without a hop to its event loop's thread and back. false: every call "
-        "through the event loop's one connection (fewer connections, for a process with "
-        "very many threads)."
+        "calling thread, without a hop to its event loop's thread and back, over blocking "
+        "connections it keeps for that (as many per NameNode as calls were ever made at "
+        "once). false: every call through the event loop's one connection (fewer "
+        "connections, for a process with very many threads calling at once)."
     )
 
     def validate(self) -> None:

@@ -1,17 +1,18 @@
-"""A blocking connection: one thread's own socket for unary calls, no event loop involved.
+"""A blocking connection: a socket a thread makes unary calls over itself, no event loop.
 
 A synchronous caller (the :class:`~xdfs.client.client.Client`, fsspec) that hops to the
 event loop's thread for every call pays two thread wakeups and the loop's task, future and
 timer per call, several times the call's own work on a small one (a stat): so
-:class:`~xdfs.rpc.client.RpcClient` lets each calling thread make its unary calls over a
-socket of its own, writing the request and reading the answer itself (see
-:meth:`RpcClient.call`). The frames and the handshake are the ones of
-:class:`~xdfs.rpc.client.ClientConnection`, with the client's ``Hello`` (its client id:
-the server's retry cache treats every connection of one client alike).
+:class:`~xdfs.rpc.client.RpcClient` lets a calling thread make a unary call over a socket
+it takes from the client's idle ones (or opens) and gives back after the call, writing the
+request and reading the answer itself (see :meth:`RpcClient.call`). The frames and the
+handshake are the ones of :class:`~xdfs.rpc.client.ClientConnection`, with the client's
+``Hello`` (its client id: the server's retry cache treats every connection of one client
+alike).
 
-One call at a time per connection (its thread's). An answer that comes after its call was
-given up (a timeout) is read and dropped with the next call, as the multiplexed connection
-drops it.
+One call at a time per connection (by the thread that took it). An answer that comes after
+its call was given up (a timeout) is read and dropped with the next call, as the
+multiplexed connection drops it.
 """
 
 from __future__ import annotations

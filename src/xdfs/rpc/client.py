@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import os
 import ssl
@@ -394,10 +395,12 @@ class RpcClient:
         self._preferred = 0
         self._connections: dict[str, ClientConnection] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
-        #: Each synchronous caller thread's blocking connections, by address (see call).
-        self._inline = threading.local()
-        self._inline_all: list[tuple[threading.Thread, BlockingConnection]] = []
-        self._inline_lock = threading.Lock()
+        #: Blocking connections of synchronous callers not in use now, by address (see
+        #: call): a calling thread takes one (or opens one) for a call and puts it back, so
+        #: there are as many as calls were ever made at once, whatever threads come and go.
+        self._idle: dict[str, collections.deque[BlockingConnection]] = {}
+        self._blocking: set[BlockingConnection] = set()  # every open one, for close()
+        self._blocking_lock = threading.Lock()
         #: The user the servers authenticated this client as (the last handshake's).
         self.authenticated_user = ""
 
@@ -435,10 +438,11 @@ class RpcClient:
             self.authenticated_user = welcome.user
 
     async def close(self) -> None:
-        with self._inline_lock:
-            inline, self._inline_all = self._inline_all, []
-        for _thread, blocking in inline:
-            blocking.close()
+        with self._blocking_lock:
+            blocking, self._blocking = self._blocking, set()
+            self._idle.clear()
+        for one in blocking:
+            one.close()
         conns = list(self._connections.values())
         self._connections.clear()
         for conn in conns:
@@ -452,8 +456,8 @@ class RpcClient:
         """One unary call, with the retries and failover above.
 
         From a thread that runs this coroutine itself on behalf of a synchronous client
-        (:meth:`~xdfs.rpc.sync.LoopThread.run_inline`), the first try goes over that
-        thread's own blocking connection and nothing awaits the event loop: no thread hop
+        (:meth:`~xdfs.rpc.sync.LoopThread.run_inline`), the first try goes over a blocking
+        connection that thread takes for the call and nothing awaits the event loop: no hop
         (see :mod:`xdfs.rpc.blocking`). Anything but an answer there (no connection, a
         standby, overloaded, lost, timed out where the call may be repeated) hands the
         call, with the same call number, to the failover above on the loop."""
@@ -473,39 +477,35 @@ class RpcClient:
             start=start,
         )
 
-    # -- synchronous callers: a blocking connection per thread --------------------------
+    # -- synchronous callers: blocking connections, one per call at a time ---------------
 
     def _call_inline(
         self, loop: LoopThread, method: Method[Req, Resp], request: Req, deadline: float,
         number: int,
     ) -> Resp:
-        """The first try of a call over this thread's connection to the preferred address;
+        """The first try of a call over a blocking connection to the preferred address;
         the rules of :meth:`_with_failover` for what follows a failed try."""
         index = self._preferred
         address = self.addresses[index]
+        start: int | None = None
         try:
-            conn = self._inline_connection(address)
-            call_id = conn.request(method, request, number)
+            conn = self._take_blocking(address)
         except (Unavailable, Overloaded):  # not sent: the failover path starts over
             return loop.run(self._failover_call(method, request, deadline, number))
-        except ConnectionLost:  # the write failed: maybe sent
-            if not method.retry_safe:
-                raise
-            return loop.run(self._failover_call(method, request, deadline, number))
         try:
+            call_id = conn.request(method, request, number)
             return self._inline_answer(loop, conn, call_id, method, deadline, index)
         except _MovedOn as moved:
             self._moved_on(method.name, method.retry_safe, address, moved.index)
         except NotActive:  # nothing ran; a standby: the others next
             start = (index + 1) % len(self.addresses)
-            return loop.run(self._failover_call(method, request, deadline, number, start))
         except Overloaded:
             pass  # nothing ran
         except RpcTimeout:
             self._skip(index)  # paused or overloaded: the next call starts elsewhere
             if not method.retry_safe:
                 raise
-        except ConnectionLost:
+        except ConnectionLost:  # maybe sent
             if not method.retry_safe:
                 raise
         except XdfsError:  # the call's own error: the connection is fine
@@ -513,7 +513,9 @@ class RpcClient:
         except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
             conn.close()
             raise
-        return loop.run(self._failover_call(method, request, deadline, number))
+        finally:
+            self._give_back(conn)
+        return loop.run(self._failover_call(method, request, deadline, number, start))
 
     def _inline_answer(
         self, loop: LoopThread, conn: BlockingConnection, call_id: int,
@@ -543,30 +545,34 @@ class RpcClient:
                 raise _MovedOn(moved_to)
             now = time.monotonic()
 
-    def _inline_connection(self, address: str) -> BlockingConnection:
-        """This thread's open connection to ``address`` (made, with the client's hello,
-        when missing or closed)."""
-        conns: dict[str, BlockingConnection] | None = getattr(self._inline, "conns", None)
-        if conns is None:
-            conns = self._inline.conns = {}
-        conn = conns.get(address)
-        if conn is not None and conn.usable():
-            return conn
+    def _take_blocking(self, address: str) -> BlockingConnection:
+        """An idle open connection to ``address`` (the most recently used), or a new one
+        made with the client's hello; the caller owns it until :meth:`_give_back`."""
+        idle = self._idle.get(address)
+        while idle:
+            try:
+                conn = idle.pop()  # deque: atomic, any thread
+            except IndexError:
+                break
+            if conn.usable():
+                return conn
+            self._forget(conn)
         conn = BlockingConnection.open(address, self.config, self.hello, self.ssl_context)
-        conns[address] = conn
+        with self._blocking_lock:
+            self._blocking.add(conn)
         self._welcomed(conn.welcome)
-        with self._inline_lock:
-            # Connections of threads that have ended are closed here (a thread pool's
-            # threads come and go; each leaves at most one connection per address).
-            alive = []
-            for thread, other in self._inline_all:
-                if thread.is_alive() and not other.closed:
-                    alive.append((thread, other))
-                else:
-                    other.close()
-            alive.append((threading.current_thread(), conn))
-            self._inline_all = alive
         return conn
+
+    def _give_back(self, conn: BlockingConnection) -> None:
+        if conn.closed:
+            self._forget(conn)
+        else:
+            self._idle.setdefault(conn.address, collections.deque()).append(conn)
+
+    def _forget(self, conn: BlockingConnection) -> None:
+        conn.close()
+        with self._blocking_lock:
+            self._blocking.discard(conn)
 
     async def upload(
         self,

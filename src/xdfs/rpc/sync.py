@@ -19,7 +19,7 @@ _inline = threading.local()
 def inline_loop() -> LoopThread | None:
     """The :class:`LoopThread` on whose behalf this thread runs a coroutine itself
     (:meth:`LoopThread.run_inline`), or None (an event loop's thread, or plain code).
-    :meth:`xdfs.rpc.client.RpcClient.call` then makes its call over this thread's own
+    :meth:`xdfs.rpc.client.RpcClient.call` then makes its call from this thread over a
     blocking connection instead of awaiting the loop."""
     loop: LoopThread | None = getattr(_inline, "loop", None)
     return loop
@@ -82,8 +82,8 @@ class LoopThread:
 
     def run_inline(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` in the calling thread, with no hop to the loop: for coroutines whose
-        only waits are unary calls of an RpcClient (which then block this thread on its
-        own connection, see :func:`inline_loop`) and awaits that complete at once. The
+        only waits are unary calls of an RpcClient (which then block this thread on a
+        blocking connection, see :func:`inline_loop`) and awaits that complete at once. The
         calls' failover still runs on the loop when a call needs it (its retries, its
         probe of who is active), :meth:`run` from this thread.
 
