@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
+import select
 import socket
 import ssl
 import time
@@ -48,6 +50,13 @@ class BlockingConnection:
         self.address = address
         self.welcome: Welcome | None = None
         self._sock = sock
+        # A plain socket stays blocking: its idle check reads with MSG_DONTWAIT and a wait
+        # for an answer polls, no mode switch (a system call each) per call. TLS records
+        # need the socket's own timeouts (a readable socket may hold half a record).
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        sock.settimeout(None)
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN)
         self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
         #: Frames read beyond the one being waited for, decoded, their bodies owned.
         self._queue: collections.deque[InEnvelope] = collections.deque()
@@ -110,10 +119,9 @@ class BlockingConnection:
         try:
             while self._queue:
                 self._on_idle_frame(self._queue.popleft())
-            self._sock.settimeout(0.0)
             while True:
                 try:
-                    received = self._sock.recv_into(self._reader.get_buffer())
+                    received = self._receive_now()
                 except (BlockingIOError, ssl.SSLWantReadError):
                     return True
                 if not received:
@@ -131,7 +139,6 @@ class BlockingConnection:
         call_id = self._next_id
         self._next_id += 1
         try:
-            self._sock.settimeout(None)
             self._write(encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call))
         except _SOCKET_ERRORS as exc:
             self.close()
@@ -162,7 +169,6 @@ class BlockingConnection:
     def cancel(self, call_id: int) -> None:
         """Tell the server the caller gave up on ``call_id`` (its answer is dropped)."""
         try:
-            self._sock.settimeout(None)
             self._write(encode_frame(Kind.CANCEL, call_id, "", None))
         except _SOCKET_ERRORS:
             self.close()
@@ -177,6 +183,28 @@ class BlockingConnection:
     def _write(self, frame: bytes | bytearray) -> None:
         self._sock.sendall(frame)
 
+    def _receive(self, wait_s: float) -> int:
+        """Read what arrives within ``wait_s`` into the reader (TimeoutError: nothing)."""
+        if self._tls:
+            self._sock.settimeout(wait_s)
+            try:
+                return self._sock.recv_into(self._reader.get_buffer())
+            finally:
+                self._sock.settimeout(None)
+        if not self._poll.poll(math.ceil(wait_s * 1000)):
+            raise TimeoutError
+        return self._sock.recv_into(self._reader.get_buffer())
+
+    def _receive_now(self) -> int:
+        """Read what has arrived (BlockingIOError or SSLWantReadError: nothing has)."""
+        if self._tls:
+            self._sock.settimeout(0.0)
+            try:
+                return self._sock.recv_into(self._reader.get_buffer())
+            finally:
+                self._sock.settimeout(None)
+        return self._sock.recv_into(self._reader.get_buffer(), 0, socket.MSG_DONTWAIT)
+
     def _next_frame(self, deadline: float) -> InEnvelope | None:
         """The next frame, or None at ``deadline``. Reads whole socket buffers: frames
         beyond the first wait in ``_queue``."""
@@ -187,9 +215,8 @@ class BlockingConnection:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                self._sock.settimeout(left)
                 try:
-                    received = self._sock.recv_into(self._reader.get_buffer())
+                    received = self._receive(left)
                 except TimeoutError:
                     return None
                 if not received:
