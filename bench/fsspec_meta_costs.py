@@ -23,6 +23,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -101,8 +102,14 @@ def measure(fs: AbstractFileSystem, nn_pid: int, counter: CallCounter, threads: 
         "mv": lambda t: [fs.mv(a, b) for a, b in zip(names(t, "d"), names(t, "r"), strict=True)],
     }
     out: dict[str, dict[str, float]] = {}
+    together = threading.Barrier(threads)
+
+    def connect(_t: int) -> None:
+        together.wait()  # every thread calls at once: as many connections as threads
+        fs.info(top)
+
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda t: fs.info(top), range(threads)))  # connections made
+        list(pool.map(connect, range(threads)))  # the handshakes are not measured
         for op, run in work.items():
             calls, switched, nn_cpu = counter.calls, switches(), proc_cpu_s(nn_pid)
             wall, cpu = time.perf_counter(), time.process_time()
