@@ -429,6 +429,7 @@ INLINE_METHODS = frozenset({
     "absolute", "mkdirs", "rename", "restore", "set_owner", "set_permission",
     "set_replication", "set_times", "stat", "status", "safe_mode", "datanode_report",
     "fsck", "set_quota", "recover_lease", "concat", "truncate", "login", "list_dir",
+    "create", "create_with_block", "complete", "touchz",
 })
 
 
