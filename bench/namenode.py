@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/namenode.py            # full run (a few minutes)
     .venv/bin/python bench/namenode.py --quick    # about a minute, smaller counts
+    .venv/bin/python bench/namenode.py --vs-moosefs [--quick]   # the MooseFS comparison only
 
 Four parts, each printed as rows of one Markdown table (ready for docs/benchmarks.md):
 
@@ -24,6 +25,12 @@ Four parts, each printed as rows of one Markdown table (ready for docs/benchmark
 (d) **image save / load** of that namespace: ``recovery.save_checkpoint`` (written and
     fsynced) and ``recovery.load_namespace`` (the startup path: md5 verified while
     streaming), in inodes/s.
+
+``--vs-moosefs`` runs instead the metadata workload of issue 14 side by side with MooseFS
+(:mod:`vs_moosefs`: ``xdfs dev`` and a MooseFS it starts itself, uncached FUSE mount;
+``mkdir``, ``info`` and ``mv`` through fsspec from 1 and 8 threads, the systems alternating)
+and prints the ratios; when MooseFS cannot run here it says why in one line and measures
+xdfs alone.
 
 Every rate is the median of ``--runs`` runs (fresh NameNode per run for (a), fresh
 directories for (b)); min .. max is shown beside it. The CPU column is CPU microseconds per
@@ -94,6 +101,7 @@ class Settings:
     image_runs: int
     only: tuple[str, ...]
     workdir: str | None
+    vs_moosefs: bool = False
 
 
 @dataclass
@@ -470,6 +478,20 @@ def image_part(s: Settings, table: Table, ns: Namespace, base: Path) -> None:
         shutil.rmtree(name_dir, ignore_errors=True)
 
 
+# -- against MooseFS ---------------------------------------------------------------------------
+
+
+def vs_moosefs_part(s: Settings, base: Path) -> str:
+    """The metadata part of bench/vs_moosefs.py, ``s.runs`` runs: its ratio table."""
+    import vs_moosefs
+
+    settings = vs_moosefs.Settings(
+        runs=s.runs, dir_ops=800 if s.quick else 4000, file_mib=0, small_files=0,
+        small_kib=0, parts={"metadata"}, base=base,
+    )
+    return vs_moosefs.bench(settings).markdown()
+
+
 # -- report ----------------------------------------------------------------------------------
 
 
@@ -518,6 +540,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--only", action="append", default=[], metavar="PART",
                         help="in-process, RPC, memory or image (repeatable)")
     parser.add_argument("--dir", default=None, help="where name dirs go (a temp dir)")
+    parser.add_argument("--vs-moosefs", action="store_true",
+                        help="only the fsspec metadata workload against MooseFS, side by side")
     args = parser.parse_args(argv)
     q = args.quick
     ops = args.ops or (5_000 if q else 20_000)
@@ -535,6 +559,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         image_runs=2 if q else 3,
         only=tuple(args.only),
         workdir=args.dir,
+        vs_moosefs=args.vs_moosefs,
     )
     if min(s.runs, s.ops, s.rpc_ops, s.writers, s.files) <= 0:
         parser.error("counts must be positive")
@@ -547,6 +572,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join([".venv/bin/python bench/namenode.py",
                         *(sys.argv[1:] if argv is None else argv)])
     print(f"machine: {machine()}\nload average before: {load_average()}", file=sys.stderr)
+    if s.vs_moosefs:
+        with tempfile.TemporaryDirectory(prefix="xdfs-nnbench-", dir=s.workdir) as tmp:
+            compared = vs_moosefs_part(s, Path(tmp))
+        print(f"\ncommand: {command}\nmachine: {machine()}")
+        print(f"load average after (1/5/15 min): {load_average()}\n\n{compared}")
+        return 0
     table = Table(s)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="xdfs-nnbench-", dir=s.workdir) as tmp:

@@ -68,22 +68,36 @@ class System:
 @dataclass
 class Results:
     rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: CPU microseconds of this (client) process per op, where measured (metadata).
+    cpu_us: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
-    def add(self, system: str, figure: str, rate: float) -> None:
+    def add(self, system: str, figure: str, rate: float, cpu_us: float | None = None) -> None:
         self.rates.setdefault((figure, system), []).append(rate)
-        print(f"  {system:<8} {figure:<34} {rate:>12,.1f}", file=sys.stderr, flush=True)
+        cpu = ""
+        if cpu_us is not None:
+            self.cpu_us.setdefault((figure, system), []).append(cpu_us)
+            cpu = f"   (client CPU {cpu_us:,.0f} us/op)"
+        print(f"  {system:<8} {figure:<34} {rate:>12,.1f}{cpu}", file=sys.stderr, flush=True)
 
     def median(self, figure: str, system: str) -> float | None:
         values = self.rates.get((figure, system))
         return statistics.median(values) if values else None
 
+    def _cpu(self, figure: str) -> str:
+        cells = [self.cpu_us.get((figure, system)) for system in ("moosefs", "xdfs")]
+        if not any(cells):
+            return "-"
+        return " / ".join(f"{statistics.median(c):,.0f}" if c else "-" for c in cells)
+
     def markdown(self) -> str:
         figures = list(dict.fromkeys(figure for figure, _ in self.rates))
-        lines = ["| figure | MooseFS | xdfs | xdfs / MooseFS |", "|---|---|---|---|"]
+        lines = ["| figure | MooseFS | xdfs | xdfs / MooseFS | client CPU us/op, MooseFS / xdfs |",
+                 "|---|---|---|---|---|"]
         for figure in figures:
             mfs, xdfs = self.median(figure, "moosefs"), self.median(figure, "xdfs")
             ratio = f"**{xdfs / mfs:.2f}**" if mfs and xdfs else "-"
-            lines.append(f"| {figure} | {_cell(mfs)} | {_cell(xdfs)} | {ratio} |")
+            lines.append(f"| {figure} | {_cell(mfs)} | {_cell(xdfs)} | {ratio} "
+                         f"| {self._cpu(figure)} |")
         return "\n".join(lines)
 
 
@@ -96,10 +110,15 @@ def _cell(value: float | None) -> str:
 
 def in_threads(threads: int, work: Callable[[int], int]) -> float:
     """Run ``work(thread_index)`` on ``threads`` threads; the ops per second of all of them."""
-    started = time.perf_counter()
+    return timed_in_threads(threads, work)[0]
+
+
+def timed_in_threads(threads: int, work: Callable[[int], int]) -> tuple[float, float]:
+    """:func:`in_threads`, and the CPU microseconds this process spent per op."""
+    started, cpu = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(threads) as pool:
         ops = sum(pool.map(work, range(threads)))
-    return ops / (time.perf_counter() - started)
+    return ops / (time.perf_counter() - started), (time.process_time() - cpu) / ops * 1e6
 
 
 def metadata(system: System, s: Settings, threads: int, run: int, results: Results) -> None:
@@ -127,7 +146,7 @@ def metadata(system: System, s: Settings, threads: int, run: int, results: Resul
 
     for op, work in (("mkdir", mkdir), ("stat", stat), ("rename", rename)):
         results.add(system.name, f"{op}/s, {threads} thread{'s' * (threads > 1)}",
-                    in_threads(threads, work))
+                    *timed_in_threads(threads, work))
     system.fs.rm(top, recursive=True)
 
 
@@ -204,7 +223,15 @@ def moosefs(base: Path) -> Iterator[System | None]:
         return
     peer = MooseFS(base / "mfs")
     try:
-        peer.start(uncached=True)
+        try:
+            peer.start(uncached=True)
+        except RuntimeError as exc:  # e.g. another MooseFS holds its fixed ports
+            lines = [line for line in str(exc).splitlines() if "can't" in line or
+                     "failed" in line or "error" in line]
+            print(f"MooseFS skipped: it did not start ({'; '.join(lines[-2:])})",
+                  file=sys.stderr)
+            yield None
+            return
         root = peer.mount / "bench"
         root.mkdir(exist_ok=True)
         yield System("moosefs", fsspec.filesystem("file", skip_instance_cache=True), str(root))

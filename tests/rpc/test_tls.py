@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from xdfs.protocol.system import ECHO, PING, SINK, SOURCE, EchoRequest, SourceRe
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Empty, Kind
 from xdfs.rpc.server import RpcServer
+from xdfs.rpc.sync import LoopThread
 from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 from xdfs.testing.minicluster import MiniCluster
@@ -85,6 +87,26 @@ async def test_calls_and_streams_over_tls(
     conn = await client.connection(tls_server.address)
     assert conn.transport is not None
     assert conn.transport.get_extra_info("ssl_object") is not None
+
+
+async def test_inline_calls_over_tls(tls_server: RpcServer, pki: Pki) -> None:
+    """A synchronous caller's calls (over a blocking TLS socket, see test_blocking)."""
+    client = RpcClient(tls_server.address, pki.client_config,
+                       ssl_context=client_context(pki.client_config))
+    loop = LoopThread("tls-client", use_uvloop=False)
+
+    def calls() -> list[bytes]:
+        big = bytes(range(256)) * 1000  # an answer of several TLS records
+        return [loop.run_inline(client.call(ECHO, EchoRequest(payload))).payload
+                for payload in (b"secret", big, b"again")]
+
+    try:
+        answers = await asyncio.to_thread(calls)
+        assert answers == [b"secret", bytes(range(256)) * 1000, b"again"]
+        assert not client._connections  # nothing went through the loop
+    finally:
+        await asyncio.to_thread(loop.run, client.close())
+        loop.close()
 
 
 async def test_plain_client_against_tls_server_fails_fast(

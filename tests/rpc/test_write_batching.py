@@ -1,16 +1,21 @@
 """Frames sent while handling what one read brought leave in one socket write, in order;
-a frame sent at any other time is written at once. A stream consumer can take every chunk
-that arrived together in one batch, and learns with it whether the stream ended."""
+a frame sent at any other time is written at once (a client's requests made in one loop
+turn while others are in flight: together at the end of that turn). A stream consumer can
+take every chunk that arrived together in one batch, and learns with it whether the stream
+ended."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import crc32c
 
 from xdfs.config import RpcConfig
+from xdfs.protocol.system import PING
+from xdfs.rpc.client import ClientConnection
 from xdfs.rpc.connection import RpcProtocol, encode_frame
-from xdfs.rpc.messages import Chunk, InEnvelope, Kind, Tail
+from xdfs.rpc.messages import Chunk, Empty, InEnvelope, Kind, Tail
 from xdfs.rpc.streams import StreamReceiver
 
 
@@ -85,3 +90,23 @@ async def test_next_batch_takes_what_arrived_and_says_when_the_stream_ended() ->
     assert (batch, ended) == ([memoryview(b"d")], True)
     assert receiver.exhausted  # the handler may return: the stream was read to its end
     assert await receiver.next_batch() == ([], True)
+
+
+async def test_requests_made_in_one_loop_turn_leave_in_one_write_a_lone_one_at_once() -> None:
+    conn = ClientConnection(RpcConfig())
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    lone = asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=1))
+    await asyncio.sleep(0)
+    assert transport.calls == [[bytes(encode_frame(Kind.REQUEST, 1, PING.name, Empty(), 1))]]
+    # Five callers woken together (as by one batch of answers), the lone call still out.
+    calls = [asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=n))
+             for n in range(2, 7)]
+    await asyncio.sleep(0)  # they send
+    await asyncio.sleep(0)  # the loop turn after: the queued requests are written
+    assert transport.calls[1:] == [
+        [bytes(encode_frame(Kind.REQUEST, n, PING.name, Empty(), n)) for n in range(2, 7)],
+    ]
+    receive(conn, b"".join(bytes(encode_frame(Kind.RESPONSE, n, "", Empty()))
+                           for n in range(1, 7)))
+    assert await asyncio.gather(lone, *calls) == [Empty()] * 6

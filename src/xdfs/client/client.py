@@ -89,8 +89,7 @@ class AsyncClient:
         directory). The user is the one the NameNode authenticated (a token names it)."""
         if self._home is None:
             await self.rpc.call(p.STAT, p.PathRequest("/"))  # connects, with failover
-            conn = await self.rpc.connection(self.rpc.current_address)
-            user = conn.welcome.user if conn.welcome is not None else ""
+            user = self.rpc.authenticated_user
             if not user:
                 raise InvalidArgument("a relative path needs a user: this client is anonymous")
             self._home = f"/user/{user}"
@@ -421,6 +420,19 @@ class AsyncClient:
             return head
 
 
+#: Methods of :class:`AsyncClient` that only resolve their paths and make unary calls: the
+#: synchronous client runs them in the calling thread (LoopThread.run_inline), each call
+#: over a blocking connection that thread takes for it, with no hop to the event loop's
+#: thread and back.
+INLINE_METHODS = frozenset({
+    "access", "block_locations", "content_summary", "delete", "exists", "expunge", "home",
+    "absolute", "mkdirs", "rename", "restore", "set_owner", "set_permission",
+    "set_replication", "set_times", "stat", "status", "safe_mode", "datanode_report",
+    "fsck", "set_quota", "recover_lease", "concat", "truncate", "login", "list_dir",
+    "create", "create_with_block", "complete", "touchz",
+})
+
+
 class Client:
     """Synchronous twin of :class:`AsyncClient`: every coroutine method of the async
     client is available here as a blocking method with the same name and arguments."""
@@ -437,13 +449,15 @@ class Client:
         target = getattr(self._async, name)
         if not callable(target) or name.startswith("_"):
             return target
+        inline = name in INLINE_METHODS and self._async.config.client.inline_calls
+        run = self._loop.run_inline if inline else self._loop.run
 
         def call(*args: Any, **kwargs: Any) -> Any:
             result = target(*args, **kwargs)
             if hasattr(result, "__aiter__"):
                 return self._loop.run(_collect(result))
             if isinstance(result, Coroutine):
-                return self._loop.run(result)
+                return run(result)
             return result
 
         # Kept: the next call of this method finds it without coming here (every fsspec

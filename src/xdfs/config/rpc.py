@@ -164,6 +164,13 @@ class ClientConfig:
         "often); when another one has become active, the call is repeated there at once "
         "instead of waiting for rpc.call_timeout_s (a paused active). 0: never ask."
     )
+    inline_calls: bool = setting(
+        True, "The synchronous client (Client, fsspec) makes its metadata calls from the "
+        "calling thread, without a hop to its event loop's thread and back, over blocking "
+        "connections it keeps for that (as many per NameNode as calls were ever made at "
+        "once). false: every call through the event loop's one connection (fewer "
+        "connections, for a process with very many threads calling at once)."
+    )
 
     def validate(self) -> None:
         require(self.failover_probe_after_s >= 0, "client.failover_probe_after_s must be >= 0")

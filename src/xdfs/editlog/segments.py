@@ -30,14 +30,16 @@ a segment starts (start - 1) and when one is finalized (its end); a JournalNode 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import queue
 import re
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal, TypeVar
+from typing import Any, BinaryIO, Literal, TypeVar
 
 import crc32c
 
@@ -403,7 +405,7 @@ class FileJournal:
         self.seen_txid = seen_txid
         self._fd: int | None = None
         self._start: int | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._io: IoThread | None = None
 
     @property
     def name(self) -> str:
@@ -496,9 +498,9 @@ class FileJournal:
     # work in the loop's default executor (an image save, a block report).
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"edits {self.name}")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        if self._io is None:
+            self._io = IoThread(f"edits {self.name}")
+        return await self._io.run(fn, *args)
 
     async def recover_unfinalized(self, next_txid: int) -> None:
         await self._run(self.recover_unfinalized_sync, next_txid)
@@ -517,13 +519,55 @@ class FileJournal:
         return [(s.start, s.end) for s in segment_index(self.current) if s.end is not None]
 
     async def close(self) -> None:
-        if self._executor is not None:
-            executor, self._executor = self._executor, None
-            await self._run_final(executor)
+        if self._io is not None:
+            io, self._io = self._io, None
+            await io.stop()
         self.close_sync()
 
-    @staticmethod
-    async def _run_final(executor: ThreadPoolExecutor) -> None:
-        # wait for anything still running on the I/O thread, then stop it
-        await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
-        executor.shutdown(wait=False)
+
+class IoThread:
+    """One thread running blocking calls for an event loop, handed over with as little as
+    a lone edits flush can pay: a queue put that wakes the thread, and one
+    ``call_soon_threadsafe`` back with the outcome (``run_in_executor`` adds a concurrent
+    future with its condition variable and the callbacks chaining it to an asyncio one)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put((fn, args, loop, future))
+        return await future
+
+    async def stop(self) -> None:
+        """Stop once the calls queued before have run."""
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+
+    def _serve(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, args, loop, future = item
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the caller, whatever it is
+                outcome: tuple[object, BaseException | None] = (None, exc)
+            else:
+                outcome = (result, None)
+            with contextlib.suppress(RuntimeError):  # that loop closed: nobody waits
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+
+
+_Call = tuple[Callable[..., Any], tuple[object, ...], asyncio.AbstractEventLoop,
+              asyncio.Future[Any]]
+
+
+def _settle(future: asyncio.Future[Any], result: object, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

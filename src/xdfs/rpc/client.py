@@ -27,9 +27,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import os
 import ssl
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -50,7 +53,14 @@ from xdfs.errors import (
     XdfsError,
     error_from_code,
 )
-from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, RpcProtocol, decode_error
+from xdfs.rpc.blocking import BlockingConnection
+from xdfs.rpc.connection import (
+    DECODE_ERRORS,
+    ERROR_DECODER,
+    RpcProtocol,
+    decode_error,
+    encode_frame,
+)
 from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
@@ -62,6 +72,7 @@ from xdfs.rpc.messages import (
 )
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
 from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
+from xdfs.rpc.sync import LoopThread, inline_loop
 
 T = TypeVar("T")
 
@@ -126,9 +137,11 @@ class ClientConnection(RpcProtocol):
         super().__init__(config)
         self.address = ""
         self.welcome: Welcome | None = None
-        self._welcome_future: asyncio.Future[Welcome] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._welcome_future: asyncio.Future[Welcome] = self._loop.create_future()
         self._next_id = 1
         self._pending: dict[int, tuple[asyncio.Future[Any], Method[Any, Any]]] = {}
+        self._flush_soon = False  # a flush of queued requests is scheduled (_send_request)
 
     @classmethod
     async def open(
@@ -281,8 +294,32 @@ class ClientConnection(RpcProtocol):
         """``logical_call``: the number all tries of this call carry (see RpcClient)."""
         assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
         call_id, future = self._new_call(method)
-        self.send(Kind.REQUEST, call_id, method.name, request, logical_call)
+        self._send_request(call_id, method.name, request, logical_call)
         return await self._await_answer(call_id, future, method, timeout_s)
+
+    def _send_request(self, call_id: int, name: str, request: Any, logical_call: int) -> None:
+        """Send a unary request; with other calls in flight, at the end of this loop turn
+        together with the others made in it (many callers woken by one batch of answers
+        send one write, not one system call each). A lone call goes out at once."""
+        if len(self._pending) <= 1 or self._receiving:
+            self.flush()  # anything queued goes first: frames keep their order
+            self.send(Kind.REQUEST, call_id, name, request, logical_call)
+            return
+        self._out.append(encode_frame(Kind.REQUEST, call_id, name, request, logical_call))
+        if not self._flush_soon:
+            self._flush_soon = True
+            self._loop.call_soon(self._flush_queued)
+
+    def _flush_queued(self) -> None:
+        self._flush_soon = False
+        self.flush()
+
+    def send(
+        self, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
+    ) -> None:
+        if self._out and not self._receiving:
+            self.flush()  # requests queued by _send_request go first
+        super().send(kind, call_id, method, body, logical_call)
 
     async def upload(
         self,
@@ -358,6 +395,14 @@ class RpcClient:
         self._preferred = 0
         self._connections: dict[str, ClientConnection] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
+        #: Blocking connections of synchronous callers not in use now, by address (see
+        #: call): a calling thread takes one (or opens one) for a call and puts it back, so
+        #: there are as many as calls were ever made at once, whatever threads come and go.
+        self._idle: dict[str, collections.deque[BlockingConnection]] = {}
+        self._blocking: set[BlockingConnection] = set()  # every open one, for close()
+        self._blocking_lock = threading.Lock()
+        #: The user the servers authenticated this client as (the last handshake's).
+        self.authenticated_user = ""
 
     @property
     def current_address(self) -> str:
@@ -385,9 +430,19 @@ class RpcClient:
                     address, self.config, self.hello, self.ssl_context
                 )
                 self._connections[address] = conn
+                self._welcomed(conn.welcome)
             return conn
 
+    def _welcomed(self, welcome: Welcome | None) -> None:
+        if welcome is not None:
+            self.authenticated_user = welcome.user
+
     async def close(self) -> None:
+        with self._blocking_lock:
+            blocking, self._blocking = self._blocking, set()
+            self._idle.clear()
+        for one in blocking:
+            one.close()
         conns = list(self._connections.values())
         self._connections.clear()
         for conn in conns:
@@ -398,11 +453,126 @@ class RpcClient:
     async def call(
         self, method: Method[Req, Resp], request: Req, *, timeout_s: float | None = None
     ) -> Resp:
+        """One unary call, with the retries and failover above.
+
+        From a thread that runs this coroutine itself on behalf of a synchronous client
+        (:meth:`~xdfs.rpc.sync.LoopThread.run_inline`), the first try goes over a blocking
+        connection that thread takes for the call and nothing awaits the event loop: no hop
+        (see :mod:`xdfs.rpc.blocking`). Anything but an answer there (no connection, a
+        standby, overloaded, lost, timed out where the call may be repeated) hands the
+        call, with the same call number, to the failover above on the loop."""
         deadline = timeout_s or self.config.call_timeout_s
         number = next(self._call_numbers)
+        loop = inline_loop()
+        if loop is not None:
+            return self._call_inline(loop, method, request, deadline, number)
+        return await self._failover_call(method, request, deadline, number)
+
+    async def _failover_call(
+        self, method: Method[Req, Resp], request: Req, deadline: float, number: int,
+        start: int | None = None,
+    ) -> Resp:
         return await self._with_failover(
-            method, lambda conn: conn.call(method, request, deadline, number), restartable=True
+            method, lambda conn: conn.call(method, request, deadline, number), restartable=True,
+            start=start,
         )
+
+    # -- synchronous callers: blocking connections, one per call at a time ---------------
+
+    def _call_inline(
+        self, loop: LoopThread, method: Method[Req, Resp], request: Req, deadline: float,
+        number: int,
+    ) -> Resp:
+        """The first try of a call over a blocking connection to the preferred address;
+        the rules of :meth:`_with_failover` for what follows a failed try."""
+        index = self._preferred
+        address = self.addresses[index]
+        start: int | None = None
+        try:
+            conn = self._take_blocking(address)
+        except (Unavailable, Overloaded):  # not sent: the failover path starts over
+            return loop.run(self._failover_call(method, request, deadline, number))
+        try:
+            call_id = conn.request(method, request, number)
+            return self._inline_answer(loop, conn, call_id, method, deadline, index)
+        except _MovedOn as moved:
+            self._moved_on(method.name, method.retry_safe, address, moved.index)
+        except NotActive:  # nothing ran; a standby: the others next
+            start = (index + 1) % len(self.addresses)
+        except Overloaded:
+            pass  # nothing ran
+        except RpcTimeout:
+            self._skip(index)  # paused or overloaded: the next call starts elsewhere
+            if not method.retry_safe:
+                raise
+        except ConnectionLost:  # maybe sent
+            if not method.retry_safe:
+                raise
+        except XdfsError:  # the call's own error: the connection is fine
+            raise
+        except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
+            conn.close()
+            raise
+        finally:
+            self._give_back(conn)
+        return loop.run(self._failover_call(method, request, deadline, number, start))
+
+    def _inline_answer(
+        self, loop: LoopThread, conn: BlockingConnection, call_id: int,
+        method: Method[Any, Resp], deadline: float, index: int,
+    ) -> Resp:
+        """Wait for the answer of ``call_id`` up to ``deadline`` seconds (then RpcTimeout,
+        the call cancelled); with a probe, ask who is active every ``probe.after_s`` while
+        waiting, as :meth:`_watched` does (the asking runs on the loop)."""
+        probe = self.probe
+        now = time.monotonic()
+        end = now + deadline
+        round_end = end if probe is None else now + probe.after_s
+        while True:
+            try:
+                return conn.answer(call_id, method, min(round_end, end) - now)
+            except TimeoutError:
+                pass
+            now = time.monotonic()
+            if now >= end:
+                conn.cancel(call_id)
+                raise RpcTimeout(f"{method.name} got no answer within {deadline} s")
+            assert probe is not None
+            round_end = now + probe.after_s
+            moved_to = loop.run(self._find_active(probe, index))
+            if moved_to is not None:
+                conn.close()  # abandoned: whatever it answers is not wanted
+                raise _MovedOn(moved_to)
+            now = time.monotonic()
+
+    def _take_blocking(self, address: str) -> BlockingConnection:
+        """An idle open connection to ``address`` (the most recently used), or a new one
+        made with the client's hello; the caller owns it until :meth:`_give_back`."""
+        idle = self._idle.get(address)
+        while idle:
+            try:
+                conn = idle.pop()  # deque: atomic, any thread
+            except IndexError:
+                break
+            if conn.usable():
+                return conn
+            self._forget(conn)
+        conn = BlockingConnection.open(address, self.config, self.hello, self.ssl_context)
+        with self._blocking_lock:
+            self._blocking.add(conn)
+        self._welcomed(conn.welcome)
+        return conn
+
+    def _give_back(self, conn: BlockingConnection) -> None:
+        if conn.closed:
+            self._forget(conn)
+        else:
+            self._idle.setdefault(conn.address, collections.deque()).append(conn)
+
+    def _forget(self, conn: BlockingConnection) -> None:
+        conn.close()
+        with self._blocking_lock:
+            self._blocking.discard(conn)
 
     async def upload(
         self,
@@ -439,10 +609,13 @@ class RpcClient:
         attempt: Callable[[ClientConnection], Awaitable[T]],
         *,
         restartable: bool,
+        start: int | None = None,
     ) -> T:
+        """``start``: the address to try first (default: the preferred one)."""
         failures: list[str] = []
         count = len(self.addresses)
-        order = [(self._preferred + i) % count for i in range(count)]
+        first = self._preferred if start is None else start
+        order = [(first + i) % count for i in range(count)]
         while order:
             index = order.pop(0)
             address = self.addresses[index]

@@ -12,6 +12,22 @@ from xdfs.rpc.loop import loop_factory
 
 T = TypeVar("T")
 
+#: Per thread: the LoopThread whose coroutine this thread runs inline (run_inline).
+_inline = threading.local()
+
+
+def inline_loop() -> LoopThread | None:
+    """The :class:`LoopThread` on whose behalf this thread runs a coroutine itself
+    (:meth:`LoopThread.run_inline`), or None (an event loop's thread, or plain code).
+    :meth:`xdfs.rpc.client.RpcClient.call` then makes its call from this thread over a
+    blocking connection instead of awaiting the loop."""
+    loop: LoopThread | None = getattr(_inline, "loop", None)
+    return loop
+
+
+class NotInline(RuntimeError):
+    """A coroutine run by :meth:`LoopThread.run_inline` tried to wait on an event loop."""
+
 
 class LoopThread:
     """Runs coroutines on a private event loop from synchronous code (CLI, fsspec)."""
@@ -63,6 +79,27 @@ class LoopThread:
             done.acquire()
             raise
         return started[0].result()
+
+    def run_inline(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` in the calling thread, with no hop to the loop: for coroutines whose
+        only waits are unary calls of an RpcClient (which then block this thread on a
+        blocking connection, see :func:`inline_loop`) and awaits that complete at once. The
+        calls' failover still runs on the loop when a call needs it (its retries, its
+        probe of who is active), :meth:`run` from this thread.
+
+        A coroutine that suspends on anything else is closed and :class:`NotInline`
+        raised: only ask this of coroutines known not to (a programming error otherwise)."""
+        assert threading.current_thread() is not self._thread, "run_inline from its own loop"
+        outer = getattr(_inline, "loop", None)
+        _inline.loop = self
+        try:
+            waited = coro.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            _inline.loop = outer
+        coro.close()
+        raise NotInline(f"{coro!r} waited on {waited!r}, not one of run_inline's calls")
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Start ``coro`` on the loop without waiting for it (dropped if the loop is closed)."""

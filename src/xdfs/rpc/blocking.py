@@ -1,0 +1,277 @@
+"""A blocking connection: a socket a thread makes unary calls over itself, no event loop.
+
+A synchronous caller (the :class:`~xdfs.client.client.Client`, fsspec) that hops to the
+event loop's thread for every call pays two thread wakeups and the loop's task, future and
+timer per call, several times the call's own work on a small one (a stat): so
+:class:`~xdfs.rpc.client.RpcClient` lets a calling thread make a unary call over a socket
+it takes from the client's idle ones (or opens) and gives back after the call, writing the
+request and reading the answer itself (see :meth:`RpcClient.call`). The frames and the
+handshake are the ones of :class:`~xdfs.rpc.client.ClientConnection`, with the client's
+``Hello`` (its client id: the server's retry cache treats every connection of one client
+alike).
+
+One call at a time per connection (by the thread that took it). An answer that comes after
+its call was given up (a timeout) is read and dropped with the next call, as the
+multiplexed connection drops it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import select
+import socket
+import ssl
+import time
+from typing import Any
+
+import msgspec
+
+from xdfs.common.addresses import parse_address
+from xdfs.config import RpcConfig
+from xdfs.errors import ConnectionLost, ProtocolError, Unavailable, XdfsError, error_from_code
+from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, decode_error, encode_frame
+from xdfs.rpc.framing import FrameReader
+from xdfs.rpc.messages import Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.service import Method, Resp
+
+_ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
+_WELCOME = msgspec.msgpack.Decoder(Welcome)
+#: What a socket operation raises when the peer or the network failed (TimeoutError, a
+#: subclass of OSError, is caught before these where a deadline matters).
+_SOCKET_ERRORS = (OSError, ssl.SSLError)
+
+
+class BlockingConnection:
+    """A connected, handshaken socket to ``address`` used by one thread at a time."""
+
+    def __init__(self, sock: socket.socket, address: str, config: RpcConfig) -> None:
+        self.address = address
+        self.welcome: Welcome | None = None
+        self._sock = sock
+        # A plain socket stays blocking: its idle check reads with MSG_DONTWAIT and a wait
+        # for an answer polls, no mode switch (a system call each) per call. TLS records
+        # need the socket's own timeouts (a readable socket may hold half a record).
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        sock.settimeout(None)
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN)
+        self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
+        #: Frames read beyond the one being waited for, decoded, their bodies owned.
+        self._queue: collections.deque[InEnvelope] = collections.deque()
+        self._next_id = 1
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls, address: str, config: RpcConfig, hello: Hello,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> BlockingConnection:
+        """Connect and complete the handshake within ``connect_timeout_s`` (Unavailable
+        when that fails; the server's refusal, such as bad credentials, as its error)."""
+        host, port = parse_address(address)
+        deadline = time.monotonic() + config.connect_timeout_s
+        try:
+            sock = socket.create_connection((host, port), timeout=config.connect_timeout_s)
+        except _SOCKET_ERRORS as exc:
+            raise Unavailable(f"cannot connect to {address}: {exc}") from None
+        conn: BlockingConnection | None = None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            conn = cls(sock, address, config)
+            conn._write(encode_frame(Kind.HELLO, 0, "", hello))
+            envelope = conn._next_frame(deadline)
+            if envelope is None:
+                raise TimeoutError
+            if envelope.kind != Kind.WELCOME:
+                raise conn._unexpected(envelope)
+            try:
+                conn.welcome = _WELCOME.decode(envelope.body)
+            except DECODE_ERRORS as exc:
+                raise decode_error(exc, ProtocolError, "bad handshake answer") from None
+        except TimeoutError:
+            _close(conn, sock)
+            raise Unavailable(f"connecting to {address} timed out") from None
+        except ConnectionLost as exc:
+            _close(conn, sock)
+            raise Unavailable(f"cannot connect to {address}: {exc.message}") from None
+        except _SOCKET_ERRORS as exc:
+            _close(conn, sock)
+            raise Unavailable(f"cannot connect to {address}: {exc}") from None
+        except BaseException:
+            _close(conn, sock)
+            raise
+        return conn
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def usable(self) -> bool:
+        """Whether a call may be sent: the connection is open and the server has not closed
+        it while it was idle (an idle anonymous session, a server restarted). Late answers
+        waiting in the socket are read and dropped on the way."""
+        if self._closed:
+            return False
+        try:
+            while self._queue:
+                self._on_idle_frame(self._queue.popleft())
+            while True:
+                try:
+                    received = self._receive_now()
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return True
+                if not received:
+                    raise ConnectionLost(f"connection to {self.address} closed")
+                self._read(received)
+                while self._queue:
+                    self._on_idle_frame(self._queue.popleft())
+        except (XdfsError, *_SOCKET_ERRORS):
+            self.close()
+            return False
+
+    def request(self, method: Method[Any, Any], body: Any, logical_call: int) -> int:
+        """Send a unary call; its id, for :meth:`answer`. ConnectionLost when the write
+        fails (the server may have read part of it: treat it as sent)."""
+        call_id = self._next_id
+        self._next_id += 1
+        try:
+            self._write(encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call))
+        except _SOCKET_ERRORS as exc:
+            self.close()
+            raise ConnectionLost(f"connection to {self.address} failed: {exc}") from None
+        return call_id
+
+    def answer(self, call_id: int, method: Method[Any, Resp], wait_s: float) -> Resp:
+        """The answer of call ``call_id`` (its error raised), or TimeoutError when none came
+        within ``wait_s`` (the call still runs: :meth:`answer` again, or :meth:`cancel`)."""
+        deadline = time.monotonic() + max(0.0, wait_s)
+        while True:
+            envelope = self._next_frame(deadline)
+            if envelope is None:
+                raise TimeoutError
+            if envelope.id != call_id:
+                self._on_idle_frame(envelope)
+                continue
+            if envelope.kind == Kind.ERROR:
+                raise self._error(envelope)
+            if envelope.kind != Kind.RESPONSE:
+                raise self._fail(self._unexpected(envelope))
+            try:
+                result: Resp = method.response_decoder.decode(envelope.body)
+            except DECODE_ERRORS as exc:
+                raise decode_error(exc, ProtocolError, f"{method.name}: bad response") from None
+            return result
+
+    def cancel(self, call_id: int) -> None:
+        """Tell the server the caller gave up on ``call_id`` (its answer is dropped)."""
+        try:
+            self._write(encode_frame(Kind.CANCEL, call_id, "", None))
+        except _SOCKET_ERRORS:
+            self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            _close(None, self._sock)
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def _write(self, frame: bytes | bytearray) -> None:
+        self._sock.sendall(frame)
+
+    def _receive(self, wait_s: float) -> int:
+        """Read what arrives within ``wait_s`` into the reader (TimeoutError: nothing)."""
+        if self._tls:
+            self._sock.settimeout(wait_s)
+            try:
+                return self._sock.recv_into(self._reader.get_buffer())
+            finally:
+                self._sock.settimeout(None)
+        if not self._poll.poll(math.ceil(wait_s * 1000)):
+            raise TimeoutError
+        return self._sock.recv_into(self._reader.get_buffer())
+
+    def _receive_now(self) -> int:
+        """Read what has arrived (BlockingIOError or SSLWantReadError: nothing has)."""
+        if self._tls:
+            self._sock.settimeout(0.0)
+            try:
+                return self._sock.recv_into(self._reader.get_buffer())
+            finally:
+                self._sock.settimeout(None)
+        return self._sock.recv_into(self._reader.get_buffer(), 0, socket.MSG_DONTWAIT)
+
+    def _next_frame(self, deadline: float) -> InEnvelope | None:
+        """The next frame, or None at ``deadline``. Reads whole socket buffers: frames
+        beyond the first wait in ``_queue``."""
+        try:
+            while True:
+                if self._queue:
+                    return self._queue.popleft()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                try:
+                    received = self._receive(left)
+                except TimeoutError:
+                    return None
+                if not received:
+                    raise ConnectionLost(f"connection to {self.address} closed")
+                self._read(received)
+        except _SOCKET_ERRORS as exc:
+            lost = ConnectionLost(f"connection to {self.address} failed: {exc}")
+            raise self._fail(lost) from None
+        except XdfsError as exc:  # closed, a frame over the limit, an undecodable one
+            raise self._fail(exc) from None
+
+    def _read(self, received: int) -> None:
+        """Queue the frames the last ``received`` bytes completed, decoded. A body viewing
+        the reader's shared buffer is copied out: the next read overwrites that buffer."""
+        shared = self._reader.shared_buffer
+        for payload in self._reader.feed(received):
+            try:
+                envelope = _ENVELOPE.decode(payload)
+            except DECODE_ERRORS as exc:
+                raise decode_error(exc, ProtocolError, "undecodable frame") from None
+            if payload.obj is shared:
+                envelope.body = msgspec.Raw(bytes(envelope.body))
+            self._queue.append(envelope)
+
+    def _on_idle_frame(self, envelope: InEnvelope) -> None:
+        """A frame that answers no waiting call: a late answer (dropped) or the server's
+        connection-level error (raised)."""
+        if envelope.kind == Kind.ERROR and envelope.id == 0:
+            raise self._fail(self._error(envelope))
+
+    def _error(self, envelope: InEnvelope) -> XdfsError:
+        try:
+            info = ERROR_DECODER.decode(envelope.body)
+            error = error_from_code(info.code, info.message)
+        except DECODE_ERRORS as exc:
+            return self._fail(decode_error(exc, ProtocolError, "bad error frame"))
+        return self._fail(error) if envelope.id == 0 else error
+
+    def _unexpected(self, envelope: InEnvelope) -> XdfsError:
+        if envelope.kind == Kind.ERROR:
+            return self._error(envelope)
+        return ProtocolError(f"unexpected frame kind {envelope.kind} from a server")
+
+    def _fail(self, error: XdfsError) -> XdfsError:
+        """The connection can no longer be trusted: close it; ``error`` for raising."""
+        self.close()
+        return error
+
+
+def _close(conn: BlockingConnection | None, sock: socket.socket) -> None:
+    """Close ``sock``; shut down first, which wakes a thread blocked reading it (the
+    client's close, from another thread)."""
+    if conn is not None:
+        conn._closed = True
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
