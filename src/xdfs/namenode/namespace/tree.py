@@ -480,9 +480,10 @@ class Namespace(FileOps, UserOps):
         (or NotFound/NotADirectory when an inode the check needs is missing)."""
         if isinstance(path, str):
             split_path(path)  # a bad path is InvalidPath for every user, superusers too
-        if (access | parent_access | ancestor_access | sub_access) & ~perm.ALL or min(
+        asked = access | parent_access | ancestor_access | sub_access
+        if asked and (asked & ~perm.ALL or min(
             access, parent_access, ancestor_access, sub_access
-        ) < 0:
+        ) < 0):
             for name, bits in (("access", access), ("parent_access", parent_access),
                                ("ancestor_access", ancestor_access), ("sub_access", sub_access)):
                 perm.check_bits(name, bits)
@@ -490,8 +491,13 @@ class Namespace(FileOps, UserOps):
         if user == self.superuser or self.supergroup in groups:  # is_superuser, one lookup
             return
         iip = self._at(path)
-        checker = perm.AccessCheck(user, groups, iip.parts, iip.inodes, self._walk_sorted)
-        checker.traverse()
+        parts, chain = iip.parts, iip.inodes
+        may_traverse = perm.may_traverse(user, groups, chain, len(parts))
+        if may_traverse and not (asked or parent_owner_sticky or owner):
+            return  # the common case: nothing to check but the walk, and it passed
+        checker = perm.AccessCheck(user, groups, parts, chain, self._walk_sorted)
+        if not may_traverse:
+            checker.traverse()  # raises the denial (with its message)
         if parent_owner_sticky:
             checker.sticky()
         if ancestor_access:
