@@ -59,7 +59,6 @@ from xdfs.namenode.namespace.tree_base import (
     PathArg,
     handles,
 )
-from xdfs.namenode.namespace.tree_files import FileOps
 from xdfs.namenode.namespace.tree_users import UserOps
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
@@ -75,7 +74,7 @@ __all__ = [
 ]
 
 
-class Namespace(FileOps, UserOps):
+class Namespace(UserOps):
     """The inode tree plus users and token keys; see the module docstring."""
 
     # --- ops on the tree ------------------------------------------------------------------

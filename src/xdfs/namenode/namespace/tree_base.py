@@ -93,6 +93,10 @@ class NamespaceBase:
         # Shared int objects for values repeated on most inodes (mode, block size): ints
         # above 256 are otherwise one 28-byte object per inode.
         self._ints: dict[int, int] = {}
+        #: Diagnostics: when a list, every path :meth:`resolve` walks is appended to it (the
+        #: resolve-once tests count walks with it; a patched method would not see the
+        #: calls made inside the compiled build of this class).
+        self.walk_log: list[str] | None = None
 
     # --- counters ----------------------------------------------------------------------
 
@@ -187,6 +191,8 @@ class NamespaceBase:
         inodes every later step of an operation uses (see :mod:`.resolved`). The only place
         that walks the tree by name."""
         parts = split_path(path)
+        if self.walk_log is not None:
+            self.walk_log.append(path)
         node: Inode = self._root
         inodes = [node]
         append = inodes.append
