@@ -286,6 +286,13 @@ class Namespace(UserOps):
         iip = self._at(path)
         return self._status(iip.get(), iip.path)
 
+    def stat_as(self, user: str, path: str) -> FileStatus:
+        """What ``user`` may see of ``path`` (the walk to it checked): a client's stat in
+        one call into this class (compiled, the calls between the steps cost nothing)."""
+        iip = self.resolve(path)
+        self.check_access(user, iip)
+        return self._status(iip.get(), iip.path)
+
     def _status(self, node: Inode, path: str) -> FileStatus:
         if isinstance(node, DirInode):
             return FileStatus(
