@@ -31,13 +31,15 @@ GROUP = "xdfs_native"
 
 def built_files() -> list[Path]:
     """Every extension a build leaves in src/ (the modules' and the shared library)."""
-    found = [p for m in native.NATIVE_MODULES
-             for p in native.source_path(m).parent.glob(native.source_path(m).stem + ".*.so")]
+    found = []
+    for module in native.NATIVE_MODULES:
+        source = Path(native.source_path(module))
+        found += source.parent.glob(source.stem + ".*.so")
     return found + list(SRC.glob(f"{GROUP}__mypyc.*.so"))
 
 
 def clean() -> None:
-    native.manifest_path().unlink(missing_ok=True)
+    Path(native.manifest_path()).unlink(missing_ok=True)
     for path in built_files():
         path.unlink()
 
@@ -47,7 +49,7 @@ def build() -> None:
     from setuptools import Distribution
 
     clean()
-    sources = [str(native.source_path(m).relative_to(SRC)) for m in native.NATIVE_MODULES]
+    sources = [os.path.relpath(native.source_path(m), SRC) for m in native.NATIVE_MODULES]
     with tempfile.TemporaryDirectory(prefix="xdfs-mypyc-") as tmp:
         cwd = Path.cwd()
         os.chdir(SRC)  # mypyc names modules by their path from here
@@ -63,7 +65,7 @@ def build() -> None:
         finally:
             os.chdir(cwd)
     digests = native.source_digests()
-    native.manifest_path().write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+    Path(native.manifest_path()).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
     print(f"build_native: compiled {len(digests)} modules with mypyc "
           f"({len(built_files())} extensions in src/)")
 

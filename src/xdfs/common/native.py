@@ -3,7 +3,7 @@ their Python source.
 
 ``scripts/build_native.py`` (run by ``make setup``) compiles :data:`NATIVE_MODULES` into C
 extensions next to their sources (``tree.cpython-311-x86_64-linux-gnu.so`` beside
-``tree.py``) and writes :data:`MANIFEST_NAME`, the SHA-256 of each source it compiled.
+``tree.py``) and writes :data:`MANIFEST_NAME`, the length and CRC-32 of each source it compiled.
 Python prefers an extension to a source of the same name, so :func:`install_guard` (run
 when ``xdfs`` is imported, before any of these modules) makes the source win instead when:
 
@@ -18,15 +18,12 @@ compiled and source modules of one build is never loaded.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
+import zlib
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 #: Compiled by scripts/build_native.py: the namespace (the tree, path resolution and
@@ -44,24 +41,33 @@ NATIVE_MODULES = (
     "xdfs.namenode.namespace.tree_users",
     "xdfs.namenode.namespace.tree",
 )
-#: Beside the ``xdfs`` package: {module: SHA-256 of the source compiled}.
+#: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"
 PURE_ENV = "XDFS_PURE"
 
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../xdfs
+# (os.path, not pathlib, and no importlib.abc: this runs at every `import xdfs`, and those
+# imports alone took ~25 ms.)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../xdfs
 
 
-def source_path(module: str) -> Path:
+def source_path(module: str) -> str:
     """The .py file of one of the package's modules."""
-    return _PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    return os.path.join(_PACKAGE_DIR, *module.split(".")[1:]) + ".py"
 
 
 def source_digests(modules: Sequence[str] = NATIVE_MODULES) -> dict[str, str]:
-    return {m: hashlib.sha256(source_path(m).read_bytes()).hexdigest() for m in modules}
+    digests = {}
+    for module in modules:
+        with open(source_path(module), "rb") as source:
+            data = source.read()
+        # length and CRC-32: it tells an edited source from the one compiled (this is no
+        # defence against tampering), without loading hashlib's OpenSSL at every start
+        digests[module] = f"{len(data)}:{zlib.crc32(data):08x}"
+    return digests
 
 
-def manifest_path() -> Path:
-    return _PACKAGE_DIR / MANIFEST_NAME
+def manifest_path() -> str:
+    return os.path.join(_PACKAGE_DIR, MANIFEST_NAME)
 
 
 def pure_requested() -> bool:
@@ -74,22 +80,26 @@ def compiled_usable() -> bool:
     if pure_requested():
         return False
     try:
-        built = json.loads(manifest_path().read_text())
+        with open(manifest_path(), encoding="utf-8") as manifest:
+            built = json.load(manifest)
         return isinstance(built, dict) and built == source_digests()
     except (OSError, ValueError):
         return False
 
 
-class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Finds :data:`NATIVE_MODULES` as their .py source even where an extension exists."""
+class _SourceFirst:
+    """Finds :data:`NATIVE_MODULES` as their .py source even where an extension exists (a
+    meta path finder: sys.meta_path asks each entry's find_spec)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in NATIVE_MODULES:
             return None
+        import importlib.util
+
         source = source_path(fullname)
-        loader = importlib.machinery.SourceFileLoader(fullname, str(source))
+        loader = importlib.machinery.SourceFileLoader(fullname, source)
         return importlib.util.spec_from_file_location(fullname, source, loader=loader)
 
 
