@@ -53,6 +53,7 @@ def build() -> None:
     with tempfile.TemporaryDirectory(prefix="xdfs-mypyc-") as tmp:
         cwd = Path.cwd()
         os.chdir(SRC)  # mypyc names modules by their path from here
+        os.environ["MYPY_CACHE_DIR"] = str(Path(tmp) / "mypy-cache")  # not in src/
         try:
             extensions = mypycify(sources, opt_level="3", group_name=GROUP,
                                   target_dir=str(Path(tmp) / "c"))
