@@ -30,12 +30,10 @@ GROUP = "xdfs_native"
 
 
 def built_files() -> list[Path]:
-    """Every extension a build leaves in src/ (the modules' and the shared library)."""
-    found = []
-    for module in native.NATIVE_MODULES:
-        source = Path(native.source_path(module))
-        found += source.parent.glob(source.stem + ".*.so")
-    return found + list(SRC.glob(f"{GROUP}__mypyc.*.so"))
+    """Every extension in src/: the package has no other, so this is every module of any
+    earlier build too (one dropped from NATIVE_MODULES must not outlive it) and the
+    shared library."""
+    return [*(SRC / "xdfs").rglob("*.so"), *SRC.glob(f"{GROUP}__mypyc.*.so")]
 
 
 def clean() -> None:

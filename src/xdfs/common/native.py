@@ -95,7 +95,7 @@ class _SourceFirst:
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in NATIVE_MODULES:
-            return None
+            return None  # (the build script removes every extension it ever made)
         import importlib.util
 
         source = source_path(fullname)

@@ -58,6 +58,7 @@ from xdfs.namenode.namespace.tree_base import (
     At,
     PathArg,
     handles,
+    obj,
 )
 from xdfs.namenode.namespace.tree_users import UserOps
 from xdfs.protocol.blocks import BlockRecord
@@ -93,13 +94,13 @@ class Namespace(UserOps):
         quota.check(chain, 1, 0)
         # --- validated; mutate
         quota.add(chain, 1, 0)
-        mtime = op.mtime_ms
+        mtime = obj(op).mtime_ms  # objects shared as they are (see tree_base.obj)
         node = DirInode(
-            op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
+            obj(op).inode_id, obj(parent).id, name, self._shared_int(op.mode & perm.MODE_MASK),
             sys.intern(op.owner), sys.intern(op.group), mtime, mtime, {},
         )
         link(parent, node, SORTED_PATCH_MAX)
-        self._dirs[node.id] = node
+        self._dirs[obj(node).id] = node
         parent.mtime_ms = mtime
         self._inode_count += 1
         self._bump_inode_id(op.inode_id)
@@ -130,11 +131,11 @@ class Namespace(UserOps):
         if chain:  # an overwrite frees what the old file used
             freed = quota.file_space(old, old in self._uc) if isinstance(old, FileInode) else 0
             quota.add(chain, new_names, -freed)
-        mtime = op.mtime_ms
+        mtime = obj(op).mtime_ms  # objects shared as they are (see tree_base.obj)
         node = FileInode(
-            op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
+            obj(op).inode_id, obj(parent).id, name, self._shared_int(op.mode & perm.MODE_MASK),
             sys.intern(op.owner), sys.intern(op.group), mtime, mtime,
-            op.replication, self._shared_int(op.block_size), (),
+            obj(op).replication, self._shared_int(op.block_size), (),
         )
         dropped: tuple[int, ...] = ()
         depth = len(iip.parts)
@@ -219,8 +220,7 @@ class Namespace(UserOps):
         node.name = dst[-1]
         node.parent = dst_parent.id
         link(dst_parent, node, SORTED_PATCH_MAX)
-        src_parent.mtime_ms = op.mtime_ms
-        dst_parent.mtime_ms = op.mtime_ms
+        src_parent.mtime_ms = dst_parent.mtime_ms = obj(op).mtime_ms
         self._reshaped(at, moved, len(src), node, len(dst), dst_parent, dst[-1])
         return ()
 
@@ -266,10 +266,11 @@ class Namespace(UserOps):
         if op.mtime_ms < -1 or op.atime_ms < -1:
             raise InvalidArgument("times must be >= 0, or -1 for unchanged")
         if op.mtime_ms != -1:
-            node.mtime_ms = op.mtime_ms
+            node.mtime_ms = obj(op).mtime_ms
         if op.atime_ms != -1:
             # share the int object with mtime when equal: one 32-byte int less per inode
-            node.atime_ms = node.mtime_ms if op.atime_ms == node.mtime_ms else op.atime_ms
+            node.atime_ms = obj(node).mtime_ms if op.atime_ms == node.mtime_ms else obj(
+                op).atime_ms
         return ()
 
     # --- queries -------------------------------------------------------------------------
