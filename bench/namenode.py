@@ -3,6 +3,7 @@
     .venv/bin/python bench/namenode.py            # full run (a few minutes)
     .venv/bin/python bench/namenode.py --quick    # about a minute, smaller counts
     .venv/bin/python bench/namenode.py --vs-moosefs [--quick]   # the MooseFS comparison only
+    .venv/bin/python bench/namenode.py --pure     # the namespace's Python sources, not mypyc
 
 Four parts, each printed as rows of one Markdown table (ready for docs/benchmarks.md):
 
@@ -16,7 +17,8 @@ Four parts, each printed as rows of one Markdown table (ready for docs/benchmark
     ``create`` is create + complete with no block (a file per second, HDFS's "create").
 (b) **over RPC**: the NameNode in a separate process (``python -m xdfs namenode``), an
     :class:`~xdfs.client.client.AsyncClient` (one connection) here, with 1 and with 64
-    calls in flight. ``create`` is two RPCs (create, complete): reported as files/s.
+    calls in flight. ``create`` is two RPCs (create, complete): reported as files/s. Issue
+    14's two async-client figures are the 64-in-flight create and stat rows.
 (c) **memory per file inode**: a :class:`~xdfs.namenode.namespace.tree.Namespace` built by
     applying AddFileOp + CloseFileOp for ``--files`` files (1M) over 1000 directories; the
     RSS growth per file (what the process really pays, allocator slack included), and the
@@ -31,6 +33,9 @@ Four parts, each printed as rows of one Markdown table (ready for docs/benchmark
 ``mkdir``, ``info`` and ``mv`` through fsspec from 1 and 8 threads, the systems alternating)
 and prints the ratios; when MooseFS cannot run here it says why in one line and measures
 xdfs alone.
+The namespace modules run compiled by mypyc when ``make setup`` built them
+(``xdfs.common.native``); ``--pure`` runs their Python sources (``XDFS_PURE=1``, in the
+NameNode process too). The report's first lines say which build ran.
 
 Every rate is the median of ``--runs`` runs (fresh NameNode per run for (a), fresh
 directories for (b)); min .. max is shown beside it. The CPU column is CPU microseconds per
@@ -60,6 +65,7 @@ from pathlib import Path
 
 from bench_env import load_average, machine, proc_cpu_s
 from xdfs.client.client import AsyncClient
+from xdfs.common import native
 from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.namenode.image.format import format_namenode
@@ -81,8 +87,8 @@ HDFS_ANCHORS = {"open": 126_000, "create": 5_700, "rename": 8_400, "delete": 20_
 #: Aims on this project's 2-core machine.
 AIM_INPROC_CREATE = 30_000
 AIM_INPROC_STAT = 200_000
-AIM_RPC_CREATE_64 = 10_000
-AIM_RPC_STAT_64 = 20_000
+AIM_RPC_CREATE_64 = 15_000  # issue 14: async client, 64 in flight, create + complete
+AIM_RPC_STAT_64 = 60_000
 AIM_BYTES_PER_INODE = 300
 AIM_IMAGE_LOAD = 1_000_000
 
@@ -101,6 +107,7 @@ class Settings:
     image_runs: int
     only: tuple[str, ...]
     workdir: str | None
+    pure: bool
     vs_moosefs: bool = False
 
 
@@ -497,6 +504,31 @@ def vs_moosefs_part(s: Settings, base: Path) -> str:
 
 
 
+#: The four figures of issue 14 (its second bullet): (part, row name) as the table has them.
+ISSUE_ROWS = (
+    ("RPC", "async client, 64 in flight: create = create + complete",
+     "create = create + complete (2 RPCs), {w} in flight"),
+    ("RPC", "async client, 64 in flight: stat", "stat, {w} in flight"),
+    ("in-process", "in-process, 64 writers: create = create + complete",
+     "create = create + complete ({w} writers)"),
+    ("in-process", "in-process: stat (inline)", "stat (inline, no await)"),
+)
+
+
+def issue_figures(table: Table, writers: int) -> str:
+    """Issue 14's four throughput figures with their aims, met or MISSED (those measured)."""
+    lines = []
+    for part, label, name in ISSUE_ROWS:
+        row = table.rows.get((part, name.format(w=writers)))
+        if row is None or row.check is None:
+            continue
+        cpu = f", CPU {row.cpu_text()} us/op" if row.cpu_us else ""
+        verdict = "met" if row.check(row.value()) else "MISSED"
+        lines.append(f"- {label.replace('64', str(writers))}: {row.value():,.0f} {row.unit}"
+                     f" (aim {row.aim}: {verdict}{cpu})")
+    return "Issue 14:\n" + "\n".join(lines) if lines else ""
+
+
 def anchors() -> str:
     return "\n".join([
         "Anchors: HDFS NNThroughputBenchmark, published, in-process: "
@@ -542,6 +574,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--dir", default=None, help="where name dirs go (a temp dir)")
     parser.add_argument("--vs-moosefs", action="store_true",
                         help="only the fsspec metadata workload against MooseFS, side by side")
+    parser.add_argument("--pure", action="store_true",
+                        help="run the namespace's Python sources, not its mypyc build")
     args = parser.parse_args(argv)
     q = args.quick
     ops = args.ops or (5_000 if q else 20_000)
@@ -560,6 +594,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         only=tuple(args.only),
         workdir=args.dir,
         vs_moosefs=args.vs_moosefs,
+        pure=args.pure,
     )
     if min(s.runs, s.ops, s.rpc_ops, s.writers, s.files) <= 0:
         parser.error("counts must be positive")
@@ -568,14 +603,22 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     s = parse_args(argv)
+    if s.pure and not native.pure_requested():
+        # The choice is made when xdfs is imported, here and in the NameNode process: run
+        # again with XDFS_PURE set (inherited by the NameNode).
+        args = sys.argv[1:] if argv is None else list(argv)
+        env = {**os.environ, native.PURE_ENV: "1"}
+        os.execve(sys.executable, [sys.executable, __file__, *args], env)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     command = " ".join([".venv/bin/python bench/namenode.py",
                         *(sys.argv[1:] if argv is None else argv)])
-    print(f"machine: {machine()}\nload average before: {load_average()}", file=sys.stderr)
+    build = native.describe()
+    print(f"machine: {machine()}\n{build}\nload average before: {load_average()}",
+          file=sys.stderr)
     if s.vs_moosefs:
         with tempfile.TemporaryDirectory(prefix="xdfs-nnbench-", dir=s.workdir) as tmp:
             compared = vs_moosefs_part(s, Path(tmp))
-        print(f"\ncommand: {command}\nmachine: {machine()}")
+        print(f"\ncommand: {command}\nmachine: {machine()}\n{build}")
         print(f"load average after (1/5/15 min): {load_average()}\n\n{compared}")
         return 0
     table = Table(s)
@@ -585,11 +628,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     print(f"\ncommand: {command}")
     print(f"machine: {machine()}")
+    print(build)
     print(f"load average after (1/5/15 min): {load_average()}; took {elapsed:.0f} s")
     print()
     print(table.markdown())
     print()
     print(anchors())
+    figures = issue_figures(table, s.writers)
+    if figures:
+        print()
+        print(figures)
     return 0
 
 

@@ -6,6 +6,12 @@ the CLI) stays light.
 
 from typing import Any
 
+from xdfs.common import native as _native
+
+# Before any namespace module is imported: their compiled build runs only when it is up to
+# date with the sources (and XDFS_PURE is not set); see xdfs.common.native.
+_native.install_guard()
+
 __version__ = "0.1.0"
 __all__ = ["AsyncClient", "Client", "__version__"]
 

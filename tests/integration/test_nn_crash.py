@@ -360,10 +360,14 @@ class Cluster:
         )
         assert result.returncode == 0, result.stderr
 
-    def args(self) -> list[str]:
+    def args(self, fault: str | None = None) -> list[str]:
+        # With a fault armed, only the round's own save_namespace may reach it: a checkpoint
+        # due at startup (a fast round logs more than CHECKPOINT_TXNS) would fire it while
+        # the previous round is still being verified.
+        checkpoint_txns = CHECKPOINT_TXNS if fault is None else 1 << 40
         return [
             "-D", f"namenode.edits_segment_txns_max={SEGMENT_TXNS}",
-            "-D", f"namenode.checkpoint_txns={CHECKPOINT_TXNS}",
+            "-D", f"namenode.checkpoint_txns={checkpoint_txns}",
             "-D", "namenode.checkpoint_check_interval_s=0.5",
             "namenode", "--name-dir", str(self.name_dir), "--rpc-address", "127.0.0.1:0",
         ]
@@ -377,7 +381,7 @@ class Cluster:
             )
         else:
             proc = ServerProcess(
-                [sys.executable, "-c", ARMED_MAIN, *self.args()],
+                [sys.executable, "-c", ARMED_MAIN, *self.args(fault)],
                 log_path=self.base / f"{name}.log",
                 ready_pattern=READY,
                 env={**ENV, "XDFS_FAULTS": f"{fault}=kill"},

@@ -50,17 +50,12 @@ def fs() -> Namesystem:
 
 
 @pytest.fixture
-def walks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every path Namespace.resolve walks (the only walk from the root by name)."""
+def walks(fs: Namesystem) -> Iterator[list[str]]:
+    """Every path the namespace's resolve walks (the only walk from the root by name)."""
     walked: list[str] = []
-    resolve = Namespace.resolve
-
-    def counting(self: Namespace, path: str) -> object:
-        walked.append(path)
-        return resolve(self, path)
-
-    monkeypatch.setattr(Namespace, "resolve", counting)
+    fs.ns.walk_log = walked
     yield walked
+    fs.ns.walk_log = None
 
 
 async def test_a_mkdir_walks_its_path_once(fs: Namesystem, walks: list[str]) -> None:

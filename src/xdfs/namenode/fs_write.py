@@ -356,6 +356,8 @@ class WriteOps(LeaseOps):
     ) -> None:
         """Until each block has enough replicas reported (woken by each report of one of
         them, no polling), at most complete_wait_s; then NotEnoughReplicas."""
+        if not blocks:
+            return  # an empty file: nothing to wait for (and no event to make)
         needed = min(self.config.min_replication, replication)
         wake = asyncio.Event()
         loop = asyncio.get_running_loop()

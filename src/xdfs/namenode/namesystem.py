@@ -59,9 +59,7 @@ class Namesystem(WriteOps, AppendOps):
     # -- reads --------------------------------------------------------------------------
 
     def stat(self, user: str, path: str) -> FileStatus:
-        iip = self.ns.resolve(path)
-        self.ns.check_access(user, iip)
-        return self.ns.stat(iip)
+        return self.ns.stat_as(user, path)
 
     def list_dir(
         self, user: str, path: str, start_after: str, limit: int

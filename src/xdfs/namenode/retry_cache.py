@@ -151,6 +151,8 @@ class RetryCache:
                 break
             del entries[key]
         excess = len(entries) - self.entries_max + 1
+        if excess <= 0:
+            return  # room left: the common case, no scan
         victims: list[CallKey] = []
         for key, entry in entries.items():  # oldest first; stops as soon as it has enough
             if len(victims) >= excess:

@@ -120,6 +120,10 @@ class RpcProtocol(asyncio.BufferedProtocol):
         #: socket write for every reply a turn produces: see :meth:`send`).
         self._out: list[bytes | bytearray | memoryview] = []
         self._receiving = False
+        #: Set by a server connection: replies sent outside a receive (calls that awaited,
+        #: answered together when a group commit wakes them) are written once per loop turn.
+        self._reply_loop: asyncio.AbstractEventLoop | None = None
+        self._flush_pending = False
         self.senders: dict[int, StreamSender] = {}
         self.receivers: dict[int, StreamReceiver] = {}
 
@@ -236,11 +240,24 @@ class RpcProtocol(asyncio.BufferedProtocol):
             # every lone call an extra turn of the loop, more than the write it saves.
             self._out += frames
             return
+        if self._reply_loop is not None and (kind == Kind.RESPONSE or kind == Kind.ERROR):
+            # A reply from a call's task: the tasks a group commit wakes all run in one
+            # loop turn, so their replies go out in one write at its end instead of one
+            # system call each. (Only replies: stream frames keep their flow control.)
+            self._out += frames
+            if not self._flush_pending:
+                self._flush_pending = True
+                self._reply_loop.call_soon(self._flush_replies)
+            return
         assert self.transport is not None
         if len(frames) == 1:
             self.transport.write(frames[0])
         else:
             self.transport.writelines(frames)
+
+    def _flush_replies(self) -> None:
+        self._flush_pending = False
+        self.flush()
 
     def flush(self) -> None:
         """Write the frames :meth:`send` queued while receiving (in their order)."""

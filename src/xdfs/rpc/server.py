@@ -268,6 +268,7 @@ class ServerConnection(RpcProtocol):
         )
         self.server = server
         self._loop = asyncio.get_running_loop()
+        self._reply_loop = self._loop  # replies of awaiting calls: one write per loop turn
         #: Loop time of the last complete frame or finished call (idleness, eviction order).
         self.last_active_s = self._loop.time()
         #: Loop time the frame now arriving began, None between frames.

@@ -58,8 +58,8 @@ from xdfs.namenode.namespace.tree_base import (
     At,
     PathArg,
     handles,
+    obj,
 )
-from xdfs.namenode.namespace.tree_files import FileOps
 from xdfs.namenode.namespace.tree_users import UserOps
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary, FileStatus
@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-class Namespace(FileOps, UserOps):
+class Namespace(UserOps):
     """The inode tree plus users and token keys; see the module docstring."""
 
     # --- ops on the tree ------------------------------------------------------------------
@@ -94,13 +94,13 @@ class Namespace(FileOps, UserOps):
         quota.check(chain, 1, 0)
         # --- validated; mutate
         quota.add(chain, 1, 0)
-        mtime = op.mtime_ms
+        mtime = obj(op).mtime_ms  # objects shared as they are (see tree_base.obj)
         node = DirInode(
-            op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
+            obj(op).inode_id, obj(parent).id, name, self._shared_int(op.mode & perm.MODE_MASK),
             sys.intern(op.owner), sys.intern(op.group), mtime, mtime, {},
         )
         link(parent, node, SORTED_PATCH_MAX)
-        self._dirs[node.id] = node
+        self._dirs[obj(node).id] = node
         parent.mtime_ms = mtime
         self._inode_count += 1
         self._bump_inode_id(op.inode_id)
@@ -131,11 +131,11 @@ class Namespace(FileOps, UserOps):
         if chain:  # an overwrite frees what the old file used
             freed = quota.file_space(old, old in self._uc) if isinstance(old, FileInode) else 0
             quota.add(chain, new_names, -freed)
-        mtime = op.mtime_ms
+        mtime = obj(op).mtime_ms  # objects shared as they are (see tree_base.obj)
         node = FileInode(
-            op.inode_id, parent.id, name, self._shared_int(op.mode & perm.MODE_MASK),
+            obj(op).inode_id, obj(parent).id, name, self._shared_int(op.mode & perm.MODE_MASK),
             sys.intern(op.owner), sys.intern(op.group), mtime, mtime,
-            op.replication, self._shared_int(op.block_size), (),
+            obj(op).replication, self._shared_int(op.block_size), (),
         )
         dropped: tuple[int, ...] = ()
         depth = len(iip.parts)
@@ -220,8 +220,7 @@ class Namespace(FileOps, UserOps):
         node.name = dst[-1]
         node.parent = dst_parent.id
         link(dst_parent, node, SORTED_PATCH_MAX)
-        src_parent.mtime_ms = op.mtime_ms
-        dst_parent.mtime_ms = op.mtime_ms
+        src_parent.mtime_ms = dst_parent.mtime_ms = obj(op).mtime_ms
         self._reshaped(at, moved, len(src), node, len(dst), dst_parent, dst[-1])
         return ()
 
@@ -267,10 +266,11 @@ class Namespace(FileOps, UserOps):
         if op.mtime_ms < -1 or op.atime_ms < -1:
             raise InvalidArgument("times must be >= 0, or -1 for unchanged")
         if op.mtime_ms != -1:
-            node.mtime_ms = op.mtime_ms
+            node.mtime_ms = obj(op).mtime_ms
         if op.atime_ms != -1:
             # share the int object with mtime when equal: one 32-byte int less per inode
-            node.atime_ms = node.mtime_ms if op.atime_ms == node.mtime_ms else op.atime_ms
+            node.atime_ms = obj(node).mtime_ms if op.atime_ms == node.mtime_ms else obj(
+                op).atime_ms
         return ()
 
     # --- queries -------------------------------------------------------------------------
@@ -285,6 +285,13 @@ class Namespace(FileOps, UserOps):
 
     def stat(self, path: PathArg) -> FileStatus:
         iip = self._at(path)
+        return self._status(iip.get(), iip.path)
+
+    def stat_as(self, user: str, path: str) -> FileStatus:
+        """What ``user`` may see of ``path`` (the walk to it checked): a client's stat in
+        one call into this class (compiled, the calls between the steps cost nothing)."""
+        iip = self.resolve(path)
+        self.check_access(user, iip)
         return self._status(iip.get(), iip.path)
 
     def _status(self, node: Inode, path: str) -> FileStatus:
@@ -480,9 +487,10 @@ class Namespace(FileOps, UserOps):
         (or NotFound/NotADirectory when an inode the check needs is missing)."""
         if isinstance(path, str):
             split_path(path)  # a bad path is InvalidPath for every user, superusers too
-        if (access | parent_access | ancestor_access | sub_access) & ~perm.ALL or min(
+        asked = access | parent_access | ancestor_access | sub_access
+        if asked and (asked & ~perm.ALL or min(
             access, parent_access, ancestor_access, sub_access
-        ) < 0:
+        ) < 0):
             for name, bits in (("access", access), ("parent_access", parent_access),
                                ("ancestor_access", ancestor_access), ("sub_access", sub_access)):
                 perm.check_bits(name, bits)
@@ -490,8 +498,13 @@ class Namespace(FileOps, UserOps):
         if user == self.superuser or self.supergroup in groups:  # is_superuser, one lookup
             return
         iip = self._at(path)
-        checker = perm.AccessCheck(user, groups, iip.parts, iip.inodes, self._walk_sorted)
-        checker.traverse()
+        parts, chain = iip.parts, iip.inodes
+        may_traverse = perm.may_traverse(user, groups, chain, len(parts))
+        if may_traverse and not (asked or parent_owner_sticky or owner):
+            return  # the common case: nothing to check but the walk, and it passed
+        checker = perm.AccessCheck(user, groups, parts, chain, self._walk_sorted)
+        if not may_traverse:
+            checker.traverse()  # raises the denial (with its message)
         if parent_owner_sticky:
             checker.sticky()
         if ancestor_access:

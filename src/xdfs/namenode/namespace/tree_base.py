@@ -92,7 +92,11 @@ class NamespaceBase:
         self._quotas: dict[int, quota.Quota] = {}
         # Shared int objects for values repeated on most inodes (mode, block size): ints
         # above 256 are otherwise one 28-byte object per inode.
-        self._ints: dict[int, int] = {}
+        self._ints: dict[int, Any] = {}
+        #: Diagnostics: when a list, every path :meth:`resolve` walks is appended to it (the
+        #: resolve-once tests count walks with it; a patched method would not see the
+        #: calls made inside the compiled build of this class).
+        self.walk_log: list[str] | None = None
 
     # --- counters ----------------------------------------------------------------------
 
@@ -161,7 +165,7 @@ class NamespaceBase:
         self._unindex_blocks(dropped)
         node.blocks = tuple(blocks)
         for block in blocks:
-            self._blocks[block.block_id] = node
+            self._blocks[obj(block).block_id] = node  # the block's own int as the key
         self._bump_blocks(blocks)
         return dropped
 
@@ -169,7 +173,8 @@ class NamespaceBase:
         for block_id in block_ids:
             del self._blocks[block_id]
 
-    def _shared_int(self, value: int) -> int:
+    def _shared_int(self, value: int) -> Any:
+        """The one int object of this value (see :func:`obj`)."""
         return self._ints.setdefault(value, value)
 
     def _file_under_construction(self, iip: INodesInPath) -> FileInode:
@@ -187,6 +192,8 @@ class NamespaceBase:
         inodes every later step of an operation uses (see :mod:`.resolved`). The only place
         that walks the tree by name."""
         parts = split_path(path)
+        if self.walk_log is not None:
+            self.walk_log.append(path)
         node: Inode = self._root
         inodes = [node]
         append = inodes.append
@@ -276,6 +283,16 @@ class NamespaceBase:
 
 
 # --- module helpers ------------------------------------------------------------------------
+
+
+def obj(value: object) -> Any:
+    """``value`` typed Any, so that its int attributes are read as the objects they are.
+    The namespace shares int objects to save memory per inode (``_shared_int``; atime
+    and a parent's mtime are the object of mtime; a dict key is the inode's own id). In the
+    mypyc build an expression typed ``int`` is unboxed to a machine integer and boxed
+    again, a new 32-byte object each time, where such a value is read and stored: read
+    through ``obj(x).field`` it stays the object it was."""
+    return value
 
 
 def check_blocks(blocks: tuple[BlockRecord, ...]) -> None:

@@ -17,7 +17,7 @@ from xdfs.namenode.namespace.ops import (
     UpdateBlocksOp,
 )
 from xdfs.namenode.namespace.resolved import INodesInPath, unlinked
-from xdfs.namenode.namespace.tree_base import SORTED_PATCH_MAX, At, check_blocks, handles
+from xdfs.namenode.namespace.tree_base import SORTED_PATCH_MAX, At, check_blocks, handles, obj
 from xdfs.namenode.namespace.tree_quota import QuotaTracking
 
 
@@ -33,7 +33,7 @@ class FileOps(QuotaTracking):
         self._check_block_owner(node, (op.block,))
         quota.add(*self._blocks_charge(iip, node, blocks, True))
         node.blocks = blocks
-        self._blocks[op.block.block_id] = node
+        self._blocks[obj(op.block).block_id] = node
         self._bump_blocks((op.block,))
         return ()
 
@@ -54,8 +54,8 @@ class FileOps(QuotaTracking):
         self._check_block_owner(node, op.blocks)
         quota.add(*self._blocks_charge(iip, node, op.blocks, False))
         dropped = self._replace_blocks(node, op.blocks)
-        node.mtime_ms = op.mtime_ms
-        node.atime_ms = op.mtime_ms if op.atime_ms == op.mtime_ms else op.atime_ms
+        node.mtime_ms = obj(op).mtime_ms  # objects shared as they are (see tree_base.obj)
+        node.atime_ms = obj(op).mtime_ms if op.atime_ms == op.mtime_ms else obj(op).atime_ms
         del self._uc[node]
         self._truncating.discard(node)
         return dropped
@@ -149,8 +149,8 @@ class FileOps(QuotaTracking):
             self._reshaped(at, unlinked, len(iip.parts), node)
         target.blocks = tuple(blocks)
         for block in blocks:
-            self._blocks[block.block_id] = target
-        target.mtime_ms = parent.mtime_ms = op.mtime_ms
+            self._blocks[obj(block).block_id] = target
+        target.mtime_ms = parent.mtime_ms = obj(op).mtime_ms
         return ()
 
     def _closed_file(self, iip: INodesInPath) -> FileInode:
