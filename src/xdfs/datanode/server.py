@@ -68,7 +68,7 @@ class DataNode:
         self.clock = clock
         dn = config.datanode
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
-                                   dn.capacity_bytes)
+                                   dn.capacity_bytes, dn.direct_io)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
@@ -262,7 +262,8 @@ class DataNode:
         """A verified reader of a local replica; a replica found corrupt or without its
         files is dealt with (reported) before the error goes to the caller."""
         try:
-            return ReplicaReader(replica, offset, length, self.config.rpc.stream_chunk_bytes)
+            return ReplicaReader(replica, offset, length, self.config.rpc.stream_chunk_bytes,
+                                 self.config.datanode.direct_io)
         except CorruptReplica as exc:
             self.on_corrupt(replica, exc)
             raise
