@@ -104,11 +104,14 @@ class Settings:
 class Table:
     rows: list[tuple[str, str, str, str]] = field(default_factory=list)
 
-    def add(self, part: str, name: str, values: list[float], unit: str) -> float:
+    def add(self, part: str, name: str, values: list[float], unit: str,
+            digits: int = 1) -> float:
         median = statistics.median(values)
-        spread = f"{min(values):,.1f} .. {max(values):,.1f}" if len(values) > 1 else ""
-        self.rows.append((part, name, f"{median:,.1f} {unit}", spread))
-        print(f"  {part:<14} {name:<52} {median:>12,.1f} {unit}", file=sys.stderr, flush=True)
+        spread = (f"{min(values):,.{digits}f} .. {max(values):,.{digits}f}"
+                  if len(values) > 1 else "")
+        self.rows.append((part, name, f"{median:,.{digits}f} {unit}".rstrip(), spread))
+        print(f"  {part:<14} {name:<52} {median:>12,.{digits}f} {unit}", file=sys.stderr,
+              flush=True)
         return median
 
     def markdown(self) -> str:
@@ -395,7 +398,7 @@ def moosefs_part(s: Settings, table: Table) -> None:
                 medians[system] = table.add("vs MooseFS", f"{system}: {figure}", values, "")
         if len(medians) == 2:
             table.add("vs MooseFS", f"xdfs / MooseFS: {figure}",
-                      [medians["xdfs"] / medians["moosefs"]], "x")
+                      [medians["xdfs"] / medians["moosefs"]], "x", digits=2)
 
 
 async def bench(s: Settings, table: Table) -> None:
