@@ -129,3 +129,19 @@ def test_a_file_system_refusing_o_direct_is_written_buffered(
     refuse["open"] = False
     (rbw.parent / "finalized" / "blk_1").unlink()
     assert _write(rbw, data, 65_536).data_path.read_bytes() == data
+
+
+@pytest.mark.parametrize("size", [direct.READ_PART_BYTES + 1, 3 * direct.READ_PART_BYTES + 5,
+                                  direct.READ_PIECE_BYTES])
+def test_long_direct_reads_in_parts_return_exact_bytes(rbw: Path, size: int) -> None:
+    data = os.urandom(size)
+    replica = _write(rbw, data, 1 << 20)
+    for offset, length in [(0, size), (CHUNK + 7, size - CHUNK - 9), (size - 5, 5)]:
+        reader = ReplicaReader(replica, offset, length, direct.READ_PIECE_BYTES, True)
+        try:
+            parts = []
+            while (piece := reader.read_piece()) is not None:
+                parts.append(bytes(piece))
+        finally:
+            reader.close()
+        assert b"".join(parts) == data[offset : offset + length]

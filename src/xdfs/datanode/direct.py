@@ -12,7 +12,9 @@ Direct I/O needs the buffer, the file offset and the length aligned (:data:`ALIG
 covers the 512-byte and 4 KiB logical blocks of common disks). Received bytes are copied
 into an aligned buffer and written in aligned pieces; the unaligned end of a replica is
 written through the page cache (``O_DIRECT`` cleared) just before the fdatasync that makes
-the whole file durable, exactly as without direct I/O. A file system that refuses
+the whole file durable, exactly as without direct I/O. A direct read has no kernel
+read-ahead behind it: the DataNode reads larger pieces (:data:`READ_PIECE_BYTES`), each in
+parts read at once, so the disk has several requests queued. A file system that refuses
 ``O_DIRECT`` (tmpfs, some FUSE mounts) is written and read buffered, silently.
 """
 
@@ -23,6 +25,7 @@ import fcntl
 import mmap
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from xdfs.common.files import write_all
@@ -179,6 +182,15 @@ def _refused(exc: StorageError) -> bool:
     return isinstance(cause, OSError) and cause.errno == errno.EINVAL
 
 
+#: Pieces of a direct read of a replica (``rpc.stream_chunk_bytes`` if larger): the disk
+#: sees large requests, several at once (READ_PART_BYTES).
+READ_PIECE_BYTES = 4 * 1024 * 1024
+#: A direct read longer than this is split into parts read at once (the disk then has
+#: several requests queued: a direct read has no kernel read-ahead behind it).
+READ_PART_BYTES = 1024 * 1024
+_readers = ThreadPoolExecutor(4, "xdfs-direct-read")
+
+
 def pread_direct(fd: int, buffer: mmap.mmap, count: int, offset: int) -> int:
     """Read ``count`` bytes at an aligned ``offset`` into ``buffer`` (whose size is a
     multiple of ALIGN, at least ``round_up(count)``); returns how many arrived (at most
@@ -186,13 +198,34 @@ def pread_direct(fd: int, buffer: mmap.mmap, count: int, offset: int) -> int:
     want = min(len(buffer), round_up(count))
     with memoryview(buffer) as view:
         try:
-            got = os.preadv(fd, [view[:want]], offset)
+            if want <= READ_PART_BYTES:
+                got = os.preadv(fd, [view[:want]], offset)
+            else:
+                got = _read_parts(fd, view[:want], offset)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
             clear_direct(fd)
             got = os.preadv(fd, [view[:count]], offset)
     return min(got, count)
+
+
+def _read_parts(fd: int, view: memoryview, offset: int) -> int:
+    """``view`` filled by parts read at once; the bytes read up to the first short part."""
+    starts = range(0, len(view), READ_PART_BYTES)
+    parts = [_readers.submit(os.preadv, fd, [view[at : at + READ_PART_BYTES]], offset + at)
+             for at in starts[1:]]
+    try:
+        got = [os.preadv(fd, [view[:READ_PART_BYTES]], offset)]
+    finally:
+        wait(parts)  # none may go on writing into the buffer once this returns
+    got += [part.result() for part in parts]
+    total = 0
+    for at, count in zip(starts, got, strict=True):
+        total = at + count
+        if count < min(READ_PART_BYTES, len(view) - at):
+            break
+    return total
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
