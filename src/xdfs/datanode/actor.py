@@ -28,6 +28,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,9 @@ class NameNodeActor:
         #: The next received-replica report and its outcome (``_join_received``).
         self._received_next: tuple[asyncio.Future[None], list[BlockRecord]] | None = None
         self._received_sending = False
+        #: Block ids of the received-replica reports queued or in flight (the heartbeats'
+        #: flush leaves them to those reports).
+        self._reporting: Counter[int] = Counter()
         self._timeout_s = node.config.datanode.namenode_call_timeout_s
         self._fenced_seen: set[tuple[str, int]] = set()  # logged once each
 
@@ -334,7 +338,7 @@ class NameNodeActor:
 
     async def _flush_pending(self) -> None:
         async with self._flush_lock:
-            batch = self._pending.take()
+            batch = self._pending.take(self._reporting)
             if batch is None:
                 return
             request = IncrementalReportRequest(
@@ -377,7 +381,7 @@ class NameNodeActor:
             log.warning("report of block %d not delivered (%s); retrying with the heartbeats",
                         record.block_id, exc)
             return
-        self._pending.confirm_received(record)
+        # (confirmed in the pending reports by _send_received)
 
     def _join_received(self, record: BlockRecord) -> asyncio.Future[None]:
         """Put ``record`` in the next received-replica report; returns that report's
@@ -395,6 +399,7 @@ class NameNodeActor:
                 task.add_done_callback(self._tasks.discard)
         future, records = self._received_next
         records.append(record)
+        self._reporting[record.block_id] += 1
         return future
 
     async def _send_received(self) -> None:
@@ -411,13 +416,19 @@ class NameNodeActor:
                 except Exception as exc:
                     future.set_exception(exc)
                 else:
+                    for record in records:  # before the flush may take them again
+                        self._pending.confirm_received(record)
                     future.set_result(None)
+                finally:
+                    self._reporting.subtract(r.block_id for r in records)
+                    self._reporting += Counter()  # (drops the ids at zero)
                 unsent.pop()
         finally:
             self._received_sending = False
             if self._received_next is not None:  # stopped (the actor closes)
                 unsent.append(self._received_next[0])
                 self._received_next = None
+                self._reporting.clear()
             for future in unsent:
                 future.set_exception(Unavailable("the DataNode is stopping"))
 
