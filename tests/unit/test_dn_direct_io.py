@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
 
 CHUNK = 64 * 1024
 STAGE = direct.STAGE_BYTES
+ALIGN_PAGE = mmap.PAGESIZE
 
 
 def _accepts_o_direct(directory: Path) -> bool:
@@ -145,3 +148,137 @@ def test_long_direct_reads_in_parts_return_exact_bytes(rbw: Path, size: int) -> 
         finally:
             reader.close()
         assert b"".join(parts) == data[offset : offset + length]
+
+
+# -- small replicas stay in the page cache (direct.BUFFERED_MAX_BYTES) -------------------
+
+SMALL = direct.BUFFERED_MAX_BYTES
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def _cached_pages(path: Path, length: int) -> int:
+    """How many of the first ``length`` bytes' pages of ``path`` are in the page cache
+    (mincore of a shared read-only mapping: asking faults nothing in)."""
+    pages = -(-length // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert _libc.mincore(addr, length, vec) == 0, os.strerror(ctypes.get_errno())
+            return sum(byte & 1 for byte in vec.raw)
+        finally:
+            _libc.munmap(addr, length)
+    finally:
+        os.close(fd)
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages leave the cache
+    finally:
+        os.close(fd)
+
+
+def _on_disk(path: Path) -> bytes:
+    """The file's bytes as the disk holds them (a direct read: no page cache)."""
+    size = path.stat().st_size
+    buffer = mmap.mmap(-1, direct.round_up(max(size, 1)))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        got = os.preadv(fd, [buffer], 0)
+    finally:
+        os.close(fd)
+    assert got == size
+    return buffer[:size]
+
+
+def _reader_is_direct(replica: Replica) -> bool:
+    reader = ReplicaReader(replica, 0, replica.num_bytes, 4 * CHUNK, True)
+    try:
+        return bool(fcntl.fcntl(reader._data_fd, fcntl.F_GETFL) & os.O_DIRECT)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("size", [1, 200 * 1024, SMALL - 1, SMALL, SMALL + 1, 2 * SMALL + 7])
+@pytest.mark.parametrize("flushed", [False, True])
+def test_small_replicas_stay_buffered_larger_ones_go_direct(
+    rbw: Path, size: int, flushed: bool
+) -> None:
+    if not _accepts_o_direct(rbw):
+        pytest.fail("this test needs a file system taking O_DIRECT (tmp_path's does not)")
+    data = os.urandom(size)
+    writer = ReplicaWriter(1, 1, rbw, CHUNK, direct_io=True)
+    writer.open()
+    for at in range(0, size, 100_000):
+        writer.write(data[at : at + 100_000])
+        if flushed:
+            writer.flush()  # a batch ended (an rbw reader sees what arrived)
+    dest = rbw.parent / "finalized"
+    dest.mkdir()
+    replica = writer.finalize(dest)
+    aligned = size - size % ALIGN_PAGE  # the unaligned end goes buffered in either case
+    cached = _cached_pages(replica.data_path, aligned) if aligned else 0
+    if size < SMALL:  # written through the page cache, still there after the fdatasync
+        assert cached == aligned // ALIGN_PAGE
+    else:  # the first buffer's bytes went direct, past the page cache
+        assert cached == 0
+    assert _reader_is_direct(replica) == (size >= SMALL)
+    assert _on_disk(replica.data_path) == data
+    for direct_io in (True, False, True):  # both kinds of read, one after the other
+        assert _read(replica, 0, size, direct_io) == data
+        assert _read(replica, size // 2, size - size // 2, direct_io) == data[size // 2 :]
+
+
+def test_a_small_replica_read_buffered_comes_from_the_page_cache(rbw: Path) -> None:
+    data = os.urandom(300 * 1024)
+    replica = _write(rbw, data, 64 * 1024)
+    _evict(replica.data_path)
+    assert _read(replica, 0, len(data)) == data
+    # kernel read-ahead and the read itself left the replica cached for the next reader
+    assert _cached_pages(replica.data_path, len(data)) == len(data) // ALIGN_PAGE
+
+
+def _append(replica: Replica, rbw: Path, more: bytes) -> Replica:
+    """``more`` appended to ``replica`` as the append path does (genstamp + 1)."""
+    writer = ReplicaWriter(replica.block_id, replica.genstamp + 1, rbw, CHUNK, direct_io=True)
+    tail = writer.prepare_reopen(replica)
+    visible = writer.reopen(replica, tail)
+    writer.sync_reopened(replica.data_path.parent)
+    for at in range(0, len(more), 70_000):
+        writer.write(more[at : at + 70_000])
+        writer.flush()
+        # readers see the part written before while the append goes on
+        assert _read(visible, 0, visible.num_bytes) == _read(visible, 0, visible.num_bytes,
+                                                              False)
+    writer.finish_append()
+    appended = writer.move_appended(replica.data_path.parent)
+    writer.sync_appended()
+    return appended
+
+
+@pytest.mark.parametrize("first", [SMALL - 1000, 200 * 1024 + 3, SMALL + 5000])
+def test_appends_across_the_threshold_keep_every_byte_on_disk(rbw: Path, first: int) -> None:
+    data = os.urandom(first)
+    replica = _write(rbw, data, 100_000)
+    assert _read(replica, 0, first) == _read(replica, 0, first, False) == data  # cached now
+    more = os.urandom(SMALL + 4321)
+    appended = _append(replica, rbw, more)
+    assert appended.num_bytes == first + len(more)
+    assert _on_disk(appended.data_path) == data + more
+    assert _reader_is_direct(appended)  # it grew past the threshold: read direct now
+    for direct_io in (True, False, True):
+        assert _read(appended, 0, appended.num_bytes, direct_io) == data + more
+        assert _read(appended, first - 10, 20, direct_io) == (data + more)[first - 10 : first + 10]
+    # a second, small append to the now large replica
+    again = _append(appended, rbw, b"x" * 777)
+    assert _on_disk(again.data_path) == data + more + b"x" * 777
+    assert _read(again, 0, again.num_bytes) == data + more + b"x" * 777

@@ -72,7 +72,8 @@ class DataNodeConfig:
     direct_io: bool = setting(
         True,
         "Write and read replica data files with O_DIRECT (bypassing the page cache: much "
-        "less kernel CPU per byte); a file system that refuses it is used buffered.",
+        "less kernel CPU per byte); replicas under 1 MiB stay in the page cache; a file "
+        "system that refuses it is used buffered.",
     )
 
     def validate(self) -> None:

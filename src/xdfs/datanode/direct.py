@@ -16,6 +16,15 @@ the whole file durable, exactly as without direct I/O. A direct read has no kern
 read-ahead behind it: the DataNode reads larger pieces (:data:`READ_PIECE_BYTES`), each in
 parts read at once, so the disk has several requests queued. A file system that refuses
 ``O_DIRECT`` (tmpfs, some FUSE mounts) is written and read buffered, silently.
+
+Small replicas stay buffered (:data:`BUFFERED_MAX_BYTES`): a replica whose stream ends
+before the first staging buffer fills is written through the page cache, and a replica
+shorter than that is read through it. For a 200 KiB replica the direct write saved little
+kernel CPU (0.40-0.43 against 0.47 ms for the whole write, fsyncs included), while its
+direct reads all went to the disk: small files are the ones read again soon, and the page
+cache and its read-ahead serve those. Mixing both kinds on one file is coherent on Linux
+(a direct write or read first writes back the cached pages of its range, a direct write
+then drops them), and every read is verified against the checksums either way.
 """
 
 from __future__ import annotations
@@ -35,6 +44,9 @@ from xdfs.errors import StorageError
 ALIGN = 4096
 #: A writer's staging buffer: received bytes are written out whenever it is full.
 STAGE_BYTES = 1024 * 1024
+#: Replicas shorter than this (the first staging buffer) are written and read through the
+#: page cache; longer ones direct (see the module's docstring).
+BUFFERED_MAX_BYTES = STAGE_BYTES
 #: Staging buffers kept for the next writers (a fresh mapping costs page faults).
 _POOL_MAX = 32
 _pool: list[mmap.mmap] = []
@@ -67,6 +79,11 @@ def open_direct(path: Path, flags: int) -> tuple[int, bool]:
         raise StorageError(f"cannot open {path}: {exc}") from exc
 
 
+def reads_direct(num_bytes: int) -> bool:
+    """Whether a replica of ``num_bytes`` is read direct (when direct I/O is on)."""
+    return num_bytes >= BUFFERED_MAX_BYTES
+
+
 def set_direct(fd: int) -> bool:
     """Make ``fd`` direct if its file system allows it; returns whether it is."""
     if not O_DIRECT:
@@ -88,7 +105,9 @@ def clear_direct(fd: int) -> None:
 class StagedWriter:
     """The data file of a new replica, opened with ``O_DIRECT``: bytes are staged in an
     aligned buffer and written out a full buffer at a time; :meth:`finish` writes the rest
-    (its unaligned end buffered). Used by one thread at a time, as a ReplicaWriter is."""
+    (its unaligned end buffered; all of it when the first buffer never filled: a small
+    replica stays in the page cache). Used by one thread at a time, as a ReplicaWriter
+    is."""
 
     def __init__(self, fd: int, path: Path) -> None:
         self._fd = fd
@@ -116,8 +135,11 @@ class StagedWriter:
     def flush(self) -> None:
         """Put every staged byte in the file (readers of the rbw file see what arrived):
         the aligned part direct, the unaligned rest buffered at its place but also kept
-        staged, so the next direct write starts aligned and writes those bytes again."""
-        aligned = self._fill - self._fill % ALIGN
+        staged, so the next direct write starts aligned and writes those bytes again.
+        Within the first buffer all of it is written buffered and kept staged: the replica
+        may end small (then it stays buffered); should the buffer fill, its direct write
+        replaces those bytes (the kernel writes back and drops their cached pages)."""
+        aligned = self._fill - self._fill % ALIGN if self._written else 0
         if aligned:
             self._write_out(aligned)
         if self._fill:
@@ -130,11 +152,12 @@ class StagedWriter:
                 set_direct(self._fd)
 
     def finish(self) -> None:
-        """Write every staged byte (the unaligned end through the page cache) and give the
-        buffer back; the caller's fdatasync then makes the file durable."""
+        """Write every staged byte (the unaligned end through the page cache; all of them
+        when the first buffer never filled) and give the buffer back; the caller's
+        fdatasync then makes the file durable."""
         if self._buffer is None:
             return
-        aligned = self._fill - self._fill % ALIGN
+        aligned = self._fill - self._fill % ALIGN if self._written else 0
         if aligned:
             self._write_out(aligned)
         if self._fill:

@@ -374,9 +374,10 @@ class ReplicaReader:
         # cost more than reading it.
         span = self._verify_end - self._pos
         size = max(step, min(piece_bytes, -(-span // step) * step) // step * step)
-        # Direct reads (``direct.py``) when the chunks are aligned: pieces start at one.
-        is_direct = (direct_io and step % direct.ALIGN == 0
-                     and direct.set_direct(self._data_fd))
+        # Direct reads (``direct.py``) of all but small replicas (those stay in the page
+        # cache), when the chunks are aligned: pieces start at one.
+        is_direct = (direct_io and direct.reads_direct(replica.num_bytes)
+                     and step % direct.ALIGN == 0 and direct.set_direct(self._data_fd))
         self._buffers: tuple[bytearray | mmap.mmap, bytearray | mmap.mmap] = (
             (direct.aligned_buffer(size), direct.aligned_buffer(size)) if is_direct
             else (bytearray(size), bytearray(size)))
