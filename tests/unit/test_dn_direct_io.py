@@ -222,6 +222,7 @@ def test_small_replicas_stay_buffered_larger_ones_go_direct(
         writer.write(data[at : at + 100_000])
         if flushed:
             writer.flush()  # a batch ended (an rbw reader sees what arrived)
+            assert writer.data_path.read_bytes() == data[: at + 100_000]
     dest = rbw.parent / "finalized"
     dest.mkdir()
     replica = writer.finalize(dest)

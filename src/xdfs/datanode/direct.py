@@ -118,6 +118,7 @@ class StagedWriter:
             self._buffer = aligned_buffer(STAGE_BYTES)
         self._fill = 0
         self._written = 0  # bytes in the file: where a retried write starts
+        self._flushed = 0  # staged bytes a flush already put in the file (first buffer)
 
     def write(self, data: bytes | memoryview) -> None:
         buffer = self._buffer
@@ -136,20 +137,13 @@ class StagedWriter:
         """Put every staged byte in the file (readers of the rbw file see what arrived):
         the aligned part direct, the unaligned rest buffered at its place but also kept
         staged, so the next direct write starts aligned and writes those bytes again.
-        Within the first buffer all of it is written buffered and kept staged: the replica
-        may end small (then it stays buffered); should the buffer fill, its direct write
-        replaces those bytes (the kernel writes back and drops their cached pages)."""
-        aligned = self._fill - self._fill % ALIGN if self._written else 0
-        if aligned:
-            self._write_out(aligned)
-        if self._fill:
-            assert self._buffer is not None
-            clear_direct(self._fd)
-            try:
-                with memoryview(self._buffer) as view:
-                    _pwrite_all(self._fd, view[: self._fill], self._written, self._path)
-            finally:
-                set_direct(self._fd)
+        Within the first buffer what arrived since the last flush is written buffered and
+        kept staged: the replica may end small (then it stays buffered); should the buffer
+        fill, its direct write replaces those bytes (the kernel writes back and drops their
+        cached pages first)."""
+        self._write_rest()
+        self._flushed = self._fill
+        set_direct(self._fd)
 
     def finish(self) -> None:
         """Write every staged byte (the unaligned end through the page cache; all of them
@@ -157,14 +151,25 @@ class StagedWriter:
         fdatasync then makes the file durable."""
         if self._buffer is None:
             return
-        aligned = self._fill - self._fill % ALIGN if self._written else 0
-        if aligned:
-            self._write_out(aligned)
-        if self._fill:
-            clear_direct(self._fd)
-            write_all(self._fd, memoryview(self._buffer)[: self._fill], self._path)
-            self._fill = 0
+        self._write_rest()
+        self._fill = 0
         self.release()
+
+    def _write_rest(self) -> None:
+        """The aligned part of the staged bytes written out direct (past the first buffer
+        only), the rest buffered at its place, still staged; the fd is left buffered."""
+        start = self._flushed  # within the first buffer: what no flush wrote yet
+        if self._written:
+            aligned = self._fill - self._fill % ALIGN
+            if aligned:
+                self._write_out(aligned)
+            start = 0  # past it: the unaligned rest, less than ALIGN bytes, again
+        if self._fill > start:
+            assert self._buffer is not None
+            clear_direct(self._fd)
+            with memoryview(self._buffer) as view:
+                _pwrite_all(self._fd, view[start : self._fill], self._written + start,
+                            self._path)
 
     def release(self) -> None:
         buffer, self._buffer = self._buffer, None
@@ -194,6 +199,7 @@ class StagedWriter:
             with memoryview(buffer) as view:
                 write_all(self._fd, view[:count], self._path)
         self._written += count
+        self._flushed = 0
         rest = self._fill - count
         if rest:
             buffer.move(0, count, rest)
