@@ -141,9 +141,9 @@ class StagedWriter:
         kept staged: the replica may end small (then it stays buffered); should the buffer
         fill, its direct write replaces those bytes (the kernel writes back and drops their
         cached pages first)."""
-        self._write_rest()
+        if self._write_rest():
+            set_direct(self._fd)
         self._flushed = self._fill
-        set_direct(self._fd)
 
     def finish(self) -> None:
         """Write every staged byte (the unaligned end through the page cache; all of them
@@ -155,9 +155,10 @@ class StagedWriter:
         self._fill = 0
         self.release()
 
-    def _write_rest(self) -> None:
+    def _write_rest(self) -> bool:
         """The aligned part of the staged bytes written out direct (past the first buffer
-        only), the rest buffered at its place, still staged; the fd is left buffered."""
+        only), the rest buffered at its place, still staged; returns whether it wrote
+        buffered (the fd is then left buffered)."""
         start = self._flushed  # within the first buffer: what no flush wrote yet
         if self._written:
             aligned = self._fill - self._fill % ALIGN
@@ -170,6 +171,8 @@ class StagedWriter:
             with memoryview(self._buffer) as view:
                 _pwrite_all(self._fd, view[start : self._fill], self._written + start,
                             self._path)
+            return True
+        return False
 
     def release(self) -> None:
         buffer, self._buffer = self._buffer, None
