@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/datapath.py            # full run (1 GiB file, 5,000 small files)
     .venv/bin/python bench/datapath.py --quick    # smaller counts, about a minute
+    .venv/bin/python bench/datapath.py --moosefs-only --runs 3   # part (g) alone
 
 A NameNode and three DataNodes run as real processes (``python -m xdfs ...``) with their
 storage in ``--dir`` (default: a temporary directory on the checkout's disk); the client is an
@@ -30,6 +31,13 @@ storage in ``--dir`` (default: a temporary directory on the checkout's disk); th
     blocking file objects: ``Client.open(path, "rb").read()``, the same in 1 MiB and 64 KiB
     reads, and fsspec's ``open(path, "rb").read()`` (``--file-objects-only``: this part
     alone).
+(g) **against MooseFS** (issue 14), side by side in one run: ``bench/vs_moosefs.py``'s data
+    workloads through fsspec on ``xdfs dev`` and on a MooseFS it starts itself (goal 2,
+    mounted through FUSE): a ``--file-mib`` MiB file in 4 MiB writes, written and read, and
+    ``--vs-small-files`` files of 200 KiB written and read from 8 threads; the ratio is
+    xdfs / MooseFS of the medians (above 1: xdfs is faster). When MooseFS cannot run here a
+    line says why and xdfs is measured alone. ``--moosefs-only``: this part alone;
+    ``--no-moosefs``: without it.
 
 Each rate is the median of ``--runs`` runs. Nothing here is asserted by the test suite.
 """
@@ -88,17 +96,22 @@ class Settings:
     base: Path
     object_mib: int = 64
     file_objects_only: bool = False
+    moosefs: str = "with"  # part (g): "with" the rest, "only", or "no"
+    vs_small_files: int = 1000
 
 
 @dataclass
 class Table:
     rows: list[tuple[str, str, str, str]] = field(default_factory=list)
 
-    def add(self, part: str, name: str, values: list[float], unit: str) -> float:
+    def add(self, part: str, name: str, values: list[float], unit: str,
+            digits: int = 1) -> float:
         median = statistics.median(values)
-        spread = f"{min(values):,.1f} .. {max(values):,.1f}" if len(values) > 1 else ""
-        self.rows.append((part, name, f"{median:,.1f} {unit}", spread))
-        print(f"  {part:<14} {name:<52} {median:>12,.1f} {unit}", file=sys.stderr, flush=True)
+        spread = (f"{min(values):,.{digits}f} .. {max(values):,.{digits}f}"
+                  if len(values) > 1 else "")
+        self.rows.append((part, name, f"{median:,.{digits}f} {unit}".rstrip(), spread))
+        print(f"  {part:<14} {name:<52} {median:>12,.{digits}f} {unit}", file=sys.stderr,
+              flush=True)
         return median
 
     def markdown(self) -> str:
@@ -369,6 +382,25 @@ async def sequential_part(s: Settings, table: Table, cluster: Cluster, client: A
                   rows[f"read ratio {replication}"], "%")
 
 
+def moosefs_part(s: Settings, table: Table) -> None:
+    """(g): vs_moosefs's data workloads on both systems in one run, as rows of ``table``."""
+    import vs_moosefs  # beside this script (bench/ is on sys.path when it runs)
+
+    results = vs_moosefs.bench(vs_moosefs.Settings(
+        runs=s.runs, dir_ops=0, file_mib=s.file_mib, small_files=s.vs_small_files,
+        small_kib=200, parts={"data"}, base=s.base / "vs-moosefs",
+    ))
+    for figure in dict.fromkeys(figure for figure, _system in results.rates):
+        medians = {}
+        for system in ("moosefs", "xdfs"):
+            values = results.rates.get((figure, system))
+            if values:
+                medians[system] = table.add("vs MooseFS", f"{system}: {figure}", values, "")
+        if len(medians) == 2:
+            table.add("vs MooseFS", f"xdfs / MooseFS: {figure}",
+                      [medians["xdfs"] / medians["moosefs"]], "x", digits=2)
+
+
 async def bench(s: Settings, table: Table) -> None:
     chunk = os.urandom(WRITE_BYTES)
     cluster = Cluster(s.base / "cluster")
@@ -410,6 +442,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
     parser.add_argument("--dir", default=None, help="where the cluster's storage goes")
     parser.add_argument("--object-mib", type=int, default=None)
     parser.add_argument("--file-objects-only", action="store_true")
+    parser.add_argument("--moosefs-only", action="store_true", help="part (g) alone")
+    parser.add_argument("--no-moosefs", action="store_true", help="without part (g)")
+    parser.add_argument("--vs-small-files", type=int, default=None,
+                        help="200 KiB files of part (g) (1000; --quick 200)")
     args = parser.parse_args(argv)
     quick = args.quick
     base = Path(tempfile.mkdtemp(prefix="xdfs-bench-", dir=args.dir or Path.cwd()))
@@ -424,6 +460,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
         base=base,
         object_mib=args.object_mib or (32 if quick else 64),
         file_objects_only=args.file_objects_only,
+        moosefs="only" if args.moosefs_only else "no" if args.no_moosefs else "with",
+        vs_small_files=args.vs_small_files or (200 if quick else 1000),
     ), quick
 
 
@@ -432,7 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = Table()
     started = time.perf_counter()
     try:
-        run(bench(settings, table), use_uvloop=True)  # as the xdfs processes run
+        if settings.moosefs != "only":
+            run(bench(settings, table), use_uvloop=True)  # as the xdfs processes run
+        if settings.moosefs != "no" and not settings.file_objects_only:
+            moosefs_part(settings, table)
     finally:
         shutil.rmtree(settings.base, ignore_errors=True)
     command = " ".join(["python", "bench/datapath.py", *(argv or sys.argv[1:])])

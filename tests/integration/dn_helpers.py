@@ -7,6 +7,7 @@ hands out whatever commands a test queues for a node's next heartbeat.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -86,6 +87,11 @@ class StubNameNode:
     failures: dict[str, list[XdfsError]] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)
     server: RpcServer | None = None
+    #: While cleared, incremental reports wait (answered once it is set).
+    incremental_gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.incremental_gate.set()
 
     @property
     def address(self) -> str:
@@ -128,10 +134,13 @@ class StubNameNode:
         queued = self.commands.get(request.node_id)
         return queued.pop(0) if queued else HeartbeatResponse()
 
-    def incremental_report(self, ctx: CallContext, request: IncrementalReportRequest) -> Empty:
+    async def incremental_report(
+        self, ctx: CallContext, request: IncrementalReportRequest
+    ) -> Empty:
         self._maybe_fail("incremental_report")
         self._known(request.node_id)
         self.incremental.append(request)
+        await self.incremental_gate.wait()
         return Empty()
 
     def report_bad_replicas(self, ctx: CallContext, request: BadReplicasRequest) -> Empty:

@@ -3,6 +3,7 @@ heartbeats and their commands, re-registration, restarts and fatal errors."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
@@ -202,6 +203,29 @@ async def test_failed_received_report_is_retried_with_the_heartbeats(
     # The write still succeeds; its report comes later.
     [record] = await put_blocks(minicluster, stub, node, [61])
     await eventually(lambda: record in stub.received(node.storage.node_id))
+
+
+async def test_replicas_finalized_during_a_report_go_together_in_the_next(
+    minicluster: MiniCluster,
+) -> None:
+    stub = await start_stub(minicluster)
+    node = await start_registered(minicluster, stub)
+    stub.incremental_gate.clear()  # the NameNode holds the reports it gets
+    first = asyncio.ensure_future(put_blocks(minicluster, stub, node, [71]))
+    await eventually(lambda: stub.received(node.storage.node_id), what="first report")
+    rest = [asyncio.ensure_future(put_blocks(minicluster, stub, node, [72 + i]))
+            for i in range(5)]
+    actor = node.actor.actors[0] if node.actor is not None else None
+    assert actor is not None
+    await eventually(lambda: actor._received_next is not None
+                     and len(actor._received_next[1]) == 5, what="5 replicas waiting")
+    assert not first.done() and not any(task.done() for task in rest)  # acked after
+    stub.incremental_gate.set()
+    await asyncio.gather(first, *rest)
+    calls = [sorted(b.block_id for b in r.received) for r in stub.incremental
+             if r.node_id == node.storage.node_id and r.received]
+    # two calls in all: the heartbeats (every 0.05 s here) leave reports on their way alone
+    assert calls == [[71], [72, 73, 74, 75, 76]]
 
 
 async def test_unreachable_namenode_is_retried_until_it_serves(

@@ -162,6 +162,19 @@ def test_pending_reports_keep_the_newest_news_of_each_block() -> None:
     assert 3 not in pending.received
 
 
+def test_pending_reports_on_their_way_are_left_to_them_until_confirmed() -> None:
+    pending = PendingReports()
+    a, b = BlockRecord(1, 1, 5), BlockRecord(2, 1, 5)
+    pending.add_received(a)
+    pending.add_received(b)
+    assert pending.take(reporting={1}) == IncrementalBatch([b], [])
+    assert pending.take(reporting={1}) is None  # a's report is still on its way
+    assert pending.take() == IncrementalBatch([a], [])  # it failed: the flush sends it
+    pending.add_received(a)
+    pending.confirm_received(a)
+    assert pending.take() is None
+
+
 def test_pending_rbw_reports_follow_the_same_newest_news_rule() -> None:
     pending = PendingReports()
     kept = BlockRecord(5, 1, 1000)

@@ -28,15 +28,16 @@ def _disarm() -> Iterator[None]:
     FAULTS.disarm()
 
 
-def open_storage(root: Path, reserved_bytes: int = 0) -> DataStorage:
-    storage = DataStorage(root, CHUNK, reserved_bytes)
+def open_storage(root: Path, reserved_bytes: int = 0, direct_io: bool = False) -> DataStorage:
+    storage = DataStorage(root, CHUNK, reserved_bytes, direct_io=direct_io)
     storage.open(NOW_MS)
     return storage
 
 
-@pytest.fixture
-def storage(tmp_path: Path) -> Iterator[DataStorage]:
-    s = open_storage(tmp_path / "dn")
+@pytest.fixture(params=[False, True], ids=["buffered", "direct"])
+def storage(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DataStorage]:
+    """Storage writing its data files buffered, and with O_DIRECT (datanode.direct_io)."""
+    s = open_storage(tmp_path / "dn", direct_io=request.param)
     yield s
     s.close()
 
@@ -78,15 +79,20 @@ def reopened(storage: DataStorage) -> DataStorage:
 
 
 def read_all(replica: Replica, offset: int = 0, length: int | None = None) -> bytes:
+    """The range read with O_DIRECT and buffered (both must give the same bytes)."""
     length = replica.num_bytes - offset if length is None else length
-    reader = ReplicaReader(replica, offset, length, 3 * CHUNK)
-    try:
-        parts = []
-        while (piece := reader.read_piece()) is not None:
-            parts.append(bytes(piece))
-        return b"".join(parts)
-    finally:
-        reader.close()
+    results = []
+    for direct_io in (True, False):
+        reader = ReplicaReader(replica, offset, length, 3 * CHUNK, direct_io)
+        try:
+            parts = []
+            while (piece := reader.read_piece()) is not None:
+                parts.append(bytes(piece))
+            results.append(b"".join(parts))
+        finally:
+            reader.close()
+    assert results[0] == results[1]
+    return results[0]
 
 
 def test_new_dir_gets_a_version_with_a_node_id_and_no_cluster(tmp_path: Path) -> None:

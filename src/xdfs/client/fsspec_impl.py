@@ -377,10 +377,14 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
 
     def _upload_chunk(self, final: bool = False) -> bool:
         assert self._writer is not None, "a file open for writing has its writer"
+        # getvalue hands over the buffer's bytes without a copy (fsspec drops the buffer
+        # after this call), and the writer keeps immutable bytes as they are: a view
+        # (getbuffer) cost one more copy of every byte written.
+        data = self.buffer.getvalue()
         if final:
-            self._writer.write_and_close(self.buffer.getbuffer())
+            self._writer.write_and_close(data)
         else:
-            self._writer.write(self.buffer.getbuffer())
+            self._writer.write(data)
         return True
 
     def commit(self) -> None:

@@ -69,6 +69,12 @@ class DataNodeConfig:
         "Capacity the DataNode reports (utilization and the balancer judge by it); 0: its "
         "file system's size. For several DataNodes sharing one disk.",
     )
+    direct_io: bool = setting(
+        True,
+        "Write and read replica data files with O_DIRECT (bypassing the page cache: much "
+        "less kernel CPU per byte); replicas under 1 MiB stay in the page cache; a file "
+        "system that refuses it is used buffered.",
+    )
 
     def validate(self) -> None:
         require(

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,7 @@ from xdfs.errors import (
     Fenced,
     SecurityError,
     StorageError,
+    Unavailable,
     UnknownDataNode,
     VersionMismatch,
     WrongCluster,
@@ -98,6 +100,12 @@ class NameNodeActor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._throttle = LogThrottle(_LOG_INTERVAL_S)
         self._flush_lock = asyncio.Lock()  # one incremental report in flight at a time
+        #: The next received-replica report and its outcome (``_join_received``).
+        self._received_next: tuple[asyncio.Future[None], list[BlockRecord]] | None = None
+        self._received_sending = False
+        #: Block ids of the received-replica reports queued or in flight (the heartbeats'
+        #: flush leaves them to those reports).
+        self._reporting: Counter[int] = Counter()
         self._timeout_s = node.config.datanode.namenode_call_timeout_s
         self._fenced_seen: set[tuple[str, int]] = set()  # logged once each
 
@@ -330,7 +338,7 @@ class NameNodeActor:
 
     async def _flush_pending(self) -> None:
         async with self._flush_lock:
-            batch = self._pending.take()
+            batch = self._pending.take(self._reporting)
             if batch is None:
                 return
             request = IncrementalReportRequest(
@@ -362,10 +370,9 @@ class NameNodeActor:
         if not self.registered or (self._offer.ha and self._throttle.failures):
             return  # (one of a pair not answering now: it goes with the heartbeats)
         timeout_s = self.node.config.datanode.report_timeout_s
-        request = IncrementalReportRequest(self._node_id, received=[record])
         try:
             async with asyncio.timeout(timeout_s):
-                await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=timeout_s)
+                await asyncio.shield(self._join_received(record))
         except UnknownDataNode:
             self.registered = False
             self._wake_up()
@@ -374,7 +381,56 @@ class NameNodeActor:
             log.warning("report of block %d not delivered (%s); retrying with the heartbeats",
                         record.block_id, exc)
             return
-        self._pending.confirm_received(record)
+        # (confirmed in the pending reports by _send_received)
+
+    def _join_received(self, record: BlockRecord) -> asyncio.Future[None]:
+        """Put ``record`` in the next received-replica report; returns that report's
+        outcome. One report is in flight at a time and the next one takes every replica
+        finalized meanwhile (a group commit: under concurrent writes one call reports
+        several replicas, and no replica waits for more than the call in flight)."""
+        if self._received_next is None:
+            future = asyncio.get_running_loop().create_future()
+            future.add_done_callback(_retrieved)  # its waiters may all have timed out
+            self._received_next = (future, [])
+            if not self._received_sending:
+                self._received_sending = True
+                task = asyncio.get_running_loop().create_task(self._send_received())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        future, records = self._received_next
+        records.append(record)
+        self._reporting[record.block_id] += 1
+        return future
+
+    async def _send_received(self) -> None:
+        timeout_s = self.node.config.datanode.report_timeout_s
+        unsent = []
+        try:
+            while self._received_next is not None:
+                future, records = self._received_next
+                self._received_next = None
+                unsent.append(future)
+                request = IncrementalReportRequest(self._node_id, received=records)
+                try:
+                    await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=timeout_s)
+                except Exception as exc:
+                    future.set_exception(exc)
+                else:
+                    for record in records:  # before the flush may take them again
+                        self._pending.confirm_received(record)
+                    future.set_result(None)
+                finally:
+                    self._reporting.subtract(r.block_id for r in records)
+                    self._reporting += Counter()  # (drops the ids at zero)
+                unsent.pop()
+        finally:
+            self._received_sending = False
+            if self._received_next is not None:  # stopped (the actor closes)
+                unsent.append(self._received_next[0])
+                self._received_next = None
+                self._reporting.clear()
+            for future in unsent:
+                future.set_exception(Unavailable("the DataNode is stopping"))
 
     def report_bad(self, block_id: int) -> None:
         """Report a corrupt local replica in the background (the caller reports each
@@ -424,3 +480,8 @@ class NameNodeActor:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()

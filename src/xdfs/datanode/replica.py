@@ -11,6 +11,7 @@ block recovery can later finalize what every holder agrees on (``rbw.py``).
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
-from xdfs.datanode import checksums
+from xdfs.datanode import checksums, direct
 from xdfs.datanode.layout import data_name, meta_name
 from xdfs.errors import BlockNotFound, CorruptReplica, StorageError
 from xdfs.protocol.blocks import BlockRecord
@@ -113,7 +114,10 @@ def rename_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path
 class ReplicaWriter:
     """A replica being written in ``rbw/``: data file plus checksum file built on the fly."""
 
-    def __init__(self, block_id: int, genstamp: int, rbw_dir: Path, bytes_per_checksum: int):
+    def __init__(
+        self, block_id: int, genstamp: int, rbw_dir: Path, bytes_per_checksum: int,
+        direct_io: bool = False,
+    ) -> None:
         self.block_id = block_id
         self.genstamp = genstamp
         self.rbw_dir = rbw_dir
@@ -124,6 +128,9 @@ class ReplicaWriter:
         self._builder = checksums.ChecksumBuilder(bytes_per_checksum)
         self._data_fd = -1
         self._meta_fd = -1
+        self._direct_io = direct_io
+        #: The data file's writer when it is open with O_DIRECT (``direct.py``).
+        self._staged: direct.StagedWriter | None = None
         #: Set once the replica is in finalized/ (the writer is then done).
         self.finalized: Replica | None = None
         #: An append's old checksum file, kept for readers of the part written before and
@@ -134,7 +141,12 @@ class ReplicaWriter:
 
     def open(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        self._data_fd = _open(self.data_path, flags)
+        if self._direct_io:
+            self._data_fd, is_direct = direct.open_direct(self.data_path, flags)
+            if is_direct:
+                self._staged = direct.StagedWriter(self._data_fd, self.data_path)
+        else:
+            self._data_fd = _open(self.data_path, flags)
         self._meta_fd = _open(self.meta_path, flags)
         self._write_meta(checksums.meta_header(self._builder.bytes_per_checksum))
 
@@ -207,9 +219,17 @@ class ReplicaWriter:
 
     def write(self, data: bytes | memoryview) -> None:
         assert self._data_fd >= 0, "writer is not open"
-        write_all(self._data_fd, data, self.data_path)
+        if self._staged is not None:
+            self._staged.write(data)
+        else:
+            write_all(self._data_fd, data, self.data_path)
         self.num_bytes += len(data)
         self._write_meta(self._builder.update(data))
+
+    def flush(self) -> None:
+        """Everything written so far into the data file (bytes a direct writer staged)."""
+        if self._staged is not None:
+            self._staged.flush()
 
     def finalize(self, dest_dir: Path) -> Replica:
         """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
@@ -280,12 +300,17 @@ class ReplicaWriter:
         self._write_meta(self._builder.finish())
         meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
         try:
+            if self._staged is not None:  # its last bytes go out while the checksums sync
+                self._staged.finish()
             _sync_file(self._data_fd, self.data_path)
         finally:
             meta.result()  # waited for even when the data file failed: it closes the fd
         self._close()
 
     def _close(self) -> None:
+        if self._staged is not None:
+            self._staged.release()
+            self._staged = None
         for fd in (self._data_fd, self._meta_fd):
             if fd >= 0:
                 os.close(fd)
@@ -304,7 +329,10 @@ class ReplicaReader:
     Files are opened at construction, so a replica deleted while it is read stays
     readable to the end (POSIX unlink semantics)."""
 
-    def __init__(self, replica: Replica, offset: int, length: int, piece_bytes: int) -> None:
+    def __init__(
+        self, replica: Replica, offset: int, length: int, piece_bytes: int,
+        direct_io: bool = False,
+    ) -> None:
         assert offset >= 0 and length >= 0 and offset + length <= replica.num_bytes
         self.replica = replica
         self._data_fd = self._meta_fd = -1
@@ -346,7 +374,13 @@ class ReplicaReader:
         # cost more than reading it.
         span = self._verify_end - self._pos
         size = max(step, min(piece_bytes, -(-span // step) * step) // step * step)
-        self._buffers = (bytearray(size), bytearray(size))
+        # Direct reads (``direct.py``) of all but small replicas (those stay in the page
+        # cache), when the chunks are aligned: pieces start at one.
+        is_direct = (direct_io and direct.reads_direct(replica.num_bytes)
+                     and step % direct.ALIGN == 0 and direct.set_direct(self._data_fd))
+        self._buffers: tuple[bytearray | mmap.mmap, bytearray | mmap.mmap] = (
+            (direct.aligned_buffer(size), direct.aligned_buffer(size)) if is_direct
+            else (bytearray(size), bytearray(size)))
         self._turn = 0
         self.bytes_read = 0
         with contextlib.suppress(OSError, AttributeError):  # a hint: larger kernel read-ahead
@@ -373,7 +407,10 @@ class ReplicaReader:
         step = self.chunk_bytes
         first_chunk = self._pos // step
         try:
-            got = os.preadv(self._data_fd, [view], self._pos)
+            if isinstance(buffer, mmap.mmap):
+                got = direct.pread_direct(self._data_fd, buffer, count, self._pos)
+            else:
+                got = os.preadv(self._data_fd, [view], self._pos)
             crcs = os.pread(
                 self._meta_fd,
                 checksums.CRC_BYTES * checksums.chunk_count(count, step),

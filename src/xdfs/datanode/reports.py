@@ -3,6 +3,7 @@ full-report batches, retry backoff and log throttling. No I/O, no clock reads.""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from xdfs.protocol.blocks import BlockRecord
@@ -51,14 +52,16 @@ class PendingReports:
             self._forget(block_id)
             self.deleted.add(block_id)
 
-    def take(self) -> IncrementalBatch | None:
-        """Everything pending, removed from the queue (give it back with ``restore``)."""
-        if not self:
+    def take(self, reporting: Collection[int] = ()) -> IncrementalBatch | None:
+        """Everything pending, removed from the queue (give it back with ``restore``),
+        except received replicas whose report is on its way now (``reporting``: block
+        ids; they stay pending until confirmed, so a failed report is retried later)."""
+        received = [r for r in self.received.values() if r.block_id not in reporting]
+        if not (received or self.rbw or self.deleted):
             return None
-        batch = IncrementalBatch(
-            list(self.received.values()), sorted(self.deleted), list(self.rbw.values())
-        )
-        self.received.clear()
+        batch = IncrementalBatch(received, sorted(self.deleted), list(self.rbw.values()))
+        for record in received:
+            del self.received[record.block_id]
         self.rbw.clear()
         self.deleted.clear()
         return batch

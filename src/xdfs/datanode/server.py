@@ -22,6 +22,7 @@ from typing import Any
 
 from xdfs.common.tokens import BlockKey, check_block_token
 from xdfs.config import XdfsConfig
+from xdfs.datanode import direct
 from xdfs.datanode.actor import NameNodeActor
 from xdfs.datanode.block_recovery import BlockRecovery
 from xdfs.datanode.directory_scanner import DirectoryScanner
@@ -68,7 +69,7 @@ class DataNode:
         self.clock = clock
         dn = config.datanode
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
-                                   dn.capacity_bytes)
+                                   dn.capacity_bytes, dn.direct_io)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
@@ -262,7 +263,11 @@ class DataNode:
         """A verified reader of a local replica; a replica found corrupt or without its
         files is dealt with (reported) before the error goes to the caller."""
         try:
-            return ReplicaReader(replica, offset, length, self.config.rpc.stream_chunk_bytes)
+            direct_io = self.config.datanode.direct_io
+            piece = self.config.rpc.stream_chunk_bytes
+            if direct_io:  # no kernel read-ahead: larger pieces, read in parts at once
+                piece = max(piece, direct.READ_PIECE_BYTES)
+            return ReplicaReader(replica, offset, length, piece, direct_io)
         except CorruptReplica as exc:
             self.on_corrupt(replica, exc)
             raise

@@ -41,7 +41,7 @@ class StartupSummary:
 class DataStorage:
     def __init__(
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
-        capacity_bytes: int = 0,
+        capacity_bytes: int = 0, direct_io: bool = False,
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
@@ -50,6 +50,7 @@ class DataStorage:
         self.checksum_chunk_bytes = checksum_chunk_bytes
         self.reserved_bytes = reserved_bytes
         self.capacity_bytes = capacity_bytes  # 0: the file system's size
+        self.direct_io = direct_io  # replica data files written with O_DIRECT (direct.py)
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
@@ -262,7 +263,8 @@ class DataStorage:
     def new_writer(self, block_id: int, genstamp: int) -> ReplicaWriter:
         """A writer in rbw/ (files opened by ``writer.open()``, in a worker thread)."""
         assert block_id in self._busy, "claim the block before writing it"
-        return ReplicaWriter(block_id, genstamp, self.rbw, self.checksum_chunk_bytes)
+        return ReplicaWriter(block_id, genstamp, self.rbw, self.checksum_chunk_bytes,
+                             self.direct_io)
 
     def commit(self, writer: ReplicaWriter, replaced: Replica | None) -> Replica:
         """Finalize ``writer`` (worker thread). A replica of an older genstamp it replaces

@@ -134,6 +134,8 @@ def _write_new(
         writer.write(data)
     if ended:
         storage.commit(writer, replaced)
+    else:
+        writer.flush()  # what arrived is in the rbw file, as a reader or recovery expects
 
 
 async def _keep_or_abort(

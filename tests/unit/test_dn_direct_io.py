@@ -1,0 +1,285 @@
+"""Replica data files written and read with O_DIRECT (datanode.direct_io, direct.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from xdfs.datanode import direct
+from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
+
+CHUNK = 64 * 1024
+STAGE = direct.STAGE_BYTES
+ALIGN_PAGE = mmap.PAGESIZE
+
+
+def _accepts_o_direct(directory: Path) -> bool:
+    """Whether this file system takes O_DIRECT (asked without the code under test)."""
+    probe = directory / "probe"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644))
+    except OSError:
+        return False
+    finally:
+        probe.unlink(missing_ok=True)
+    return True
+
+
+def _write(rbw: Path, data: bytes, piece: int, *, keep: bool = False,
+           seen: Callable[[int], None] = lambda fd: None) -> Replica:
+    """``data`` written as the write path does, in pieces of ``piece`` bytes, then
+    finalized into ``rbw/../finalized`` (or kept, as a broken stream's write is)."""
+    writer = ReplicaWriter(1, 1, rbw, CHUNK, direct_io=True)
+    writer.open()
+    seen(writer._data_fd)
+    for at in range(0, len(data), piece):
+        writer.write(data[at : at + piece])
+    if keep:
+        kept = writer.keep()
+        assert kept is not None
+        return kept
+    dest = rbw.parent / "finalized"
+    dest.mkdir(exist_ok=True)
+    return writer.finalize(dest)
+
+
+def _read(replica: Replica, offset: int, length: int, direct_io: bool = True) -> bytes:
+    reader = ReplicaReader(replica, offset, length, 4 * CHUNK, direct_io)
+    try:
+        parts = []
+        while (piece := reader.read_piece()) is not None:
+            parts.append(bytes(piece))
+        return b"".join(parts)
+    finally:
+        reader.close()
+
+
+@pytest.fixture
+def rbw(tmp_path: Path) -> Path:
+    path = tmp_path / "rbw"
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("size", [1, 4095, 4096, 4097, 200 * 1024, STAGE - 1, STAGE,
+                                  STAGE + 4097, 3 * STAGE + 5])
+def test_every_size_is_stored_whole_and_read_back_exactly(rbw: Path, size: int) -> None:
+    data = os.urandom(size)
+    flags: list[int] = []
+    replica = _write(rbw, data, 100_000, seen=lambda fd: flags.append(fcntl.fcntl(
+        fd, fcntl.F_GETFL)))
+    assert bool(flags[0] & os.O_DIRECT) == _accepts_o_direct(rbw)  # direct where it can be
+    assert replica.num_bytes == size and replica.data_path.read_bytes() == data
+    ranges = [(0, size), (size // 3, size // 2), (size - 1, 1)]
+    if size > CHUNK:
+        ranges.append((CHUNK - 1, 2))  # across a checksum chunk boundary
+    for offset, length in ranges:
+        want = data[offset : offset + length]
+        assert _read(replica, offset, length) == want
+        assert _read(replica, offset, length, direct_io=False) == want
+
+
+def test_a_broken_write_keeps_every_byte_it_staged(rbw: Path) -> None:
+    data = os.urandom(STAGE + 5000)
+    kept = _write(rbw, data, 7000, keep=True)
+    assert not kept.finalized and kept.data_path.read_bytes() == data
+    assert _read(kept, 0, len(data)) == data
+
+
+def test_flush_puts_what_arrived_in_the_file_and_writing_goes_on(rbw: Path) -> None:
+    writer = ReplicaWriter(1, 1, rbw, CHUNK, direct_io=True)
+    writer.open()
+    first, second = os.urandom(10_000), os.urandom(3 * STAGE // 2)
+    writer.write(first)
+    writer.flush()  # a batch ended: an rbw reader (or recovery) sees what arrived
+    assert writer.data_path.read_bytes() == first
+    writer.write(second)
+    writer.flush()
+    assert writer.data_path.read_bytes() == first + second
+    dest = rbw.parent / "finalized"
+    dest.mkdir()
+    replica = writer.finalize(dest)
+    assert _read(replica, 0, replica.num_bytes) == first + second
+
+
+def test_a_file_system_refusing_o_direct_is_written_buffered(
+    rbw: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open, real_write = os.open, os.write
+    refuse = {"open": True}
+
+    def open_(path: object, flags: int, *args: int) -> int:  # as tmpfs answers O_DIRECT
+        if flags & os.O_DIRECT and refuse["open"]:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    def write(fd: int, data: bytes | memoryview) -> int:  # opened direct, writes refused
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "write", write)
+    data = os.urandom(2 * STAGE + 333)
+    assert _write(rbw, data, 65_536).data_path.read_bytes() == data
+    refuse["open"] = False
+    (rbw.parent / "finalized" / "blk_1").unlink()
+    assert _write(rbw, data, 65_536).data_path.read_bytes() == data
+
+
+@pytest.mark.parametrize("size", [direct.READ_PART_BYTES + 1, 3 * direct.READ_PART_BYTES + 5,
+                                  direct.READ_PIECE_BYTES])
+def test_long_direct_reads_in_parts_return_exact_bytes(rbw: Path, size: int) -> None:
+    data = os.urandom(size)
+    replica = _write(rbw, data, 1 << 20)
+    for offset, length in [(0, size), (CHUNK + 7, size - CHUNK - 9), (size - 5, 5)]:
+        reader = ReplicaReader(replica, offset, length, direct.READ_PIECE_BYTES, True)
+        try:
+            parts = []
+            while (piece := reader.read_piece()) is not None:
+                parts.append(bytes(piece))
+        finally:
+            reader.close()
+        assert b"".join(parts) == data[offset : offset + length]
+
+
+# -- small replicas stay in the page cache (direct.BUFFERED_MAX_BYTES) -------------------
+
+SMALL = direct.BUFFERED_MAX_BYTES
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def _cached_pages(path: Path, length: int) -> int:
+    """How many of the first ``length`` bytes' pages of ``path`` are in the page cache
+    (mincore of a shared read-only mapping: asking faults nothing in)."""
+    pages = -(-length // mmap.PAGESIZE)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert _libc.mincore(addr, length, vec) == 0, os.strerror(ctypes.get_errno())
+            return sum(byte & 1 for byte in vec.raw)
+        finally:
+            _libc.munmap(addr, length)
+    finally:
+        os.close(fd)
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages leave the cache
+    finally:
+        os.close(fd)
+
+
+def _on_disk(path: Path) -> bytes:
+    """The file's bytes as the disk holds them (a direct read: no page cache)."""
+    size = path.stat().st_size
+    buffer = mmap.mmap(-1, direct.round_up(max(size, 1)))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        got = os.preadv(fd, [buffer], 0)
+    finally:
+        os.close(fd)
+    assert got == size
+    return buffer[:size]
+
+
+def _reader_is_direct(replica: Replica) -> bool:
+    reader = ReplicaReader(replica, 0, replica.num_bytes, 4 * CHUNK, True)
+    try:
+        return bool(fcntl.fcntl(reader._data_fd, fcntl.F_GETFL) & os.O_DIRECT)
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("size", [1, 200 * 1024, SMALL - 1, SMALL, SMALL + 1, 2 * SMALL + 7])
+@pytest.mark.parametrize("flushed", [False, True])
+def test_small_replicas_stay_buffered_larger_ones_go_direct(
+    rbw: Path, size: int, flushed: bool
+) -> None:
+    if not _accepts_o_direct(rbw):
+        pytest.fail("this test needs a file system taking O_DIRECT (tmp_path's does not)")
+    data = os.urandom(size)
+    writer = ReplicaWriter(1, 1, rbw, CHUNK, direct_io=True)
+    writer.open()
+    for at in range(0, size, 100_000):
+        writer.write(data[at : at + 100_000])
+        if flushed:
+            writer.flush()  # a batch ended (an rbw reader sees what arrived)
+            assert _on_disk(writer.data_path) == data[: at + 100_000]  # leaves no cache
+    dest = rbw.parent / "finalized"
+    dest.mkdir()
+    replica = writer.finalize(dest)
+    aligned = size - size % ALIGN_PAGE  # the unaligned end goes buffered in either case
+    cached = _cached_pages(replica.data_path, aligned) if aligned else 0
+    if size < SMALL:  # written through the page cache, still there after the fdatasync
+        assert cached == aligned // ALIGN_PAGE
+    else:  # the first buffer's bytes went direct, past the page cache
+        assert cached == 0
+    assert _reader_is_direct(replica) == (size >= SMALL)
+    assert _on_disk(replica.data_path) == data
+    for direct_io in (True, False, True):  # both kinds of read, one after the other
+        assert _read(replica, 0, size, direct_io) == data
+        assert _read(replica, size // 2, size - size // 2, direct_io) == data[size // 2 :]
+
+
+def test_a_small_replica_read_buffered_comes_from_the_page_cache(rbw: Path) -> None:
+    data = os.urandom(300 * 1024)
+    replica = _write(rbw, data, 64 * 1024)
+    _evict(replica.data_path)
+    assert _read(replica, 0, len(data)) == data
+    # kernel read-ahead and the read itself left the replica cached for the next reader
+    assert _cached_pages(replica.data_path, len(data)) == len(data) // ALIGN_PAGE
+
+
+def _append(replica: Replica, rbw: Path, more: bytes) -> Replica:
+    """``more`` appended to ``replica`` as the append path does (genstamp + 1)."""
+    writer = ReplicaWriter(replica.block_id, replica.genstamp + 1, rbw, CHUNK, direct_io=True)
+    tail = writer.prepare_reopen(replica)
+    visible = writer.reopen(replica, tail)
+    writer.sync_reopened(replica.data_path.parent)
+    for at in range(0, len(more), 70_000):
+        writer.write(more[at : at + 70_000])
+        writer.flush()
+        # readers see the part written before while the append goes on
+        assert _read(visible, 0, visible.num_bytes) == _read(visible, 0, visible.num_bytes,
+                                                              False)
+    writer.finish_append()
+    appended = writer.move_appended(replica.data_path.parent)
+    writer.sync_appended()
+    return appended
+
+
+@pytest.mark.parametrize("first", [SMALL - 1000, 200 * 1024 + 3, SMALL + 5000])
+def test_appends_across_the_threshold_keep_every_byte_on_disk(rbw: Path, first: int) -> None:
+    data = os.urandom(first)
+    replica = _write(rbw, data, 100_000)
+    assert _read(replica, 0, first) == _read(replica, 0, first, False) == data  # cached now
+    more = os.urandom(SMALL + 4321)
+    appended = _append(replica, rbw, more)
+    assert appended.num_bytes == first + len(more)
+    assert _on_disk(appended.data_path) == data + more
+    assert _reader_is_direct(appended)  # it grew past the threshold: read direct now
+    for direct_io in (True, False, True):
+        assert _read(appended, 0, appended.num_bytes, direct_io) == data + more
+        assert _read(appended, first - 10, 20, direct_io) == (data + more)[first - 10 : first + 10]
+    # a second, small append to the now large replica
+    again = _append(appended, rbw, b"x" * 777)
+    assert _on_disk(again.data_path) == data + more + b"x" * 777
+    assert _read(again, 0, again.num_bytes) == data + more + b"x" * 777
