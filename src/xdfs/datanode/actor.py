@@ -404,32 +404,31 @@ class NameNodeActor:
 
     async def _send_received(self) -> None:
         timeout_s = self.node.config.datanode.report_timeout_s
-        unsent = []
+        in_flight: asyncio.Future[None] | None = None  # unsettled if this task is stopped
         try:
             while self._received_next is not None:
-                future, records = self._received_next
+                in_flight, records = self._received_next
                 self._received_next = None
-                unsent.append(future)
                 request = IncrementalReportRequest(self._node_id, received=records)
                 try:
                     await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=timeout_s)
                 except Exception as exc:
-                    future.set_exception(exc)
+                    in_flight.set_exception(exc)
                 else:
                     for record in records:  # before the flush may take them again
                         self._pending.confirm_received(record)
-                    future.set_result(None)
+                    in_flight.set_result(None)
                 finally:
                     self._reporting.subtract(r.block_id for r in records)
                     self._reporting += Counter()  # (drops the ids at zero)
-                unsent.pop()
         finally:
             self._received_sending = False
+            unsettled = [in_flight] if in_flight is not None and not in_flight.done() else []
             if self._received_next is not None:  # stopped (the actor closes)
-                unsent.append(self._received_next[0])
+                unsettled.append(self._received_next[0])
                 self._received_next = None
                 self._reporting.clear()
-            for future in unsent:
+            for future in unsettled:
                 future.set_exception(Unavailable("the DataNode is stopping"))
 
     def report_bad(self, block_id: int) -> None:

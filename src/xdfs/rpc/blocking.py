@@ -117,9 +117,9 @@ class BlockingConnection:
         if self._closed:
             return False
         try:
-            while self._queue:
-                self._on_idle_frame(self._queue.popleft())
             while True:
+                while self._queue:
+                    self._on_idle_frame(self._queue.popleft())
                 try:
                     received = self._receive_now()
                 except (BlockingIOError, ssl.SSLWantReadError):
@@ -127,8 +127,6 @@ class BlockingConnection:
                 if not received:
                     raise ConnectionLost(f"connection to {self.address} closed")
                 self._read(received)
-                while self._queue:
-                    self._on_idle_frame(self._queue.popleft())
         except (XdfsError, *_SOCKET_ERRORS):
             self.close()
             return False
@@ -186,11 +184,7 @@ class BlockingConnection:
     def _receive(self, wait_s: float) -> int:
         """Read what arrives within ``wait_s`` into the reader (TimeoutError: nothing)."""
         if self._tls:
-            self._sock.settimeout(wait_s)
-            try:
-                return self._sock.recv_into(self._reader.get_buffer())
-            finally:
-                self._sock.settimeout(None)
+            return self._receive_tls(wait_s)
         if not self._poll.poll(math.ceil(wait_s * 1000)):
             raise TimeoutError
         return self._sock.recv_into(self._reader.get_buffer())
@@ -198,12 +192,16 @@ class BlockingConnection:
     def _receive_now(self) -> int:
         """Read what has arrived (BlockingIOError or SSLWantReadError: nothing has)."""
         if self._tls:
-            self._sock.settimeout(0.0)
-            try:
-                return self._sock.recv_into(self._reader.get_buffer())
-            finally:
-                self._sock.settimeout(None)
+            return self._receive_tls(0.0)
         return self._sock.recv_into(self._reader.get_buffer(), 0, socket.MSG_DONTWAIT)
+
+    def _receive_tls(self, timeout_s: float) -> int:
+        """A TLS read under the socket's own timeout (0: only what has arrived)."""
+        self._sock.settimeout(timeout_s)
+        try:
+            return self._sock.recv_into(self._reader.get_buffer())
+        finally:
+            self._sock.settimeout(None)
 
     def _next_frame(self, deadline: float) -> InEnvelope | None:
         """The next frame, or None at ``deadline``. Reads whole socket buffers: frames
