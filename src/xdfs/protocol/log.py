@@ -117,7 +117,10 @@ TRUNCATED_LSN = Method("truncated_lsn", NameRequest, LsnResponse, idempotent=Tru
                        doc="The truncation point of a log.")
 SET_READER = Method("set_reader", ReaderRequest, Empty, idempotent=True,
                     doc="Register (or drop) a reader: nothing it still needs is reclaimed.")
-TSO = Method("tso", TsoRequest, TsoResponse, idempotent=False,
+# Safe to repeat: a repeated reservation takes a fresh range above every earlier one, so a
+# range whose answer was lost (ZooKeeper's session expired mid-call) is only skipped, never
+# handed out twice or out of order.
+TSO = Method("tso", TsoRequest, TsoResponse, idempotent=True,
              doc="Reserve count durable, strictly increasing timestamps.")
 LOG_SERVICE = Service("log", (
     CREATE, STAT, LIST, DELETE, OPEN_WRITER, APPEND, READ, TRUNCATE, TRUNCATED_LSN, SET_READER, TSO,
