@@ -19,37 +19,39 @@ from xdfs.rpc.server import CallContext
 from xdfs.rpc.streams import StreamReceiver
 
 if TYPE_CHECKING:
-    from xdfs.journal.server import JournalNode
+    from xdfs.config import JournalNodeConfig
+    from xdfs.journal.workers import Journals
 
 
 class JournalHandlers:
-    def __init__(self, node: JournalNode) -> None:
-        self.node = node
+    def __init__(self, journals: Journals, settings: JournalNodeConfig) -> None:
+        self.journals = journals
+        self.settings = settings
 
     async def get_journal_state(self, ctx: CallContext, req: j.JournalIdRequest) -> j.JournalState:
         check_journal_id(req.journal_id)
-        if req.journal_id not in self.node.workers:
+        if req.journal_id not in self.journals:
             return j.JournalState(False, None, 0, 0, 0, 0)
-        return await self.node.worker(req.journal_id).submit(lambda jn: jn.state())
+        return await self.journals.worker(req.journal_id).submit(lambda jn: jn.state())
 
     async def format_journal(self, ctx: CallContext, req: j.FormatRequest) -> Empty:
-        await self.node.worker(req.journal_id, create=True).submit(
+        await self.journals.worker(req.journal_id, create=True).submit(
             lambda jn: jn.format(req.namespace, force=req.force, nodes=req.nodes))
         return Empty()
 
     async def new_epoch(self, ctx: CallContext, req: j.NewEpochRequest) -> j.NewEpochResponse:
-        last = await self.node.worker(req.journal_id).submit(
+        last = await self.journals.worker(req.journal_id).submit(
             lambda jn: jn.new_epoch(req.namespace, req.epoch))
         return j.NewEpochResponse(last)
 
     async def start_log_segment(self, ctx: CallContext, req: j.StartSegmentRequest) -> Empty:
-        await self.node.worker(req.req.journal_id).submit(
+        await self.journals.worker(req.req.journal_id).submit(
             lambda jn: jn.start_log_segment(req.req, req.first_txid, req.layout_version,
                                             req.nodes))
         return Empty()
 
     async def journal(self, ctx: CallContext, req: j.JournalRecordsRequest) -> Empty:
-        worker = self.node.worker(req.req.journal_id)
+        worker = self.journals.worker(req.req.journal_id)
         try:
             await worker.submit(lambda jn: jn.journal(
                 req.req, req.segment_txid, req.first_txid, req.count, req.records))
@@ -58,7 +60,7 @@ class JournalHandlers:
         return Empty()
 
     async def heartbeat(self, ctx: CallContext, req: j.RequestOnly) -> Empty:
-        worker = self.node.worker(req.req.journal_id)
+        worker = self.journals.worker(req.req.journal_id)
         try:
             await worker.submit(lambda jn: jn.heartbeat(req.req))
         finally:
@@ -66,28 +68,28 @@ class JournalHandlers:
         return Empty()
 
     async def finalize_log_segment(self, ctx: CallContext, req: j.FinalizeRequest) -> Empty:
-        await self.node.worker(req.req.journal_id).submit(
+        await self.journals.worker(req.req.journal_id).submit(
             lambda jn: jn.finalize(req.req, req.start_txid, req.end_txid))
         return Empty()
 
     async def purge_logs_older_than(
         self, ctx: CallContext, req: j.PurgeRequest
     ) -> j.PurgeResponse:
-        purged = await self.node.worker(req.req.journal_id).submit(
+        purged = await self.journals.worker(req.req.journal_id).submit(
             lambda jn: jn.purge(req.req, req.min_txid_to_keep))
         return j.PurgeResponse(purged)
 
     async def prepare_recovery(
         self, ctx: CallContext, req: j.PrepareRecoveryRequest
     ) -> j.PrepareRecoveryResponse:
-        return await self.node.worker(req.req.journal_id).submit(
+        return await self.journals.worker(req.req.journal_id).submit(
             lambda jn: jn.prepare_recovery(req.req, req.segment_txid))
 
     async def accept_recovery(
         self, ctx: CallContext, req: j.AcceptRecoveryRequest, chunks: StreamReceiver
     ) -> Empty:
-        worker = self.node.worker(req.req.journal_id)
-        limit = self.node.config.journalnode.recovery_bytes_max
+        worker = self.journals.worker(req.req.journal_id)
+        limit = self.settings.recovery_bytes_max
         parts: list[bytes] = []
         size = 0
         async for chunk in chunks:
@@ -104,15 +106,15 @@ class JournalHandlers:
     async def get_edit_log_manifest(
         self, ctx: CallContext, req: j.ManifestRequest
     ) -> j.ManifestResponse:
-        return await self.node.worker(req.journal_id).submit(
+        return await self.journals.worker(req.journal_id).submit(
             lambda jn: jn.manifest(req.since_txid, req.in_progress_ok))
 
     async def get_journaled_edits(
         self, ctx: CallContext, req: j.ReadEditsRequest
     ) -> j.ReadEditsResponse:
-        settings = self.node.config.journalnode
+        settings = self.settings
         max_bytes = min(req.max_bytes, settings.read_bytes_max)
-        worker = self.node.worker(req.journal_id)
+        worker = self.journals.worker(req.journal_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max(req.wait_s, 0.0), settings.read_wait_max_s)
         while True:

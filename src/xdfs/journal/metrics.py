@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from xdfs.metrics import Family, gauges
 
 if TYPE_CHECKING:
-    from xdfs.journal.server import JournalNode
+    from xdfs.journal.workers import Journals
 
 
-def families(node: JournalNode) -> Iterator[Family]:
-    journals = [(name, worker.journal) for name, worker in sorted(node.workers.items())]
+def families(registry: Journals) -> Iterator[Family]:
+    journals = [(name, worker.journal) for name, worker in registry.by_name()]
     yield gauges("xdfs_journalnode_last_txid", "Last transaction this JournalNode holds, by "
                  "journal", "journal", [(name, j.last_txid) for name, j in journals])
     yield gauges("xdfs_journalnode_committed_txid", "Last transaction known committed (on "
@@ -26,12 +26,12 @@ def families(node: JournalNode) -> Iterator[Family]:
                  "journal", [(name, j.writer_epoch) for name, j in journals])
 
 
-def status_facts(node: JournalNode) -> list[tuple[str, object]]:
+def status_facts(address: str, registry: Journals) -> list[tuple[str, object]]:
     facts: list[tuple[str, object]] = [
-        ("RPC address", node.address if node.server is not None else ""),
-        ("journal dir", str(node.journal_dir)),
+        ("RPC address", address),
+        ("journal dir", str(registry.journal_dir)),
     ]
-    for name, worker in sorted(node.workers.items()):
+    for name, worker in registry.by_name():
         j = worker.journal
         facts.append((f"journal {name}",
                       f"last txid {j.last_txid}, committed {j.committed_txid}, writer epoch "

@@ -4,12 +4,8 @@ Start: lock the journal dir (a second JournalNode on it refuses to start), load 
 journal found there (a subdirectory per journal id), then serve the ``journal`` service to
 callers presenting the journal secret (``journalnode.secret_file``).
 
-Each journal has its own worker thread: every call of that journal runs there, one at a
-time, in the order the calls arrived (a handler hands its call to the thread before its
-first ``await``). So a journal's state never sees two calls at once, its fsyncs never
-block the event loop, and journals never wait for each other. A journal whose disk
-failed refuses every further call (StorageError) until the JournalNode restarts and loads
-it again: it never answers from a state it could not make durable.
+Each journal has its own worker thread (xdfs.journal.workers): a journal's calls run there
+one at a time, in the order they arrived, off the event loop.
 """
 
 from __future__ import annotations
@@ -17,26 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from xdfs.common.files import DirLock, make_dirs
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
-from xdfs.errors import NotFormatted, StorageError
 from xdfs.http.server import HttpServer
 from xdfs.http.ui.status import start_status_http
-from xdfs.journal.storage import Journal
+from xdfs.journal.workers import Journals, JournalWorker
 from xdfs.ledger.handlers import LedgerHandlers, LedgerWorker
 from xdfs.ledger.storage import LEDGER_DIR
-from xdfs.protocol.journal import (
-    JOURNAL_ID_RE,
-    JOURNAL_SERVICE,
-    JOURNAL_USER,
-    check_journal_id,
-)
+from xdfs.protocol.journal import JOURNAL_SERVICE, JOURNAL_USER
 from xdfs.protocol.ledger import LEDGER_SERVICE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
@@ -49,51 +37,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-
-
-class JournalWorker:
-    """A journal and the one thread that runs its calls."""
-
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-        self.failure: StorageError | None = None
-        #: Set (and replaced) after every writer call: tailing readers wake up to read.
-        self.changed = asyncio.Event()
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"journal {journal.journal_id}")
-
-    def submit(self, call: Callable[[Journal], T]) -> asyncio.Future[T]:
-        """Queue ``call`` now (callers must not await before this, to keep the order)."""
-        return asyncio.get_running_loop().run_in_executor(self._thread, self._run, call)
-
-    def notify(self) -> None:
-        """A writer call went through: wake the long-polling readers."""
-        event, self.changed = self.changed, asyncio.Event()
-        event.set()
-
-    def _run(self, call: Callable[[Journal], T]) -> T:
-        if self.failure is not None:
-            raise StorageError(f"journal {self.journal.journal_id} failed earlier "
-                               f"({self.failure.message}); restart the JournalNode")
-        try:
-            return call(self.journal)
-        except StorageError as exc:
-            self.failure = exc
-            log.critical("journal %s failed: %s", self.journal.journal_id, exc.message)
-            raise
-
-    def close(self) -> None:
-        self._thread.submit(self.journal.close)
-        self._thread.shutdown(wait=True)
-
 
 class JournalNode:
     def __init__(self, config: XdfsConfig, journal_dir: Path) -> None:
         self.config = config
         self.journal_dir = journal_dir
         self.server: RpcServer | None = None
-        self.workers: dict[str, JournalWorker] = {}
+        self.journals = Journals(journal_dir)
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         self._lock = DirLock(journal_dir)
@@ -122,7 +72,7 @@ class JournalNode:
         await asyncio.to_thread(make_dirs, self.journal_dir)
         self._lock.lock()
         try:
-            await asyncio.to_thread(self._load_journals)
+            await asyncio.to_thread(self.journals.load)
             self.ledgers = LedgerWorker(self.journal_dir / LEDGER_DIR, settings.read_bytes_max)
             await asyncio.to_thread(self.ledgers.load)
             rpc = self.config.rpc
@@ -131,7 +81,8 @@ class JournalNode:
                 ssl_context=server_context(rpc),
             )
             add_system_services(self.server, "journalnode")
-            self.server.add_service(JOURNAL_SERVICE, JournalHandlers(self))
+            self.server.add_service(
+                JOURNAL_SERVICE, JournalHandlers(self.journals, settings))
             self.server.add_service(LEDGER_SERVICE, LedgerHandlers(self.ledgers))
             await self._start_http(self.server)
             await self.server.start(host, port)
@@ -144,17 +95,17 @@ class JournalNode:
             self._lock.unlock()
             raise
         log.info("journals in %s: %s", self.journal_dir,
-                 ", ".join(sorted(self.workers)) or "none yet")
+                 ", ".join(name for name, _ in self.journals.by_name()) or "none yet")
         return self.server.address
 
     async def _start_http(self, server: RpcServer) -> None:
         from xdfs.journal import metrics
 
-        server.metrics.add_collector("journalnode", lambda: metrics.families(self))
+        server.metrics.add_collector("journalnode", lambda: metrics.families(self.journals))
         self.http = await start_status_http(
             "journalnode", self.config.journalnode.http_address,
             self.config.http.body_bytes_max, server.metrics,
-            lambda: metrics.status_facts(self))
+            lambda: metrics.status_facts(self.address if self.server else "", self.journals))
 
     def _start_syncer(self, secret: str) -> None:
         from xdfs.journal.syncer import Syncer
@@ -164,7 +115,7 @@ class JournalNode:
         hello = Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret)
         rpc = self.config.rpc
         self.syncer = Syncer(
-            lambda: list(self.workers.values()),
+            lambda: [worker for _, worker in self.journals.by_name()],
             lambda peer: RpcJournalChannel(peer, rpc, hello, call_timeout_s=rpc.call_timeout_s,
                                            ssl_context=client_context(rpc)),
             self.address, settings.sync_interval_s, settings.read_bytes_max,
@@ -182,25 +133,9 @@ class JournalNode:
             self._heartbeats = asyncio.get_running_loop().create_task(
                 self.keeper_link.run(), name="keeper heartbeats")
 
-    def _load_journals(self) -> None:
-        for entry in sorted(self.journal_dir.iterdir()):
-            if entry.is_dir() and JOURNAL_ID_RE.match(entry.name):
-                journal = Journal(entry, entry.name)
-                journal.load()
-                self.workers[entry.name] = JournalWorker(journal)
-
     def worker(self, journal_id: str, *, create: bool = False) -> JournalWorker:
-        """The worker of ``journal_id``. Only ``format_journal`` creates a journal; any
-        other call naming an unknown one is refused (NotFormatted)."""
-        worker = self.workers.get(journal_id)
-        if worker is None:
-            check_journal_id(journal_id)
-            if not create:
-                raise NotFormatted(f"no journal {journal_id!r} on this JournalNode "
-                                   "(xdfs namenode -initializeSharedEdits formats it)")
-            worker = JournalWorker(Journal(self.journal_dir / journal_id, journal_id))
-            self.workers[journal_id] = worker
-        return worker
+        """The worker of ``journal_id`` (tests and tools; see Journals.worker)."""
+        return self.journals.worker(journal_id, create=create)
 
     async def stop(self) -> None:
         if self.stopped.is_set():
@@ -221,9 +156,7 @@ class JournalNode:
         self.stopped.set()
 
     def _close_workers(self) -> None:
-        for worker in self.workers.values():
-            worker.close()
-        self.workers.clear()
+        self.journals.close()
         if self.ledgers is not None:
             self.ledgers.close()
             self.ledgers = None

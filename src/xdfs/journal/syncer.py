@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from xdfs.errors import XdfsError
-from xdfs.journal.server import JournalWorker
 from xdfs.journal.storage import Journal
+from xdfs.journal.workers import JournalWorker
 from xdfs.protocol import journal as j
 from xdfs.quorum.channel import JournalChannel
 from xdfs.quorum.reader import read_all
