@@ -9,11 +9,11 @@ from xdfs.http.ui import when
 from xdfs.metrics import Family, gauge
 
 if TYPE_CHECKING:
-    from xdfs.backupnode.server import BackupNode
+    from xdfs.backupnode.local import Local
+    from xdfs.protocol.backup import BackupStatus
 
 
-def families(node: BackupNode) -> Iterator[Family]:
-    local = node.local
+def families(local: Local) -> Iterator[Family]:
     yield gauge("xdfs_backupnode_synced_txid", "Last transaction the backup holds durably",
                 local.synced_txid)
     yield gauge("xdfs_backupnode_namenode_synced_txid", "The NameNode's synced transaction "
@@ -26,8 +26,7 @@ def families(node: BackupNode) -> Iterator[Family]:
                 local.checkpoints_uploaded)
 
 
-def status_facts(node: BackupNode) -> list[tuple[str, object]]:
-    status = node.status()
+def status_facts(status: BackupStatus) -> list[tuple[str, object]]:
     return [
         ("state", status.state),
         ("RPC address", status.address),

@@ -132,10 +132,10 @@ class BackupNode:
     async def _start_http(self, server: RpcServer) -> None:
         from xdfs.backupnode import metrics
 
-        server.metrics.add_collector("backupnode", lambda: metrics.families(self))
+        server.metrics.add_collector("backupnode", lambda: metrics.families(self.local))
         self.http = await start_status_http(
             "backupnode", self.config.backupnode.http_address, self.config.http.body_bytes_max,
-            server.metrics, lambda: metrics.status_facts(self))
+            server.metrics, lambda: metrics.status_facts(self.status()))
 
     def _journal_tailer(self) -> JournalTailer | None:
         """With namenode.shared_edits, the backup follows the quorum journal."""
