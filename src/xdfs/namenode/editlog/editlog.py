@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import os
 import time
@@ -347,8 +348,10 @@ class EditLog:
             if not idle.done():
                 idle.set_result(None)  # wake the parked syncer: no new task per flush
         elif self._syncer is None or self._syncer.done():
+            # A context of its own: it outlives the call that started it, whose context
+            # (its retry key) must not travel with it.
             self._syncer = asyncio.get_running_loop().create_task(
-                self._run_syncer(), name="edits-syncer"
+                self._run_syncer(), name="edits-syncer", context=contextvars.Context()
             )
 
     async def _run_syncer(self) -> None:
