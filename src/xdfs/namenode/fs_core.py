@@ -221,7 +221,7 @@ class NamesystemCore:
         while (entry := cache.begin(key, self.clock())) is not None:
             if entry.state is State.RUNNING:
                 finished = asyncio.Event()
-                entry.waiters.append(finished.set)
+                entry.wait(finished.set)
                 await finished.wait()
             elif entry.error is not None:
                 raise error_from_code(entry.error.code, entry.error.message)

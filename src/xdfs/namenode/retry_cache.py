@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 import msgspec.structs
@@ -72,12 +72,19 @@ class Entry:
     value: object = None
     error: XdfsError | None = None
     txid: int = 0
-    waiters: list[Callable[[], None]] = field(default_factory=list)
+    #: None until a retry waits (the common entry never has one: no list per call).
+    waiters: list[Callable[[], None]] | None = None
+
+    def wait(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once the first try ends."""
+        if self.waiters is None:
+            self.waiters = []
+        self.waiters.append(wake)
 
     def _settle(self, state: State) -> None:
         self.state = state
-        waiters, self.waiters = self.waiters, []
-        for wake in waiters:
+        waiters, self.waiters = self.waiters, None
+        for wake in waiters or ():
             wake()
 
 
