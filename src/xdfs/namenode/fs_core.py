@@ -120,8 +120,10 @@ _RUNNING_ONCE: contextvars.ContextVar[CallKey | None] = contextvars.ContextVar(
 def _keyed_ops(ops: Sequence[Op], key: CallKey) -> list[Op]:
     """``ops`` with the call's key on the last (on the one before when the last adds the
     first block of a ``create_with_block``: its add_file carries the key)."""
-    last = len(ops) - 2 if len(ops) > 1 and isinstance(ops[-1], AddBlockOp) else len(ops) - 1
-    return [with_key(op, key) if index == last else op for index, op in enumerate(ops)]
+    keyed = list(ops)
+    last = len(keyed) - 2 if len(keyed) > 1 and isinstance(keyed[-1], AddBlockOp) else -1
+    keyed[last] = with_key(keyed[last], key)
+    return keyed
 
 
 class NamesystemCore:
