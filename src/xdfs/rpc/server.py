@@ -3,7 +3,8 @@
 Handlers are methods of an implementation object named after the :class:`Method`:
 
 * unary: ``def|async def name(ctx, request) -> response`` (a plain ``def`` runs inline
-  on the event loop, the fast path for cheap reads; ``async def`` runs as a task);
+  on the event loop, the fast path for cheap reads; ``async def`` runs as a task, or,
+  marked :func:`eager`, starts inline and becomes a task only when it waits);
 * upload: ``async def name(ctx, request, chunks: StreamReceiver) -> response``;
 * download: ``async def name(ctx, request) -> Download(head, chunks)``.
 
