@@ -24,14 +24,14 @@ Five parts, each printed as rows of one Markdown table (ready for docs/benchmark
     RSS growth per file (what the process really pays, allocator slack included), and the
     exact allocation per file from ``tracemalloc`` on a smaller namespace of the same shape.
     The build rate is reported too: it is the edits replay rate (apply only, no I/O).
+(d) **image save / load** of that namespace: ``recovery.save_checkpoint`` (written and
+    fsynced) and ``recovery.load_namespace`` (the startup path: md5 verified while
+    streaming), in inodes/s.
 (e) **small files**: the NameNode calls of one small-file write (``create_with_block``, an
     incremental report from each of its 2 targets, ``complete``) from 8 writers at once,
     against a NameNode process, with 3 fake DataNodes in this process (their own
     connections, the DataNode secret; nothing is stored): the NameNode's CPU per file of
     the small-file workload, without the DataNodes' disks and their noise.
-(d) **image save / load** of that namespace: ``recovery.save_checkpoint`` (written and
-    fsynced) and ``recovery.load_namespace`` (the startup path: md5 verified while
-    streaming), in inodes/s.
 
 ``--vs-moosefs`` runs instead the metadata workload of issue 14 side by side with MooseFS
 (:mod:`vs_moosefs`: ``xdfs dev`` and a MooseFS it starts itself, uncached FUSE mount;
