@@ -5,7 +5,7 @@
     .venv/bin/python bench/namenode.py --vs-moosefs [--quick]   # the MooseFS comparison only
     .venv/bin/python bench/namenode.py --pure     # the namespace's Python sources, not mypyc
 
-Four parts, each printed as rows of one Markdown table (ready for docs/benchmarks.md):
+Five parts, each printed as rows of one Markdown table (ready for docs/benchmarks.md):
 
 (a) **in-process**: a real NameNode (``format_namenode`` + ``NameNode.start``: namesystem,
     edits log fsynced on its name dir) in this process; the benchmark calls ``node.fs``
@@ -27,6 +27,11 @@ Four parts, each printed as rows of one Markdown table (ready for docs/benchmark
 (d) **image save / load** of that namespace: ``recovery.save_checkpoint`` (written and
     fsynced) and ``recovery.load_namespace`` (the startup path: md5 verified while
     streaming), in inodes/s.
+(e) **small files**: the NameNode calls of one small-file write (``create_with_block``, an
+    incremental report from each of its 2 targets, ``complete``) from 8 writers at once,
+    against a NameNode process, with 3 fake DataNodes in this process (their own
+    connections, the DataNode secret; nothing is stored): the NameNode's CPU per file of
+    the small-file workload, without the DataNodes' disks and their noise.
 
 ``--vs-moosefs`` runs instead the metadata workload of issue 14 side by side with MooseFS
 (:mod:`vs_moosefs`: ``xdfs dev`` and a MooseFS it starts itself, uncached FUSE mount;
@@ -73,8 +78,13 @@ from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import AddFileOp, CloseFileOp, MkdirOp
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.namenode.server import NameNode
+from xdfs.protocol import datanode as dn
+from xdfs.protocol.blocks import BlockRecord
+from xdfs.rpc.client import RpcClient
 from xdfs.rpc.loop import run
+from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
 SUPERUSER, SUPER_PASSWORD = "root", "rootpw"
 USER, PASSWORD = "bench", "benchpw"
@@ -387,6 +397,69 @@ async def rpc_part(s: Settings, table: Table, nn: ServerProcess) -> None:
                               check=at_least(check) if aimed else None)
 
 
+# -- (e) the NameNode's share of a small-file write ------------------------------------------
+
+SMALL_FILE_BYTES = 200 * 1024
+SMALL_FILE_WRITERS = 8  # as the lead's probe: 8 threads writing 200 KiB files through fsspec
+
+
+async def small_file_part(s: Settings, table: Table, base: Path) -> None:
+    """The NameNode calls of a small-file write (``create_with_block``, an incremental
+    report from each of its 2 targets, ``complete``) from 8 writers at once, against a
+    NameNode process, with 3 fake DataNodes here (their own connections, logged in with
+    the DataNode secret as real ones; they store nothing). No DataNode data path: the
+    NameNode's CPU per file alone, without the noise of the DataNodes' disks."""
+    (base / "small").mkdir(exist_ok=True)
+    nn = await asyncio.to_thread(start_rpc_namenode, base / "small")
+    try:
+        assert nn.match is not None
+        address = nn.match.group(1)
+        secret = (base / "small" / "rpc-nn" / DATANODE_SECRET_FILE).read_text().strip()
+        config = XdfsConfig()
+        nodes: dict[str, tuple[RpcClient, str]] = {}
+        for index in range(3):
+            node_id = f"bench-dn{index}"
+            rpc = RpcClient([address], config.rpc, hello=Hello(
+                PROTOCOL_VERSION, client_name=node_id, user=f"dn/{node_id}", password=secret))
+            fake = f"127.0.0.1:{1 + index}"  # never dialled: the writers send no data
+            await rpc.call(dn.REGISTER_DATANODE,
+                           dn.RegisterRequest(node_id, fake, dn.StorageReport(1 << 42, 0, 1 << 41)))
+            await rpc.call(dn.BLOCK_REPORT, dn.BlockReportRequest(node_id, 1, 0, 1, []))
+            nodes[fake] = (rpc, node_id)
+        async with AsyncClient(f"xdfs://{address}", user=SUPERUSER, password=SUPER_PASSWORD,
+                               config=config) as client:
+            n = max(200, s.rpc_ops // 4)
+            for run_number in range(s.runs):
+                top = f"/small/r{run_number}"
+                for p in range((n + FANOUT - 1) // FANOUT):
+                    await client.mkdirs(f"{top}/p{p:04d}")
+
+                async def write(i: int, top: str = top) -> None:
+                    path = tree_path(top, i, "f")
+                    created = await client.create_with_block(path, replication=2)
+                    assert created.block is not None, "no target chosen"
+                    located = created.block
+                    block = BlockRecord(located.block.block_id, located.block.genstamp,
+                                        SMALL_FILE_BYTES)
+                    reports = [
+                        nodes[target][0].call(dn.INCREMENTAL_REPORT, dn.IncrementalReportRequest(
+                            nodes[target][1], received=[block]))
+                        for target in located.locations
+                    ]
+                    await asyncio.gather(*reports, client.complete(path, [block]))
+
+                server_cpu = proc_cpu_s(nn.pid)
+                t = await drive(write, n, SMALL_FILE_WRITERS)
+                server_cpu = proc_cpu_s(nn.pid) - server_cpu
+                table.add("small files", f"create_with_block + 2 reports + complete, "
+                          f"{SMALL_FILE_WRITERS} writers", "files/s", t.rate,
+                          server_cpu / n * 1e6, t.cpu_us)
+        for rpc, _node_id in nodes.values():
+            await rpc.close()
+    finally:
+        nn.terminate()
+
+
 # -- (c) memory and (d) image ----------------------------------------------------------------
 
 
@@ -553,6 +626,8 @@ async def bench(s: Settings, table: Table, base: Path) -> None:
         for run_number in range(1, s.runs + 1):
             print(f"in-process run {run_number}/{s.runs}", file=sys.stderr, flush=True)
             await inproc_run(s, table, base)
+    if table.wanted("small-files"):
+        await small_file_part(s, table, base)
     if table.wanted("RPC"):
         nn = await asyncio.to_thread(start_rpc_namenode, base)
         try:
@@ -570,7 +645,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--writers", type=int, default=64, help="concurrent callers (64)")
     parser.add_argument("--files", type=int, help="files of the memory/image namespace (1M)")
     parser.add_argument("--only", action="append", default=[], metavar="PART",
-                        help="in-process, RPC, memory or image (repeatable)")
+                        help="in-process, RPC, small-files, memory or image (repeatable)")
     parser.add_argument("--dir", default=None, help="where name dirs go (a temp dir)")
     parser.add_argument("--vs-moosefs", action="store_true",
                         help="only the fsspec metadata workload against MooseFS, side by side")

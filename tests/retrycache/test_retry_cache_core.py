@@ -44,7 +44,7 @@ def test_waiters_are_told_when_the_first_try_ends() -> None:
     entry = cache.begin(A, 0.0)
     assert entry is not None
     woken: list[str] = []
-    entry.waiters.append(lambda: woken.append("x"))
+    entry.wait(lambda: woken.append("x"))
     cache.succeed(A, 1, 1)
     assert woken == ["x"]
 

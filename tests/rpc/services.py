@@ -11,7 +11,7 @@ import msgspec
 from xdfs.errors import CorruptReplica, InvalidArgument, NotActive, Overloaded, error_from_code
 from xdfs.protocol.system import SinkResult, SourceHead, SourceRequest
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download
+from xdfs.rpc.server import CallContext, CallKey, Download, current_call, eager
 from xdfs.rpc.service import Method, MethodKind, Service
 from xdfs.rpc.streams import StreamReceiver
 
@@ -63,13 +63,15 @@ BROKEN_SOURCE = Method(
 REJECT = Method("test_reject", Empty, Empty, idempotent=False, kind=MethodKind.UPLOAD)
 #: A unary call that answers once the test opens the gate.
 GATED = Method("test_gated", Empty, Count, idempotent=False)
+#: An eager unary call (rpc.server.eager): waits for the gate when asked to.
+EAGER = Method("test_eager", SlowRequest, Count, idempotent=False)
 #: Download that sends one chunk, then nothing until the test opens the gate.
 STALL = Method("test_stall", Empty, SourceHead, idempotent=True, kind=MethodKind.DOWNLOAD)
 
 TEST_SERVICE = Service(
     "test",
     (BUMP, BUMP_IDEM, BUMP_UPLOAD, SLOW, GATED, FAIL, HOLD, EARLY, COUNTED, STALL, WHOAMI,
-     BROKEN_SOURCE, REJECT),
+     BROKEN_SOURCE, REJECT, EAGER),
 )
 
 
@@ -84,6 +86,8 @@ class TestHandlers:
         self.gate = asyncio.Event()
         self.hold_receivers: list[StreamReceiver] = []
         self.pulled = 0  # chunks COUNTED's source has produced so far
+        #: test_eager's view of each call: (phase, a task runs it, its retry key)
+        self.eager_seen: list[tuple[str, bool, CallKey | None]] = []
 
     def _count(self, name: str) -> int:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -127,6 +131,22 @@ class TestHandlers:
     async def test_gated(self, ctx: CallContext, request: Empty) -> Count:
         n = self._count("test_gated")
         await self.gate.wait()
+        return Count(n)
+
+    @eager
+    async def test_eager(self, ctx: CallContext, request: SlowRequest) -> Count:
+        """``delay_s`` > 0: wait for the gate (cancellable) before answering."""
+        n = self._count("test_eager")
+        self.eager_seen.append(("start", asyncio.current_task() is not None, current_call()))
+        if request.delay_s > 0:
+            try:
+                await self.gate.wait()
+            except asyncio.CancelledError:
+                self._count("test_eager_cancelled")
+                raise
+            self.eager_seen.append(
+                ("woken", asyncio.current_task() is not None, current_call())
+            )
         return Count(n)
 
     def test_fail(self, ctx: CallContext, request: FailRequest) -> Empty:

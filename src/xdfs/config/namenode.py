@@ -240,6 +240,15 @@ class NameNodeConfig:
         "How long a balancer's move call waits for the target's copy to be reported "
         "(below rpc.call_timeout_s).",
     )
+    password_cache_s: float = setting(
+        300.0,
+        "A user's password checked once at a handshake or login is trusted this long "
+        "without a new scrypt check (kept in memory, HMAC-keyed; a wrong password, a "
+        "password change or a removed user misses). 0: check every time.",
+    )
+    password_cache_entries_max: int = setting(
+        10000, "Most checked passwords the NameNode remembers (the oldest go first)."
+    )
 
     def validate(self) -> None:
         require(self.heartbeat_interval_s > 0, "namenode.heartbeat_interval_s must be > 0")
@@ -248,6 +257,9 @@ class NameNodeConfig:
         require(self.fsck_rate_inodes_per_s >= 0,
                  "namenode.fsck_rate_inodes_per_s must be >= 0")
         require(self.retry_cache_expiry_s > 0, "namenode.retry_cache_expiry_s must be > 0")
+        require(self.password_cache_s >= 0, "namenode.password_cache_s must be >= 0")
+        require(self.password_cache_entries_max >= 0,
+                 "namenode.password_cache_entries_max must be >= 0")
         require(self.retry_cache_entries_max > 0, "namenode.retry_cache_entries_max must be > 0")
         require(self.heartbeat_misses_dead >= 1, "namenode.heartbeat_misses_dead must be >= 1")
         require(self.block_report_batch_max >= 1, "namenode.block_report_batch_max must be >= 1")

@@ -81,8 +81,9 @@ def _from_header(header: str) -> Credentials:
 
 
 class PasswordCache:
-    """HTTP Basic credentials already checked, so that a client sending them on every
-    request (as Basic clients do) costs one scrypt check per ``ttl_s``, not one per request.
+    """Passwords already checked, so that a client sending them on every request (as HTTP
+    Basic clients do) or opening connection after connection (the NameNode's handshake and
+    login) costs one scrypt check per ``ttl_s``, not one per request.
 
     Entries are keyed by HMAC-SHA256(key, user NUL password) under a key that never leaves
     the process, and remember the user's credential generation: a password change or a

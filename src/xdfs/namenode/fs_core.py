@@ -23,6 +23,7 @@ promoted NameNode knows the answer too.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import random
 import time
@@ -108,11 +109,21 @@ def at_most_once(
     return once
 
 
+#: The key of the at-most-once call this context runs (:meth:`NamesystemCore.run_once`):
+#: the mutations it makes carry it. A context variable, not a map keyed by the task (one
+#: ``current_task`` lookup less on each side of every keyed mutation).
+_RUNNING_ONCE: contextvars.ContextVar[CallKey | None] = contextvars.ContextVar(
+    "xdfs_running_once", default=None
+)
+
+
 def _keyed_ops(ops: Sequence[Op], key: CallKey) -> list[Op]:
     """``ops`` with the call's key on the last (on the one before when the last adds the
     first block of a ``create_with_block``: its add_file carries the key)."""
-    last = len(ops) - 2 if len(ops) > 1 and isinstance(ops[-1], AddBlockOp) else len(ops) - 1
-    return [with_key(op, key) if index == last else op for index, op in enumerate(ops)]
+    keyed = list(ops)
+    last = len(keyed) - 2 if len(keyed) > 1 and isinstance(keyed[-1], AddBlockOp) else -1
+    keyed[last] = with_key(keyed[last], key)
+    return keyed
 
 
 class NamesystemCore:
@@ -143,7 +154,6 @@ class NamesystemCore:
         self.retry_cache = retry_cache if retry_cache is not None else RetryCache(
             config.retry_cache_entries_max, config.retry_cache_expiry_s
         )
-        self._keyed: dict[asyncio.Task[object], CallKey] = {}  # task -> key of its call
         #: whole-subtree walks run in slices; fsck's also rate-limited, all fscks together
         self.walks = WalkPacer(config.walk_slice_inodes)
         self.fsck_walks = WalkPacer(config.walk_slice_inodes, config.fsck_rate_inodes_per_s)
@@ -178,7 +188,7 @@ class NamesystemCore:
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
         planned = plan()
-        key = self._keyed.get(cast("asyncio.Task[object]", asyncio.current_task()))
+        key = _RUNNING_ONCE.get()
         ops = planned.ops
         if key is not None and keyed and ops:
             ops = _keyed_ops(ops, key)
@@ -213,22 +223,21 @@ class NamesystemCore:
         while (entry := cache.begin(key, self.clock())) is not None:
             if entry.state is State.RUNNING:
                 finished = asyncio.Event()
-                entry.waiters.append(finished.set)
+                entry.wait(finished.set)
                 await finished.wait()
             elif entry.error is not None:
                 raise error_from_code(entry.error.code, entry.error.message)
             else:
                 await self.edits.sync(entry.txid)
                 return cast(T, entry.value)
-        task = cast("asyncio.Task[object]", asyncio.current_task())
-        self._keyed[task] = key
+        token = _RUNNING_ONCE.set(key)
         try:
             value = await run()
         except BaseException as exc:
             cache.fail(key, exc)
             raise
         finally:
-            del self._keyed[task]
+            _RUNNING_ONCE.reset(token)
         cache.succeed(key, value, self.edits.last_txid)  # a call that logged nothing
         return value
 

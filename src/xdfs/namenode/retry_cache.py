@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 import msgspec.structs
@@ -52,6 +52,10 @@ KEYED_DURABLE = "namenode.keyed_call_durable"
 assert KEYED_DURABLE in FAULT_POINTS
 
 
+#: How often (at most) inserting drops expired entries.
+_SWEEP_INTERVAL_S = 1.0
+
+
 class State(Enum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -68,12 +72,19 @@ class Entry:
     value: object = None
     error: XdfsError | None = None
     txid: int = 0
-    waiters: list[Callable[[], None]] = field(default_factory=list)
+    #: None until a retry waits (the common entry never has one: no list per call).
+    waiters: list[Callable[[], None]] | None = None
+
+    def wait(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` once the first try ends."""
+        if self.waiters is None:
+            self.waiters = []
+        self.waiters.append(wake)
 
     def _settle(self, state: State) -> None:
         self.state = state
-        waiters, self.waiters = self.waiters, []
-        for wake in waiters:
+        waiters, self.waiters = self.waiters, None
+        for wake in waiters or ():
             wake()
 
 
@@ -90,6 +101,7 @@ class RetryCache:
         self.entries_max = entries_max
         self.expiry_s = expiry_s
         self._entries: OrderedDict[CallKey, Entry] = OrderedDict()
+        self._sweep_at_s = float("-inf")  # when _evict next drops expired entries
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -145,11 +157,15 @@ class RetryCache:
         """Drop expired entries from the old end, then the oldest finished ones while the
         cache is full. A running entry is never dropped (a retry must find it)."""
         entries = self._entries
-        while entries:
-            key, oldest = next(iter(entries.items()))
-            if oldest.expires_s > now_s or oldest.state is State.RUNNING:
-                break
-            del entries[key]
+        if now_s >= self._sweep_at_s:
+            # At most once a second (not once per call): a lookup ignores expired entries
+            # anyway, this only bounds memory.
+            self._sweep_at_s = now_s + _SWEEP_INTERVAL_S
+            while entries:
+                key, oldest = next(iter(entries.items()))
+                if oldest.expires_s > now_s or oldest.state is State.RUNNING:
+                    break
+                del entries[key]
         excess = len(entries) - self.entries_max + 1
         if excess <= 0:
             return  # room left: the common case, no scan

@@ -3,7 +3,8 @@
 Handlers are methods of an implementation object named after the :class:`Method`:
 
 * unary: ``def|async def name(ctx, request) -> response`` (a plain ``def`` runs inline
-  on the event loop, the fast path for cheap reads; ``async def`` runs as a task);
+  on the event loop, the fast path for cheap reads; ``async def`` runs as a task, or,
+  marked :func:`eager`, starts inline and becomes a task only when it waits);
 * upload: ``async def name(ctx, request, chunks: StreamReceiver) -> response``;
 * download: ``async def name(ctx, request) -> Download(head, chunks)``.
 
@@ -35,9 +36,16 @@ import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+from collections.abc import (
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterable,
+)
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
@@ -132,11 +140,24 @@ class TrustingAuthenticator:
         return Principal(hello.user or "anonymous")
 
 
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[Any]])
+
+
+def eager(handler: HandlerT) -> HandlerT:
+    """Mark an async unary handler to start at once, in the loop turn its request arrived
+    in, a task taking over only when it has to wait (:meth:`ServerConnection._start_unary`).
+    Only for handlers that need no task before their first wait: no ``current_task()``,
+    ``asyncio.timeout`` or ``TaskGroup`` until they have awaited something pending."""
+    handler.xdfs_eager = True  # type: ignore[attr-defined]
+    return handler
+
+
 @dataclass(frozen=True)
 class _Route:
     method: Method[Any, Any]
     handler: Callable[..., Any]
     is_async: bool
+    eager: bool = False
 
 
 class RpcServer:
@@ -178,7 +199,8 @@ class RpcServer:
             assert callable(handler), f"{type(impl).__name__} lacks handler {name}"
             is_async = inspect.iscoroutinefunction(handler)
             assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
-            self._routes[name] = _Route(method, handler, is_async)
+            eager_start = is_async and getattr(handler, "xdfs_eager", False)
+            self._routes[name] = _Route(method, handler, is_async, eager_start)
 
     def remove_service(self, service: Service) -> None:
         """Stop routing ``service``'s methods (calls to them get UnknownMethod)."""
@@ -511,7 +533,11 @@ class ServerConnection(RpcProtocol):
                 self._spawn(envelope.id, self._run_download(envelope.id, route, request, sender,
                                                             time.perf_counter()))
         elif route.is_async:
-            if self._admit(envelope):
+            if not self._admit(envelope):
+                return
+            if route.eager:
+                self._start_unary(envelope, route, request)
+            else:
                 self._unary_calls.add(envelope.id)
                 self._spawn(envelope.id, self._run_unary(
                     envelope.id, envelope.call, route, request, time.perf_counter()))
@@ -574,8 +600,28 @@ class ServerConnection(RpcProtocol):
         self._parked.extend(parked)
         self._update_reading()
 
-    def _spawn(self, call_id: int, work: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(work)
+    def _start_unary(self, envelope: InEnvelope, route: _Route, request: Any) -> None:
+        """Run an async unary call's first step now, in a context of its own; a task
+        carries it on only when it has to wait (a mutation, for its sync). A call answered
+        without waiting costs no task, and one that waits does its work in this loop turn
+        rather than the next (as Python 3.12's eager tasks)."""
+        call_id = envelope.id
+        context = contextvars.copy_context()
+        coro = self._run_unary(call_id, envelope.call, route, request, time.perf_counter())
+        try:
+            awaited = context.run(coro.send, None)
+        except StopIteration:
+            return  # answered (or failed: _run_unary replies to every failure)
+        self._unary_calls.add(call_id)
+        self._spawn(call_id, _Resume(coro, awaited), context)
+
+    def _spawn(
+        self,
+        call_id: int,
+        work: Coroutine[Any, Any, None],
+        context: contextvars.Context | None = None,
+    ) -> None:
+        task: asyncio.Task[None] = self._loop.create_task(work, context=context)
         self._calls[call_id] = task
         task.add_done_callback(lambda _t: self._finished(call_id))
 
@@ -665,3 +711,38 @@ class ServerConnection(RpcProtocol):
                 raise
         finally:
             self._observe(route, started, request)
+
+
+
+class _Resume(Coroutine[Any, Any, None]):
+    """The rest of ``coro``, whose first step ran outside any task and yielded ``awaited``
+    (what it waits for), for a task to run: its first step hands ``awaited`` on to that
+    task, the next ones step ``coro``. A cancellation thrown in, even before the first
+    step, goes into ``coro`` where it waits (its handler answers the client)."""
+
+    __slots__ = ("_awaited", "_coro", "_started")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], awaited: Any) -> None:
+        self._coro = coro
+        self._awaited = awaited
+        self._started = False
+
+    def send(self, value: Any) -> Any:
+        if not self._started:
+            self._started = True
+            awaited, self._awaited = self._awaited, None
+            return awaited
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._started = True
+        self._awaited = None
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # (the old three-argument form)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        raise TypeError("_Resume is run by a task, not awaited")

@@ -47,6 +47,7 @@ from xdfs.namenode.blocks.recovery import (
     recovery_holders,
 )
 from xdfs.namenode.blocks.replication import (
+    BlockState,
     ReplicationMonitor,
     block_state,
     from_the_future,
@@ -113,6 +114,9 @@ class BlockManager:
         self._expected: dict[int, set[str]] = {}
         #: Standby or just failed over: reports held back, deletions postponed (failover.py).
         self.ha = HaView(self.replication)
+        # The block-token key derived from each login-token key (an HMAC), kept with the
+        # key it came from: every block allocation signs a token with it.
+        self._block_keys: dict[int, tuple[tokens.SigningKey, tokens.BlockKey]] = {}
 
     # --- DataNode protocol ---------------------------------------------------------------
 
@@ -224,7 +228,20 @@ class BlockManager:
         """The block-token keys DataNodes verify with (derived: they cannot sign logins)."""
         now_ms = int(self.clock() * 1000)
         keys = sorted(self.ns.token_keys.values(), key=lambda key: key.key_id)
-        return [tokens.derive_block_key(key) for key in keys if key.expires_ms > now_ms]
+        return [self._block_key(key) for key in keys if key.expires_ms > now_ms]
+
+    def _block_key(self, key: tokens.SigningKey) -> tokens.BlockKey:
+        """``key``'s derived block-token key, derived once per key (rotation replaces a
+        key object, and expired ones are dropped from here as from the namespace)."""
+        known = self._block_keys.get(key.key_id)
+        if known is not None and known[0] is key:
+            return known[1]
+        if len(self._block_keys) >= len(self.ns.token_keys):
+            live = self.ns.token_keys
+            self._block_keys = {k: v for k, v in self._block_keys.items() if live.get(k) is v[0]}
+        derived = tokens.derive_block_key(key)
+        self._block_keys[key.key_id] = (key, derived)
+        return derived
 
     # --- client path ---------------------------------------------------------------------
 
@@ -252,12 +269,12 @@ class BlockManager:
             "block", user, key.key_id, now_ms, now_ms + lifetime_ms,
             scope=tokens.block_scope(block_id, mode),
         )
-        return tokens.issue_token(body, tokens.derive_block_key(key))
+        return tokens.issue_token(body, self._block_key(key))
 
     def check_block_token(self, token: str, block_id: int, mode: str) -> None:
         """As a DataNode would: AccessDenied (or AuthenticationFailed) unless ``token`` is a
         valid block token for ``mode`` access to ``block_id``."""
-        keys = {key.key_id: tokens.derive_block_key(key) for key in self.ns.token_keys.values()}
+        keys = {key.key_id: self._block_key(key) for key in self.ns.token_keys.values()}
         tokens.check_block_token(token, keys, int(self.clock() * 1000), block_id, mode)
 
     def locations(self, block_id: int) -> list[str]:
@@ -424,7 +441,7 @@ class BlockManager:
             if state is not None and state.complete:  # written: no recovery wants it now
                 self._expected.pop(block_id, None)
                 self.recoveries.finish(block_id)
-            self._reevaluate(block_id)
+            self._reevaluate(block_id, state)
 
     # --- HA (failover.py) ------------------------------------------------------------------
 
@@ -452,8 +469,9 @@ class BlockManager:
         # the final catch-up applied ops the map did not follow: every replica again
         mapped: set[int] = set().union(*(self.map.node_blocks(n.node_id) for n in self.datanodes))
         for block_id in mapped:
-            if block_state(self.ns, block_id) is not None:
-                self._reevaluate(block_id)
+            state = block_state(self.ns, block_id)
+            if state is not None:
+                self._reevaluate(block_id, state)
                 continue
             for replica in self.map.drop_block(block_id):  # orphans: postponed deletions
                 node = self.datanodes.get(replica.node_id)
@@ -506,8 +524,8 @@ class BlockManager:
         self.map.put(block_id, node.node_id, record.num_bytes, record.genstamp, flags)
         self.replication.replica_arrived(block_id, node.node_id)
         for callback in list(self._watchers.get(block_id, ())):
-            callback()
-        self.replication.check(block_id)
+            callback()  # (wakes a waiting complete later, in a task: nothing changed yet)
+        self.replication.check_state(block_id, state)
 
     def _reported_rbw(self, node: DataNode, record: BlockRecord) -> None:
         """A replica in state rbw: kept for block recovery, deleted as an orphan or (by the
@@ -530,16 +548,17 @@ class BlockManager:
             self.replication.check(block_id)
         return replica
 
-    def _reevaluate(self, block_id: int) -> None:
-        """Recompute every replica's flags (the committed length or genstamp changed)."""
-        state = block_state(self.ns, block_id)
+    def _reevaluate(self, block_id: int, state: BlockState | None) -> None:
+        """Recompute every replica's flags (the committed length or genstamp changed);
+        ``state``: the block's, just looked up."""
         if state is None:
             return
         for replica in list(self.map.replicas(block_id)):
             reported = BlockRecord(block_id, replica.genstamp, replica.num_bytes)
             flags = replica_flags(state, reported) | (replica.flags & REPORTED_BAD)
-            self.map.set_flags(block_id, replica.node_id, flags)
-        self.replication.check(block_id)
+            if flags != replica.flags:
+                self.map.set_flags(block_id, replica.node_id, flags)
+        self.replication.check_state(block_id, state)
 
     def declare_dead(self, node: DataNode) -> None:
         """Treat ``node`` as dead now (admin -refreshNodes refused it)."""

@@ -17,6 +17,8 @@ node meets is dropped (one rack: any node), never a reason to place fewer replic
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import random
 from collections.abc import Collection, Iterable, Sequence
 
@@ -66,7 +68,7 @@ def choose_targets(
     racks = list(existing_racks)
     while eligible and len(chosen) < count:
         pool = _preferred(eligible, racks, writer) or eligible
-        pick = pool[rng.choices(range(len(pool)), weights=_weights(pool))[0]]
+        pick = _draw(pool, rng)
         eligible.remove(pick)
         chosen.append(pick)
         racks.append(pick.rack)
@@ -76,7 +78,9 @@ def choose_targets(
 def _preferred(eligible: list[DataNode], racks: list[str], writer: str | None) -> list[DataNode]:
     """The eligible nodes the policy prefers for the next replica ([]: no preference)."""
     if not racks:
-        host = host_of(writer) if writer else None
+        if not writer:
+            return []
+        host = host_of(writer)
         return [node for node in eligible if host_of(node.address) == host]
     if len(set(racks)) == 1:  # all on one rack so far: the next one goes elsewhere
         return [node for node in eligible if node.rack != racks[0]]
@@ -93,12 +97,16 @@ def mis_replicated(replica_racks: Sequence[str], cluster_racks: int, expected: i
     ) >= 1
 
 
-def _weights(nodes: list[DataNode]) -> list[float]:
-    most_free = max(node.storage.free_bytes for node in nodes) or 1
-    return [
+def _draw(pool: list[DataNode], rng: random.Random) -> DataNode:
+    """One node of ``pool`` at random, weighted by free space over load: what
+    ``rng.choices(pool, weights)[0]`` draws (the same use of ``rng``), without its checks
+    and copies (every block allocation makes one or more draws)."""
+    most_free = max(node.storage.free_bytes for node in pool) or 1
+    cumulative = list(itertools.accumulate(
         max(node.storage.free_bytes / most_free, _FREE_SHARE_MIN) / (1 + node.load)
-        for node in nodes
-    ]
+        for node in pool
+    ))
+    return pool[bisect.bisect(cumulative, rng.random() * cumulative[-1], 0, len(pool) - 1)]
 
 
 def _why_not(

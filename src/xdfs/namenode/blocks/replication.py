@@ -162,14 +162,18 @@ class ReplicationMonitor:
         Replicas on decommissioning nodes do not count (they are copied elsewhere, and are
         never deleted for being in excess); those on nodes in maintenance count, down or
         not, as long as ``maintenance_min_replicas`` others do (see admin_states.py)."""
+        self.check_state(block_id, block_state(self.ns, block_id))
+
+    def check_state(self, block_id: int, state: BlockState | None) -> None:
+        """:meth:`check` for a caller that has just looked up the block's state (and
+        changed nothing in the namespace since): it is not looked up again."""
         try:
-            self._check(block_id)
+            self._check(block_id, state)
         finally:
             if block_id in self.move_hints and not self.pending.count(block_id):
                 del self.move_hints[block_id]  # the move ended: its hint served or not
 
-    def _check(self, block_id: int) -> None:
-        state = block_state(self.ns, block_id)
+    def _check(self, block_id: int, state: BlockState | None) -> None:
         if state is None or not state.complete:
             self._unqueue(block_id)
             return

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import os
 import time
@@ -138,6 +139,8 @@ class EditLog:
         self._io_lock = asyncio.Lock()
         self._closed = asyncio.Event()
         self._syncer: asyncio.Task[None] | None = None
+        #: What the syncer awaits while nothing needs a flush (None while it flushes).
+        self._syncer_idle: asyncio.Future[None] | None = None
         self._fatal: StorageError | None = None
         self._segment_start = 0
         self._segment_bytes = 0
@@ -248,6 +251,7 @@ class EditLog:
         await self._close_journals()  # failed: close files, finalize nothing
 
     async def _close_journals(self) -> None:
+        self._stop_idle_syncer()
         if self._syncer is not None and not self._syncer.done():
             await asyncio.gather(self._syncer, return_exceptions=True)
         for journal in self.journals:
@@ -338,18 +342,44 @@ class EditLog:
             raise StorageError(f"edits log is not open ({self._state})")
 
     def _kick(self) -> None:
-        if self._syncer is None or self._syncer.done():
+        idle = self._syncer_idle
+        if idle is not None:
+            self._syncer_idle = None
+            if not idle.done():
+                idle.set_result(None)  # wake the parked syncer: no new task per flush
+        elif self._syncer is None or self._syncer.done():
+            # A context of its own: it outlives the call that started it, whose context
+            # (its retry key) must not travel with it.
             self._syncer = asyncio.get_running_loop().create_task(
-                self._run_syncer(), name="edits-syncer"
+                self._run_syncer(), name="edits-syncer", context=contextvars.Context()
             )
 
     async def _run_syncer(self) -> None:
-        while self._state in ("open", "closing") and self._buffer.needs_flush():
-            async with self._io_lock:
-                if self._fatal is None and self._buffer.ready_to_flush():
-                    await self._flush_locked()
-                    if self._fatal is None and self._should_roll():
-                        await self._roll_locked()
+        """Flush while someone waits; then park until the next kick (a lone mutation then
+        costs a future, not a task), and end when the log stops being writable."""
+        loop = asyncio.get_running_loop()
+        while True:
+            while self._state in ("open", "closing") and self._buffer.needs_flush():
+                async with self._io_lock:
+                    if self._fatal is None and self._buffer.ready_to_flush():
+                        await self._flush_locked()
+                        if self._fatal is None and self._should_roll():
+                            await self._roll_locked()
+            if self._state != "open":
+                return  # closing or failed: a later kick starts a new syncer if need be
+            idle: asyncio.Future[None] = loop.create_future()
+            self._syncer_idle = idle
+            try:
+                await idle
+            finally:
+                if self._syncer_idle is idle:
+                    self._syncer_idle = None
+
+    def _stop_idle_syncer(self) -> None:
+        """End the syncer if it is parked (the log is closing or failed)."""
+        idle, self._syncer_idle = self._syncer_idle, None
+        if idle is not None and self._syncer is not None:
+            self._syncer.cancel()
 
     def _should_roll(self) -> bool:
         s = self.settings
@@ -408,17 +438,32 @@ class EditLog:
         self, what: str, call: Callable[[Journal], Awaitable[None]], *, fatal: bool = True
     ) -> bool:
         """Run ``call`` on every journal concurrently; on any failure go fatal (or raise)."""
-        results = await asyncio.gather(*(call(j) for j in self.journals), return_exceptions=True)
-        for journal, result in zip(self.journals, results, strict=True):
+        journals = self.journals
+        if len(journals) == 1:
+            # The common case: awaited directly, not through gather (which wraps it in a
+            # task of its own: two more loop turns between the fsync and the replies).
+            try:
+                await call(journals[0])
+            except BaseException as exc:
+                return self._journal_failed(journals[0], what, exc, fatal)
+            return True
+        results = await asyncio.gather(*(call(j) for j in journals), return_exceptions=True)
+        for journal, result in zip(journals, results, strict=True):
             if isinstance(result, BaseException):
-                if isinstance(result, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
-                    raise result
-                if not fatal:
-                    raise StorageError(f"edits journal {journal.name}: {what} failed: "
-                                       f"{result}") from result
-                self._go_fatal(journal, what, result)
-                return False
+                return self._journal_failed(journal, what, result, fatal)
         return True
+
+    def _journal_failed(
+        self, journal: Journal, what: str, error: BaseException, fatal: bool
+    ) -> bool:
+        """False after going fatal; raises what must not be swallowed (or when not fatal)."""
+        if isinstance(error, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+            raise error
+        if not fatal:
+            raise StorageError(f"edits journal {journal.name}: {what} failed: "
+                               f"{error}") from error
+        self._go_fatal(journal, what, error)
+        return False
 
     def _go_fatal(self, journal: Journal, what: str, exc: BaseException) -> None:
         if self._fatal is not None:
@@ -430,6 +475,7 @@ class EditLog:
         error.__cause__ = exc
         self._fatal = error
         self._state = "failed"
+        self._stop_idle_syncer()
         log.critical("edits journal %s failed during %s: %s -- the edits log is stopped, "
                      "no edit after txid %d will be acknowledged",
                      journal.name, what, exc, self._buffer.synced_txid)

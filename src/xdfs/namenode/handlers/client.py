@@ -20,7 +20,7 @@ from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAu
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download, Principal
+from xdfs.rpc.server import CallContext, Download, Principal, eager
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +60,11 @@ class ClientHandlers:
         )
         return p.LoginResponse(req.user, token, expires_ms)
 
+    @eager
     async def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> p.FileStatus:
         return await self.fs.mkdirs(caller(ctx, self.fs), req.path, req.mode, req.parents)
 
+    @eager
     async def create(self, ctx: CallContext, req: p.CreateRequest) -> p.FileStatus:
         if not req.client:
             raise InvalidArgument("create needs a client name (the lease holder)")
@@ -77,6 +79,7 @@ class ClientHandlers:
             create_parents=req.create_parents,
         )
 
+    @eager
     async def create_with_block(
         self, ctx: CallContext, req: p.CreateRequest
     ) -> p.CreateBlockResponse:
@@ -154,12 +157,14 @@ class ClientHandlers:
         entries, remaining = self.fs.list_dir(user, req.path, req.start_after, req.limit)
         return p.Listing(entries, remaining)
 
+    @eager
     async def delete(self, ctx: CallContext, req: p.DeleteRequest) -> p.DeleteResponse:
         trash_path = await self.fs.delete(
             caller(ctx, self.fs), req.path, recursive=req.recursive, skip_trash=req.skip_trash
         )
         return p.DeleteResponse(True, trash_path)
 
+    @eager
     async def rename(self, ctx: CallContext, req: p.RenameRequest) -> p.RenameResponse:
         return p.RenameResponse(await self.fs.rename(caller(ctx, self.fs), req.src, req.dst))
 

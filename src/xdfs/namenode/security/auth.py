@@ -10,7 +10,10 @@ Password checks are what a stranger can make the NameNode spend CPU on, so they 
 bounded: at most ``namenode.password_checks_max`` run at once (a thread pool of that size),
 a client host may have at most ``namenode.password_checks_per_peer_max`` running or waiting
 (more are refused at once with ``Overloaded``), and repeated failures per user and per host
-are throttled, then locked out (:mod:`xdfs.namenode.security.login_guard`).
+are throttled, then locked out (:mod:`xdfs.namenode.security.login_guard`). A right
+password is remembered for ``namenode.password_cache_s`` (an HMAC under a per-process key,
+with the user's generation: :class:`xdfs.http.auth.PasswordCache`), so clients that open
+connection after connection pay one check, not one each; wrong ones are always checked.
 
 Tokens and sessions carry the user's credential generation (``UserRecord.generation``): a
 password change gives the user a new one and a removed user has none, so both end every
@@ -35,6 +38,7 @@ from xdfs.errors import (
     NotFound,
     Overloaded,
 )
+from xdfs.http.auth import PasswordCache
 from xdfs.namenode.namespace.ops import (
     AddTokenKeyOp,
     AddUserOp,
@@ -123,6 +127,11 @@ class NamespaceAuthenticator:
             config.password_checks_max, config.password_checks_per_peer_max
         )
         self.guard = LoginGuard(GuardSettings.from_config(config))
+        # Clients open connections all the time (a CLI command, a thread pool, a Spark
+        # task): each would cost a scrypt check (tens of ms of CPU) without this.
+        self._checked = PasswordCache(
+            os.urandom(32), config.password_cache_s, config.password_cache_entries_max
+        )
 
     def _ns(self) -> Namespace:
         ns = self._namespace()
@@ -164,10 +173,16 @@ class NamespaceAuthenticator:
         record = self._ns().users.get(user)
         host = peer_host(peer)
         keys = [Key("host", host)] if record is None else [Key("user", user), Key("host", host)]
-        self.guard.check(keys, self._now_ms() / 1000)
+        now_s = self._now_ms() / 1000
+        self.guard.check(keys, now_s)
+        if record is not None and self._checked.generation(
+                user, password, now_s) == record.generation:
+            self.guard.succeeded(Key("user", user))
+            return record
         if await self._checks.verify(host, record, password):
             assert record is not None
             self.guard.succeeded(Key("user", user))
+            self._checked.checked(user, password, record.generation, self._now_ms() / 1000)
             return record
         locked = self.guard.failed(keys, self._now_ms() / 1000)
         self._log_failures(keys, locked, host)
