@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -56,6 +57,7 @@ class Settings:
     small_kib: int
     parts: set[str]
     base: Path
+    keep_base: bool  # --dir given: the caller's directory is left as it is
 
 
 @dataclass
@@ -282,10 +284,11 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--file-mib", type=int, help="size of the large file (1024)")
     parser.add_argument("--small-files", type=int, help="200 KiB files (1000)")
     parser.add_argument("--only", choices=("metadata", "data"), action="append", default=[])
-    parser.add_argument("--dir", default=None, help="where both systems keep data (a temp dir)")
+    parser.add_argument("--dir", default=None,
+                        help="where both systems keep data (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
     quick = args.quick
-    base = Path(args.dir or tempfile.mkdtemp(prefix="xdfs-vs-mfs-", dir=Path.cwd()))
+    base = Path(args.dir or tempfile.mkdtemp(prefix="xdfs-vs-mfs-"))
     return Settings(
         runs=args.runs or (1 if quick else 3),
         dir_ops=args.dir_ops or (800 if quick else 4000),
@@ -294,13 +297,18 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         small_kib=200,
         parts=set(args.only) or {"metadata", "data"},
         base=base,
+        keep_base=args.dir is not None,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     s = parse_args(argv)
     load_before = load_average()
-    results = bench(s)
+    try:
+        results = bench(s)
+    finally:
+        if not s.keep_base:
+            shutil.rmtree(s.base, ignore_errors=True)
     print(f"\n{machine()}; load before {load_before}, after {load_average()}")
     print(results.markdown())
     return 0
