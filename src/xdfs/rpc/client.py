@@ -71,7 +71,7 @@ from xdfs.rpc.messages import (
     Welcome,
 )
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
-from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
+from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, StreamSender
 from xdfs.rpc.sync import LoopThread, inline_loop
 
 T = TypeVar("T")
@@ -331,7 +331,7 @@ class ClientConnection(RpcProtocol):
     ) -> Resp:
         assert method.kind is MethodKind.UPLOAD, f"{method.name} is not an upload method"
         call_id, future = self._new_call(method)
-        sender = StreamSender(self, call_id, timeout_s)
+        sender = StreamSender(self, call_id, timeout_s, lent=UPLOAD_CHUNKS_AHEAD)
         self.senders[call_id] = sender
         self.send(Kind.HEAD, call_id, method.name, request, logical_call)
         try:
