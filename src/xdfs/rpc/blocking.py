@@ -26,14 +26,21 @@ import ssl
 import time
 from typing import Any
 
+import crc32c
 import msgspec
 
 from xdfs.common.addresses import parse_address
 from xdfs.config import RpcConfig
 from xdfs.errors import ConnectionLost, ProtocolError, Unavailable, XdfsError, error_from_code
-from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, decode_error, encode_frame
+from xdfs.rpc.connection import (
+    DECODE_ERRORS,
+    ERROR_DECODER,
+    decode_error,
+    encode_chunk_head,
+    encode_frame,
+)
 from xdfs.rpc.framing import FrameReader
-from xdfs.rpc.messages import Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.messages import Chunk, Hello, InEnvelope, Kind, Tail, Welcome
 from xdfs.rpc.service import Method, Resp
 
 _ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
@@ -134,14 +141,37 @@ class BlockingConnection:
     def request(self, method: Method[Any, Any], body: Any, logical_call: int) -> int:
         """Send a unary call; its id, for :meth:`answer`. ConnectionLost when the write
         fails (the server may have read part of it: treat it as sent)."""
+        call_id = self._new_id()
+        self._send([encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call)])
+        return call_id
+
+    def upload(self, method: Method[Any, Any], head: Any, data: bytes, logical_call: int) -> int:
+        """Send an upload of ``data`` as one chunk (at most ``rpc.stream_chunk_bytes``):
+        head, chunk and tail in one write, the chunk sent ahead of the window grant as
+        :data:`~xdfs.rpc.streams.UPLOAD_CHUNKS_AHEAD` allows; its id, for :meth:`answer`
+        (which passes over the stream's credits). Errors as :meth:`request`'s."""
+        call_id = self._new_id()
+        frames: list[bytes | bytearray] = [
+            encode_frame(Kind.HEAD, call_id, method.name, head, logical_call)
+        ]
+        if data:
+            chunk = Chunk(0, crc32c.crc32c(data), memoryview(data))
+            frames += [encode_chunk_head(call_id, chunk), data]
+        frames.append(encode_frame(Kind.TAIL, call_id, "", Tail(1 if data else 0, len(data))))
+        self._send(frames)
+        return call_id
+
+    def _new_id(self) -> int:
         call_id = self._next_id
         self._next_id += 1
+        return call_id
+
+    def _send(self, frames: list[bytes | bytearray]) -> None:
         try:
-            self._write(encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call))
+            self._write_all(frames)
         except _SOCKET_ERRORS as exc:
             self.close()
             raise ConnectionLost(f"connection to {self.address} failed: {exc}") from None
-        return call_id
 
     def answer(self, call_id: int, method: Method[Any, Resp], wait_s: float) -> Resp:
         """The answer of call ``call_id`` (its error raised), or TimeoutError when none came
@@ -151,7 +181,7 @@ class BlockingConnection:
             envelope = self._next_frame(deadline)
             if envelope is None:
                 raise TimeoutError
-            if envelope.id != call_id:
+            if envelope.id != call_id or envelope.kind == Kind.CREDIT:  # an upload's credit
                 self._on_idle_frame(envelope)
                 continue
             if envelope.kind == Kind.ERROR:
@@ -180,6 +210,22 @@ class BlockingConnection:
 
     def _write(self, frame: bytes | bytearray) -> None:
         self._sock.sendall(frame)
+
+    def _write_all(self, frames: list[bytes | bytearray]) -> None:
+        """Write ``frames`` in order, in one system call when the socket takes them all
+        (``sendmsg`` gathers them: a chunk's data is not copied into one buffer first)."""
+        if self._tls or len(frames) == 1:
+            for frame in frames:
+                self._sock.sendall(frame)
+            return
+        views = [memoryview(frame) for frame in frames]
+        while views:
+            sent = self._sock.sendmsg(views)
+            while views and sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            if views and sent:
+                views[0] = views[0][sent:]
 
     def _receive(self, wait_s: float) -> int:
         """Read what arrives within ``wait_s`` into the reader (TimeoutError: nothing)."""

@@ -574,6 +574,23 @@ class RpcClient:
         with self._blocking_lock:
             self._blocking.discard(conn)
 
+    def start_upload_inline(
+        self, method: Method[Req, Resp], request: Req, data: bytes
+    ) -> BlockingUpload[Resp]:
+        """Send an upload of ``data`` (one chunk) from the calling thread over a blocking
+        connection to the preferred address, head, chunk and tail in one write
+        (:meth:`BlockingConnection.upload`); its answer comes from
+        :meth:`BlockingUpload.result`. A single try, no failover: for a caller that has its
+        own (the block writer moves on to other DataNodes). Errors: Unavailable,
+        Overloaded (not sent), ConnectionLost (maybe sent)."""
+        conn = self._take_blocking(self.current_address)
+        try:
+            call_id = conn.upload(method, request, data, next(self._call_numbers))
+        except BaseException:
+            self._give_back(conn)  # closed by the failed write
+            raise
+        return BlockingUpload(self, conn, call_id, method)
+
     async def upload(
         self,
         method: Method[Req, Resp],
@@ -737,6 +754,42 @@ class RpcClient:
         finally:
             for task in asks:
                 _drop(task)
+
+
+class BlockingUpload(Generic[Resp]):
+    """An upload sent by :meth:`RpcClient.start_upload_inline`, its answer still to come;
+    the connection is the caller's until :meth:`result` or :meth:`abandon`."""
+
+    def __init__(self, client: RpcClient, conn: BlockingConnection, call_id: int,
+                 method: Method[Any, Resp]) -> None:
+        self._client, self._conn, self._id, self._method = client, conn, call_id, method
+        self._done = False
+
+    def result(self, timeout_s: float) -> Resp:
+        """The answer within ``timeout_s`` (RpcTimeout otherwise, the call cancelled)."""
+        assert not self._done, "BlockingUpload.result after its end"
+        try:
+            return self._conn.answer(self._id, self._method, timeout_s)
+        except TimeoutError:
+            self._conn.cancel(self._id)
+            raise RpcTimeout(f"{self._method.name} got no answer within {timeout_s} s") from None
+        except XdfsError:
+            raise  # the call's own error, or the connection's (then closed)
+        except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
+            self._conn.close()
+            raise
+        finally:
+            self._end()
+
+    def abandon(self) -> None:
+        """Give up without the answer (the connection is closed: it may still come)."""
+        if not self._done:
+            self._conn.close()
+            self._end()
+
+    def _end(self) -> None:
+        self._done = True
+        self._client._give_back(self._conn)
 
 
 def _drop(task: asyncio.Future[Any]) -> None:
