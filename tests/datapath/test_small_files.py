@@ -1,19 +1,27 @@
 """What a small file costs the NameNode: the file comes with its first block
 (``create_with_block``), so a file under a block is one create, the DataNodes' writes and
 one complete; an empty file gives its unused block back; a NameNode without the method is
-served by plain ``create`` and ``add_block``."""
+served by plain ``create`` and ``add_block``. Through fsspec a small file is created,
+uploaded and completed from the caller's thread (no hop to the client's loop thread), and
+a target failing there is replaced as on the loop; one lease renewer serves the client."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Coroutine
 from typing import Any
 
+import fsspec
 import pytest
 
 from tests.datapath.conftest import Cluster, digest, payload
+from tests.integration.conftest import ROOT, ROOT_PW
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.service import Method
+from xdfs.rpc.sync import LoopThread
+from xdfs.testing.poll import eventually
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, rpc: RpcClient) -> Counter[str]:
@@ -74,3 +82,94 @@ async def test_a_namenode_without_create_with_block_gets_create_and_add_block(
         assert digest(await client.read_file(f"/small/{name}")) == digest(data)
     assert calls == Counter({"create_with_block_v0": 1, "create": 2, "add_block": 2,
                              "complete": 2, "block_locations": 2})
+
+
+# -- the synchronous client (fsspec): a small file from the caller's thread --------------
+
+
+def _fs(address: str) -> Any:
+    return fsspec.filesystem(
+        "xdfs", fs=f"xdfs://{address}", user=ROOT, password=ROOT_PW, skip_instance_cache=True
+    )
+
+
+def count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Coroutines the synchronous clients hand to their loop threads from now on."""
+    hops: list[str] = []
+    run = LoopThread.run
+
+    def counted(self: LoopThread, coro: Coroutine[Any, Any, Any]) -> Any:
+        hops.append(getattr(coro, "__qualname__", "?"))
+        return run(self, coro)
+
+    monkeypatch.setattr(LoopThread, "run", counted)
+    return hops
+
+
+async def test_fsspec_writes_a_small_file_without_a_hop_to_the_loop_thread(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address)
+    data = payload(200 * 1024, seed=3)
+    hops = count_hops(monkeypatch)
+
+    def write() -> None:
+        with fs.open("/small/sync", "wb") as fh:
+            fh.write(data)
+
+    try:
+        await asyncio.to_thread(write)
+        assert hops == []  # created, uploaded and completed from the caller's thread
+        # Acknowledged: complete, not under construction, both replicas on disk.
+        status = await cluster.client.stat("/small/sync")
+        assert status.length == len(data) and not status.under_construction
+        (block,) = (await cluster.client.block_locations("/small/sync")).blocks
+        assert len(cluster.holders(block.block.block_id)) == 2
+        assert digest(await cluster.client.read_file("/small/sync")) == digest(data)
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
+async def test_a_target_failing_under_an_inline_small_file_is_replaced(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The target stops between the create and the upload: its try from the caller's thread
+    # fails, and the rest of the close (a replacement target) runs on the loop.
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address)
+    data = payload(100 * 1024, seed=4)
+    try:
+        fh = await asyncio.to_thread(fs.open, "/small/failing", "wb")
+        current = fh._writer.writer
+        assert current._first is not None
+        victim_address = current._first.locations[0]
+        victim = next(dn for dn in cluster.mc.datanodes if dn.address == victim_address)
+        await cluster.mc.stop_datanode(victim)
+        hops = count_hops(monkeypatch)
+        await asyncio.to_thread(fh.write, data)
+        await asyncio.to_thread(fh.close)
+        assert hops == ["FileWriter.close"]
+        assert digest(await cluster.client.read_file("/small/failing")) == digest(data)
+        (block,) = (await cluster.client.block_locations("/small/failing")).blocks
+        assert victim_address not in block.locations
+        assert len(block.locations) == 2  # the failed target was replaced
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
+async def test_the_client_renews_its_lease_while_files_are_open(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = cluster.client
+    client.leases.interval_s = 0.05
+    calls = count_calls(monkeypatch, client.rpc)
+    first = await client.open_write("/small/lease-a")
+    second = await client.open_write("/small/lease-b")
+    await eventually(lambda: calls["renew_lease"] >= 3, what="renewals")
+    await first.close()
+    renewed = calls["renew_lease"]
+    await eventually(lambda: calls["renew_lease"] >= renewed + 2, what="renewals, one open")
+    await second.close()
+    assert client.leases.open_writers == 0
+    renewed = calls["renew_lease"]
+    await asyncio.sleep(0.3)  # several intervals: nothing is open, nothing renewed
+    assert calls["renew_lease"] <= renewed + 1  # one may have been on its way

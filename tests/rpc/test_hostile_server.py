@@ -38,6 +38,7 @@ from xdfs.rpc.messages import (
     Empty,
     ErrorInfo,
     Hello,
+    InEnvelope,
     Kind,
     Tail,
     Welcome,
@@ -308,7 +309,7 @@ async def test_the_client_sends_a_well_formed_hello(minicluster: MiniCluster) ->
 async def test_an_uploads_first_chunk_leaves_with_its_head(minicluster: MiniCluster) -> None:
     # Before any window grant: the head, the first chunk and (for a one-chunk upload) the
     # tail; a second chunk waits for the grant, which counts the first.
-    seen: list[tuple[int, Any]] = []
+    seen: list[InEnvelope] = []
 
     async def behaviour(peer: RawPeer) -> None:
         await welcome(peer)
