@@ -23,6 +23,7 @@ import math
 import select
 import socket
 import ssl
+import struct
 import time
 from typing import Any
 
@@ -48,6 +49,8 @@ _WELCOME = msgspec.msgpack.Decoder(Welcome)
 #: What a socket operation raises when the peer or the network failed (TimeoutError, a
 #: subclass of OSError, is caught before these where a deadline matters).
 _SOCKET_ERRORS = (OSError, ssl.SSLError)
+#: The longest a read waits in the kernel before the caller's deadline is checked again.
+_KERNEL_WAIT_S = 0.25
 
 
 class BlockingConnection:
@@ -62,6 +65,15 @@ class BlockingConnection:
         # need the socket's own timeouts (a readable socket may hold half a record).
         self._tls = isinstance(sock, ssl.SSLSocket)
         sock.settimeout(None)
+        if not self._tls:
+            # A wait for an answer is one read that the kernel ends after _KERNEL_WAIT_S
+            # (then the deadline is checked again), not a poll and then a read: every
+            # system call lets the other threads of the process take the interpreter, a
+            # context switch or two each under load. A write that the peer does not take
+            # (a paused server) fails after the call's timeout instead of hanging.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(_KERNEL_WAIT_S))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                            _timeval(config.call_timeout_s))
         self._poll = select.poll()
         self._poll.register(sock.fileno(), select.POLLIN)
         self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
@@ -228,12 +240,18 @@ class BlockingConnection:
                 views[0] = views[0][sent:]
 
     def _receive(self, wait_s: float) -> int:
-        """Read what arrives within ``wait_s`` into the reader (TimeoutError: nothing)."""
+        """Read what arrives within ``wait_s`` (or sooner, then TimeoutError) into the
+        reader; TimeoutError: nothing came."""
         if self._tls:
             return self._receive_tls(wait_s)
-        if not self._poll.poll(math.ceil(wait_s * 1000)):
-            raise TimeoutError
-        return self._sock.recv_into(self._reader.get_buffer())
+        if wait_s < _KERNEL_WAIT_S:
+            if not self._poll.poll(math.ceil(wait_s * 1000)):
+                raise TimeoutError
+            return self._sock.recv_into(self._reader.get_buffer())
+        try:
+            return self._sock.recv_into(self._reader.get_buffer())
+        except BlockingIOError:  # SO_RCVTIMEO: _KERNEL_WAIT_S passed
+            raise TimeoutError from None
 
     def _receive_now(self) -> int:
         """Read what has arrived (BlockingIOError or SSLWantReadError: nothing has)."""
@@ -262,7 +280,7 @@ class BlockingConnection:
                 try:
                     received = self._receive(left)
                 except TimeoutError:
-                    return None
+                    continue  # the deadline, or a kernel wait shorter than it
                 if not received:
                     raise ConnectionLost(f"connection to {self.address} closed")
                 self._read(received)
@@ -308,6 +326,11 @@ class BlockingConnection:
         """The connection can no longer be trusted: close it; ``error`` for raising."""
         self.close()
         return error
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
 
 
 def _close(conn: BlockingConnection | None, sock: socket.socket) -> None:
