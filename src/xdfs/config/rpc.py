@@ -168,8 +168,9 @@ class ClientConfig:
         True, "The synchronous client (Client, fsspec) makes its metadata calls from the "
         "calling thread, without a hop to its event loop's thread and back, over blocking "
         "connections it keeps for that (as many per NameNode as calls were ever made at "
-        "once). false: every call through the event loop's one connection (fewer "
-        "connections, for a process with very many threads calling at once)."
+        "once); a small file written whole at close (one stream chunk) is uploaded to its "
+        "DataNodes the same way. false: every call through the event loop's one connection "
+        "(fewer connections, for a process with very many threads calling at once)."
     )
 
     def validate(self) -> None:

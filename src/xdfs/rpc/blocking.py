@@ -1,4 +1,5 @@
-"""A blocking connection: a socket a thread makes unary calls over itself, no event loop.
+"""A blocking connection: a socket a thread makes unary calls (and one-chunk uploads: a
+small file's block, see :meth:`BlockingConnection.upload`) over itself, no event loop.
 
 A synchronous caller (the :class:`~xdfs.client.client.Client`, fsspec) that hops to the
 event loop's thread for every call pays two thread wakeups and the loop's task, future and
