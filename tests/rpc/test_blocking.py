@@ -72,7 +72,6 @@ async def test_calls_at_once_get_a_connection_each_and_later_threads_reuse_them(
     server: RpcServer, handlers: TestHandlers, caller_of: Callable[..., Caller]
 ) -> None:
     caller = caller_of(server.address)
-    handlers.name = "s1"
 
     def call_together() -> Any:
         # held by the server until all three run: three calls at once need three connections
