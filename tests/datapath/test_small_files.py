@@ -1,15 +1,18 @@
 """What a small file costs the NameNode: the file comes with its first block
 (``create_with_block``), so a file under a block is one create, the DataNodes' writes and
 one complete; an empty file gives its unused block back; a NameNode without the method is
-served by plain ``create`` and ``add_block``. Through fsspec a small file is created,
-uploaded and completed from the caller's thread (no hop to the client's loop thread), and
-a target failing there is replaced as on the loop; one lease renewer serves the client."""
+served by plain ``create`` and ``add_block``. Through fsspec a small file is uploaded
+from the caller's thread (created and completed there too with
+``client.inline_create_complete``), and a target failing there is replaced on the loop;
+one lease renewer serves the client."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any
 
 import fsspec
@@ -17,6 +20,7 @@ import pytest
 
 from tests.datapath.conftest import Cluster, digest, payload
 from tests.integration.conftest import ROOT, ROOT_PW
+from xdfs.client.datanodes import DataNodePool
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.service import Method
@@ -87,10 +91,27 @@ async def test_a_namenode_without_create_with_block_gets_create_and_add_block(
 # -- the synchronous client (fsspec): a small file from the caller's thread --------------
 
 
-def _fs(address: str) -> Any:
-    return fsspec.filesystem(
+def _fs(address: str, inline_create_complete: bool) -> Any:
+    fs = fsspec.filesystem(
         "xdfs", fs=f"xdfs://{address}", user=ROOT, password=ROOT_PW, skip_instance_cache=True
     )
+    client = fs.client.async_client
+    client.config = replace(client.config, client=replace(
+        client.config.client, inline_create_complete=inline_create_complete))
+    return fs
+
+
+def count_inline_stores(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The threads DataNodePool.store_inline runs in from now on."""
+    threads: list[str] = []
+    store = DataNodePool.store_inline
+
+    def counted(self: DataNodePool, *args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return store(self, *args)
+
+    monkeypatch.setattr(DataNodePool, "store_inline", counted)
+    return threads
 
 
 def count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -106,20 +127,26 @@ def count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return hops
 
 
-async def test_fsspec_writes_a_small_file_without_a_hop_to_the_loop_thread(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("inline_create_complete", [False, True])
+async def test_fsspec_sends_a_small_file_from_the_callers_thread(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, inline_create_complete: bool
 ) -> None:
-    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address)
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, inline_create_complete)
     data = payload(200 * 1024, seed=3)
     hops = count_hops(monkeypatch)
+    stores = count_inline_stores(monkeypatch)
 
-    def write() -> None:
+    def write() -> str:
         with fs.open("/small/sync", "wb") as fh:
             fh.write(data)
+        return threading.current_thread().name
 
     try:
-        await asyncio.to_thread(write)
-        assert hops == []  # created, uploaded and completed from the caller's thread
+        caller = await asyncio.to_thread(write)
+        assert stores == [caller]  # the block went to its DataNodes from the caller's thread
+        # create and complete on the loop's connection, or from the caller's thread too
+        assert hops == ([] if inline_create_complete
+                        else ["AsyncClient.open_write", "FileWriter.close"])
         # Acknowledged: complete, not under construction, both replicas on disk.
         status = await cluster.client.stat("/small/sync")
         assert status.length == len(data) and not status.under_construction
@@ -134,8 +161,9 @@ async def test_a_target_failing_under_an_inline_small_file_is_replaced(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The target stops between the create and the upload: its try from the caller's thread
-    # fails, and the rest of the close (a replacement target) runs on the loop.
-    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address)
+    # fails, and the rest of the close (a replacement target) runs on the loop (which
+    # would have been the caller's thread with inline_create_complete).
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, True)
     data = payload(100 * 1024, seed=4)
     try:
         fh = await asyncio.to_thread(fs.open, "/small/failing", "wb")
@@ -145,9 +173,10 @@ async def test_a_target_failing_under_an_inline_small_file_is_replaced(
         victim = next(dn for dn in cluster.mc.datanodes if dn.address == victim_address)
         await cluster.mc.stop_datanode(victim)
         hops = count_hops(monkeypatch)
+        stores = count_inline_stores(monkeypatch)
         await asyncio.to_thread(fh.write, data)
         await asyncio.to_thread(fh.close)
-        assert hops == ["FileWriter.close"]
+        assert len(stores) == 1 and hops == ["FileWriter.close"]
         assert digest(await cluster.client.read_file("/small/failing")) == digest(data)
         (block,) = (await cluster.client.block_locations("/small/failing")).blocks
         assert victim_address not in block.locations

@@ -482,11 +482,13 @@ class Client:
 
     def open_writer(self, path: str, **options: Any) -> SyncWriter:
         """A blocking writer (options as :meth:`AsyncClient.open_write`). With
-        ``client.inline_calls`` the file is created from the calling thread, and a small
-        file written whole at close is stored from it too (see
-        :meth:`FileWriter.write_and_close`): no hop to the loop thread."""
-        inline = self._async.config.client.inline_calls
-        run = self._loop.run_inline if inline else self._loop.run
+        ``client.inline_calls`` a small file written whole at close is sent to its
+        DataNodes from the calling thread (see :meth:`FileWriter.write_and_close`), and
+        with ``client.inline_create_complete`` the file is created from it too."""
+        config = self._async.config.client
+        inline = config.inline_calls
+        run = (self._loop.run_inline if inline and config.inline_create_complete
+               else self._loop.run)
         return SyncWriter(self._loop, run(self._async.open_write(path, **options)), inline)
 
     def append(self, path: str) -> SyncWriter:

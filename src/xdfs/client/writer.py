@@ -263,11 +263,12 @@ class FileWriter:
 
         Run by a synchronous client from its caller's thread (``LoopThread.run_inline``):
         a file written whole here whose bytes fit in one stream chunk of its first block
-        (a small file) is stored from that thread, no hop to the event loop: each target
-        gets the block's head, chunk and tail in one write over a blocking connection
-        (:meth:`DataNodePool.store_inline`), then ``complete`` is called the same way. If
-        a target fails, the rest of the close (replacing it, or resending the block) runs
-        on the loop as usual; anything else written this way runs there whole."""
+        (a small file) is stored from that thread: each target gets the block's head, chunk
+        and tail in one write over a blocking connection
+        (:meth:`DataNodePool.store_inline`); the rest of the close (``complete``; replacing
+        a failed target, or resending the block) then runs on the loop, or, with
+        ``client.inline_create_complete``, ``complete`` from this thread too. Anything else
+        written this way runs on the loop whole."""
         if self.closed:
             raise ValueError("write to a closed xdfs file")
         loop = inline_loop()
@@ -278,9 +279,10 @@ class FileWriter:
             return loop.run(self.write_and_close(data))
         if data:
             self._store_inline(bytes(data))
-            if any(not isinstance(outcome, WriteBlockResponse)
-                   for outcome in self._outcomes_pending()):
-                return loop.run(self.close())  # a target failed: replace it there
+        failed = any(not isinstance(outcome, WriteBlockResponse)
+                     for outcome in self._outcomes_pending())
+        if failed or not self.config.inline_create_complete:
+            return loop.run(self.close())  # replacing a failed target; or complete there
         return await self.close()  # nothing left to upload: NameNode calls only
 
     def _whole_in_one_chunk(self, size: int) -> bool:
