@@ -202,3 +202,25 @@ async def test_the_client_renews_its_lease_while_files_are_open(
     renewed = calls["renew_lease"]
     await asyncio.sleep(0.3)  # several intervals: nothing is open, nothing renewed
     assert calls["renew_lease"] <= renewed + 1  # one may have been on its way
+
+
+@pytest.mark.parametrize("inline_create_complete", [False, True])
+async def test_fsspec_file_flushed_before_its_close_completes_on_the_loop(
+    cluster: Cluster, inline_create_complete: bool
+) -> None:
+    # fsspec flushes a full buffer (its block_size) before the close, so the close brings
+    # nothing new while the block's uploads run on the loop: the close waits for them there.
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, inline_create_complete)
+    piece = 64 * 1024
+    data = payload(2 * piece, seed=5)
+
+    def write(path: str, size: int) -> None:
+        with fs.open(path, "wb", block_size=piece) as fh:
+            fh.write(data[:size])
+
+    try:
+        for path, size in (("/small/flushed", piece), ("/small/flushed2", 2 * piece)):
+            await asyncio.to_thread(write, path, size)
+            assert await cluster.client.read_file(path) == data[:size]
+    finally:
+        await asyncio.to_thread(fs.client.close)

@@ -8,6 +8,7 @@ DataNode costs one connect timeout, then the reader or writer moves on.
 from __future__ import annotations
 
 import ssl
+import threading
 import time
 from dataclasses import replace
 
@@ -26,12 +27,17 @@ class DataNodePool:
         self.hello = Hello(PROTOCOL_VERSION, client_name=client_name)
         self.ssl_context = ssl_context
         self._clients: dict[str, RpcClient] = {}
+        self._lock = threading.Lock()  # callers' threads (store_inline) and the loop's
 
     def get(self, address: str) -> RpcClient:
         client = self._clients.get(address)
         if client is None:
-            client = RpcClient(address, self.config, hello=self.hello, ssl_context=self.ssl_context)
-            self._clients[address] = client
+            with self._lock:
+                client = self._clients.get(address)
+                if client is None:
+                    client = RpcClient(address, self.config, hello=self.hello,
+                                       ssl_context=self.ssl_context)
+                    self._clients[address] = client
         return client
 
     def store_inline(

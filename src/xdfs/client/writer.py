@@ -275,7 +275,7 @@ class FileWriter:
         if loop is None:
             await self.write(data)
             return await self.close()
-        if data and not self._whole_in_one_chunk(len(data)):
+        if not self._nothing_in_flight() or (data and not self._fits_first_chunk(len(data))):
             return loop.run(self.write_and_close(data))
         if data:
             self._store_inline(bytes(data))
@@ -285,9 +285,13 @@ class FileWriter:
             return loop.run(self.close())  # replacing a failed target; or complete there
         return await self.close()  # nothing left to upload: NameNode calls only
 
-    def _whole_in_one_chunk(self, size: int) -> bool:
-        return (self._current is None and self._continue is None and self._first is not None
-                and size <= min(self.block_size, self.pool.config.stream_chunk_bytes))
+    def _nothing_in_flight(self) -> bool:
+        """No block is being written (its uploads are tasks of the loop)."""
+        return self._current is None and self._continue is None
+
+    def _fits_first_chunk(self, size: int) -> bool:
+        return self._first is not None and size <= min(
+            self.block_size, self.pool.config.stream_chunk_bytes)
 
     def _store_inline(self, data: bytes) -> None:
         """Upload ``data`` as the whole first block from this thread (see
