@@ -497,17 +497,9 @@ class RpcClient:
             return self._inline_answer(loop, conn, call_id, method, deadline, index)
         except _MovedOn as moved:
             self._moved_on(method.name, method.retry_safe, address, moved.index)
-        except NotActive:  # nothing ran; a standby: the others next
-            start = (index + 1) % len(self.addresses)
-        except Overloaded:
-            pass  # nothing ran
-        except RpcTimeout:
-            self._skip(index)  # paused or overloaded: the next call starts elsewhere
-            if not method.retry_safe:
-                raise
-        except ConnectionLost:  # maybe sent
-            if not method.retry_safe:
-                raise
+        except _RETRIED as exc:
+            if self._after_failed_try(exc, index, method.retry_safe):
+                start = (index + 1) % len(self.addresses)
         except XdfsError:  # the call's own error: the connection is fine
             raise
         except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
@@ -650,28 +642,34 @@ class RpcClient:
                 except _NotSent as exc:  # nothing ran: always safe to repeat
                     failures.append(f"{address}: {exc.error.message}")
                     continue
-                except NotActive as exc:
+                except _RETRIED as exc:
+                    move_on = self._after_failed_try(exc, index, method.retry_safe and restartable)
                     failures.append(f"{address}: {exc.message}")
-                    break
-                except Overloaded as exc:
-                    failures.append(f"{address}: {exc.message}")
-                    continue
-                except RpcTimeout as exc:
-                    self._skip(index)  # paused or overloaded: the next call starts elsewhere
-                    if not (method.retry_safe and restartable):
-                        raise
-                    failures.append(f"{address}: {exc.message}")
-                    if count > 1:
+                    if move_on:
                         break
-                    continue
-                except ConnectionLost as exc:
-                    if not (method.retry_safe and restartable):
-                        raise
-                    failures.append(f"{address}: {exc.message}")
                     continue
                 self._preferred = index
                 return result
         raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")
+
+    def _after_failed_try(self, error: XdfsError, index: int, repeatable: bool) -> bool:
+        """What follows a try at address ``index`` that failed with one of ``_RETRIED``
+        (the rules of the module docstring; both the loop's failover and a synchronous
+        caller's first try decide here): True to move on to the next address, False to
+        try this one again; ``error`` raised when the call may have run and may not be
+        repeated (``repeatable``)."""
+        if isinstance(error, NotActive):
+            return True  # nothing ran; a standby: the others next
+        if isinstance(error, Overloaded):
+            return False  # nothing ran
+        if isinstance(error, RpcTimeout):
+            self._skip(index)  # paused or overloaded: the next call starts elsewhere
+            if not repeatable:
+                raise error
+            return len(self.addresses) > 1
+        if not repeatable:  # ConnectionLost: maybe sent
+            raise error
+        return False
 
     async def _backoff(self, try_number: int) -> None:
         delay = backoff_s(
@@ -790,6 +788,10 @@ class BlockingUpload(Generic[Resp]):
     def _end(self) -> None:
         self._done = True
         self._client._give_back(self._conn)
+
+
+#: Failures of a try that another try may follow (see RpcClient._after_failed_try).
+_RETRIED = (NotActive, Overloaded, RpcTimeout, ConnectionLost)
 
 
 def _drop(task: asyncio.Future[Any]) -> None:
