@@ -20,7 +20,9 @@ import pytest
 
 from tests.datapath.conftest import Cluster, digest, payload
 from tests.integration.conftest import ROOT, ROOT_PW
+from xdfs.client.client import Client
 from xdfs.client.datanodes import DataNodePool
+from xdfs.config import XdfsConfig
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.service import Method
@@ -224,3 +226,29 @@ async def test_fsspec_file_flushed_before_its_close_completes_on_the_loop(
             assert await cluster.client.read_file(path) == data[:size]
     finally:
         await asyncio.to_thread(fs.client.close)
+
+
+async def test_client_open_sends_a_small_file_with_its_close(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The buffered file's first buffer is held for the close: a small file goes to its
+    # DataNodes from the caller's thread; a larger one as it is written, on the loop.
+    address = cluster.mc.namenodes[0].address
+    small, large = payload(300 * 1024, seed=6), payload(3 * 1024 * 1024 + 5, seed=7)
+    stores = count_inline_stores(monkeypatch)
+
+    def write() -> str:
+        with Client(f"xdfs://{address}", user=ROOT, password=ROOT_PW,
+                    config=XdfsConfig()) as client:
+            with client.open("/small/opened", "wb") as fh:
+                fh.write(small[:1000])
+                fh.write(small[1000:])
+            with client.open("/small/opened-large", "wb") as fh:
+                for start in range(0, len(large), 700 * 1024):
+                    fh.write(large[start : start + 700 * 1024])
+        return threading.current_thread().name
+
+    caller = await asyncio.to_thread(write)
+    assert stores == [caller]  # the small file only
+    assert await cluster.client.read_file("/small/opened") == small
+    assert await cluster.client.read_file("/small/opened-large") == large

@@ -113,21 +113,42 @@ class RawReader(io.RawIOBase):
 
 
 class RawWriter(io.RawIOBase):
+    """The raw layer of ``Client.open(path, "wb")``. A first buffer of at most
+    ``WRITE_BUFFER_BYTES`` is held until the next one or the close, so a file that fits
+    in it leaves with its close (:meth:`SyncWriter.write_and_close`: a small file from the
+    calling thread); nothing written is visible to readers before the close anyway."""
+
     def __init__(self, writer: SyncWriter, name: str) -> None:
         self._writer = writer
         self.name = name
         self.status: FileStatus | None = None
+        self._held: bytes | None = None
+        self._written = False
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        return self._writer.write(bytes(data))
+        data = bytes(data)
+        if not self._written and len(data) <= WRITE_BUFFER_BYTES:
+            self._written = True
+            self._held = data
+            return len(data)
+        self._written = True
+        self._send_held()
+        return self._writer.write(data)
+
+    def _send_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._writer.write(held)
 
     def close(self) -> None:
         if not self.closed:
             try:
-                self.status = self._writer.close()
+                held, self._held = self._held, None
+                self.status = (self._writer.close() if held is None
+                               else self._writer.write_and_close(held))
             finally:
                 super().close()
 
