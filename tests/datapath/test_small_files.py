@@ -1,19 +1,33 @@
 """What a small file costs the NameNode: the file comes with its first block
 (``create_with_block``), so a file under a block is one create, the DataNodes' writes and
 one complete; an empty file gives its unused block back; a NameNode without the method is
-served by plain ``create`` and ``add_block``."""
+served by plain ``create`` and ``add_block``. Through fsspec a small file is uploaded
+from the caller's thread (created and completed there too with
+``client.inline_create_complete``), and a target failing there is replaced on the loop;
+one lease renewer serves the client."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections import Counter
+from collections.abc import Coroutine
+from dataclasses import replace
 from typing import Any
 
+import fsspec
 import pytest
 
 from tests.datapath.conftest import Cluster, digest, payload
+from tests.integration.conftest import ROOT, ROOT_PW
+from xdfs.client.client import Client
+from xdfs.client.datanodes import DataNodePool
+from xdfs.config import XdfsConfig
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.service import Method
+from xdfs.rpc.sync import LoopThread
+from xdfs.testing.poll import eventually
 
 
 def count_calls(monkeypatch: pytest.MonkeyPatch, rpc: RpcClient) -> Counter[str]:
@@ -74,3 +88,167 @@ async def test_a_namenode_without_create_with_block_gets_create_and_add_block(
         assert digest(await client.read_file(f"/small/{name}")) == digest(data)
     assert calls == Counter({"create_with_block_v0": 1, "create": 2, "add_block": 2,
                              "complete": 2, "block_locations": 2})
+
+
+# -- the synchronous client (fsspec): a small file from the caller's thread --------------
+
+
+def _fs(address: str, inline_create_complete: bool) -> Any:
+    fs = fsspec.filesystem(
+        "xdfs", fs=f"xdfs://{address}", user=ROOT, password=ROOT_PW, skip_instance_cache=True
+    )
+    client = fs.client.async_client
+    client.config = replace(client.config, client=replace(
+        client.config.client, inline_create_complete=inline_create_complete))
+    return fs
+
+
+def count_inline_stores(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The threads DataNodePool.store_inline runs in from now on."""
+    threads: list[str] = []
+    store = DataNodePool.store_inline
+
+    def counted(self: DataNodePool, *args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return store(self, *args)
+
+    monkeypatch.setattr(DataNodePool, "store_inline", counted)
+    return threads
+
+
+def count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Coroutines the synchronous clients hand to their loop threads from now on."""
+    hops: list[str] = []
+    run = LoopThread.run
+
+    def counted(self: LoopThread, coro: Coroutine[Any, Any, Any]) -> Any:
+        hops.append(getattr(coro, "__qualname__", "?"))
+        return run(self, coro)
+
+    monkeypatch.setattr(LoopThread, "run", counted)
+    return hops
+
+
+@pytest.mark.parametrize("inline_create_complete", [False, True])
+async def test_fsspec_sends_a_small_file_from_the_callers_thread(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, inline_create_complete: bool
+) -> None:
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, inline_create_complete)
+    data = payload(200 * 1024, seed=3)
+    hops = count_hops(monkeypatch)
+    stores = count_inline_stores(monkeypatch)
+
+    def write() -> str:
+        with fs.open("/small/sync", "wb") as fh:
+            fh.write(data)
+        return threading.current_thread().name
+
+    try:
+        caller = await asyncio.to_thread(write)
+        assert stores == [caller]  # the block went to its DataNodes from the caller's thread
+        # create and complete on the loop's connection, or from the caller's thread too
+        assert hops == ([] if inline_create_complete
+                        else ["AsyncClient.open_write", "FileWriter.close"])
+        # Acknowledged: complete, not under construction, both replicas on disk.
+        status = await cluster.client.stat("/small/sync")
+        assert status.length == len(data) and not status.under_construction
+        (block,) = (await cluster.client.block_locations("/small/sync")).blocks
+        assert len(cluster.holders(block.block.block_id)) == 2
+        assert digest(await cluster.client.read_file("/small/sync")) == digest(data)
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
+async def test_a_target_failing_under_an_inline_small_file_is_replaced(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The target stops between the create and the upload: its try from the caller's thread
+    # fails, and the rest of the close (a replacement target) runs on the loop (which
+    # would have been the caller's thread with inline_create_complete).
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, True)
+    data = payload(100 * 1024, seed=4)
+    try:
+        fh = await asyncio.to_thread(fs.open, "/small/failing", "wb")
+        current = fh._writer.writer
+        assert current._first is not None
+        victim_address = current._first.locations[0]
+        victim = next(dn for dn in cluster.mc.datanodes if dn.address == victim_address)
+        await cluster.mc.stop_datanode(victim)
+        hops = count_hops(monkeypatch)
+        stores = count_inline_stores(monkeypatch)
+        await asyncio.to_thread(fh.write, data)
+        await asyncio.to_thread(fh.close)
+        assert len(stores) == 1 and hops == ["FileWriter.close"]
+        assert digest(await cluster.client.read_file("/small/failing")) == digest(data)
+        (block,) = (await cluster.client.block_locations("/small/failing")).blocks
+        assert victim_address not in block.locations
+        assert len(block.locations) == 2  # the failed target was replaced
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
+async def test_the_client_renews_its_lease_while_files_are_open(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = cluster.client
+    client.leases.interval_s = 0.05
+    calls = count_calls(monkeypatch, client.rpc)
+    first = await client.open_write("/small/lease-a")
+    second = await client.open_write("/small/lease-b")
+    await eventually(lambda: calls["renew_lease"] >= 3, what="renewals")
+    await first.close()
+    renewed = calls["renew_lease"]
+    await eventually(lambda: calls["renew_lease"] >= renewed + 2, what="renewals, one open")
+    await second.close()
+    assert client.leases.open_writers == 0
+    renewed = calls["renew_lease"]
+    await asyncio.sleep(0.3)  # several intervals: nothing is open, nothing renewed
+    assert calls["renew_lease"] <= renewed + 1  # one may have been on its way
+
+
+@pytest.mark.parametrize("inline_create_complete", [False, True])
+async def test_fsspec_file_flushed_before_its_close_completes_on_the_loop(
+    cluster: Cluster, inline_create_complete: bool
+) -> None:
+    # fsspec flushes a full buffer (its block_size) before the close, so the close brings
+    # nothing new while the block's uploads run on the loop: the close waits for them there.
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, inline_create_complete)
+    piece = 64 * 1024
+    data = payload(2 * piece, seed=5)
+
+    def write(path: str, size: int) -> None:
+        with fs.open(path, "wb", block_size=piece) as fh:
+            fh.write(data[:size])
+
+    try:
+        for path, size in (("/small/flushed", piece), ("/small/flushed2", 2 * piece)):
+            await asyncio.to_thread(write, path, size)
+            assert await cluster.client.read_file(path) == data[:size]
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
+async def test_client_open_sends_a_small_file_with_its_close(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The buffered file's first buffer is held for the close: a small file goes to its
+    # DataNodes from the caller's thread; a larger one as it is written, on the loop.
+    address = cluster.mc.namenodes[0].address
+    small, large = payload(300 * 1024, seed=6), payload(3 * 1024 * 1024 + 5, seed=7)
+    stores = count_inline_stores(monkeypatch)
+
+    def write() -> str:
+        with Client(f"xdfs://{address}", user=ROOT, password=ROOT_PW,
+                    config=XdfsConfig()) as client:
+            with client.open("/small/opened", "wb") as fh:
+                fh.write(small[:1000])
+                fh.write(small[1000:])
+            with client.open("/small/opened-large", "wb") as fh:
+                for start in range(0, len(large), 700 * 1024):
+                    fh.write(large[start : start + 700 * 1024])
+        return threading.current_thread().name
+
+    caller = await asyncio.to_thread(write)
+    assert stores == [caller]  # the small file only
+    assert await cluster.client.read_file("/small/opened") == small
+    assert await cluster.client.read_file("/small/opened-large") == large

@@ -5,7 +5,6 @@ rules of RpcClient (tests/rpc/test_failover for the loop path)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -17,12 +16,12 @@ from tests.rpc.services import (
     BUMP,
     BUMP_IDEM,
     FAIL,
+    GATED,
     SLOW,
     TEST_SERVICE,
     WHOAMI,
     Count,
     FailRequest,
-    Name,
     SlowRequest,
     TestHandlers,
 )
@@ -73,27 +72,27 @@ async def test_calls_at_once_get_a_connection_each_and_later_threads_reuse_them(
     server: RpcServer, handlers: TestHandlers, caller_of: Callable[..., Caller]
 ) -> None:
     caller = caller_of(server.address)
-    handlers.name = "s1"
-    gate = threading.Barrier(3)
 
-    def call_together() -> Name:
-        gate.wait()  # three calls at once need three connections
-        return caller.loop.run_inline(caller.rpc.call(WHOAMI, Empty()))
+    def call_together() -> Any:
+        # held by the server until all three run: three calls at once need three connections
+        return caller.loop.run_inline(caller.rpc.call(GATED, Empty()))
 
-    def in_new_threads(threads: int, calls: int, call: Callable[[], Name]) -> list[Name]:
+    def in_new_threads(threads: int, calls: int, call: Callable[[], Any]) -> list[Any]:
         # (in a worker thread: the servers run on this test's loop)
         with ThreadPoolExecutor(threads) as pool:
             return list(pool.map(lambda _i: call(), range(calls)))
 
-    answers = await asyncio.to_thread(in_new_threads, 3, 3, call_together)
-    assert [name.name for name in answers] == ["s1"] * 3
+    together = asyncio.ensure_future(asyncio.to_thread(in_new_threads, 3, 3, call_together))
+    await eventually(lambda: handlers.calls.get("test_gated") == 3, what="3 calls at once")
+    handlers.gate.set()
+    assert sorted(count.n for count in await together) == [1, 2, 3]
     assert len(server.connections) == 3
     # Threads that come later (the pool above is gone) take idle connections: no new
     # handshake; none was made by the client's event loop (no call hopped to it).
     for _ in range(3):
         await asyncio.to_thread(in_new_threads, 2, 4, lambda: caller.loop.run_inline(
             caller.rpc.call(WHOAMI, Empty())))
-    assert handlers.calls["test_whoami"] == 15
+    assert handlers.calls["test_whoami"] == 12
     assert len(server.connections) == 3
     assert not caller.rpc._connections
 

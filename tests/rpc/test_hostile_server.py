@@ -20,9 +20,29 @@ from xdfs.errors import (
     StreamError,
     Unavailable,
 )
-from xdfs.protocol.system import ECHO, PING, SOURCE, EchoRequest, SourceHead, SourceRequest
+from xdfs.protocol.system import (
+    ECHO,
+    PING,
+    SINK,
+    SOURCE,
+    EchoRequest,
+    SinkResult,
+    SourceHead,
+    SourceRequest,
+)
 from xdfs.rpc.client import ClientConnection
-from xdfs.rpc.messages import PROTOCOL_VERSION, Chunk, Empty, ErrorInfo, Hello, Kind, Tail, Welcome
+from xdfs.rpc.messages import (
+    PROTOCOL_VERSION,
+    Chunk,
+    Credit,
+    Empty,
+    ErrorInfo,
+    Hello,
+    InEnvelope,
+    Kind,
+    Tail,
+    Welcome,
+)
 from xdfs.testing.minicluster import MiniCluster
 
 Behaviour = Callable[[RawPeer], Awaitable[None]]
@@ -284,3 +304,33 @@ async def test_the_client_sends_a_well_formed_hello(minicluster: MiniCluster) ->
     assert seen == [
         Hello(PROTOCOL_VERSION, cluster_id="c", user="alice", client_id=client.hello.client_id)
     ]
+
+
+async def test_an_uploads_first_chunk_leaves_with_its_head(minicluster: MiniCluster) -> None:
+    # Before any window grant: the head, the first chunk and (for a one-chunk upload) the
+    # tail; a second chunk waits for the grant, which counts the first.
+    seen: list[InEnvelope] = []
+
+    async def behaviour(peer: RawPeer) -> None:
+        await welcome(peer)
+        for _ in range(3):  # HEAD, CHUNK, TAIL of the one-chunk upload
+            seen.append(await peer.recv())
+        peer.send(Kind.RESPONSE, seen[0].id, "", SinkResult(0, 0, 0))
+        head = await peer.recv()  # the two-chunk upload: HEAD, its first CHUNK
+        first = await peer.recv()
+        seen.extend([head, first])
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await peer.recv()  # nothing more before the grant
+        peer.send(Kind.CREDIT, head.id, "", Credit(2))  # a window of 2, one used
+        seen.append(await peer.recv())
+        seen.append(await peer.recv())
+        peer.send(Kind.RESPONSE, head.id, "", SinkResult(0, 0, 0))
+        await asyncio.Event().wait()
+
+    async with fake_connection(minicluster, behaviour) as conn:
+        assert await conn.upload(SINK, Empty(), [b"one"], 10) == SinkResult(0, 0, 0)
+        assert await conn.upload(SINK, Empty(), [b"a", b"b"], 10) == SinkResult(0, 0, 0)
+    kinds = [frame.kind for frame in seen]
+    assert kinds == [Kind.HEAD, Kind.CHUNK, Kind.TAIL, Kind.HEAD, Kind.CHUNK, Kind.CHUNK,
+                     Kind.TAIL]

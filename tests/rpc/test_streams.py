@@ -276,6 +276,19 @@ async def test_client_with_a_smaller_window_than_the_server_can_download(
     assert await stream.read_all() == bytes(20 * CHUNK)
 
 
+async def test_upload_through_a_window_of_one_chunk(minicluster: MiniCluster) -> None:
+    # The first chunk leaves before the grant; the grant counts it, so the sender never
+    # has two chunks unacknowledged (the server would drop the connection).
+    settings: dict[str, Any] = {"stream_chunk_bytes": CHUNK, "stream_window_chunks": 1}
+    server = await minicluster.start_server("w1", [], **settings)
+    client = minicluster.client(server.address, **settings)
+    data = random.randbytes(10 * CHUNK)
+    result = await client.upload(SINK, Empty(), [data])
+    assert (result.total_bytes, result.crc32c) == (len(data), crc32c.crc32c(data))
+    assert len(client._connections) == 1
+    assert not next(iter(client._connections.values())).is_closing
+
+
 async def test_slow_upload_consumer_blocks_the_sender(
     minicluster: MiniCluster, handlers: TestHandlers
 ) -> None:

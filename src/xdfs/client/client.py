@@ -21,7 +21,7 @@ from xdfs.client.datanodes import DataNodePool
 from xdfs.client.failover import namenode_probe
 from xdfs.client.reader import FileReader
 from xdfs.client.sync_files import SyncReader, SyncWriter, buffered_reader, buffered_writer
-from xdfs.client.writer import FileWriter
+from xdfs.client.writer import FileWriter, LeaseRenewer
 from xdfs.common.addresses import format_fs_uri, parse_fs_uri, same_cluster, split_uri
 from xdfs.config import XdfsConfig, load_config
 from xdfs.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, UnknownMethod
@@ -68,11 +68,13 @@ class AsyncClient:
             probe=namenode_probe(self.config.client),
         )
         self.datanodes = DataNodePool(self.config.rpc, self.client_name, ssl_context)
+        self.leases = LeaseRenewer(self.rpc, self.client_name)
         self._home: str | None = None
         #: The NameNode has no ``create_with_block`` (an older version).
         self._old_namenode = False
 
     async def close(self) -> None:
+        await self.leases.close()
         await self.datanodes.close()
         await self.rpc.close()
 
@@ -214,7 +216,7 @@ class AsyncClient:
         (``create_with_block``: one NameNode call less per small file)."""
         created = await self.create_with_block(path, **options)
         return FileWriter(self.rpc, self.datanodes, self.config.client, self.client_name,
-                          created.status, first=created.block)
+                          created.status, self.leases, first=created.block)
 
     async def append(self, path: str) -> FileWriter:
         """Reopen ``path`` to write at its end (HDFS's append): the writer continues a
@@ -223,7 +225,8 @@ class AsyncClient:
         path = await self.absolute(path)
         reopened = await self.rpc.call(p.APPEND, p.AppendRequest(path, self.client_name))
         return FileWriter.appending(
-            self.rpc, self.datanodes, self.config.client, self.client_name, reopened
+            self.rpc, self.datanodes, self.config.client, self.client_name, reopened,
+            self.leases,
         )
 
     async def truncate(self, path: str, length: int) -> bool:
@@ -478,8 +481,15 @@ class Client:
         return SyncReader(self._loop, self._loop.run(self._async.open_read(path)))
 
     def open_writer(self, path: str, **options: Any) -> SyncWriter:
-        """A blocking writer (options as :meth:`AsyncClient.open_write`)."""
-        return SyncWriter(self._loop, self._loop.run(self._async.open_write(path, **options)))
+        """A blocking writer (options as :meth:`AsyncClient.open_write`). With
+        ``client.inline_calls`` a small file written whole at close is sent to its
+        DataNodes from the calling thread (see :meth:`FileWriter.write_and_close`), and
+        with ``client.inline_create_complete`` the file is created from it too."""
+        config = self._async.config.client
+        inline = config.inline_calls
+        run = (self._loop.run_inline if inline and config.inline_create_complete
+               else self._loop.run)
+        return SyncWriter(self._loop, run(self._async.open_write(path, **options)), inline)
 
     def append(self, path: str) -> SyncWriter:
         """A blocking writer at the end of ``path`` (see :meth:`AsyncClient.append`)."""

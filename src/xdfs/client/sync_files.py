@@ -48,9 +48,12 @@ class SyncReader:
 
 
 class SyncWriter:
-    def __init__(self, loop: LoopThread, writer: FileWriter) -> None:
+    def __init__(self, loop: LoopThread, writer: FileWriter, inline: bool = False) -> None:
+        """``inline``: :meth:`write_and_close` runs in the calling thread (see
+        :meth:`FileWriter.write_and_close`)."""
         self._loop = loop
         self.writer = writer
+        self._inline = inline
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         return self._loop.run(self.writer.write(data))
@@ -63,9 +66,10 @@ class SyncWriter:
         return self._loop.run(self.writer.close())
 
     def write_and_close(self, data: bytes | bytearray | memoryview) -> FileStatus:
-        """The last bytes and the close in one hop to the loop thread (a small file written
-        at close: one hop instead of two)."""
-        return self._loop.run(_write_and_close(self.writer, data))
+        """The last bytes and the close: a small file from the calling thread, with no hop
+        to the loop thread (``inline``), else in one hop instead of two."""
+        run = self._loop.run_inline if self._inline else self._loop.run
+        return run(self.writer.write_and_close(data))
 
     def abort(self) -> None:
         self._loop.run(self.writer.abort())
@@ -109,21 +113,42 @@ class RawReader(io.RawIOBase):
 
 
 class RawWriter(io.RawIOBase):
+    """The raw layer of ``Client.open(path, "wb")``. A first buffer of at most
+    ``WRITE_BUFFER_BYTES`` is held until the next one or the close, so a file that fits
+    in it leaves with its close (:meth:`SyncWriter.write_and_close`: a small file from the
+    calling thread); nothing written is visible to readers before the close anyway."""
+
     def __init__(self, writer: SyncWriter, name: str) -> None:
         self._writer = writer
         self.name = name
         self.status: FileStatus | None = None
+        self._held: bytes | None = None
+        self._written = False
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        return self._writer.write(bytes(data))
+        data = bytes(data)
+        if not self._written and len(data) <= WRITE_BUFFER_BYTES:
+            self._written = True
+            self._held = data
+            return len(data)
+        self._written = True
+        self._send_held()
+        return self._writer.write(data)
+
+    def _send_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._writer.write(held)
 
     def close(self) -> None:
         if not self.closed:
             try:
-                self.status = self._writer.close()
+                held, self._held = self._held, None
+                self.status = (self._writer.close() if held is None
+                               else self._writer.write_and_close(held))
             finally:
                 super().close()
 
@@ -134,8 +159,3 @@ def buffered_reader(reader: SyncReader, name: str) -> io.BufferedReader:
 
 def buffered_writer(writer: SyncWriter, name: str) -> io.BufferedWriter:
     return io.BufferedWriter(RawWriter(writer, name), WRITE_BUFFER_BYTES)
-
-
-async def _write_and_close(writer: FileWriter, data: bytes | bytearray | memoryview) -> FileStatus:
-    await writer.write(data)
-    return await writer.close()

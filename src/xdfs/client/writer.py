@@ -14,7 +14,8 @@ per open file) until every target has finalized it, so:
 
 A DataNode answers a block write only after reporting the replica to the NameNode, so
 ``complete`` normally succeeds at once; it is retried while the NameNode says the last
-block lacks replicas. The writer renews its lease while the file is open.
+block lacks replicas. The client's :class:`LeaseRenewer` renews its lease while files are
+open.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator
 
 from xdfs.client.datanodes import DataNodePool
@@ -31,12 +34,69 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest, WriteBlockResponse
 from xdfs.rpc.client import RpcClient
+from xdfs.rpc.sync import inline_loop
 
 log = logging.getLogger(__name__)
 
 #: Tries of ``complete`` while the NameNode waits for the last block's replicas.
 COMPLETE_TRIES = 5
 LEASE_RENEWAL_INTERVAL_S = 20.0  # well inside the default 60 s soft limit
+
+
+class LeaseRenewer:
+    """Renews a client's lease while it has files open for writing: one task per client,
+    not one per file (HDFS's LeaseRenewer; the NameNode's lease is the client's).
+
+    Writers are counted from any thread (a synchronous client opens files from its
+    callers' threads, see :meth:`FileWriter.write_and_close`); the task starts on the
+    client's event loop with the first writer and renews every ``interval_s`` while one
+    is open, until :meth:`close`."""
+
+    def __init__(
+        self, nn: RpcClient, client_name: str, interval_s: float = LEASE_RENEWAL_INTERVAL_S
+    ) -> None:
+        self.nn = nn
+        self.client_name = client_name
+        self.interval_s = interval_s
+        self.open_writers = 0
+        self._lock = threading.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._started = False
+
+    def opened(self) -> None:
+        with self._lock:
+            self.open_writers += 1
+            start, self._started = not self._started, True
+        if start:
+            inline = inline_loop()
+            if inline is not None:  # a caller's thread: the task starts on the loop
+                inline.loop.call_soon_threadsafe(self._start)
+            else:
+                self._start()
+
+    def closed(self) -> None:
+        with self._lock:
+            self.open_writers -= 1
+
+    def _start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            if not self.open_writers:
+                continue
+            try:
+                await self.nn.call(p.RENEW_LEASE, p.RenewLeaseRequest(self.client_name))
+            except XdfsError as exc:
+                log.warning("renewing the lease of %s failed: %s", self.client_name, exc)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 class BlockBuffer:
@@ -88,6 +148,8 @@ class _BlockWrite:
         self.append_to = append_to
         self.base = append_to.num_bytes if append_to is not None else 0
         self.uploads: dict[str, asyncio.Task[WriteBlockResponse]] = {}
+        #: Outcomes of uploads made without tasks (from a caller's thread), by address.
+        self.outcomes: dict[str, WriteBlockResponse | XdfsError | OSError] = {}
 
     @property
     def num_bytes(self) -> int:
@@ -102,10 +164,12 @@ class FileWriter:
         config: ClientConfig,
         client_name: str,
         status: p.FileStatus,
+        leases: LeaseRenewer,
         blocks: list[BlockRecord] | None = None,
         first: p.LocatedBlock | None = None,
     ) -> None:
-        """``first``: the file's first block, allocated by ``create_with_block``."""
+        """``first``: the file's first block, allocated by ``create_with_block``;
+        ``leases``: the client's lease renewer."""
         self.nn = nn
         self.pool = pool
         self.config = config
@@ -124,16 +188,17 @@ class FileWriter:
         self._excluded: set[str] = set()
         #: A block the NameNode allocated with the file, used by the first write.
         self._first = first
-        self._renewer = asyncio.get_running_loop().create_task(self._renew_lease())
+        self._leases = leases
+        self._leases.opened()
 
     @classmethod
     def appending(
         cls, nn: RpcClient, pool: DataNodePool, config: ClientConfig, client_name: str,
-        reopened: p.AppendResponse,
+        reopened: p.AppendResponse, leases: LeaseRenewer,
     ) -> FileWriter:
         """The writer of a file reopened by ``append``: a partial last block is continued
         at once, so its replicas take the new genstamp before anyone reads them again."""
-        writer = cls(nn, pool, config, client_name, reopened.status, reopened.blocks)
+        writer = cls(nn, pool, config, client_name, reopened.status, leases, reopened.blocks)
         last = reopened.last
         if last is not None:
             block = last.block
@@ -193,6 +258,63 @@ class FileWriter:
             request = p.FsyncRequest(self.path, self.client_name, self.blocks[-1])
             await self.nn.call(p.FSYNC, request)
 
+    async def write_and_close(self, data: bytes | bytearray | memoryview) -> p.FileStatus:
+        """:meth:`write` the last bytes, then :meth:`close` (fsspec's close).
+
+        Run by a synchronous client from its caller's thread (``LoopThread.run_inline``):
+        a file written whole here whose bytes fit in one stream chunk of its first block
+        (a small file) is stored from that thread: each target gets the block's head, chunk
+        and tail in one write over a blocking connection
+        (:meth:`DataNodePool.store_inline`); the rest of the close (``complete``; replacing
+        a failed target, or resending the block) then runs on the loop, or, with
+        ``client.inline_create_complete``, ``complete`` from this thread too. Anything else
+        written this way runs on the loop whole."""
+        if self.closed:
+            raise ValueError("write to a closed xdfs file")
+        loop = inline_loop()
+        if loop is None:
+            await self.write(data)
+            return await self.close()
+        if not self._nothing_in_flight() or (data and not self._fits_first_chunk(len(data))):
+            return loop.run(self.write_and_close(data))
+        if data:
+            self._store_inline(bytes(data))
+        failed = any(not isinstance(outcome, WriteBlockResponse)
+                     for outcome in self._outcomes_pending())
+        if failed or not self.config.inline_create_complete:
+            return loop.run(self.close())  # replacing a failed target; or complete there
+        return await self.close()  # nothing left to upload: NameNode calls only
+
+    def _nothing_in_flight(self) -> bool:
+        """No block is being written (its uploads are tasks of the loop)."""
+        return self._current is None and self._continue is None
+
+    def _fits_first_chunk(self, size: int) -> bool:
+        return self._first is not None and size <= min(
+            self.block_size, self.pool.config.stream_chunk_bytes)
+
+    def _store_inline(self, data: bytes) -> None:
+        """Upload ``data`` as the whole first block from this thread (see
+        :meth:`write_and_close`); the outcomes wait in the block for :meth:`close`."""
+        assert self._first is not None
+        block = _BlockWrite(self._first, BlockBuffer())
+        self._first = None
+        block.buffer.append(data)
+        block.buffer.close()
+        self.bytes_written += len(data)
+        self._current = block
+        requests = {address: self._write_request(block, block.located.token)
+                    for address in block.located.locations}
+        try:
+            block.outcomes = self.pool.store_inline(WRITE_BLOCK, requests, data)
+        except BaseException:  # Ctrl-C: as abort, the file stays open until its lease ends
+            self._current = None
+            self._end()
+            raise
+
+    def _outcomes_pending(self) -> list[WriteBlockResponse | XdfsError | OSError]:
+        return list(self._current.outcomes.values()) if self._current is not None else []
+
     async def close(self) -> p.FileStatus:
         """Store the last block and close the file; returns its final status."""
         if self.closed:
@@ -217,10 +339,12 @@ class FileWriter:
         await self._stop()
 
     async def _stop(self) -> None:
-        self.closed = True
-        self._renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._renewer
+        self._end()
+
+    def _end(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._leases.closed()
 
     # -- blocks -----------------------------------------------------------------------------
 
@@ -253,9 +377,11 @@ class FileWriter:
             self._upload(block, address, located.token)
         return block
 
+    def _write_request(self, block: _BlockWrite, token: str) -> WriteBlockRequest:
+        return WriteBlockRequest(block.located.block, token, self.client_name, block.append_to)
+
     def _upload(self, block: _BlockWrite, address: str, token: str) -> None:
-        request = WriteBlockRequest(block.located.block, token, self.client_name,
-                                    block.append_to)
+        request = self._write_request(block, token)
         node = self.pool.get(address)
         block.uploads[address] = asyncio.get_running_loop().create_task(
             node.upload(WRITE_BLOCK, request, block.buffer.replay())
@@ -297,9 +423,13 @@ class FileWriter:
 
     async def _wait_uploads(self, block: _BlockWrite) -> list[str]:
         """Addresses that stored the block; the others are excluded from now on."""
-        results = await asyncio.gather(*block.uploads.values(), return_exceptions=True)
+        outcomes: dict[str, WriteBlockResponse | BaseException] = dict(block.outcomes)
+        block.outcomes.clear()
+        if block.uploads:
+            results = await asyncio.gather(*block.uploads.values(), return_exceptions=True)
+            outcomes.update(zip(list(block.uploads), results, strict=True))
         stored: list[str] = []
-        for address, result in zip(list(block.uploads), results, strict=True):
+        for address, result in outcomes.items():
             if isinstance(result, BaseException):
                 if not isinstance(result, XdfsError | OSError):
                     raise result
@@ -346,13 +476,13 @@ class FileWriter:
             except NotEnoughReplicas:
                 if attempt == COMPLETE_TRIES:
                     raise
-                await asyncio.sleep(0.2 * attempt)
+                await _pause(0.2 * attempt)
         raise AssertionError("unreachable")
 
-    async def _renew_lease(self) -> None:
-        while True:
-            await asyncio.sleep(LEASE_RENEWAL_INTERVAL_S)
-            try:
-                await self.nn.call(p.RENEW_LEASE, p.RenewLeaseRequest(self.client_name))
-            except XdfsError as exc:
-                log.warning("renewing the lease of %s failed: %s", self.client_name, exc)
+
+async def _pause(seconds: float) -> None:
+    """Sleep: in the caller's thread when it runs the writer itself (run_inline)."""
+    if inline_loop() is not None:
+        time.sleep(seconds)  # noqa: ASYNC251 (a caller's thread, no event loop runs here)
+    else:
+        await asyncio.sleep(seconds)

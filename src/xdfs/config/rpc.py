@@ -168,8 +168,16 @@ class ClientConfig:
         True, "The synchronous client (Client, fsspec) makes its metadata calls from the "
         "calling thread, without a hop to its event loop's thread and back, over blocking "
         "connections it keeps for that (as many per NameNode as calls were ever made at "
-        "once). false: every call through the event loop's one connection (fewer "
-        "connections, for a process with very many threads calling at once)."
+        "once); a small file written whole at close (one stream chunk) is uploaded to its "
+        "DataNodes the same way. false: every call through the event loop's one connection "
+        "(fewer connections, for a process with very many threads calling at once)."
+    )
+    inline_create_complete: bool = setting(
+        False, "With inline_calls: a small file's create and complete are also made from "
+        "the calling thread (two hops to the event loop's thread fewer per file). Off: they "
+        "go over the loop's one connection, where the NameNode reads the requests of many "
+        "threads at once and answers them together (measured: 0.5 ms less NameNode CPU per "
+        "file from 8 threads, against 0.1-0.2 ms more on the client)."
     )
 
     def validate(self) -> None:

@@ -1,4 +1,5 @@
-"""A blocking connection: a socket a thread makes unary calls over itself, no event loop.
+"""A blocking connection: a socket a thread makes unary calls (and one-chunk uploads: a
+small file's block, see :meth:`BlockingConnection.upload`) over itself, no event loop.
 
 A synchronous caller (the :class:`~xdfs.client.client.Client`, fsspec) that hops to the
 event loop's thread for every call pays two thread wakeups and the loop's task, future and
@@ -23,17 +24,25 @@ import math
 import select
 import socket
 import ssl
+import struct
 import time
 from typing import Any
 
+import crc32c
 import msgspec
 
 from xdfs.common.addresses import parse_address
 from xdfs.config import RpcConfig
 from xdfs.errors import ConnectionLost, ProtocolError, Unavailable, XdfsError, error_from_code
-from xdfs.rpc.connection import DECODE_ERRORS, ERROR_DECODER, decode_error, encode_frame
+from xdfs.rpc.connection import (
+    DECODE_ERRORS,
+    ERROR_DECODER,
+    decode_error,
+    encode_chunk_head,
+    encode_frame,
+)
 from xdfs.rpc.framing import FrameReader
-from xdfs.rpc.messages import Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.messages import Chunk, Hello, InEnvelope, Kind, Tail, Welcome
 from xdfs.rpc.service import Method, Resp
 
 _ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
@@ -41,6 +50,8 @@ _WELCOME = msgspec.msgpack.Decoder(Welcome)
 #: What a socket operation raises when the peer or the network failed (TimeoutError, a
 #: subclass of OSError, is caught before these where a deadline matters).
 _SOCKET_ERRORS = (OSError, ssl.SSLError)
+#: The longest a read waits in the kernel before the caller's deadline is checked again.
+_KERNEL_WAIT_S = 0.25
 
 
 class BlockingConnection:
@@ -55,6 +66,15 @@ class BlockingConnection:
         # need the socket's own timeouts (a readable socket may hold half a record).
         self._tls = isinstance(sock, ssl.SSLSocket)
         sock.settimeout(None)
+        if not self._tls:
+            # A wait for an answer is one read that the kernel ends after _KERNEL_WAIT_S
+            # (then the deadline is checked again), not a poll and then a read: every
+            # system call lets the other threads of the process take the interpreter, a
+            # context switch or two each under load. A write that the peer does not take
+            # (a paused server) fails after the call's timeout instead of hanging.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(_KERNEL_WAIT_S))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                            _timeval(config.call_timeout_s))
         self._poll = select.poll()
         self._poll.register(sock.fileno(), select.POLLIN)
         self._reader = FrameReader(config.frame_bytes_max, config.receive_buffer_bytes)
@@ -134,14 +154,37 @@ class BlockingConnection:
     def request(self, method: Method[Any, Any], body: Any, logical_call: int) -> int:
         """Send a unary call; its id, for :meth:`answer`. ConnectionLost when the write
         fails (the server may have read part of it: treat it as sent)."""
+        call_id = self._new_id()
+        self._send([encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call)])
+        return call_id
+
+    def upload(self, method: Method[Any, Any], head: Any, data: bytes, logical_call: int) -> int:
+        """Send an upload of ``data`` as one chunk (at most ``rpc.stream_chunk_bytes``):
+        head, chunk and tail in one write, the chunk sent ahead of the window grant as
+        :data:`~xdfs.rpc.streams.UPLOAD_CHUNKS_AHEAD` allows; its id, for :meth:`answer`
+        (which passes over the stream's credits). Errors as :meth:`request`'s."""
+        call_id = self._new_id()
+        frames: list[bytes | bytearray] = [
+            encode_frame(Kind.HEAD, call_id, method.name, head, logical_call)
+        ]
+        if data:
+            chunk = Chunk(0, crc32c.crc32c(data), memoryview(data))
+            frames += [encode_chunk_head(call_id, chunk), data]
+        frames.append(encode_frame(Kind.TAIL, call_id, "", Tail(1 if data else 0, len(data))))
+        self._send(frames)
+        return call_id
+
+    def _new_id(self) -> int:
         call_id = self._next_id
         self._next_id += 1
+        return call_id
+
+    def _send(self, frames: list[bytes | bytearray]) -> None:
         try:
-            self._write(encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call))
+            self._write_all(frames)
         except _SOCKET_ERRORS as exc:
             self.close()
             raise ConnectionLost(f"connection to {self.address} failed: {exc}") from None
-        return call_id
 
     def answer(self, call_id: int, method: Method[Any, Resp], wait_s: float) -> Resp:
         """The answer of call ``call_id`` (its error raised), or TimeoutError when none came
@@ -151,7 +194,7 @@ class BlockingConnection:
             envelope = self._next_frame(deadline)
             if envelope is None:
                 raise TimeoutError
-            if envelope.id != call_id:
+            if envelope.id != call_id or envelope.kind == Kind.CREDIT:  # an upload's credit
                 self._on_idle_frame(envelope)
                 continue
             if envelope.kind == Kind.ERROR:
@@ -181,13 +224,35 @@ class BlockingConnection:
     def _write(self, frame: bytes | bytearray) -> None:
         self._sock.sendall(frame)
 
+    def _write_all(self, frames: list[bytes | bytearray]) -> None:
+        """Write ``frames`` in order, in one system call when the socket takes them all
+        (``sendmsg`` gathers them: a chunk's data is not copied into one buffer first)."""
+        if self._tls or len(frames) == 1:
+            for frame in frames:
+                self._sock.sendall(frame)
+            return
+        views = [memoryview(frame) for frame in frames]
+        while views:
+            sent = self._sock.sendmsg(views)
+            while views and sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            if views and sent:
+                views[0] = views[0][sent:]
+
     def _receive(self, wait_s: float) -> int:
-        """Read what arrives within ``wait_s`` into the reader (TimeoutError: nothing)."""
+        """Read what arrives within ``wait_s`` (or sooner, then TimeoutError) into the
+        reader; TimeoutError: nothing came."""
         if self._tls:
             return self._receive_tls(wait_s)
-        if not self._poll.poll(math.ceil(wait_s * 1000)):
-            raise TimeoutError
-        return self._sock.recv_into(self._reader.get_buffer())
+        if wait_s < _KERNEL_WAIT_S:
+            if not self._poll.poll(math.ceil(wait_s * 1000)):
+                raise TimeoutError
+            return self._sock.recv_into(self._reader.get_buffer())
+        try:
+            return self._sock.recv_into(self._reader.get_buffer())
+        except BlockingIOError:  # SO_RCVTIMEO: _KERNEL_WAIT_S passed
+            raise TimeoutError from None
 
     def _receive_now(self) -> int:
         """Read what has arrived (BlockingIOError or SSLWantReadError: nothing has)."""
@@ -216,7 +281,7 @@ class BlockingConnection:
                 try:
                     received = self._receive(left)
                 except TimeoutError:
-                    return None
+                    continue  # the deadline, or a kernel wait shorter than it
                 if not received:
                     raise ConnectionLost(f"connection to {self.address} closed")
                 self._read(received)
@@ -262,6 +327,11 @@ class BlockingConnection:
         """The connection can no longer be trusted: close it; ``error`` for raising."""
         self.close()
         return error
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
 
 
 def _close(conn: BlockingConnection | None, sock: socket.socket) -> None:

@@ -71,7 +71,7 @@ from xdfs.rpc.messages import (
     Welcome,
 )
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
-from xdfs.rpc.streams import ChunkSource, StreamReceiver, StreamSender
+from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, StreamSender
 from xdfs.rpc.sync import LoopThread, inline_loop
 
 T = TypeVar("T")
@@ -331,7 +331,7 @@ class ClientConnection(RpcProtocol):
     ) -> Resp:
         assert method.kind is MethodKind.UPLOAD, f"{method.name} is not an upload method"
         call_id, future = self._new_call(method)
-        sender = StreamSender(self, call_id, timeout_s)
+        sender = StreamSender(self, call_id, timeout_s, lent=UPLOAD_CHUNKS_AHEAD)
         self.senders[call_id] = sender
         self.send(Kind.HEAD, call_id, method.name, request, logical_call)
         try:
@@ -497,17 +497,9 @@ class RpcClient:
             return self._inline_answer(loop, conn, call_id, method, deadline, index)
         except _MovedOn as moved:
             self._moved_on(method.name, method.retry_safe, address, moved.index)
-        except NotActive:  # nothing ran; a standby: the others next
-            start = (index + 1) % len(self.addresses)
-        except Overloaded:
-            pass  # nothing ran
-        except RpcTimeout:
-            self._skip(index)  # paused or overloaded: the next call starts elsewhere
-            if not method.retry_safe:
-                raise
-        except ConnectionLost:  # maybe sent
-            if not method.retry_safe:
-                raise
+        except _RETRIED as exc:
+            if self._after_failed_try(exc, index, method.retry_safe):
+                start = (index + 1) % len(self.addresses)
         except XdfsError:  # the call's own error: the connection is fine
             raise
         except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
@@ -574,6 +566,23 @@ class RpcClient:
         with self._blocking_lock:
             self._blocking.discard(conn)
 
+    def start_upload_inline(
+        self, method: Method[Req, Resp], request: Req, data: bytes
+    ) -> BlockingUpload[Resp]:
+        """Send an upload of ``data`` (one chunk) from the calling thread over a blocking
+        connection to the preferred address, head, chunk and tail in one write
+        (:meth:`BlockingConnection.upload`); its answer comes from
+        :meth:`BlockingUpload.result`. A single try, no failover: for a caller that has its
+        own (the block writer moves on to other DataNodes). Errors: Unavailable,
+        Overloaded (not sent), ConnectionLost (maybe sent)."""
+        conn = self._take_blocking(self.current_address)
+        try:
+            call_id = conn.upload(method, request, data, next(self._call_numbers))
+        except BaseException:
+            self._give_back(conn)  # closed by the failed write
+            raise
+        return BlockingUpload(self, conn, call_id, method)
+
     async def upload(
         self,
         method: Method[Req, Resp],
@@ -633,28 +642,34 @@ class RpcClient:
                 except _NotSent as exc:  # nothing ran: always safe to repeat
                     failures.append(f"{address}: {exc.error.message}")
                     continue
-                except NotActive as exc:
+                except _RETRIED as exc:
+                    move_on = self._after_failed_try(exc, index, method.retry_safe and restartable)
                     failures.append(f"{address}: {exc.message}")
-                    break
-                except Overloaded as exc:
-                    failures.append(f"{address}: {exc.message}")
-                    continue
-                except RpcTimeout as exc:
-                    self._skip(index)  # paused or overloaded: the next call starts elsewhere
-                    if not (method.retry_safe and restartable):
-                        raise
-                    failures.append(f"{address}: {exc.message}")
-                    if count > 1:
+                    if move_on:
                         break
-                    continue
-                except ConnectionLost as exc:
-                    if not (method.retry_safe and restartable):
-                        raise
-                    failures.append(f"{address}: {exc.message}")
                     continue
                 self._preferred = index
                 return result
         raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")
+
+    def _after_failed_try(self, error: XdfsError, index: int, repeatable: bool) -> bool:
+        """What follows a try at address ``index`` that failed with one of ``_RETRIED``
+        (the rules of the module docstring; both the loop's failover and a synchronous
+        caller's first try decide here): True to move on to the next address, False to
+        try this one again; ``error`` raised when the call may have run and may not be
+        repeated (``repeatable``)."""
+        if isinstance(error, NotActive):
+            return True  # nothing ran; a standby: the others next
+        if isinstance(error, Overloaded):
+            return False  # nothing ran
+        if isinstance(error, RpcTimeout):
+            self._skip(index)  # paused or overloaded: the next call starts elsewhere
+            if not repeatable:
+                raise error
+            return len(self.addresses) > 1
+        if not repeatable:  # ConnectionLost: maybe sent
+            raise error
+        return False
 
     async def _backoff(self, try_number: int) -> None:
         delay = backoff_s(
@@ -737,6 +752,46 @@ class RpcClient:
         finally:
             for task in asks:
                 _drop(task)
+
+
+class BlockingUpload(Generic[Resp]):
+    """An upload sent by :meth:`RpcClient.start_upload_inline`, its answer still to come;
+    the connection is the caller's until :meth:`result` or :meth:`abandon`."""
+
+    def __init__(self, client: RpcClient, conn: BlockingConnection, call_id: int,
+                 method: Method[Any, Resp]) -> None:
+        self._client, self._conn, self._id, self._method = client, conn, call_id, method
+        self._done = False
+
+    def result(self, timeout_s: float) -> Resp:
+        """The answer within ``timeout_s`` (RpcTimeout otherwise, the call cancelled)."""
+        assert not self._done, "BlockingUpload.result after its end"
+        try:
+            return self._conn.answer(self._id, self._method, timeout_s)
+        except TimeoutError:
+            self._conn.cancel(self._id)
+            raise RpcTimeout(f"{self._method.name} got no answer within {timeout_s} s") from None
+        except XdfsError:
+            raise  # the call's own error, or the connection's (then closed)
+        except BaseException:  # Ctrl-C mid-call: the connection is in an unknown state
+            self._conn.close()
+            raise
+        finally:
+            self._end()
+
+    def abandon(self) -> None:
+        """Give up without the answer (the connection is closed: it may still come)."""
+        if not self._done:
+            self._conn.close()
+            self._end()
+
+    def _end(self) -> None:
+        self._done = True
+        self._client._give_back(self._conn)
+
+
+#: Failures of a try that another try may follow (see RpcClient._after_failed_try).
+_RETRIED = (NotActive, Overloaded, RpcTimeout, ConnectionLost)
 
 
 def _drop(task: asyncio.Future[Any]) -> None:

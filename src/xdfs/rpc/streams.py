@@ -25,16 +25,28 @@ if TYPE_CHECKING:
 
 ChunkSource = Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
 
+#: Chunks an upload's sender may send right after its head, before the window grant: a
+#: server makes the stream's receiver when it reads the head, before any frame after it,
+#: and every receiver's window is at least one chunk (``rpc.stream_window_chunks``). So a
+#: block of one chunk goes out at once, with no round trip for the grant.
+UPLOAD_CHUNKS_AHEAD = 1
+
 
 class StreamSender:
     """Sends one stream's chunks as credit allows."""
 
-    def __init__(self, proto: RpcProtocol, stream_id: int, credit_timeout_s: float) -> None:
+    def __init__(
+        self, proto: RpcProtocol, stream_id: int, credit_timeout_s: float, lent: int = 0
+    ) -> None:
+        """``lent``: chunks sent before the receiver's window grant (its first CREDIT),
+        which counts them: an upload's first chunk leaves with its head (see
+        :data:`UPLOAD_CHUNKS_AHEAD`)."""
         self._proto = proto
         self._id = stream_id
-        # Nothing may be sent before the receiver grants its window (its first CREDIT), so
+        # Beyond ``lent``, nothing may be sent before the receiver grants its window, so
         # the two ends never have to agree on a window size in advance.
-        self._credit = 0
+        self._credit = lent
+        self._lent = lent
         self._credit_timeout_s = credit_timeout_s
         self._wake = asyncio.Event()
         self._error: XdfsError | None = None
@@ -42,7 +54,9 @@ class StreamSender:
         self.total_bytes = 0
 
     def on_credit(self, count: int) -> None:
-        self._credit += count
+        # The window grant covers the chunks sent ahead of it.
+        self._credit += count - self._lent
+        self._lent = 0
         self._wake.set()
 
     def fail(self, error: XdfsError) -> None:
