@@ -57,7 +57,7 @@ class Settings:
     small_kib: int
     parts: set[str]
     base: Path
-    keep_base: bool  # --dir given: the caller's directory is left as it is
+    keep_base: bool = False  # main(): --dir given, the caller's directory is left as it is
 
 
 @dataclass
