@@ -138,10 +138,15 @@ class ReplicaWriter:
         self.stale_meta: Path | None = None
         #: An append finished and synced, not moved yet (see :meth:`finish_append`).
         self.synced = False
+        #: :meth:`finish_writes` ran (the last checksum is written).
+        self._writes_finished = False
 
-    def open(self) -> None:
+    def open(self, buffered: bool = False) -> None:
+        """Create both files in ``rbw/``; ``buffered``: the data file through the page
+        cache even when direct I/O is on (a replica known to be small: it would stay
+        buffered anyway, see ``direct.py``)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        if self._direct_io:
+        if self._direct_io and not buffered:
             self._data_fd, is_direct = direct.open_direct(self.data_path, flags)
             if is_direct:
                 self._staged = direct.StagedWriter(self._data_fd, self.data_path)
@@ -235,13 +240,32 @@ class ReplicaWriter:
         """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
         see :func:`move_files`)."""
         self._finish_and_sync()
+        moved = self.move_synced(dest_dir)
+        fsync_dir(dest_dir)
+        return self.finalize_moved(*moved)
+
+    @property
+    def sync_fds(self) -> tuple[int, int]:
+        """The data and checksum files' descriptors, for a caller that makes them durable
+        itself (``aio.py``) before :meth:`close_synced`."""
+        return self._data_fd, self._meta_fd
+
+    def close_synced(self) -> None:
+        """Both files were made durable by the caller (after :meth:`finish_writes`)."""
+        self._close()
+
+    def move_synced(self, dest_dir: Path) -> tuple[Path, Path]:
+        """Finalize, step 1 (the files durable): move them into ``dest_dir``; the caller
+        then fsyncs ``dest_dir`` and calls :meth:`finalize_moved`."""
         fault_point("datanode.before_finalize")
         # Durable once ``dest_dir`` is synced: the data file there is the commit point. The
         # names leaving rbw/ are not synced (one fsync less per block): a rename is one
         # atomic change of the file system, and should a crash still show the files in
         # rbw/ too, startup drops them there for the finalized replica (DataStorage).
-        data_dest, meta_dest = rename_files(self.data_path, self.meta_path, dest_dir)
-        fsync_dir(dest_dir)
+        return rename_files(self.data_path, self.meta_path, dest_dir)
+
+    def finalize_moved(self, data_dest: Path, meta_dest: Path) -> Replica:
+        """Finalize, step 2: ``dest_dir`` was fsynced; the replica is finalized."""
         self._drop_stale_meta(meta_dest)
         self.finalized = Replica(
             self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
@@ -291,13 +315,23 @@ class ReplicaWriter:
     def is_open(self) -> bool:
         return self._data_fd >= 0
 
+    def finish_writes(self) -> None:
+        """The stream ended: write the last partial chunk's checksum (and, for a direct
+        data file, the staged rest). Only page-cache writes: a small replica's writer does
+        this on the event loop, leaving the fsyncs to the worker thread's ``finalize``."""
+        self._write_meta(self._builder.finish())
+        if self._staged is not None:
+            self._staged.finish()
+        self._writes_finished = True
+
     def _finish_and_sync(self) -> None:
         """Checksum the last partial chunk, make both files durable and close them.
 
         The two fdatasyncs run at once (the checksum file's in a helper thread): two in
         flight together cost about one (the file system commits them together), where
         one after the other they cost two, on the path of every acknowledged block."""
-        self._write_meta(self._builder.finish())
+        if not self._writes_finished:
+            self._write_meta(self._builder.finish())
         meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
         try:
             if self._staged is not None:  # its last bytes go out while the checksums sync

@@ -41,7 +41,7 @@ class StartupSummary:
 class DataStorage:
     def __init__(
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
-        capacity_bytes: int = 0, direct_io: bool = False,
+        capacity_bytes: int = 0, direct_io: bool = False, loop_write_max_bytes: int = 0,
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
@@ -51,6 +51,8 @@ class DataStorage:
         self.reserved_bytes = reserved_bytes
         self.capacity_bytes = capacity_bytes  # 0: the file system's size
         self.direct_io = direct_io  # replica data files written with O_DIRECT (direct.py)
+        #: Replicas up to this long are written on the event loop (``transfer.py``).
+        self.loop_write_max_bytes = loop_write_max_bytes
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
@@ -59,6 +61,9 @@ class DataStorage:
         # Directory creation in finalized/ happens in worker threads: one at a time, so a
         # writer never finds a directory that exists but whose entry is not yet durable.
         self._mkdir_lock = threading.Lock()
+        #: Leaves of finalized/ (``block_id & 0xFFFF``) known to exist durably: no stat
+        #: of its directory per replica written.
+        self._leaves_made: set[int] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -270,20 +275,36 @@ class DataStorage:
         """Finalize ``writer`` (worker thread). A replica of an older genstamp it replaces
         is removed first, so a crash never pairs one replica's data with another's
         checksums; the crash window in between loses only the stale replica."""
-        if replaced is not None:
-            self._unlink(replaced)
-        return writer.finalize(self._finalized_dir(writer.block_id))
+        self.unlink_replaced(replaced)
+        return writer.finalize(self.finalized_dir(writer.block_id))
 
     def finish_append(self, writer: ReplicaWriter) -> Path:
         """An append's files made durable (worker thread); returns the directory its
         replica moves to (made, durably) by ``writer.move_appended`` on the event loop."""
         writer.finish_append()
-        return self._finalized_dir(writer.block_id)
+        return self.finalized_dir(writer.block_id)
 
-    def _finalized_dir(self, block_id: int) -> Path:
-        dest = Path(layout.finalized_dir(self.finalized, block_id))
-        self._ensure_dir(dest)
+    def finalized_dir(self, block_id: int) -> Path:
+        """The directory of ``block_id`` in finalized/, made (durably) if missing (worker
+        thread)."""
+        dest = self.made_finalized_dir(block_id)
+        if dest is None:
+            dest = Path(layout.finalized_dir(self.finalized, block_id))
+            self._ensure_dir(dest)
+            self._leaves_made.add(block_id & 0xFFFF)
         return dest
+
+    def made_finalized_dir(self, block_id: int) -> Path | None:
+        """The directory of ``block_id`` in finalized/ if it is known to exist durably
+        (no I/O); None: :meth:`finalized_dir` makes it."""
+        if block_id & 0xFFFF not in self._leaves_made:
+            return None
+        return Path(layout.finalized_dir(self.finalized, block_id))
+
+    def unlink_replaced(self, replaced: Replica | None) -> None:
+        """Before a new replica of the same block is finalized (``commit``)."""
+        if replaced is not None:
+            self._unlink(replaced)
 
     def recover(self, replica: Replica, genstamp: int, length: int) -> Replica:
         """Block recovery (worker thread; the block is claimed): cut the replica to
@@ -292,7 +313,7 @@ class DataStorage:
         meta_path, meta_bytes = rewrite_for_recovery(replica, genstamp, length)
         data_path = replica.data_path
         if not replica.finalized:
-            dest = self._finalized_dir(replica.block_id)
+            dest = self.finalized_dir(replica.block_id)
             data_path, meta_path = move_files(data_path, meta_path, dest)
         return Replica(replica.block_id, genstamp, length, data_path, meta_path, meta_bytes)
 

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from xdfs.common.files import fsync_dir
+from xdfs.datanode.aio import KernelSyncs
 from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
@@ -25,8 +30,18 @@ T = TypeVar("T")
 
 
 async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn`` in a worker thread; on cancellation, wait for it to finish, then re-raise."""
-    future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    """``fn`` in a worker thread; on cancellation, wait for it to finish, then re-raise.
+    (The loop's executor directly: no context copy nor task per hop, unlike
+    ``asyncio.to_thread``; nothing run here reads context variables.)"""
+    call = functools.partial(fn, *args, **kwargs) if kwargs else fn
+    return await to_the_end(asyncio.get_running_loop().run_in_executor(None, call, *args))
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """Await ``work``; should the caller be cancelled meanwhile, let the work finish first
+    (it may hold descriptors the caller's cleanup closes, or have committed a replica
+    the caller must record), then re-raise."""
+    future = asyncio.ensure_future(work)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -60,6 +75,7 @@ async def receive_replica(
     chunks: AsyncIterable[bytes | memoryview],
     on_kept: Callable[[Replica], None],
     append_to: Replica | None = None,
+    syncs: KernelSyncs | None = None,
 ) -> Replica:
     """Write the stream to rbw/ and finalize it once the stream ended normally.
 
@@ -72,16 +88,32 @@ async def receive_replica(
 
     ``append_to``: the finalized replica the stream continues (``ReplicaWriter``'s
     ``prepare_reopen``, ``reopen``, ``sync_reopened``); until the end, the map holds what
-    readers may see of it."""
+    readers may see of it. ``syncs``: the kernel's AIO for a small replica's fsyncs
+    (``aio.py``; None: worker threads)."""
     writer = storage.new_writer(block_id, genstamp)
     disk_failed = False
+    held: list[bytes | memoryview] = []  # a small replica's chunks, until its stream ends
     try:
         if append_to is None:
-            # One hop to a worker thread per batch of chunks: the first also opens the
-            # files, the last also finalizes (a small block: one hop in all).
+            # A small replica (the whole stream within ``loop_write_max_bytes``) is
+            # written on the event loop once its stream ended (page-cache writes of a few
+            # hundred KiB cost less than handing them to a thread), then fsynced and
+            # finalized in one hop to a worker thread. A larger one: one hop per batch of
+            # chunks, the first also opening the files, the last also finalizing.
             async for batch, ended in _batches(chunks):
+                if writer.is_open:
+                    to_write = batch
+                else:
+                    held += batch
+                    if sum(map(len, held)) <= storage.loop_write_max_bytes:
+                        if ended:
+                            _write_small(writer, held)
+                            held = []
+                            await to_the_end(_finalize_small(storage, writer, syncs))
+                        continue
+                    to_write, held = held, []
                 replaced = storage.get(block_id) if ended else None
-                await in_thread(_write_new, storage, writer, batch, ended, replaced)
+                await in_thread(_write_new, storage, writer, to_write, ended, replaced)
         else:
             tail = await in_thread(writer.prepare_reopen, append_to)
             # on the loop, with the map: no reader opens the replica between the two
@@ -101,7 +133,7 @@ async def receive_replica(
         if writer.finalized is not None:
             storage.add(writer.finalized)
         else:
-            await _keep_or_abort(storage, writer, disk_failed, on_kept)
+            await _keep_or_abort(storage, writer, disk_failed, on_kept, held)
     assert writer.finalized is not None
     return writer.finalized
 
@@ -138,11 +170,79 @@ def _write_new(
         writer.flush()  # what arrived is in the rbw file, as a reader or recovery expects
 
 
+def _write_small(writer: ReplicaWriter, chunks: list[bytes | memoryview]) -> None:
+    """On the event loop: a whole small replica into its rbw files (through the page
+    cache), its checksum file complete; ``storage.commit`` then makes it durable."""
+    writer.open(buffered=True)
+    for data in chunks:
+        writer.write(data)
+    writer.finish_writes()
+
+
+async def _finalize_small(
+    storage: DataStorage, writer: ReplicaWriter, syncs: KernelSyncs | None
+) -> None:
+    """``storage.commit`` of a small replica written on the loop: its fsyncs handed to the
+    kernel (``aio.py``) and its renames done on the loop, so no thread is involved (the
+    worker thread's commit when AIO is unavailable or busy). Run to the end even if the
+    caller is cancelled (``to_the_end``), as a commit in a worker thread is."""
+    replaced = storage.get(writer.block_id)
+    if syncs is None or not syncs.available(2):
+        await in_thread(storage.commit, writer, replaced)
+        return
+    try:
+        await syncs.sync(writer.sync_fds, data_only=True)
+    except OSError as exc:
+        if syncs.enabled:
+            raise StorageError(f"fsync of block {writer.block_id} in {writer.rbw_dir} failed: "
+                               f"{exc}") from exc
+        await in_thread(storage.commit, writer, replaced)  # the kernel refused AIO fsyncs
+        return
+    writer.close_synced()
+    storage.unlink_replaced(replaced)
+    dest = storage.made_finalized_dir(writer.block_id)
+    if dest is None:  # a leaf not made yet: mkdir and its fsyncs in a thread, once
+        dest = await in_thread(storage.finalized_dir, writer.block_id)
+    moved = writer.move_synced(dest)
+    await _sync_dir(syncs, dest)
+    writer.finalize_moved(*moved)
+
+
+async def _sync_dir(syncs: KernelSyncs, directory: Path) -> None:
+    """``fsync_dir`` through the kernel's AIO (in a thread if it refuses)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise StorageError(f"cannot open directory {directory} to fsync it: {exc}") from exc
+    try:
+        await syncs.sync([fd], data_only=False)
+    except OSError as exc:
+        if syncs.enabled:
+            raise StorageError(f"fsync of directory {directory} failed: {exc}") from exc
+        await in_thread(fsync_dir, directory)
+    finally:
+        os.close(fd)
+
+
+def _write_held(writer: ReplicaWriter, chunks: list[bytes | memoryview]) -> None:
+    """Worker thread: the chunks a small replica's broken stream delivered, written so
+    that they are kept in rbw like those of any broken write."""
+    writer.open()
+    for data in chunks:
+        writer.write(data)
+
+
 async def _keep_or_abort(
     storage: DataStorage, writer: ReplicaWriter, disk_failed: bool,
-    on_kept: Callable[[Replica], None],
+    on_kept: Callable[[Replica], None], held: list[bytes | memoryview],
 ) -> None:
     kept = None
+    if held and not writer.is_open and not disk_failed:
+        try:
+            await in_thread(_write_held, writer, held)
+        except StorageError as exc:
+            log.error("cannot keep the partial replica of block %d: %s", writer.block_id, exc)
+            disk_failed = True
     if (writer.is_open or writer.synced) and not disk_failed:
         try:
             kept = await in_thread(writer.keep)
