@@ -33,6 +33,8 @@ _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
 #: Requests in flight at once; past it, callers use a worker thread.
 DEPTH = 256
+#: Requests one :meth:`KernelSyncs.sync` submits at most.
+_SUBMIT_MAX = 8
 
 
 class _Iocb(ctypes.Structure):  # struct iocb (linux/aio_abi.h), little-endian layout
@@ -59,13 +61,29 @@ _syscall.restype = ctypes.c_long
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
+class _Batch:
+    """The requests of one :meth:`KernelSyncs.sync`: their results, and a future done
+    once every one is in."""
+
+    def __init__(self, done: asyncio.Future[None], count: int) -> None:
+        self.done = done
+        self.results = [0] * count
+        self._left = count
+
+    def settle(self, index: int, result: int) -> None:
+        self.results[index] = result
+        self._left -= 1
+        if not self._left and not self.done.done():
+            self.done.set_result(None)
+
+
 class KernelSyncs:
     """An AIO context whose completions wake the event loop ``loop`` (one per DataNode;
     :meth:`close` it when the node stops)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, numbers: tuple[int, int, int, int]
                  ) -> None:
-        self._setup, self._destroy, self._getevents, self._submit = numbers
+        self._setup, self._destroy, self._getevents, self._submit_nr = numbers
         context = ctypes.c_ulong(0)
         if _syscall(_long(self._setup), _long(DEPTH), ctypes.byref(context)) < 0:
             code = ctypes.get_errno()
@@ -74,10 +92,15 @@ class KernelSyncs:
         self._eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._loop = loop
         loop.add_reader(self._eventfd, self._reap)
-        self._waiting: dict[int, asyncio.Future[int]] = {}
+        #: Request id -> (the batch it belongs to, its slot in the batch's results).
+        self._waiting: dict[int, tuple[_Batch, int]] = {}
         self._next_id = 1
         self._events = (_Event * 64)()
         self._no_wait = _Timespec(0, 0)
+        # io_submit copies the iocbs: one scratch array serves every submission.
+        self._blocks = (_Iocb * _SUBMIT_MAX)()
+        self._pointers = (ctypes.POINTER(_Iocb) * _SUBMIT_MAX)(
+            *(ctypes.pointer(block) for block in self._blocks))
         #: False once the kernel refused a request: callers use threads from then on.
         self.enabled = True
 
@@ -88,46 +111,38 @@ class KernelSyncs:
     async def sync(self, fds: Sequence[int], *, data_only: bool) -> None:
         """fdatasync (``data_only``) or fsync every fd at once; returns when all are done.
         OSError for the first that failed (``EINVAL``: the kernel cannot, and this object
-        is disabled: the caller syncs them another way). Like a worker thread, the requests
-        cannot be taken back: a cancelled caller waits for them before it re-raises."""
-        futures = self._submit_all(fds, _IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC)
-        done = asyncio.gather(*futures)
-        try:
-            results: list[int] = await asyncio.shield(done)
-        except asyncio.CancelledError:
-            await asyncio.wait([done])
-            if not done.cancelled():
-                done.exception()
-            raise
-        for result in results:
+        is disabled: the caller syncs them another way). The requests cannot be taken back
+        once submitted: a caller that may be cancelled awaits this through something that
+        lets it finish (``transfer.to_the_end``) before the descriptors are closed."""
+        assert 0 < len(fds) <= _SUBMIT_MAX
+        batch = _Batch(self._loop.create_future(), len(fds))
+        self._submit(batch, fds, _IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC)
+        await batch.done
+        for result in batch.results:
             if result < 0:
                 if result == -errno.EINVAL:
                     self.enabled = False
                     log.info("the kernel refused an AIO fsync: syncing in threads instead")
                 raise OSError(-result, os.strerror(-result))
 
-    def _submit_all(self, fds: Sequence[int], opcode: int) -> list[asyncio.Future[int]]:
-        blocks = (_Iocb * len(fds))()
-        pointers = (ctypes.POINTER(_Iocb) * len(fds))()
-        futures = []
+    def _submit(self, batch: _Batch, fds: Sequence[int], opcode: int) -> None:
+        first = self._next_id
         for index, fd in enumerate(fds):
-            block = blocks[index]
-            block.data = self._next_id
+            block = self._blocks[index]
+            block.data = first + index
             block.opcode = opcode
             block.fildes = fd
             block.flags = _IOCB_FLAG_RESFD
             block.resfd = self._eventfd
-            pointers[index] = ctypes.pointer(block)
-            future = self._loop.create_future()
-            self._waiting[self._next_id] = future
-            futures.append(future)
-            self._next_id += 1
-        submitted = _syscall(_long(self._submit), self._context, _long(len(fds)), pointers)
-        if submitted != len(fds):  # the kernel copied the iocbs: they need not outlive this
+            self._waiting[first + index] = (batch, index)
+        self._next_id += len(fds)
+        submitted = _syscall(_long(self._submit_nr), self._context, _long(len(fds)),
+                             self._pointers)
+        if submitted != len(fds):
             code = ctypes.get_errno() if submitted < 0 else errno.EAGAIN
             for index in range(max(submitted, 0), len(fds)):
-                self._waiting.pop(blocks[index].data).set_result(-code)
-        return futures
+                self._waiting.pop(first + index)
+                batch.settle(index, -code)
 
     def _reap(self) -> None:
         try:
@@ -138,9 +153,9 @@ class KernelSyncs:
             got = _syscall(_long(self._getevents), self._context, _long(0),
                            _long(len(self._events)), self._events, ctypes.byref(self._no_wait))
             for event in self._events[: max(got, 0)]:
-                future = self._waiting.pop(event.data, None)
-                if future is not None and not future.done():
-                    future.set_result(event.res)
+                entry = self._waiting.pop(event.data, None)
+                if entry is not None:
+                    entry[0].settle(entry[1], event.res)
             if got < len(self._events):
                 return
 
@@ -149,9 +164,8 @@ class KernelSyncs:
         self._loop.remove_reader(self._eventfd)
         _syscall(_long(self._destroy), self._context)
         os.close(self._eventfd)
-        for future in self._waiting.values():
-            if not future.done():
-                future.set_result(-errno.ECANCELED)
+        for batch, index in self._waiting.values():
+            batch.settle(index, -errno.ECANCELED)
         self._waiting.clear()
 
 

@@ -172,10 +172,18 @@ class DataStorage:
             for second in sorted(os.scandir(first.path), key=lambda e: e.name):
                 if second.is_dir():
                     leftovers += self._load_dir(Path(second.path))
+                    self._note_leaf(first.name, second.name)
         if leftovers:
             log.warning("removed %d half-written file(s) from %s: %s",
                         len(leftovers), self.finalized, ", ".join(leftovers))
         return leftovers
+
+    def _note_leaf(self, first: str, second: str) -> None:
+        """A leaf found at startup is taken as made, as ``_ensure_dir`` takes a directory
+        it finds: no check before its next replica."""
+        a, b = first.removeprefix("subdir"), second.removeprefix("subdir")
+        if a.isdigit() and b.isdigit() and int(a) < 256 and int(b) < 256:
+            self._leaves_made.add(int(a) << 8 | int(b))
 
     def _load_dir(self, directory: Path) -> list[str]:
         """Load the replicas of one leaf directory; returns the leftovers it removed."""
@@ -290,8 +298,7 @@ class DataStorage:
         dest = self.made_finalized_dir(block_id)
         if dest is None:
             dest = Path(layout.finalized_dir(self.finalized, block_id))
-            self._ensure_dir(dest)
-            self._leaves_made.add(block_id & 0xFFFF)
+            self._ensure_dir(dest, block_id)
         return dest
 
     def made_finalized_dir(self, block_id: int) -> Path | None:
@@ -317,11 +324,12 @@ class DataStorage:
             data_path, meta_path = move_files(data_path, meta_path, dest)
         return Replica(replica.block_id, genstamp, length, data_path, meta_path, meta_bytes)
 
-    def _ensure_dir(self, dest: Path) -> None:
+    def _ensure_dir(self, dest: Path, block_id: int) -> None:
         # Checked under the lock too: a directory another writer just made is durable
         # only once that writer's fsync of its parent is done, which the lock waits for.
         with self._mkdir_lock:
             if dest.is_dir():
+                self._leaves_made.add(block_id & 0xFFFF)
                 return
             parent = dest.parent
             # Every missing leaf of the parent at once, under one fsync of it: block ids
@@ -338,6 +346,8 @@ class DataStorage:
                 if directory is parent:
                     fsync_dir(parent.parent)
             fsync_dir(parent)
+            first = block_id & 0xFF00  # every leaf of the parent exists now
+            self._leaves_made.update(range(first, first + 256))
 
     def add(self, replica: Replica) -> None:
         """Put a just-finalized replica in the map (replacing an older one of its id)."""
