@@ -92,28 +92,9 @@ async def receive_replica(
     (``aio.py``; None: worker threads)."""
     writer = storage.new_writer(block_id, genstamp)
     disk_failed = False
-    held: list[bytes | memoryview] = []  # a small replica's chunks, until its stream ends
     try:
         if append_to is None:
-            # A small replica (the whole stream within ``loop_write_max_bytes``) is
-            # written on the event loop once its stream ended (page-cache writes of a few
-            # hundred KiB cost less than handing them to a thread), then fsynced and
-            # finalized in one hop to a worker thread. A larger one: one hop per batch of
-            # chunks, the first also opening the files, the last also finalizing.
-            async for batch, ended in _batches(chunks):
-                if writer.is_open:
-                    to_write = batch
-                else:
-                    held += batch
-                    if sum(map(len, held)) <= storage.loop_write_max_bytes:
-                        if ended:
-                            _write_small(writer, held)
-                            held = []
-                            await to_the_end(_finalize_small(storage, writer, syncs))
-                        continue
-                    to_write, held = held, []
-                replaced = storage.get(block_id) if ended else None
-                await in_thread(_write_new, storage, writer, to_write, ended, replaced)
+            await _receive_new(storage, writer, chunks, syncs)
         else:
             tail = await in_thread(writer.prepare_reopen, append_to)
             # on the loop, with the map: no reader opens the replica between the two
@@ -133,7 +114,7 @@ async def receive_replica(
         if writer.finalized is not None:
             storage.add(writer.finalized)
         else:
-            await _keep_or_abort(storage, writer, disk_failed, on_kept, held)
+            await _keep_or_abort(storage, writer, disk_failed, on_kept)
     assert writer.finalized is not None
     return writer.finalized
 
@@ -170,13 +151,43 @@ def _write_new(
         writer.flush()  # what arrived is in the rbw file, as a reader or recovery expects
 
 
-def _write_small(writer: ReplicaWriter, chunks: list[bytes | memoryview]) -> None:
-    """On the event loop: a whole small replica into its rbw files (through the page
-    cache), its checksum file complete; ``storage.commit`` then makes it durable."""
-    writer.open(buffered=True)
-    for data in chunks:
+async def _receive_new(
+    storage: DataStorage, writer: ReplicaWriter,
+    chunks: AsyncIterable[bytes | memoryview], syncs: KernelSyncs | None,
+) -> None:
+    """A new replica's stream into ``writer``, finalized once it ended normally.
+
+    While the replica is within ``loop_write_max_bytes`` its batches are written on the
+    event loop as they arrive (page-cache writes of a few hundred KiB cost less than
+    handing them to a thread; a replica whose whole stream came in one batch is opened
+    buffered), and a small replica is finalized without a thread (``_finalize_small``).
+    Past that size: one hop to a worker thread per batch of chunks, the first such hop
+    also opening the files, the last also finalizing."""
+    on_loop = True
+    async for batch, ended in _batches(chunks):
+        if on_loop and writer.num_bytes + sum(map(len, batch)) <= storage.loop_write_max_bytes:
+            _write_on_loop(writer, batch, ended)
+            if ended:
+                await to_the_end(_finalize_small(storage, writer, syncs))
+            continue
+        on_loop = False
+        replaced = storage.get(writer.block_id) if ended else None
+        await in_thread(_write_new, storage, writer, batch, ended, replaced)
+
+
+def _write_on_loop(writer: ReplicaWriter, batch: list[bytes | memoryview], ended: bool
+                   ) -> None:
+    """On the event loop: a batch of a small replica into its rbw files, through the page
+    cache; at the end of the stream its checksum file is completed, otherwise what
+    arrived is put in the file (as ``_write_new`` does)."""
+    if not writer.is_open:
+        writer.open(buffered=ended)  # the whole replica is in hand: it stays buffered
+    for data in batch:
         writer.write(data)
-    writer.finish_writes()
+    if ended:
+        writer.finish_writes()
+    else:
+        writer.flush()
 
 
 async def _finalize_small(
@@ -224,25 +235,11 @@ async def _sync_dir(syncs: KernelSyncs, directory: Path) -> None:
         os.close(fd)
 
 
-def _write_held(writer: ReplicaWriter, chunks: list[bytes | memoryview]) -> None:
-    """Worker thread: the chunks a small replica's broken stream delivered, written so
-    that they are kept in rbw like those of any broken write."""
-    writer.open()
-    for data in chunks:
-        writer.write(data)
-
-
 async def _keep_or_abort(
     storage: DataStorage, writer: ReplicaWriter, disk_failed: bool,
-    on_kept: Callable[[Replica], None], held: list[bytes | memoryview],
+    on_kept: Callable[[Replica], None],
 ) -> None:
     kept = None
-    if held and not writer.is_open and not disk_failed:
-        try:
-            await in_thread(_write_held, writer, held)
-        except StorageError as exc:
-            log.error("cannot keep the partial replica of block %d: %s", writer.block_id, exc)
-            disk_failed = True
     if (writer.is_open or writer.synced) and not disk_failed:
         try:
             kept = await in_thread(writer.keep)
