@@ -193,3 +193,8 @@ def test_unknown_machines_have_no_aio(monkeypatch: pytest.MonkeyPatch) -> None:
         assert open_kernel_syncs(loop) is None
     finally:
         loop.close()
+
+
+async def test_in_thread_passes_positional_and_keyword_arguments() -> None:
+    assert await transfer.in_thread(int, "101", base=2) == 5
+    assert await transfer.in_thread(divmod, 7, 2) == (3, 1)

@@ -33,8 +33,10 @@ async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn`` in a worker thread; on cancellation, wait for it to finish, then re-raise.
     (The loop's executor directly: no context copy nor task per hop, unlike
     ``asyncio.to_thread``; nothing run here reads context variables.)"""
-    call = functools.partial(fn, *args, **kwargs) if kwargs else fn
-    return await to_the_end(asyncio.get_running_loop().run_in_executor(None, call, *args))
+    loop = asyncio.get_running_loop()
+    if kwargs:
+        return await to_the_end(loop.run_in_executor(None, functools.partial(fn, *args, **kwargs)))
+    return await to_the_end(loop.run_in_executor(None, fn, *args))
 
 
 async def to_the_end(work: Awaitable[T]) -> T:
