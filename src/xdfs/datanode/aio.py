@@ -101,6 +101,9 @@ class KernelSyncs:
         self._blocks = (_Iocb * _SUBMIT_MAX)()
         self._pointers = (ctypes.POINTER(_Iocb) * _SUBMIT_MAX)(
             *(ctypes.pointer(block) for block in self._blocks))
+        for block in self._blocks:  # what every request has in common
+            block.flags = _IOCB_FLAG_RESFD
+            block.resfd = self._eventfd
         #: False once the kernel refused a request: callers use threads from then on.
         self.enabled = True
 
@@ -132,8 +135,6 @@ class KernelSyncs:
             block.data = first + index
             block.opcode = opcode
             block.fildes = fd
-            block.flags = _IOCB_FLAG_RESFD
-            block.resfd = self._eventfd
             self._waiting[first + index] = (batch, index)
         self._next_id += len(fds)
         submitted = _syscall(_long(self._submit_nr), self._context, _long(len(fds)),

@@ -30,10 +30,6 @@ from xdfs.protocol.datanode import StorageReport
 log = logging.getLogger(__name__)
 
 
-#: Paths of leaf directories kept at most (the leaves written to lately).
-_LEAF_PATHS_MAX = 4096
-
-
 @dataclass(frozen=True)
 class StartupSummary:
     replicas: int  # finalized and rbw
@@ -68,7 +64,7 @@ class DataStorage:
         #: Leaves of finalized/ (``block_id & 0xFFFF``) known to exist durably: no stat
         #: of its directory per replica written.
         self._leaves_made: set[int] = set()
-        self._leaf_paths: dict[int, Path] = {}  # some of them, as Paths
+        self._first_paths: dict[str, Path] = {}  # finalized/subdir<a>, by name
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -309,15 +305,15 @@ class DataStorage:
     def made_finalized_dir(self, block_id: int) -> Path | None:
         """The directory of ``block_id`` in finalized/ if it is known to exist durably
         (no I/O); None: :meth:`finalized_dir` makes it."""
-        leaf = block_id & 0xFFFF
-        if leaf not in self._leaves_made:
+        if block_id & 0xFFFF not in self._leaves_made:
             return None
-        path = self._leaf_paths.get(leaf)
-        if path is None:  # (a Path built from parts costs ~13 us: kept for the next ones)
-            if len(self._leaf_paths) >= _LEAF_PATHS_MAX:
-                self._leaf_paths.clear()
-            path = self._leaf_paths[leaf] = Path(layout.finalized_dir(self.finalized, block_id))
-        return path
+        # One join per replica (consecutive blocks go to different leaves: a leaf's Path
+        # is rarely used twice) onto its first-level directory's, kept (256 at most).
+        first, second = layout.subdirs(block_id)
+        parent = self._first_paths.get(first)
+        if parent is None:
+            parent = self._first_paths[first] = self.finalized / first
+        return parent / second
 
     def unlink_replaced(self, replaced: Replica | None) -> None:
         """Before a new replica of the same block is finalized (``commit``)."""
