@@ -1,6 +1,8 @@
-"""Small replicas written on the event loop, fsynced through the kernel's AIO
-(``datanode/aio.py``, ``transfer.receive_replica``): durable files, no worker thread, the
-thread fallback, and a cancelled writer whose finalize still completes."""
+"""Small replicas without worker threads. Written on the event loop and fsynced through the
+kernel's AIO (``datanode/aio.py``, ``transfer.receive_replica``): durable files, the thread
+fallback, a cancelled writer whose finalize still completes. Read on the loop when the page
+cache holds them (``PieceStream``, ``ReplicaReader.read_piece(cached_only=True)``), in a
+thread when it does not."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ import pytest
 
 from xdfs.datanode import transfer
 from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
-from xdfs.datanode.replica import Replica, ReplicaReader
+from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
-from xdfs.errors import StorageError
+from xdfs.errors import CorruptReplica, StorageError
 
 CHUNK = 4096
 NOW_MS = 1_700_000_000_000
@@ -198,3 +200,65 @@ def test_unknown_machines_have_no_aio(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_in_thread_passes_positional_and_keyword_arguments() -> None:
     assert await transfer.in_thread(int, "101", base=2) == 5
     assert await transfer.in_thread(divmod, 7, 2) == (3, 1)
+
+
+async def stream(replica: Replica, offset: int = 0, length: int | None = None) -> bytes:
+    size = replica.num_bytes - offset if length is None else length
+    reader = ReplicaReader(replica, offset, size, 64 * 1024)
+    pieces = transfer.PieceStream(reader, lambda _r, _e: None, transfer.Transfers())
+    return b"".join([bytes(piece) async for piece in pieces])
+
+
+def drop_from_page_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def test_a_cached_small_replica_is_read_on_the_loop(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 40, data, syncs)
+    hops.clear()
+    assert await stream(replica) == data
+    assert await stream(replica, 70_000, 100_001) == data[70_000:170_001]
+    assert hops == []
+
+
+async def test_an_uncached_replica_is_read_in_a_thread(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 41, data, syncs)
+    drop_from_page_cache(replica.data_path)
+    reader = ReplicaReader(replica, 0, SMALL, 1 << 20)
+    try:
+        assert reader.cached_reads
+        with pytest.raises(NotCached):
+            reader.read_piece(cached_only=True)
+        piece = reader.read_piece()  # nothing moved: the thread reads the same piece
+        assert piece is not None and bytes(piece) == data
+    finally:
+        reader.close()
+    drop_from_page_cache(replica.data_path)
+    hops.clear()
+    assert await stream(replica) == data
+    assert hops == ["read_piece"]
+
+
+async def test_a_corrupt_cached_replica_fails_its_read_on_the_loop(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 42, data, syncs)
+    fd = os.open(replica.data_path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes([data[1000] ^ 0xFF]), 1000)
+    finally:
+        os.close(fd)
+    with pytest.raises(CorruptReplica, match="checksum mismatch"):
+        await stream(replica)

@@ -11,6 +11,7 @@ block recovery can later finalize what every holder agrees on (``rbw.py``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -356,6 +357,31 @@ class ReplicaWriter:
         unlink_quietly(self.data_path, self.meta_path)
 
 
+#: preadv2's flag for "only what is in the page cache" (0: this platform has none).
+_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+
+
+class NotCached(Exception):
+    """A ``cached_only`` read would have waited for the disk: read it in a thread."""
+
+
+def _read_cached(data_fd: int, meta_fd: int, view: memoryview, at: int, crc_bytes: int,
+                 crc_at: int) -> tuple[int, bytes]:
+    """The data and checksums of a piece from the page cache only (NotCached otherwise:
+    part of it is not there, or the file system does not read that way)."""
+    crcs = bytearray(crc_bytes)
+    try:
+        got = os.preadv(data_fd, [view], at, _NOWAIT)
+        if got == len(view) and os.preadv(meta_fd, [crcs], crc_at, _NOWAIT) == crc_bytes:
+            return got, bytes(crcs)
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    raise NotCached  # (a short read too: the thread's read tells a short file apart)
+
+
 class ReplicaReader:
     """An open finalized replica, read in pieces aligned to checksum chunks; every chunk
     is verified against the checksum file before its bytes are returned.
@@ -429,29 +455,39 @@ class ReplicaReader:
         """Whether every piece of the range was read (the next read returns None)."""
         return self._pos >= self._end
 
-    def read_piece(self) -> memoryview | None:
+    @property
+    def cached_reads(self) -> bool:
+        """Whether :meth:`read_piece` may be asked for pages already in the page cache
+        only (``cached_only``): a buffered reader, on a kernel with ``RWF_NOWAIT``."""
+        return _NOWAIT != 0 and not isinstance(self._buffers[0], mmap.mmap)
+
+    def read_piece(self, cached_only: bool = False) -> memoryview | None:
         """The next verified piece of the requested range (a view of a buffer that the call
-        after next reuses), or None at the end."""
+        after next reuses), or None at the end. ``cached_only`` (see :attr:`cached_reads`):
+        :class:`NotCached`, and nothing changed, unless all of the piece and its checksums
+        are in the page cache, so the event loop can read it without waiting for a disk."""
         if self._pos >= self._end:
             return None
         buffer = self._buffers[self._turn]
-        self._turn ^= 1
         count = min(len(buffer), self._verify_end - self._pos)
         view = memoryview(buffer)[:count]
         step = self.chunk_bytes
         first_chunk = self._pos // step
+        crc_bytes = checksums.CRC_BYTES * checksums.chunk_count(count, step)
+        crc_at = checksums.crc_offset(first_chunk)
         try:
-            if isinstance(buffer, mmap.mmap):
+            if cached_only:
+                got, crcs = _read_cached(self._data_fd, self._meta_fd, view, self._pos,
+                                         crc_bytes, crc_at)
+            elif isinstance(buffer, mmap.mmap):
                 got = direct.pread_direct(self._data_fd, buffer, count, self._pos)
+                crcs = os.pread(self._meta_fd, crc_bytes, crc_at)
             else:
                 got = os.preadv(self._data_fd, [view], self._pos)
-            crcs = os.pread(
-                self._meta_fd,
-                checksums.CRC_BYTES * checksums.chunk_count(count, step),
-                checksums.crc_offset(first_chunk),
-            )
+                crcs = os.pread(self._meta_fd, crc_bytes, crc_at)
         except OSError as exc:
             raise StorageError(f"read of {self._name} failed: {exc}") from exc
+        self._turn ^= 1
         if got != count:
             raise CorruptReplica(f"{self._name}: data ends at byte {self._pos + got}")
         bad = checksums.first_bad_chunk(view, crcs, step)

@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from xdfs.common.files import fsync_dir
 from xdfs.datanode.aio import KernelSyncs
-from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
+from xdfs.datanode.replica import NotCached, Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
 from xdfs.rpc.streams import StreamReceiver
@@ -282,6 +282,20 @@ class PieceStream:
         return self
 
     def _read_ahead(self, reader: ReplicaReader) -> asyncio.Future[memoryview | None]:
+        """The next piece: read on the loop when it is all in the page cache (a small
+        replica just written or read: no thread hop), else in a worker thread."""
+        if reader.cached_reads:
+            done: asyncio.Future[memoryview | None] = (
+                asyncio.get_running_loop().create_future())
+            try:
+                done.set_result(reader.read_piece(cached_only=True))
+            except NotCached:
+                pass
+            except Exception as exc:  # (CorruptReplica, StorageError: as from the thread)
+                done.set_exception(exc)
+                return done
+            else:
+                return done
         return asyncio.ensure_future(in_thread(reader.read_piece))
 
     async def __anext__(self) -> memoryview:
