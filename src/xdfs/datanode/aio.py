@@ -17,12 +17,14 @@ Callers then fsync in a worker thread as before. ctypes only: no compiled code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import errno
 import logging
 import os
 import platform
 from collections.abc import Sequence
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +57,10 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
+_syscall: Any = None  # libc's syscall(2); None where no C library loads this way
+with contextlib.suppress(OSError, TypeError, AttributeError):
+    _syscall = ctypes.CDLL(None, use_errno=True).syscall
+    _syscall.restype = ctypes.c_long
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
@@ -173,7 +176,7 @@ class KernelSyncs:
 def open_kernel_syncs(loop: asyncio.AbstractEventLoop) -> KernelSyncs | None:
     """A :class:`KernelSyncs` for ``loop``, or None where Linux AIO is not available."""
     numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None or not hasattr(os, "eventfd"):
+    if numbers is None or _syscall is None or not hasattr(os, "eventfd"):
         return None
     try:
         return KernelSyncs(loop, numbers)
