@@ -92,7 +92,11 @@ class KernelSyncs:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code))
         self._context = context
-        self._eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            self._eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        except OSError:
+            _syscall(_long(self._destroy), context)
+            raise
         self._loop = loop
         loop.add_reader(self._eventfd, self._reap)
         #: Request id -> (the batch it belongs to, its slot in the batch's results).
@@ -156,6 +160,8 @@ class KernelSyncs:
         while True:
             got = _syscall(_long(self._getevents), self._context, _long(0),
                            _long(len(self._events)), self._events, ctypes.byref(self._no_wait))
+            if got < 0 and ctypes.get_errno() == errno.EINTR:
+                continue  # (the eventfd was read: completions left now would wait forever)
             for event in self._events[: max(got, 0)]:
                 entry = self._waiting.pop(event.data, None)
                 if entry is not None:
