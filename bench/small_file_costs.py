@@ -8,20 +8,19 @@ A NameNode and three DataNodes run in this process (replication 2, the in-proces
 MiniCluster on a loop thread of its own); ``fsspec.filesystem("xdfs")`` writes the files one
 after the other, each as ``with fs.open(path, "wb") as f: f.write(body)``, then reads them
 back (``fs.open(path, "rb")``, ``read()``). Counted per file written and per file read:
-the RPC calls each server answered (by method), the fsyncs (``fsync``/``fdatasync``, by
-what they made durable: the NameNode's edits, a replica's data or checksum file, a
-directory), the DataNode's hops to a worker thread, and the client's hops to its event-loop
-thread. Unlike rates on a shared machine these counts do not move with the load, so two
-versions compare exactly (run the script in each checkout). With ``--threads N`` the files
-are written (and read) from N threads at once: what the servers batch across concurrent
-writers shows (e.g. incremental reports per file), and the counts vary a little from run to
-run. Nothing is asserted.
+the RPC calls each server answered (by method), the fsyncs (``fsync``/``fdatasync``, or
+handed to the kernel's AIO by a DataNode; by what they made durable: the NameNode's edits,
+a replica's data or checksum file, a directory), the DataNode's hops to a worker thread
+and the client's hops to its event-loop thread. Unlike rates on a shared machine these
+counts do not move with the load, so two versions compare exactly (run the script in each
+checkout). With ``--threads N`` the files are written (and read) from N threads at once:
+what the servers batch across concurrent writers shows (e.g. incremental reports per
+file), and the counts vary a little from run to run. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import fsspec
 
 from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
+from xdfs.datanode.aio import KernelSyncs
 from xdfs.rpc import server as rpc_server
 from xdfs.rpc.sync import LoopThread
 from xdfs.testing.minicluster import MiniCluster
@@ -98,15 +98,27 @@ def instrument(counts: Counts, base: Path) -> None:
         if module is not None and module.__name__.startswith("xdfs") and \
                 getattr(module, "datasync", None) is real_datasync:
             module.datasync = counted_sync(real_datasync)  # type: ignore[attr-defined]
-    to_thread = asyncio.to_thread
+    from xdfs.datanode import transfer
 
-    async def counted_to_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        owner = getattr(fn, "__module__", "") or ""
-        if owner.startswith("xdfs.datanode"):
-            counts.add("DataNode: hop to a worker thread")
-        return await to_thread(fn, *args, **kwargs)
+    real_in_thread = transfer.in_thread
 
-    asyncio.to_thread = counted_to_thread
+    async def counted_in_thread(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        counts.add("DataNode: hop to a worker thread")
+        return await real_in_thread(fn, *args, **kwargs)
+
+    for module in list(sys.modules.values()):  # those that imported it by name
+        if module is not None and module.__name__.startswith("xdfs.datanode") and \
+                getattr(module, "in_thread", None) is real_in_thread:
+            module.in_thread = counted_in_thread  # type: ignore[attr-defined]
+    kernel_sync = KernelSyncs.sync
+
+    async def counted_kernel_sync(self: KernelSyncs, fds: Sequence[int], *,
+                                  data_only: bool) -> None:
+        for fd in fds:
+            counts.add(_fsync_kind(fd, base) + " (kernel AIO, no thread)")
+        await kernel_sync(self, fds, data_only=data_only)
+
+    KernelSyncs.sync = counted_kernel_sync  # type: ignore[method-assign]
     run = LoopThread.run
 
     def counted_run(self: LoopThread, coro: Any) -> Any:

@@ -155,6 +155,9 @@ async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix
     ("point", "finalized"),
     [("datanode.before_finalize", False), ("datanode.after_finalize", True)],
 )
+# a large replica is finalized by a worker thread; a small one on the event loop, its
+# fsyncs through the kernel's AIO (datanode/aio.py)
+@pytest.mark.parametrize("size", [2 * MiB + 1, 200 * 1024 + 1], ids=["large", "small"])
 async def test_crash_at_a_finalize_fault_point(
     minicluster: MiniCluster,
     processes: ProcessGroup,
@@ -162,13 +165,14 @@ async def test_crash_at_a_finalize_fault_point(
     crash_site: CrashSite,
     point: str,
     finalized: bool,
+    size: int,
 ) -> None:
     data_dir = crash_site.root / "dn"
     proc, address = await start_process(processes, stub, data_dir, faults=f"{point}=kill")
     assert "fault points armed" in proc.log_text()
     node_id = node_id_of(data_dir)
     await wait_for_report(stub, node_id, 0)
-    data = os.urandom(2 * MiB + 1)
+    data = os.urandom(size)
     with pytest.raises(XdfsError):  # the node killed itself before answering
         await write_block(minicluster.client(address), BlockRecord(3, 5, 0), data,
                           stub.token(3))

@@ -103,7 +103,7 @@ class DataNodeHandlers:
             with node.transfers.track():
                 replica = await receive_replica(
                     node.storage, block.block_id, block.genstamp, chunks, node.on_kept,
-                    append_to,
+                    append_to, node.syncs,
                 )
         finally:
             node.writers.pop(block.block_id, None)

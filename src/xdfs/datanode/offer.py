@@ -144,7 +144,10 @@ class NameNodeOffer:
         for actor in self.actors:
             if not self.obeys(actor.rpc.current_address):
                 self._spawn(actor.report_received(record))
-        await asyncio.gather(*waited)
+        if len(waited) == 1:  # (the usual case: no task for a gather of one)
+            await waited[0]
+        else:
+            await asyncio.gather(*waited)
 
     def report_bad(self, block_id: int) -> None:
         for actor in self.actors:

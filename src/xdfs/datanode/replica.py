@@ -11,6 +11,7 @@ block recovery can later finalize what every holder agrees on (``rbw.py``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -138,10 +139,15 @@ class ReplicaWriter:
         self.stale_meta: Path | None = None
         #: An append finished and synced, not moved yet (see :meth:`finish_append`).
         self.synced = False
+        #: :meth:`finish_writes` ran (the last checksum is written).
+        self._writes_finished = False
 
-    def open(self) -> None:
+    def open(self, buffered: bool = False) -> None:
+        """Create both files in ``rbw/``; ``buffered``: the data file through the page
+        cache even when direct I/O is on (a replica known to be small: it would stay
+        buffered anyway, see ``direct.py``)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        if self._direct_io:
+        if self._direct_io and not buffered:
             self._data_fd, is_direct = direct.open_direct(self.data_path, flags)
             if is_direct:
                 self._staged = direct.StagedWriter(self._data_fd, self.data_path)
@@ -235,13 +241,32 @@ class ReplicaWriter:
         """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
         see :func:`move_files`)."""
         self._finish_and_sync()
+        moved = self.move_synced(dest_dir)
+        fsync_dir(dest_dir)
+        return self.finalize_moved(*moved)
+
+    @property
+    def sync_fds(self) -> tuple[int, int]:
+        """The data and checksum files' descriptors, for a caller that makes them durable
+        itself (``aio.py``) before :meth:`close_synced`."""
+        return self._data_fd, self._meta_fd
+
+    def close_synced(self) -> None:
+        """Both files were made durable by the caller (after :meth:`finish_writes`)."""
+        self._close()
+
+    def move_synced(self, dest_dir: Path) -> tuple[Path, Path]:
+        """Finalize, step 1 (the files durable): move them into ``dest_dir``; the caller
+        then fsyncs ``dest_dir`` and calls :meth:`finalize_moved`."""
         fault_point("datanode.before_finalize")
         # Durable once ``dest_dir`` is synced: the data file there is the commit point. The
         # names leaving rbw/ are not synced (one fsync less per block): a rename is one
         # atomic change of the file system, and should a crash still show the files in
         # rbw/ too, startup drops them there for the finalized replica (DataStorage).
-        data_dest, meta_dest = rename_files(self.data_path, self.meta_path, dest_dir)
-        fsync_dir(dest_dir)
+        return rename_files(self.data_path, self.meta_path, dest_dir)
+
+    def finalize_moved(self, data_dest: Path, meta_dest: Path) -> Replica:
+        """Finalize, step 2: ``dest_dir`` was fsynced; the replica is finalized."""
         self._drop_stale_meta(meta_dest)
         self.finalized = Replica(
             self.block_id, self.genstamp, self.num_bytes, data_dest, meta_dest, self.meta_bytes
@@ -291,13 +316,23 @@ class ReplicaWriter:
     def is_open(self) -> bool:
         return self._data_fd >= 0
 
+    def finish_writes(self) -> None:
+        """The stream ended: write the last partial chunk's checksum (and, for a direct
+        data file, the staged rest). Only page-cache writes: a small replica's writer does
+        this on the event loop, leaving the fsyncs to the worker thread's ``finalize``."""
+        self._write_meta(self._builder.finish())
+        if self._staged is not None:
+            self._staged.finish()
+        self._writes_finished = True
+
     def _finish_and_sync(self) -> None:
         """Checksum the last partial chunk, make both files durable and close them.
 
         The two fdatasyncs run at once (the checksum file's in a helper thread): two in
         flight together cost about one (the file system commits them together), where
         one after the other they cost two, on the path of every acknowledged block."""
-        self._write_meta(self._builder.finish())
+        if not self._writes_finished:
+            self._write_meta(self._builder.finish())
         meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
         try:
             if self._staged is not None:  # its last bytes go out while the checksums sync
@@ -320,6 +355,31 @@ class ReplicaWriter:
         """Drop the partial replica (never finalized): close and delete its rbw files."""
         self._close()
         unlink_quietly(self.data_path, self.meta_path)
+
+
+#: preadv2's flag for "only what is in the page cache" (0: this platform has none).
+_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+
+
+class NotCached(Exception):
+    """A ``cached_only`` read would have waited for the disk: read it in a thread."""
+
+
+def _read_cached(data_fd: int, meta_fd: int, view: memoryview, at: int, crc_bytes: int,
+                 crc_at: int) -> tuple[int, bytes]:
+    """The data and checksums of a piece from the page cache only (NotCached otherwise:
+    part of it is not there, or the file system does not read that way)."""
+    crcs = bytearray(crc_bytes)
+    try:
+        got = os.preadv(data_fd, [view], at, _NOWAIT)
+        if got == len(view) and os.preadv(meta_fd, [crcs], crc_at, _NOWAIT) == crc_bytes:
+            return got, bytes(crcs)
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    raise NotCached  # (a short read too: the thread's read tells a short file apart)
 
 
 class ReplicaReader:
@@ -395,29 +455,39 @@ class ReplicaReader:
         """Whether every piece of the range was read (the next read returns None)."""
         return self._pos >= self._end
 
-    def read_piece(self) -> memoryview | None:
+    @property
+    def cached_reads(self) -> bool:
+        """Whether :meth:`read_piece` may be asked for pages already in the page cache
+        only (``cached_only``): a buffered reader, on a kernel with ``RWF_NOWAIT``."""
+        return _NOWAIT != 0 and not isinstance(self._buffers[0], mmap.mmap)
+
+    def read_piece(self, cached_only: bool = False) -> memoryview | None:
         """The next verified piece of the requested range (a view of a buffer that the call
-        after next reuses), or None at the end."""
+        after next reuses), or None at the end. ``cached_only`` (see :attr:`cached_reads`):
+        :class:`NotCached`, and nothing changed, unless all of the piece and its checksums
+        are in the page cache, so the event loop can read it without waiting for a disk."""
         if self._pos >= self._end:
             return None
         buffer = self._buffers[self._turn]
-        self._turn ^= 1
         count = min(len(buffer), self._verify_end - self._pos)
         view = memoryview(buffer)[:count]
         step = self.chunk_bytes
         first_chunk = self._pos // step
+        crc_bytes = checksums.CRC_BYTES * checksums.chunk_count(count, step)
+        crc_at = checksums.crc_offset(first_chunk)
         try:
-            if isinstance(buffer, mmap.mmap):
+            if cached_only:
+                got, crcs = _read_cached(self._data_fd, self._meta_fd, view, self._pos,
+                                         crc_bytes, crc_at)
+            elif isinstance(buffer, mmap.mmap):
                 got = direct.pread_direct(self._data_fd, buffer, count, self._pos)
+                crcs = os.pread(self._meta_fd, crc_bytes, crc_at)
             else:
                 got = os.preadv(self._data_fd, [view], self._pos)
-            crcs = os.pread(
-                self._meta_fd,
-                checksums.CRC_BYTES * checksums.chunk_count(count, step),
-                checksums.crc_offset(first_chunk),
-            )
+                crcs = os.pread(self._meta_fd, crc_bytes, crc_at)
         except OSError as exc:
             raise StorageError(f"read of {self._name} failed: {exc}") from exc
+        self._turn ^= 1
         if got != count:
             raise CorruptReplica(f"{self._name}: data ends at byte {self._pos + got}")
         bad = checksums.first_bad_chunk(view, crcs, step)

@@ -24,6 +24,7 @@ from xdfs.common.tokens import BlockKey, check_block_token
 from xdfs.config import XdfsConfig
 from xdfs.datanode import direct
 from xdfs.datanode.actor import NameNodeActor
+from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
 from xdfs.datanode.block_recovery import BlockRecovery
 from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers
@@ -69,7 +70,8 @@ class DataNode:
         self.clock = clock
         dn = config.datanode
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
-                                   dn.capacity_bytes, dn.direct_io)
+                                   dn.capacity_bytes, dn.direct_io,
+                                   dn.loop_write_max_bytes)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
@@ -89,6 +91,8 @@ class DataNode:
         )
         #: Block id -> the call writing it now (a block recovery stops it).
         self.writers: dict[int, asyncio.Task[Any]] = {}
+        #: The kernel's AIO for small replicas' fsyncs (``aio.py``); None: threads.
+        self.syncs: KernelSyncs | None = None
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -127,6 +131,7 @@ class DataNode:
             self.stopped.set()
             raise
         self._started = True
+        self.syncs = open_kernel_syncs(asyncio.get_running_loop())
         try:
             hello = self._namenode_hello()
         except XdfsError as exc:
@@ -234,6 +239,9 @@ class DataNode:
             await self.server.close()  # cancels writes in progress: their rbw files go
         if self.actor is not None:
             await self.actor.close_rpc()
+        if self.syncs is not None:  # (no write is left to use it)
+            self.syncs.close()
+            self.syncs = None
         if self._started:
             with contextlib.suppress(Exception):
                 self.storage.close()

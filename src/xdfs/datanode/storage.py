@@ -41,7 +41,7 @@ class StartupSummary:
 class DataStorage:
     def __init__(
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
-        capacity_bytes: int = 0, direct_io: bool = False,
+        capacity_bytes: int = 0, direct_io: bool = False, loop_write_max_bytes: int = 0,
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
@@ -51,6 +51,8 @@ class DataStorage:
         self.reserved_bytes = reserved_bytes
         self.capacity_bytes = capacity_bytes  # 0: the file system's size
         self.direct_io = direct_io  # replica data files written with O_DIRECT (direct.py)
+        #: Replicas up to this long are written on the event loop (``transfer.py``).
+        self.loop_write_max_bytes = loop_write_max_bytes
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
@@ -59,6 +61,10 @@ class DataStorage:
         # Directory creation in finalized/ happens in worker threads: one at a time, so a
         # writer never finds a directory that exists but whose entry is not yet durable.
         self._mkdir_lock = threading.Lock()
+        #: Leaves of finalized/ (``block_id & 0xFFFF``) known to exist durably: no stat
+        #: of its directory per replica written.
+        self._leaves_made: set[int] = set()
+        self._first_paths: dict[str, Path] = {}  # finalized/subdir<a>, by name
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -167,10 +173,18 @@ class DataStorage:
             for second in sorted(os.scandir(first.path), key=lambda e: e.name):
                 if second.is_dir():
                     leftovers += self._load_dir(Path(second.path))
+                    self._note_leaf(first.name, second.name)
         if leftovers:
             log.warning("removed %d half-written file(s) from %s: %s",
                         len(leftovers), self.finalized, ", ".join(leftovers))
         return leftovers
+
+    def _note_leaf(self, first: str, second: str) -> None:
+        """A leaf found at startup is taken as made, as ``_ensure_dir`` takes a directory
+        it finds: no check before its next replica."""
+        a, b = first.removeprefix("subdir"), second.removeprefix("subdir")
+        if a.isdigit() and b.isdigit() and int(a) < 256 and int(b) < 256:
+            self._leaves_made.add(int(a) << 8 | int(b))
 
     def _load_dir(self, directory: Path) -> list[str]:
         """Load the replicas of one leaf directory; returns the leftovers it removed."""
@@ -270,20 +284,41 @@ class DataStorage:
         """Finalize ``writer`` (worker thread). A replica of an older genstamp it replaces
         is removed first, so a crash never pairs one replica's data with another's
         checksums; the crash window in between loses only the stale replica."""
-        if replaced is not None:
-            self._unlink(replaced)
-        return writer.finalize(self._finalized_dir(writer.block_id))
+        self.unlink_replaced(replaced)
+        return writer.finalize(self.finalized_dir(writer.block_id))
 
     def finish_append(self, writer: ReplicaWriter) -> Path:
         """An append's files made durable (worker thread); returns the directory its
         replica moves to (made, durably) by ``writer.move_appended`` on the event loop."""
         writer.finish_append()
-        return self._finalized_dir(writer.block_id)
+        return self.finalized_dir(writer.block_id)
 
-    def _finalized_dir(self, block_id: int) -> Path:
-        dest = Path(layout.finalized_dir(self.finalized, block_id))
-        self._ensure_dir(dest)
+    def finalized_dir(self, block_id: int) -> Path:
+        """The directory of ``block_id`` in finalized/, made (durably) if missing (worker
+        thread)."""
+        dest = self.made_finalized_dir(block_id)
+        if dest is None:
+            dest = Path(layout.finalized_dir(self.finalized, block_id))
+            self._ensure_dir(dest, block_id)
         return dest
+
+    def made_finalized_dir(self, block_id: int) -> Path | None:
+        """The directory of ``block_id`` in finalized/ if it is known to exist durably
+        (no I/O); None: :meth:`finalized_dir` makes it."""
+        if block_id & 0xFFFF not in self._leaves_made:
+            return None
+        # One join per replica (consecutive blocks go to different leaves: a leaf's Path
+        # is rarely used twice) onto its first-level directory's, kept (256 at most).
+        first, second = layout.subdirs(block_id)
+        parent = self._first_paths.get(first)
+        if parent is None:
+            parent = self._first_paths[first] = self.finalized / first
+        return parent / second
+
+    def unlink_replaced(self, replaced: Replica | None) -> None:
+        """Before a new replica of the same block is finalized (``commit``)."""
+        if replaced is not None:
+            self._unlink(replaced)
 
     def recover(self, replica: Replica, genstamp: int, length: int) -> Replica:
         """Block recovery (worker thread; the block is claimed): cut the replica to
@@ -292,15 +327,16 @@ class DataStorage:
         meta_path, meta_bytes = rewrite_for_recovery(replica, genstamp, length)
         data_path = replica.data_path
         if not replica.finalized:
-            dest = self._finalized_dir(replica.block_id)
+            dest = self.finalized_dir(replica.block_id)
             data_path, meta_path = move_files(data_path, meta_path, dest)
         return Replica(replica.block_id, genstamp, length, data_path, meta_path, meta_bytes)
 
-    def _ensure_dir(self, dest: Path) -> None:
+    def _ensure_dir(self, dest: Path, block_id: int) -> None:
         # Checked under the lock too: a directory another writer just made is durable
         # only once that writer's fsync of its parent is done, which the lock waits for.
         with self._mkdir_lock:
             if dest.is_dir():
+                self._leaves_made.add(block_id & 0xFFFF)
                 return
             parent = dest.parent
             # Every missing leaf of the parent at once, under one fsync of it: block ids
@@ -317,6 +353,8 @@ class DataStorage:
                 if directory is parent:
                     fsync_dir(parent.parent)
             fsync_dir(parent)
+            first = block_id & 0xFF00  # every leaf of the parent exists now
+            self._leaves_made.update(range(first, first + 256))
 
     def add(self, replica: Replica) -> None:
         """Put a just-finalized replica in the map (replacing an older one of its id)."""

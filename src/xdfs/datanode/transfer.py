@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
+from xdfs.common.files import fsync_dir
+from xdfs.datanode.aio import KernelSyncs
+from xdfs.datanode.replica import NotCached, Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
 from xdfs.rpc.streams import StreamReceiver
@@ -25,8 +30,20 @@ T = TypeVar("T")
 
 
 async def in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn`` in a worker thread; on cancellation, wait for it to finish, then re-raise."""
-    future = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    """``fn`` in a worker thread; on cancellation, wait for it to finish, then re-raise.
+    (The loop's executor directly: no context copy nor task per hop, unlike
+    ``asyncio.to_thread``; nothing run here reads context variables.)"""
+    loop = asyncio.get_running_loop()
+    if kwargs:
+        return await to_the_end(loop.run_in_executor(None, functools.partial(fn, *args, **kwargs)))
+    return await to_the_end(loop.run_in_executor(None, fn, *args))
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """Await ``work``; should the caller be cancelled meanwhile, let the work finish first
+    (it may hold descriptors the caller's cleanup closes, or have committed a replica
+    the caller must record), then re-raise."""
+    future = asyncio.ensure_future(work)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -60,6 +77,7 @@ async def receive_replica(
     chunks: AsyncIterable[bytes | memoryview],
     on_kept: Callable[[Replica], None],
     append_to: Replica | None = None,
+    syncs: KernelSyncs | None = None,
 ) -> Replica:
     """Write the stream to rbw/ and finalize it once the stream ended normally.
 
@@ -72,16 +90,13 @@ async def receive_replica(
 
     ``append_to``: the finalized replica the stream continues (``ReplicaWriter``'s
     ``prepare_reopen``, ``reopen``, ``sync_reopened``); until the end, the map holds what
-    readers may see of it."""
+    readers may see of it. ``syncs``: the kernel's AIO for a small replica's fsyncs
+    (``aio.py``; None: worker threads)."""
     writer = storage.new_writer(block_id, genstamp)
     disk_failed = False
     try:
         if append_to is None:
-            # One hop to a worker thread per batch of chunks: the first also opens the
-            # files, the last also finalizes (a small block: one hop in all).
-            async for batch, ended in _batches(chunks):
-                replaced = storage.get(block_id) if ended else None
-                await in_thread(_write_new, storage, writer, batch, ended, replaced)
+            await _receive_new(storage, writer, chunks, syncs)
         else:
             tail = await in_thread(writer.prepare_reopen, append_to)
             # on the loop, with the map: no reader opens the replica between the two
@@ -138,6 +153,90 @@ def _write_new(
         writer.flush()  # what arrived is in the rbw file, as a reader or recovery expects
 
 
+async def _receive_new(
+    storage: DataStorage, writer: ReplicaWriter,
+    chunks: AsyncIterable[bytes | memoryview], syncs: KernelSyncs | None,
+) -> None:
+    """A new replica's stream into ``writer``, finalized once it ended normally.
+
+    While the replica is within ``loop_write_max_bytes`` its batches are written on the
+    event loop as they arrive (page-cache writes of a few hundred KiB cost less than
+    handing them to a thread; a replica whose whole stream came in one batch is opened
+    buffered), and a small replica is finalized without a thread (``_finalize_small``).
+    Past that size: one hop to a worker thread per batch of chunks, the first such hop
+    also opening the files, the last also finalizing."""
+    on_loop = True
+    async for batch, ended in _batches(chunks):
+        if on_loop and writer.num_bytes + sum(map(len, batch)) <= storage.loop_write_max_bytes:
+            _write_on_loop(writer, batch, ended)
+            if ended:
+                await to_the_end(_finalize_small(storage, writer, syncs))
+            continue
+        on_loop = False
+        replaced = storage.get(writer.block_id) if ended else None
+        await in_thread(_write_new, storage, writer, batch, ended, replaced)
+
+
+def _write_on_loop(writer: ReplicaWriter, batch: list[bytes | memoryview], ended: bool
+                   ) -> None:
+    """On the event loop: a batch of a small replica into its rbw files, through the page
+    cache; at the end of the stream its checksum file is completed, otherwise what
+    arrived is put in the file (as ``_write_new`` does)."""
+    if not writer.is_open:
+        writer.open(buffered=ended)  # the whole replica is in hand: it stays buffered
+    for data in batch:
+        writer.write(data)
+    if ended:
+        writer.finish_writes()
+    else:
+        writer.flush()
+
+
+async def _finalize_small(
+    storage: DataStorage, writer: ReplicaWriter, syncs: KernelSyncs | None
+) -> None:
+    """``storage.commit`` of a small replica written on the loop: its fsyncs handed to the
+    kernel (``aio.py``) and its renames done on the loop, so no thread is involved (the
+    worker thread's commit when AIO is unavailable or busy). Run to the end even if the
+    caller is cancelled (``to_the_end``), as a commit in a worker thread is."""
+    replaced = storage.get(writer.block_id)
+    if syncs is None or not syncs.available(2):
+        await in_thread(storage.commit, writer, replaced)
+        return
+    try:
+        await syncs.sync(writer.sync_fds, data_only=True)
+    except OSError as exc:
+        if syncs.enabled:
+            raise StorageError(f"fsync of block {writer.block_id} in {writer.rbw_dir} failed: "
+                               f"{exc}") from exc
+        await in_thread(storage.commit, writer, replaced)  # the kernel refused AIO fsyncs
+        return
+    writer.close_synced()
+    storage.unlink_replaced(replaced)
+    dest = storage.made_finalized_dir(writer.block_id)
+    if dest is None:  # a leaf not made yet: mkdir and its fsyncs in a thread, once
+        dest = await in_thread(storage.finalized_dir, writer.block_id)
+    moved = writer.move_synced(dest)
+    await _sync_dir(syncs, dest)
+    writer.finalize_moved(*moved)
+
+
+async def _sync_dir(syncs: KernelSyncs, directory: Path) -> None:
+    """``fsync_dir`` through the kernel's AIO (in a thread if it refuses)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise StorageError(f"cannot open directory {directory} to fsync it: {exc}") from exc
+    try:
+        await syncs.sync([fd], data_only=False)
+    except OSError as exc:
+        if syncs.enabled:
+            raise StorageError(f"fsync of directory {directory} failed: {exc}") from exc
+        await in_thread(fsync_dir, directory)
+    finally:
+        os.close(fd)
+
+
 async def _keep_or_abort(
     storage: DataStorage, writer: ReplicaWriter, disk_failed: bool,
     on_kept: Callable[[Replica], None],
@@ -183,6 +282,20 @@ class PieceStream:
         return self
 
     def _read_ahead(self, reader: ReplicaReader) -> asyncio.Future[memoryview | None]:
+        """The next piece: read on the loop when it is all in the page cache (a small
+        replica just written or read: no thread hop), else in a worker thread."""
+        if reader.cached_reads:
+            done: asyncio.Future[memoryview | None] = (
+                asyncio.get_running_loop().create_future())
+            try:
+                done.set_result(reader.read_piece(cached_only=True))
+            except NotCached:
+                pass
+            except Exception as exc:  # (CorruptReplica, StorageError: as from the thread)
+                done.set_exception(exc)
+                return done
+            else:
+                return done
         return asyncio.ensure_future(in_thread(reader.read_piece))
 
     async def __anext__(self) -> memoryview:

@@ -1,0 +1,262 @@
+"""Small replicas without worker threads. Written on the event loop and fsynced through the
+kernel's AIO (``datanode/aio.py``, ``transfer.receive_replica``): durable files, the thread
+fallback, a cancelled writer whose finalize still completes. Read on the loop when the page
+cache holds them (``PieceStream``, ``ReplicaReader.read_piece(cached_only=True)``), in a
+thread when it does not."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import platform
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xdfs.datanode import transfer
+from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
+from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
+from xdfs.datanode.storage import DataStorage
+from xdfs.errors import CorruptReplica, StorageError
+
+CHUNK = 4096
+NOW_MS = 1_700_000_000_000
+SMALL = 200 * 1024 + 17
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[DataStorage]:
+    s = DataStorage(tmp_path / "dn", CHUNK, direct_io=True, loop_write_max_bytes=512 * 1024)
+    s.open(NOW_MS)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+async def syncs() -> AsyncIterator[KernelSyncs]:
+    opened = open_kernel_syncs(asyncio.get_running_loop())
+    assert opened is not None, "Linux AIO is available on the machines xdfs runs on"
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of what ``transfer.in_thread`` ran in a worker thread."""
+    seen: list[str] = []
+    real = transfer.in_thread
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(getattr(fn, "__name__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(transfer, "in_thread", counted)
+    return seen
+
+
+async def chunks(data: bytes, size: int = 64 * 1024) -> AsyncIterator[bytes]:
+    for at in range(0, len(data), size):
+        yield data[at : at + size]
+
+
+async def receive(storage: DataStorage, block_id: int, data: bytes,
+                  syncs: KernelSyncs | None) -> Replica:
+    storage.claim(block_id)
+    try:
+        return await transfer.receive_replica(
+            storage, block_id, 1, chunks(data), lambda _kept: None, None, syncs)
+    finally:
+        storage.release(block_id)
+
+
+def read_back(replica: Replica) -> bytes:
+    """The replica, verified, in one piece (in this thread)."""
+    reader = ReplicaReader(replica, 0, replica.num_bytes, 8 << 20)
+    try:
+        return bytes(reader.read_piece() or b"")
+    finally:
+        reader.close()
+
+
+async def test_files_and_directories_are_synced_and_errors_reported(
+    syncs: KernelSyncs, tmp_path: Path
+) -> None:
+    fds = [os.open(tmp_path / f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644) for i in range(3)]
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for fd in fds:
+            os.write(fd, b"x" * 5000)
+        await syncs.sync(fds, data_only=True)
+        await syncs.sync([directory], data_only=False)
+        closed = os.dup(fds[0])
+        os.close(closed)
+        with pytest.raises(OSError) as bad:
+            await syncs.sync([closed], data_only=True)
+        assert bad.value.errno == errno.EBADF and syncs.enabled
+    finally:
+        for fd in (*fds, directory):
+            os.close(fd)
+
+
+async def test_a_file_without_fsync_turns_aio_off(syncs: KernelSyncs) -> None:
+    read_end, write_end = os.pipe()  # a pipe has no fsync: the kernel says EINVAL
+    try:
+        with pytest.raises(OSError) as refused:
+            await syncs.sync([write_end], data_only=True)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert refused.value.errno == errno.EINVAL
+    assert not syncs.enabled and not syncs.available(1)
+
+
+async def test_a_small_replica_needs_no_worker_thread(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 7, data, syncs)
+    assert replica.finalized and replica.num_bytes == SMALL
+    assert replica.data_path.parent == storage.finalized / "subdir0" / "subdir7"
+    assert read_back(replica) == data and storage.get(7) is replica
+    assert list(storage.rbw.iterdir()) == []
+    assert hops == ["finalized_dir"]  # the leaf's first replica makes the directories
+    await receive(storage, 8, data, syncs)  # a sibling leaf, made with the first
+    assert hops == ["finalized_dir"]
+
+
+async def test_without_aio_the_small_replica_is_committed_in_a_thread(
+    storage: DataStorage, hops: list[str], syncs: KernelSyncs
+) -> None:
+    data = os.urandom(SMALL)
+    for syncer in (None, syncs):
+        syncs.enabled = False  # (as after an EINVAL)
+        block_id = 10 if syncer is None else 11
+        replica = await receive(storage, block_id, data, syncer)
+        assert read_back(replica) == data and replica.finalized
+    assert hops == ["commit", "commit"]
+
+
+async def test_a_large_replica_goes_to_worker_threads(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    replica = await receive(storage, 12, data, syncs)
+    assert read_back(replica) == data
+    assert hops and hops[-1] == "_write_new" and "commit" not in hops
+
+
+async def test_a_writer_cancelled_during_the_finalize_still_finalizes(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As with a finalize in a worker thread: once the fsyncs are under way the replica is
+    finished, put in the map, and only then does the cancellation reach the caller."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    real = KernelSyncs.sync
+
+    async def held(self: KernelSyncs, fds: list[int], *, data_only: bool) -> None:
+        entered.set()
+        await release.wait()
+        await real(self, fds, data_only=data_only)
+
+    monkeypatch.setattr(KernelSyncs, "sync", held)
+    data = os.urandom(SMALL)
+    task = asyncio.ensure_future(receive(storage, 20, data, syncs))
+    await entered.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    replica = storage.get(20)
+    assert replica is not None and replica.finalized and read_back(replica) == data
+
+
+async def test_a_failed_fsync_is_a_storage_error_and_leaves_nothing(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def failing(self: KernelSyncs, fds: list[int], *, data_only: bool) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(KernelSyncs, "sync", failing)
+    with pytest.raises(StorageError, match="fsync of block 30"):
+        await receive(storage, 30, os.urandom(SMALL), syncs)
+    assert storage.get(30) is None and list(storage.rbw.iterdir()) == []
+
+
+def test_unknown_machines_have_no_aio(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(platform, "machine", lambda: "vax")
+    loop = asyncio.new_event_loop()
+    try:
+        assert open_kernel_syncs(loop) is None
+    finally:
+        loop.close()
+
+
+async def test_in_thread_passes_positional_and_keyword_arguments() -> None:
+    assert await transfer.in_thread(int, "101", base=2) == 5
+    assert await transfer.in_thread(divmod, 7, 2) == (3, 1)
+
+
+async def stream(replica: Replica, offset: int = 0, length: int | None = None) -> bytes:
+    size = replica.num_bytes - offset if length is None else length
+    reader = ReplicaReader(replica, offset, size, 64 * 1024)
+    pieces = transfer.PieceStream(reader, lambda _r, _e: None, transfer.Transfers())
+    return b"".join([bytes(piece) async for piece in pieces])
+
+
+def drop_from_page_cache(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def test_a_cached_small_replica_is_read_on_the_loop(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 40, data, syncs)
+    hops.clear()
+    assert await stream(replica) == data
+    assert await stream(replica, 70_000, 100_001) == data[70_000:170_001]
+    assert hops == []
+
+
+async def test_an_uncached_replica_is_read_in_a_thread(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 41, data, syncs)
+    drop_from_page_cache(replica.data_path)
+    reader = ReplicaReader(replica, 0, SMALL, 1 << 20)
+    try:
+        assert reader.cached_reads
+        with pytest.raises(NotCached):
+            reader.read_piece(cached_only=True)
+        piece = reader.read_piece()  # nothing moved: the thread reads the same piece
+        assert piece is not None and bytes(piece) == data
+    finally:
+        reader.close()
+    drop_from_page_cache(replica.data_path)
+    hops.clear()
+    assert await stream(replica) == data
+    assert hops == ["read_piece"]
+
+
+async def test_a_corrupt_cached_replica_fails_its_read_on_the_loop(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 42, data, syncs)
+    fd = os.open(replica.data_path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes([data[1000] ^ 0xFF]), 1000)
+    finally:
+        os.close(fd)
+    with pytest.raises(CorruptReplica, match="checksum mismatch"):
+        await stream(replica)
