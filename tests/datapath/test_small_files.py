@@ -193,6 +193,7 @@ async def test_the_client_renews_its_lease_while_files_are_open(
     client = cluster.client
     client.leases.interval_s = 0.05
     calls = count_calls(monkeypatch, client.rpc)
+    assert not client.leases.running
     first = await client.open_write("/small/lease-a")
     second = await client.open_write("/small/lease-b")
     await eventually(lambda: calls["renew_lease"] >= 3, what="renewals")
@@ -201,6 +202,7 @@ async def test_the_client_renews_its_lease_while_files_are_open(
     await eventually(lambda: calls["renew_lease"] >= renewed + 2, what="renewals, one open")
     await second.close()
     assert client.leases.open_writers == 0
+    assert not client.leases.running  # an idle client has no renewing task
     renewed = calls["renew_lease"]
     await asyncio.sleep(0.3)  # several intervals: nothing is open, nothing renewed
     assert calls["renew_lease"] <= renewed + 1  # one may have been on its way

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from xdfs.client.datanodes import DataNodePool
 from xdfs.config import ClientConfig
@@ -48,9 +48,9 @@ class LeaseRenewer:
     not one per file (HDFS's LeaseRenewer; the NameNode's lease is the client's).
 
     Writers are counted from any thread (a synchronous client opens files from its
-    callers' threads, see :meth:`FileWriter.write_and_close`); the task starts on the
-    client's event loop with the first writer and renews every ``interval_s`` while one
-    is open, until :meth:`close`."""
+    callers' threads, see :meth:`FileWriter.write_and_close`); the task runs on the
+    client's event loop from the first open writer to the last one's close, renewing every
+    ``interval_s``, so an idle client has no task."""
 
     def __init__(
         self, nn: RpcClient, client_name: str, interval_s: float = LEASE_RENEWAL_INTERVAL_S
@@ -61,31 +61,48 @@ class LeaseRenewer:
         self.open_writers = 0
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
-        self._started = False
+
+    @property
+    def running(self) -> bool:
+        """Whether the renewing task exists (from the first open writer to the last close)."""
+        return self._task is not None
 
     def opened(self) -> None:
         with self._lock:
             self.open_writers += 1
-            start, self._started = not self._started, True
-        if start:
-            inline = inline_loop()
-            if inline is not None:  # a caller's thread: the task starts on the loop
-                inline.loop.call_soon_threadsafe(self._start)
-            else:
-                self._start()
+            first = self.open_writers == 1
+        if first:
+            self._on_loop(self._start)
 
     def closed(self) -> None:
         with self._lock:
             self.open_writers -= 1
+            last = self.open_writers == 0
+        if last:
+            self._on_loop(self._stop)
+
+    @staticmethod
+    def _on_loop(call: Callable[[], None]) -> None:
+        """Run ``call`` on the client's loop: now, or queued from a caller's thread. Both
+        calls look at the count when they run, so queued starts and stops settle right."""
+        inline = inline_loop()
+        if inline is not None:
+            inline.loop.call_soon_threadsafe(call)
+        else:
+            call()
 
     def _start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        if self.open_writers and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _stop(self) -> None:
+        if not self.open_writers and self._task is not None:
+            self._task.cancel()
+            self._task = None
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            if not self.open_writers:
-                continue
             try:
                 await self.nn.call(p.RENEW_LEASE, p.RenewLeaseRequest(self.client_name))
             except XdfsError as exc:
