@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 BLOCK = 64 * 1024
 DATANODES = 3
 FULL_REPORT = "full block report of DataNode"
+FORGOTTEN = "NameNode does not know this DataNode"
 RESUMED = "every DataNode has heartbeated since the failover: deletions resume"
 
 
@@ -201,4 +202,10 @@ def test_graceful_failovers_keep_both_block_maps(ha: HaCluster) -> None:
 
         asyncio.run(check())
     ha.wait(lambda: _same_map(ha), "the standby follows the last active's writes")
-    assert [proc.log_text().count(FULL_REPORT) for proc in ha.namenodes.values()] == reports
+    after = [proc.log_text().count(FULL_REPORT) for proc in ha.namenodes.values()]
+    # No failover needs a full report. One comes only from a DataNode a NameNode declared
+    # dead meanwhile (heartbeats every 0.5 s here, 3 missed = dead: a loaded machine can do
+    # that), which registers again and reports everything.
+    forgotten = sum(proc.log_text().count(FORGOTTEN) for proc in ha.datanodes)
+    assert sum(after) - sum(reports) <= forgotten, (reports, after, forgotten)
+    assert all(a >= r for a, r in zip(after, reports, strict=True))
