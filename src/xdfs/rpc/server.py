@@ -560,7 +560,7 @@ class ServerConnection(RpcProtocol):
             return
         receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
         self.receivers[envelope.id] = receiver
-        receiver.grant_window()
+        self.grant_window(receiver)
         self._spawn(envelope.id, self._run_upload(
             envelope.id, envelope.call, route, request, receiver, time.perf_counter()))
 
