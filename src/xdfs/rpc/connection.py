@@ -245,10 +245,16 @@ class RpcProtocol(asyncio.BufferedProtocol):
             # every lone call an extra turn of the loop, more than the write it saves.
             self._out += frames
             return
-        if self._reply_loop is not None and (kind == Kind.RESPONSE or kind == Kind.ERROR):
+        if (
+            self._reply_loop is not None
+            and (kind == Kind.RESPONSE or kind == Kind.ERROR)
+            and (self._out or self.replies_may_follow())
+        ):
             # A reply from a call's task: the tasks a group commit wakes all run in one
             # loop turn, so their replies go out in one write at its end instead of one
             # system call each. (Only replies: stream frames keep their flow control.)
+            # The answer of the connection's only call leaves at once: nothing could
+            # join it, and waiting would cost it a loop turn.
             self._out += frames
             if not self._flush_pending:
                 self._flush_pending = True
@@ -259,6 +265,11 @@ class RpcProtocol(asyncio.BufferedProtocol):
             self.transport.write(frames[0])
         else:
             self.transport.writelines(frames)
+
+    def replies_may_follow(self) -> bool:
+        """Whether other calls of this connection may answer in this loop turn (a server
+        connection knows; see :meth:`send`)."""
+        return True
 
     def _flush_replies(self) -> None:
         self._flush_pending = False
