@@ -218,7 +218,7 @@ async def test_replicas_finalized_during_a_report_go_together_in_the_next(
     actor = node.actor.actors[0] if node.actor is not None else None
     assert actor is not None
     await eventually(lambda: actor._received_next is not None
-                     and len(actor._received_next[1]) == 5, what="5 replicas waiting")
+                     and len(actor._received_next.records) == 5, what="5 replicas waiting")
     assert not first.done() and not any(task.done() for task in rest)  # acked after
     stub.incremental_gate.set()
     await asyncio.gather(first, *rest)

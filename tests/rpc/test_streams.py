@@ -34,7 +34,8 @@ from xdfs.errors import (
 )
 from xdfs.protocol.system import ECHO, PING, SINK, SOURCE, EchoRequest, SourceRequest
 from xdfs.rpc.client import RpcClient
-from xdfs.rpc.messages import Chunk, Empty, ErrorInfo, Kind, Tail
+from xdfs.rpc.connection import encode_frame
+from xdfs.rpc.messages import Chunk, Credit, Empty, ErrorInfo, Kind, Tail
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
@@ -491,6 +492,30 @@ async def test_correct_raw_upload_is_accepted(server: RpcServer) -> None:
         server, [(Kind.CHUNK, _chunk(0, b"abc")), (Kind.TAIL, Tail(1, 3))]
     )
     assert (kind, error) == (Kind.RESPONSE, None)
+
+
+async def test_upload_whose_tail_came_with_its_head_gets_no_window_grant(
+    server: RpcServer,
+) -> None:
+    # Head, its one chunk (sent ahead of the grant) and tail in one write, so in one read:
+    # the sender has sent everything and needs no credit; the answer is the first frame.
+    frames = [encode_frame(Kind.HEAD, 1, SINK.name, Empty()),
+              encode_frame(Kind.CHUNK, 1, "", _chunk(0, b"abc")),
+              encode_frame(Kind.TAIL, 1, "", Tail(1, 3))]
+    async with raw_peer(server.address) as peer:
+        await peer.hello()
+        peer.send_raw(b"".join(frames))
+        reply = await peer.recv(credits=True)
+        assert (reply.kind, reply.id) == (Kind.RESPONSE, 1)
+        # Still granted to a stream whose tail is not in yet, without waiting for it.
+        peer.send(Kind.HEAD, 2, SINK.name, Empty())
+        grant = await peer.recv(credits=True)
+        assert (grant.kind, grant.id) == (Kind.CREDIT, 2)
+        assert msgspec.msgpack.decode(grant.body, type=Credit).count >= 1
+        peer.send(Kind.CHUNK, 2, "", _chunk(0, b"abc"))
+        peer.send(Kind.TAIL, 2, "", Tail(1, 3))
+        reply = await peer.recv(credits=True)
+        assert (reply.kind, reply.id) == (Kind.RESPONSE, 2)
 
 
 @pytest.mark.parametrize("pieces", [[], [b"x" * 10]], ids=["empty", "one-chunk"])

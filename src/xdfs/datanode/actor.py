@@ -30,6 +30,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -100,8 +101,9 @@ class NameNodeActor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._throttle = LogThrottle(_LOG_INTERVAL_S)
         self._flush_lock = asyncio.Lock()  # one incremental report in flight at a time
-        #: The next received-replica report and its outcome (``_join_received``).
-        self._received_next: tuple[asyncio.Future[None], list[BlockRecord]] | None = None
+        #: The next received-replica report: its replicas, and a future for each one's
+        #: waiter (``_join_received``).
+        self._received_next: _ReceivedBatch | None = None
         self._received_sending = False
         #: Block ids of the received-replica reports queued or in flight (the heartbeats'
         #: flush leaves them to those reports).
@@ -372,7 +374,9 @@ class NameNodeActor:
         timeout_s = self.node.config.datanode.report_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                await asyncio.shield(self._join_received(record))
+                # Its own future: a timeout cancels that one alone, without a shield (whose
+                # extra future and callback cost the write's answer a loop turn).
+                await self._join_received(record)
         except UnknownDataNode:
             self.registered = False
             self._wake_up()
@@ -384,52 +388,54 @@ class NameNodeActor:
         # (confirmed in the pending reports by _send_received)
 
     def _join_received(self, record: BlockRecord) -> asyncio.Future[None]:
-        """Put ``record`` in the next received-replica report; returns that report's
-        outcome. One report is in flight at a time and the next one takes every replica
-        finalized meanwhile (a group commit: under concurrent writes one call reports
-        several replicas, and no replica waits for more than the call in flight)."""
+        """Put ``record`` in the next received-replica report; returns the outcome of that
+        report, for this replica's waiter alone. One report is in flight at a time and the
+        next one takes every replica finalized meanwhile (a group commit: under concurrent
+        writes one call reports several replicas, and no replica waits for more than the
+        call in flight)."""
+        loop = asyncio.get_running_loop()
         if self._received_next is None:
-            future = asyncio.get_running_loop().create_future()
-            future.add_done_callback(_retrieved)  # its waiters may all have timed out
-            self._received_next = (future, [])
+            self._received_next = _ReceivedBatch([], [])
             if not self._received_sending:
                 self._received_sending = True
-                task = asyncio.get_running_loop().create_task(self._send_received())
+                task = loop.create_task(self._send_received())
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        future, records = self._received_next
-        records.append(record)
+        batch = self._received_next
+        future: asyncio.Future[None] = loop.create_future()
+        batch.waiters.append(future)
+        batch.records.append(record)
         self._reporting[record.block_id] += 1
         return future
 
     async def _send_received(self) -> None:
         timeout_s = self.node.config.datanode.report_timeout_s
-        in_flight: asyncio.Future[None] | None = None  # unsettled if this task is stopped
+        in_flight: _ReceivedBatch | None = None  # unsettled if this task is stopped
         try:
             while self._received_next is not None:
-                in_flight, records = self._received_next
+                in_flight = batch = self._received_next
                 self._received_next = None
-                request = IncrementalReportRequest(self._node_id, received=records)
+                request = IncrementalReportRequest(self._node_id, received=batch.records)
                 try:
                     await self.rpc.call(INCREMENTAL_REPORT, request, timeout_s=timeout_s)
                 except Exception as exc:
-                    in_flight.set_exception(exc)
+                    batch.settle(exc)
                 else:
-                    for record in records:  # before the flush may take them again
+                    for record in batch.records:  # before the flush may take them again
                         self._pending.confirm_received(record)
-                    in_flight.set_result(None)
+                    batch.settle(None)
                 finally:
-                    self._reporting.subtract(r.block_id for r in records)
+                    self._reporting.subtract(r.block_id for r in batch.records)
                     self._reporting += Counter()  # (drops the ids at zero)
         finally:
             self._received_sending = False
-            unsettled = [in_flight] if in_flight is not None and not in_flight.done() else []
+            stopping = Unavailable("the DataNode is stopping")
+            if in_flight is not None:
+                in_flight.settle(stopping)  # (no-op for the waiters already settled)
             if self._received_next is not None:  # stopped (the actor closes)
-                unsettled.append(self._received_next[0])
+                self._received_next.settle(stopping)
                 self._received_next = None
                 self._reporting.clear()
-            for future in unsettled:
-                future.set_exception(Unavailable("the DataNode is stopping"))
 
     def report_bad(self, block_id: int) -> None:
         """Report a corrupt local replica in the background (the caller reports each
@@ -481,6 +487,19 @@ class NameNodeActor:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-def _retrieved(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
+@dataclass
+class _ReceivedBatch:
+    """The replicas of one received-replica report and a future per waiter."""
+
+    records: list[BlockRecord]
+    waiters: list[asyncio.Future[None]]
+
+    def settle(self, error: Exception | None) -> None:
+        """Tell every waiter still waiting (a timed-out one's future is cancelled)."""
+        for future in self.waiters:
+            if future.done():
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)

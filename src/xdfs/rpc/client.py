@@ -34,7 +34,7 @@ import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 import msgspec.structs
@@ -466,15 +466,28 @@ class RpcClient:
         loop = inline_loop()
         if loop is not None:
             return self._call_inline(loop, method, request, deadline, number)
-        return await self._failover_call(method, request, deadline, number)
+        index = self._preferred
+        conn = self._connections.get(self.addresses[index])
+        if conn is None or conn.is_closing or self.probe is not None:
+            return await self._failover_call(method, request, deadline, number)
+        # The common case (e.g. a DataNode's reports): the preferred server is connected.
+        # The first try goes straight to it, without the failover's try object, watcher
+        # and address order; a failed one is counted and the failover goes on from it.
+        try:
+            return await conn.call(method, request, deadline, number)
+        except _RETRIED as exc:
+            move_on = self._after_failed_try(exc, index, method.retry_safe)
+            first = _FirstTry(index, self.config.tries_per_address if move_on else 1,
+                              f"{self.addresses[index]}: {exc.message}")
+        return await self._failover_call(method, request, deadline, number, first=first)
 
     async def _failover_call(
         self, method: Method[Req, Resp], request: Req, deadline: float, number: int,
-        start: int | None = None,
+        start: int | None = None, first: _FirstTry | None = None,
     ) -> Resp:
         return await self._with_failover(
             method, lambda conn: conn.call(method, request, deadline, number), restartable=True,
-            start=start,
+            start=start, first=first,
         )
 
     # -- synchronous callers: blocking connections, one per call at a time ---------------
@@ -619,16 +632,22 @@ class RpcClient:
         *,
         restartable: bool,
         start: int | None = None,
+        first: _FirstTry | None = None,
     ) -> T:
-        """``start``: the address to try first (default: the preferred one)."""
+        """``start``: the address to try first (default: the preferred one); ``first``:
+        tries already made there (it is then the address tried first)."""
         failures: list[str] = []
         count = len(self.addresses)
-        first = self._preferred if start is None else start
-        order = [(first + i) % count for i in range(count)]
+        begin = self._preferred if start is None else start
+        tried = 0
+        if first is not None:
+            begin, tried = first.at, first.tries
+            failures.append(first.failure)
+        order = [(begin + i) % count for i in range(count)]
         while order:
             index = order.pop(0)
             address = self.addresses[index]
-            for try_number in range(self.config.tries_per_address):
+            for try_number in range(tried, self.config.tries_per_address):
                 await self._backoff(try_number)
                 sent = _Try(self, address, attempt)
                 try:
@@ -650,6 +669,7 @@ class RpcClient:
                     continue
                 self._preferred = index
                 return result
+            tried = 0
         raise Unavailable(f"{method.name}: no server answered ({'; '.join(failures[-6:])})")
 
     def _after_failed_try(self, error: XdfsError, index: int, repeatable: bool) -> bool:
@@ -817,6 +837,15 @@ class _Try(Generic[T]):
             raise _NotSent(exc) from None
         self.sent = True
         return await self.attempt(conn)
+
+
+class _FirstTry(NamedTuple):
+    """A failed try made before the failover (:meth:`RpcClient.call`'s direct one): at
+    address index ``at``, counting as ``tries`` there (all of them when it moves on)."""
+
+    at: int
+    tries: int
+    failure: str
 
 
 class _NotSent(Exception):

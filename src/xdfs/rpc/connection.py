@@ -126,6 +126,9 @@ class RpcProtocol(asyncio.BufferedProtocol):
         self._flush_pending = False
         self.senders: dict[int, StreamSender] = {}
         self.receivers: dict[int, StreamReceiver] = {}
+        #: Receivers opened during this read whose window grant waits for its end: a
+        #: stream whose tail came in the same read needs none (see :meth:`grant_window`).
+        self._grants: list[StreamReceiver] = []
 
     @property
     def buffer_bytes_held(self) -> int:
@@ -159,6 +162,8 @@ class RpcProtocol(asyncio.BufferedProtocol):
             log.exception("unexpected error handling a frame from %s", self.peer)
             self.abort_with(InternalError(f"{type(exc).__name__}: {exc}"))
         finally:
+            if self._grants:
+                self._send_grants()
             self._receiving = False
             self.flush()
 
@@ -240,10 +245,16 @@ class RpcProtocol(asyncio.BufferedProtocol):
             # every lone call an extra turn of the loop, more than the write it saves.
             self._out += frames
             return
-        if self._reply_loop is not None and (kind == Kind.RESPONSE or kind == Kind.ERROR):
+        if (
+            self._reply_loop is not None
+            and (kind == Kind.RESPONSE or kind == Kind.ERROR)
+            and (self._out or self.replies_may_follow())
+        ):
             # A reply from a call's task: the tasks a group commit wakes all run in one
             # loop turn, so their replies go out in one write at its end instead of one
             # system call each. (Only replies: stream frames keep their flow control.)
+            # The answer of the connection's only call leaves at once: nothing could
+            # join it, and waiting would cost it a loop turn.
             self._out += frames
             if not self._flush_pending:
                 self._flush_pending = True
@@ -254,6 +265,11 @@ class RpcProtocol(asyncio.BufferedProtocol):
             self.transport.write(frames[0])
         else:
             self.transport.writelines(frames)
+
+    def replies_may_follow(self) -> bool:
+        """Whether other calls of this connection may answer in this loop turn (a server
+        connection knows; see :meth:`send`)."""
+        return True
 
     def _flush_replies(self) -> None:
         self._flush_pending = False
@@ -272,6 +288,22 @@ class RpcProtocol(asyncio.BufferedProtocol):
             self.transport.write(out[0])
         else:
             self.transport.writelines(out)
+
+    def grant_window(self, receiver: StreamReceiver) -> None:
+        """Grant a new receiver's window: at the end of the read that opened it, and only
+        if its tail has not come too (a small upload's head, chunk and tail arrive in one
+        read; its sender, which sent its one chunk ahead of the grant, never needs it: the
+        grant would cost this end a write and the sender a wake-up for nothing)."""
+        if self._receiving:
+            self._grants.append(receiver)
+        else:
+            receiver.grant_window()
+
+    def _send_grants(self) -> None:
+        grants, self._grants = self._grants, []
+        for receiver in grants:
+            if not receiver.tail_received:
+                receiver.grant_window()
 
     def send_error(self, call_id: int, error: XdfsError) -> None:
         self.send(Kind.ERROR, call_id, "", ErrorInfo(error.code, error.message))

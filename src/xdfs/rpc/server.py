@@ -347,6 +347,10 @@ class ServerConnection(RpcProtocol):
         elif self.frame_started_s is None and self._reader.buffered_bytes:
             self.frame_started_s = now
 
+    def replies_may_follow(self) -> bool:
+        # The call answering now is still counted (it leaves when its task is done).
+        return len(self._calls) > 1
+
     def check_deadlines(self, now: float) -> None:
         """Called by the server's sweeper: close a connection stuck in a frame, or an
         anonymous session left idle."""
@@ -560,7 +564,7 @@ class ServerConnection(RpcProtocol):
             return
         receiver = StreamReceiver(self, envelope.id, self.config.stream_window_chunks)
         self.receivers[envelope.id] = receiver
-        receiver.grant_window()
+        self.grant_window(receiver)
         self._spawn(envelope.id, self._run_upload(
             envelope.id, envelope.call, route, request, receiver, time.perf_counter()))
 

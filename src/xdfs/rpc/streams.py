@@ -135,6 +135,11 @@ class StreamReceiver:
         self._proto.send(Kind.CREDIT, self._id, "", Credit(self._window))
 
     @property
+    def tail_received(self) -> bool:
+        """True once every chunk and a matching tail arrived (nothing more will come)."""
+        return self._done
+
+    @property
     def finished(self) -> bool:
         return self._done or self._error is not None
 
