@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -187,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         loop.run(mc.close())
         loop.close()
+        shutil.rmtree(base, ignore_errors=True)
     for phase, counter in counts.phases.items():
         print(f"\nper file of {args.kib} KiB {phase} through fsspec ({args.files} files, "
               f"{args.threads} thread(s), replication 2):\n")
