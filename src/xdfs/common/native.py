@@ -40,6 +40,15 @@ NATIVE_MODULES = (
     "xdfs.namenode.namespace.tree_files",
     "xdfs.namenode.namespace.tree_users",
     "xdfs.namenode.namespace.tree",
+    "xdfs.namenode.blocks.topology",
+    "xdfs.namenode.blocks.admin_states",
+    "xdfs.namenode.blocks.datanodes",
+    "xdfs.namenode.blocks.blockmap",
+    "xdfs.namenode.blocks.placement",
+    "xdfs.namenode.blocks.replication_queues",
+    "xdfs.namenode.blocks.safemode",
+    "xdfs.namenode.blocks.replication",
+    "xdfs.namenode.blocks.manager",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"
