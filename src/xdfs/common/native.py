@@ -47,8 +47,11 @@ NATIVE_MODULES = (
     "xdfs.namenode.blocks.placement",
     "xdfs.namenode.blocks.replication_queues",
     "xdfs.namenode.blocks.safemode",
+    "xdfs.namenode.blocks.decommission",
+    "xdfs.namenode.blocks.recovery",
     "xdfs.namenode.blocks.replication",
     "xdfs.namenode.blocks.manager",
+    "xdfs.namenode.namespace.leases",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"
