@@ -15,6 +15,7 @@ Five parts, each printed as rows of one Markdown table (ready for docs/benchmark
     inline on the loop and never await, so they are called back to back. The caller is an
     ordinary user (``bench``, owner of ``/bench``), so permission checks are paid.
     ``create`` is create + complete with no block (a file per second, HDFS's "create").
+    The last row is part (e)'s small-file calls with the block manager called directly.
 (b) **over RPC**: the NameNode in a separate process (``python -m xdfs namenode``), an
     :class:`~xdfs.client.client.AsyncClient` (one connection) here, with 1 and with 64
     calls in flight. ``create`` is two RPCs (create, complete): reported as files/s. Issue
@@ -323,9 +324,42 @@ async def inproc_run(s: Settings, table: Table, base: Path) -> None:
         )
         table.add(part, f"delete, skip trash ({w} writers)", "ops/s", t.rate, t.cpu_us,
                   aim=hdfs("delete"))
+        t = await inproc_small_files(node, max(200, n // 4))
+        table.add(part, f"small file: create_with_block + 2 reports + complete "
+                  f"({SMALL_FILE_WRITERS} writers)", "files/s", t.rate, t.cpu_us)
     finally:
         await node.stop()
         shutil.rmtree(name_dir, ignore_errors=True)
+
+
+async def inproc_small_files(node: NameNode, n: int) -> Timing:
+    """Part (e)'s small-file calls without RPC: the block manager is told of 3 DataNodes
+    and of each replica directly, so the row is the namesystem's and the block path's CPU."""
+    assert node.fs is not None
+    fs, blocks = node.fs, node.fs.blocks
+    storage = dn.StorageReport(1 << 42, 0, 1 << 41)
+    node_ids: dict[str, str] = {}
+    for index in range(3):
+        node_id, address = f"bench-dn{index}", f"127.0.0.1:{1 + index}"  # never dialled
+        blocks.register(node_id, address, storage)
+        blocks.block_report(node_id, 1, 0, 1, [])
+        node_ids[address] = node_id
+    for p in range((n + FANOUT - 1) // FANOUT):
+        await fs.mkdirs(SUPERUSER, f"/small/p{p:04d}", 0o755, True)
+
+    async def write(i: int) -> None:
+        path = tree_path("/small", i, "f")
+        created = await fs.create_with_block(SUPERUSER, "bench-writer", path, mode=0o644,
+                                             replication=2, block_size=0, overwrite=False,
+                                             create_parents=False)
+        assert created.block is not None, "no target chosen"
+        located = created.block
+        block = BlockRecord(located.block.block_id, located.block.genstamp, SMALL_FILE_BYTES)
+        for target in located.locations:
+            blocks.incremental_report(node_ids[target], [block], [])
+        await fs.complete(SUPERUSER, "bench-writer", path, [block])
+
+    return await drive(write, n, SMALL_FILE_WRITERS)
 
 
 # -- (b) over RPC ----------------------------------------------------------------------------

@@ -70,3 +70,26 @@ def test_a_process_with_xdfs_pure_runs_every_namespace_module_from_source() -> N
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_block_managers_path_is_in_the_build() -> None:
+    # the modules a small file's block path runs through (create_with_block, the
+    # DataNodes' reports, complete): compiled with the namespace, or not at all
+    for module in ("xdfs.namenode.blocks.manager", "xdfs.namenode.blocks.placement",
+                   "xdfs.namenode.blocks.blockmap", "xdfs.namenode.blocks.datanodes",
+                   "xdfs.namenode.blocks.replication", "xdfs.namenode.namespace.leases"):
+        assert module in native.NATIVE_MODULES
+        assert os.path.isfile(native.source_path(module))
+
+
+def test_a_process_loads_all_of_the_build_or_none_of_it() -> None:
+    # the compiled modules call each other natively: one of them run from source while
+    # the others run compiled must never happen, whether or not this checkout is built
+    script = (
+        "from xdfs.common import native; import sys; "
+        "n = len(native.compiled_modules()); "
+        "sys.exit(0 if n in (0, len(native.NATIVE_MODULES)) else 1)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr

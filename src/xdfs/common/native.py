@@ -27,9 +27,13 @@ from collections.abc import Sequence
 from types import ModuleType
 
 #: Compiled by scripts/build_native.py: the namespace (the tree, path resolution and
-#: permission checks), the modules every NameNode operation spends most of its CPU in.
-#: msgspec.Struct classes (inodes, ops, records) cannot be mypyc native classes: their
-#: modules stay interpreted and are used from the compiled ones as ordinary objects.
+#: permission checks), the modules every NameNode operation spends most of its CPU in, and
+#: the block manager with what it calls on a small file's path (placement, the block map,
+#: the DataNode table, the replication check, leases). msgspec.Struct classes (inodes,
+#: ops, records) cannot be mypyc native classes: their modules stay interpreted and are
+#: used from the compiled ones as ordinary objects. Not compiled: the Namesystem (fs_*.py:
+#: its classes inherit from two bases, which native classes cannot) and the block walks
+#: off the loop (fsck, the block-map export, balancing), which are not on a call's path.
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
     "xdfs.namenode.namespace.permissions",
@@ -40,6 +44,18 @@ NATIVE_MODULES = (
     "xdfs.namenode.namespace.tree_files",
     "xdfs.namenode.namespace.tree_users",
     "xdfs.namenode.namespace.tree",
+    "xdfs.namenode.blocks.topology",
+    "xdfs.namenode.blocks.admin_states",
+    "xdfs.namenode.blocks.datanodes",
+    "xdfs.namenode.blocks.blockmap",
+    "xdfs.namenode.blocks.placement",
+    "xdfs.namenode.blocks.replication_queues",
+    "xdfs.namenode.blocks.safemode",
+    "xdfs.namenode.blocks.decommission",
+    "xdfs.namenode.blocks.recovery",
+    "xdfs.namenode.blocks.replication",
+    "xdfs.namenode.blocks.manager",
+    "xdfs.namenode.namespace.leases",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"
@@ -123,11 +139,11 @@ def compiled_modules() -> list[str]:
 
 
 def describe() -> str:
-    """One line for benchmark reports: which build of the namespace runs."""
+    """One line for benchmark reports: which build of the native modules runs."""
     compiled = compiled_modules()
     if len(compiled) == len(NATIVE_MODULES):
-        return "namespace modules: compiled (mypyc)"
+        return "namespace and block modules: compiled (mypyc)"
     if not compiled:
         why = f"{PURE_ENV} set" if pure_requested() else "no up-to-date compiled build"
-        return f"namespace modules: pure Python ({why})"
-    return f"namespace modules: MIXED, compiled: {', '.join(compiled)}"
+        return f"namespace and block modules: pure Python ({why})"
+    return f"namespace and block modules: MIXED, compiled: {', '.join(compiled)}"

@@ -24,9 +24,10 @@ from xdfs.namenode.blocks.admin_states import DECOMMISSIONED, DECOMMISSIONING, M
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.replication import block_state
 from xdfs.namenode.namespace import paths
-from xdfs.namenode.namespace.inodes import FileInode, file_length
+from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.namespace.tree_base import file_length
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import (
     DataNodeInfo,

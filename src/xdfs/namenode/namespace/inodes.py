@@ -58,10 +58,6 @@ class DirInode(Inode, gc=False, eq=False):
     sorted_names: list[str] | None = None
 
 
-def file_length(node: FileInode) -> int:
-    return sum(block.num_bytes for block in node.blocks)
-
-
 def link(parent: DirInode, node: Inode, patch_max: int) -> None:
     """Add ``node`` under ``parent``; a sorted-name cache longer than ``patch_max`` is
     dropped rather than patched (the next listing sorts again)."""

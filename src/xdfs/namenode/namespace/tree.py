@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from xdfs.errors import AlreadyExists, InvalidArgument, IsADirectory
 from xdfs.namenode.namespace import image_codec, quota
 from xdfs.namenode.namespace import permissions as perm
-from xdfs.namenode.namespace.inodes import DirInode, FileInode, Inode, file_length, link, unlink
+from xdfs.namenode.namespace.inodes import DirInode, FileInode, Inode, link, unlink
 from xdfs.namenode.namespace.ops import (
     ALL_OPS,
     AddFileOp,
@@ -57,6 +57,7 @@ from xdfs.namenode.namespace.tree_base import (
     SORTED_PATCH_MAX,
     At,
     PathArg,
+    file_length,
     handles,
     obj,
 )

@@ -26,6 +26,16 @@ ROOT_MODE = 0o755
 #: size); beyond it a change drops the cache and the next listing sorts again.
 SORTED_PATCH_MAX = 65536
 
+
+
+def file_length(node: FileInode) -> int:
+    """The bytes of a file: its blocks' lengths (here, compiled: every stat asks)."""
+    length = 0
+    for block in node.blocks:
+        length += block.num_bytes
+    return length
+
+
 #: A path as text, or as :meth:`Namespace.resolve` made it (then it is not walked again).
 PathArg = str | INodesInPath
 #: The resolutions an op is applied with (see NamespaceBase.apply).
