@@ -14,7 +14,8 @@ from xdfs.namenode.retry_cache import RetryCache
 from xdfs.namenode.server import NameNode
 from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
-from xdfs.rpc.client import ClientConnection, RpcClient
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.client_connection import ClientConnection
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.service import Method
 from xdfs.testing.minicluster import MiniCluster

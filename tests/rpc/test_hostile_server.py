@@ -30,7 +30,7 @@ from xdfs.protocol.system import (
     SourceHead,
     SourceRequest,
 )
-from xdfs.rpc.client import ClientConnection
+from xdfs.rpc.client_connection import ClientConnection
 from xdfs.rpc.messages import (
     PROTOCOL_VERSION,
     Chunk,

@@ -13,7 +13,7 @@ import crc32c
 
 from xdfs.config import RpcConfig
 from xdfs.protocol.system import PING
-from xdfs.rpc.client import ClientConnection
+from xdfs.rpc.client_connection import ClientConnection
 from xdfs.rpc.connection import RpcProtocol, encode_frame
 from xdfs.rpc.messages import Chunk, Empty, InEnvelope, Kind, Tail
 from xdfs.rpc.streams import StreamReceiver

@@ -7,12 +7,9 @@ thread when it does not."""
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import errno
-import mmap
 import os
 import platform
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
+from xdfs.testing.page_cache import drop_from_page_cache
 
 CHUNK = 4096
 NOW_MS = 1_700_000_000_000
@@ -208,56 +206,6 @@ async def stream(replica: Replica, offset: int = 0, length: int | None = None) -
     reader = ReplicaReader(replica, offset, size, 64 * 1024)
     pieces = transfer.PieceStream(reader, lambda _r, _e: None, transfer.Transfers())
     return b"".join([bytes(piece) async for piece in pieces])
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-
-
-def _all_resident(fd: int, size: int) -> bool:
-    """Whether every page of the file is in the page cache (mincore: unlike a read that
-    does not wait, it starts no read-ahead that would bring the pages back)."""
-    address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-    assert address not in (None, ctypes.c_void_p(-1).value)
-    try:
-        pages = -(-size // mmap.PAGESIZE)
-        vector = ctypes.create_string_buffer(pages)
-        assert _libc.mincore(address, size, vector) == 0
-        return all(byte & 1 for byte in vector.raw[:pages])
-    finally:
-        _libc.munmap(address, size)
-
-
-def drop_from_page_cache(path: Path) -> None:
-    """Evict ``path``'s pages. POSIX_FADV_DONTNEED skips pages it cannot drop at that
-    moment (still in another CPU's LRU batch after the write): repeat until one is gone."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        size = os.fstat(fd).st_size
-        for _ in range(500):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            if not _all_resident(fd, size):
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"{path} stayed in the page cache")
-    finally:
-        os.close(fd)
-
-
-async def test_a_cached_small_replica_is_read_on_the_loop(
-    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
-) -> None:
-    data = os.urandom(SMALL)
-    replica = await receive(storage, 40, data, syncs)
-    hops.clear()
-    assert await stream(replica) == data
-    assert await stream(replica, 70_000, 100_001) == data[70_000:170_001]
-    assert hops == []
 
 
 #: Tries of an uncached read: a read that does not wait still starts read-ahead, and on a

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import mmap
@@ -14,6 +13,7 @@ import pytest
 
 from xdfs.datanode import direct
 from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
+from xdfs.testing.page_cache import cached_pages
 
 CHUNK = 64 * 1024
 STAGE = direct.STAGE_BYTES
@@ -153,32 +153,6 @@ def test_long_direct_reads_in_parts_return_exact_bytes(rbw: Path, size: int) -> 
 # -- small replicas stay in the page cache (direct.BUFFERED_MAX_BYTES) -------------------
 
 SMALL = direct.BUFFERED_MAX_BYTES
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-
-
-def _cached_pages(path: Path, length: int) -> int:
-    """How many of the first ``length`` bytes' pages of ``path`` are in the page cache
-    (mincore of a shared read-only mapping: asking faults nothing in)."""
-    pages = -(-length // mmap.PAGESIZE)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = _libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-        try:
-            vec = ctypes.create_string_buffer(pages)
-            assert _libc.mincore(addr, length, vec) == 0, os.strerror(ctypes.get_errno())
-            return sum(byte & 1 for byte in vec.raw)
-        finally:
-            _libc.munmap(addr, length)
-    finally:
-        os.close(fd)
-
-
 def _evict(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -227,7 +201,7 @@ def test_small_replicas_stay_buffered_larger_ones_go_direct(
     dest.mkdir()
     replica = writer.finalize(dest)
     aligned = size - size % ALIGN_PAGE  # the unaligned end goes buffered in either case
-    cached = _cached_pages(replica.data_path, aligned) if aligned else 0
+    cached = cached_pages(replica.data_path, aligned) if aligned else 0
     if size < SMALL:  # written through the page cache, still there after the fdatasync
         assert cached == aligned // ALIGN_PAGE
     else:  # the first buffer's bytes went direct, past the page cache
@@ -245,7 +219,7 @@ def test_a_small_replica_read_buffered_comes_from_the_page_cache(rbw: Path) -> N
     _evict(replica.data_path)
     assert _read(replica, 0, len(data)) == data
     # kernel read-ahead and the read itself left the replica cached for the next reader
-    assert _cached_pages(replica.data_path, len(data)) == len(data) // ALIGN_PAGE
+    assert cached_pages(replica.data_path, len(data)) == len(data) // ALIGN_PAGE
 
 
 def _append(replica: Replica, rbw: Path, more: bytes) -> Replica:

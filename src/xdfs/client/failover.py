@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from xdfs.config import ClientConfig
 from xdfs.protocol.ha import GET_SERVICE_STATE
-from xdfs.rpc.client import ClientConnection
+from xdfs.rpc.client_connection import ClientConnection
 from xdfs.rpc.failover_probe import FailoverProbe, ServiceState
 from xdfs.rpc.messages import Empty
 

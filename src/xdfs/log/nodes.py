@@ -24,7 +24,8 @@ from xdfs.errors import LedgerFenced, LogFenced
 from xdfs.protocol import ledger as lp
 from xdfs.quorum.calls import QuorumCall
 from xdfs.quorum.fanout import QuorumFailed, quorum_call
-from xdfs.rpc.client import ClientConnection, RpcClient
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.client_connection import ClientConnection
 from xdfs.rpc.messages import Empty, Hello
 from xdfs.rpc.service import Method
 

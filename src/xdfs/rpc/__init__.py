@@ -1,6 +1,7 @@
 """xdfs's own RPC: asyncio TCP, msgpack-framed typed messages, streams (docs/architecture.md)."""
 
-from xdfs.rpc.client import ClientConnection, DownloadStream, RpcClient
+from xdfs.rpc.client import RpcClient
+from xdfs.rpc.client_connection import ClientConnection, DownloadStream
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.server import CallContext, Download, Principal, RpcServer
 from xdfs.rpc.service import Method, MethodKind, Service

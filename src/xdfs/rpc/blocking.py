@@ -7,7 +7,7 @@ timer per call, several times the call's own work on a small one (a stat): so
 :class:`~xdfs.rpc.client.RpcClient` lets a calling thread make a unary call over a socket
 it takes from the client's idle ones (or opens) and gives back after the call, writing the
 request and reading the answer itself (see :meth:`RpcClient.call`). The frames and the
-handshake are the ones of :class:`~xdfs.rpc.client.ClientConnection`, with the client's
+handshake are the ones of :class:`~xdfs.rpc.client_connection.ClientConnection`, with the client's
 ``Hello`` (its client id: the server's retry cache treats every connection of one client
 alike).
 

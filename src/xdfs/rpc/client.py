@@ -1,7 +1,8 @@
 """The RPC client: one multiplexed connection per server, and failover across servers.
 
-:class:`ClientConnection` carries many calls at once over one socket, matched by id.
-:class:`RpcClient` owns connections to a list of addresses and applies the retry rules:
+:class:`~xdfs.rpc.client_connection.ClientConnection` carries many calls at once over one
+socket, matched by id. :class:`RpcClient` owns connections to a list of addresses and
+applies the retry rules:
 
 * a try that never reached the server (connect or handshake failed, ``Overloaded``) is
   always safe to repeat;
@@ -39,44 +40,30 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import msgspec
 import msgspec.structs
 
-from xdfs.common.addresses import parse_address
 from xdfs.config import RpcConfig
 from xdfs.errors import (
     ConnectionLost,
     NotActive,
     Overloaded,
-    ProtocolError,
     RpcTimeout,
-    StreamError,
     Superseded,
     Unavailable,
     XdfsError,
-    error_from_code,
 )
 from xdfs.rpc.blocking import BlockingConnection
-from xdfs.rpc.connection import (
-    DECODE_ERRORS,
-    ERROR_DECODER,
-    RpcProtocol,
-    decode_error,
-    encode_frame,
-)
+from xdfs.rpc.client_connection import ClientConnection, DownloadStream
 from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
     PROTOCOL_VERSION,
     Hello,
-    InEnvelope,
-    Kind,
     Welcome,
 )
-from xdfs.rpc.service import Method, MethodKind, Req, Resp
-from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, StreamSender
+from xdfs.rpc.service import Method, Req, Resp
+from xdfs.rpc.streams import ChunkSource
 from xdfs.rpc.sync import LoopThread, inline_loop
 
 T = TypeVar("T")
-
-_WELCOME = msgspec.msgpack.Decoder(Welcome)
 
 
 def backoff_s(try_number: int, initial_s: float, max_s: float) -> float:
@@ -85,285 +72,6 @@ def backoff_s(try_number: int, initial_s: float, max_s: float) -> float:
         return 0.0
     # The exponent is capped so huge try numbers cannot overflow the float conversion.
     return float(min(max_s, initial_s * (2 ** min(try_number - 1, 1000))))
-
-
-class DownloadStream:
-    """The head of a download, and an async iterator over its verified chunks."""
-
-    def __init__(
-        self,
-        head: Any,
-        receiver: StreamReceiver,
-        conn: ClientConnection,
-        call_id: int,
-        chunk_timeout_s: float,
-    ) -> None:
-        self.head = head
-        self._receiver = receiver
-        self._conn = conn
-        self._id = call_id
-        self._timeout_s = chunk_timeout_s
-
-    def __aiter__(self) -> DownloadStream:
-        return self
-
-    async def __anext__(self) -> memoryview | bytes:
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                return await self._receiver.__anext__()
-        except TimeoutError:
-            await self.aclose()
-            raise RpcTimeout(f"no chunk within {self._timeout_s} s") from None
-
-    async def read_all(self) -> bytes:
-        return b"".join([bytes(part) async for part in self])
-
-    async def aclose(self) -> None:
-        """Abandon the stream early (tells the server to stop sending)."""
-        if not self._receiver.finished:
-            self._receiver.fail(StreamError("download abandoned by the reader"))
-            self._conn.send(Kind.CANCEL, self._id, "", None)
-        self._conn.receivers.pop(self._id, None)
-
-    async def __aenter__(self) -> DownloadStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class ClientConnection(RpcProtocol):
-    def __init__(self, config: RpcConfig) -> None:
-        super().__init__(config)
-        self.address = ""
-        self.welcome: Welcome | None = None
-        self._loop = asyncio.get_running_loop()
-        self._welcome_future: asyncio.Future[Welcome] = self._loop.create_future()
-        self._next_id = 1
-        self._pending: dict[int, tuple[asyncio.Future[Any], Method[Any, Any]]] = {}
-        self._flush_soon = False  # a flush of queued requests is scheduled (_send_request)
-
-    @classmethod
-    async def open(
-        cls,
-        address: str,
-        config: RpcConfig,
-        hello: Hello,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> ClientConnection:
-        """Connect and complete the handshake within ``connect_timeout_s``."""
-        host, port = parse_address(address)
-        loop = asyncio.get_running_loop()
-        conn: ClientConnection | None = None
-        try:
-            async with asyncio.timeout(config.connect_timeout_s):
-                _, conn = await loop.create_connection(
-                    lambda: cls(config), host, port, ssl=ssl_context,
-                    server_hostname=host if ssl_context else None,
-                )
-                conn.address = address
-                conn.send(Kind.HELLO, 0, "", hello)
-                conn.welcome = await conn._welcome_future
-        except TimeoutError:
-            if conn is not None:
-                conn.close()
-            raise Unavailable(f"connecting to {address} timed out") from None
-        except (OSError, ssl.SSLError) as exc:
-            raise Unavailable(f"cannot connect to {address}: {exc}") from None
-        except (XdfsError, asyncio.CancelledError):  # cancelled: a failover probe moved on
-            if conn is not None:
-                conn.close()
-            raise
-        return conn
-
-    # -- incoming -----------------------------------------------------------------------
-
-    def on_envelope(self, envelope: InEnvelope) -> None:
-        kind = envelope.kind
-        if kind in (Kind.RESPONSE, Kind.HEAD):
-            self._on_answer(envelope)
-        elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
-            self.on_stream_frame(envelope)
-            receiver = self.receivers.get(envelope.id)
-            if receiver is not None and receiver.finished:
-                del self.receivers[envelope.id]
-        elif kind == Kind.ERROR:
-            self._on_error(envelope)
-        elif kind == Kind.WELCOME:
-            try:
-                welcome = _WELCOME.decode(envelope.body)
-            except DECODE_ERRORS as exc:
-                raise decode_error(exc, ProtocolError, "bad handshake answer") from None
-            if not self._welcome_future.done():
-                self._welcome_future.set_result(welcome)
-        else:
-            raise ProtocolError(f"unexpected frame kind {kind} from a server")
-
-    def _on_answer(self, envelope: InEnvelope) -> None:
-        entry = self._pending.pop(envelope.id, None)
-        if entry is None:
-            return  # the caller timed out or cancelled; the late answer is dropped
-        future, method = entry
-        try:
-            body = method.response_decoder.decode(envelope.body)
-        except DECODE_ERRORS as exc:
-            body = None
-            what = f"{method.name}: bad response"
-            error: XdfsError | None = decode_error(exc, ProtocolError, what)
-        else:
-            error = None
-        if not future.done():
-            if error is None:
-                future.set_result(body)
-            else:
-                future.set_exception(error)
-
-    def _on_error(self, envelope: InEnvelope) -> None:
-        try:
-            info = ERROR_DECODER.decode(envelope.body)
-            error = error_from_code(info.code, info.message)
-        except DECODE_ERRORS as exc:
-            error = decode_error(exc, ProtocolError, "bad error frame")
-        if envelope.id == 0:  # the connection itself failed; the server closes it
-            self._fail_all(error)
-            return
-        entry = self._pending.pop(envelope.id, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(error)
-        receiver = self.receivers.pop(envelope.id, None)
-        if receiver is not None:
-            receiver.fail(error)
-        sender = self.senders.pop(envelope.id, None)
-        if sender is not None:
-            sender.fail(error)
-
-    def _fail_all(self, error: XdfsError) -> None:
-        if not self._welcome_future.done():
-            self._welcome_future.set_exception(error)
-        for future, _method in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
-        self._pending.clear()
-        for receiver in self.receivers.values():
-            receiver.fail(error)
-        for sender in self.senders.values():
-            sender.fail(error)
-
-    def on_connection_lost(self, error: ConnectionLost) -> None:
-        self._fail_all(error)
-
-    # -- calls --------------------------------------------------------------------------
-
-    def _new_call(self, method: Method[Any, Any]) -> tuple[int, asyncio.Future[Any]]:
-        if self.is_closing:
-            raise ConnectionLost(f"connection to {self.address} is closed")
-        call_id = self._next_id
-        self._next_id += 1
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = (future, method)
-        return call_id, future
-
-    async def _await_answer(
-        self, call_id: int, future: asyncio.Future[T], method: Method[Any, Any], timeout_s: float
-    ) -> T:
-        timer = asyncio.get_running_loop().call_later(
-            timeout_s, self._expire, call_id, method.name, timeout_s
-        )
-        try:
-            return await future
-        except asyncio.CancelledError:
-            self._abandon(call_id)
-            raise
-        finally:
-            timer.cancel()
-
-    def _abandon(self, call_id: int) -> None:
-        """The caller gave up on a call (cancelled): tell the server, drop the answer."""
-        if self._pending.pop(call_id, None) is not None and not self.is_closing:
-            self.send(Kind.CANCEL, call_id, "", None)
-
-    def _expire(self, call_id: int, name: str, timeout_s: float) -> None:
-        entry = self._pending.pop(call_id, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(RpcTimeout(f"{name} got no answer within {timeout_s} s"))
-            self.send(Kind.CANCEL, call_id, "", None)
-
-    async def call(
-        self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
-    ) -> Resp:
-        """``logical_call``: the number all tries of this call carry (see RpcClient)."""
-        assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
-        call_id, future = self._new_call(method)
-        self._send_request(call_id, method.name, request, logical_call)
-        return await self._await_answer(call_id, future, method, timeout_s)
-
-    def _send_request(self, call_id: int, name: str, request: Any, logical_call: int) -> None:
-        """Send a unary request; with other calls in flight, at the end of this loop turn
-        together with the others made in it (many callers woken by one batch of answers
-        send one write, not one system call each). A lone call goes out at once."""
-        if len(self._pending) <= 1 or self._receiving:
-            self.flush()  # anything queued goes first: frames keep their order
-            self.send(Kind.REQUEST, call_id, name, request, logical_call)
-            return
-        self._out.append(encode_frame(Kind.REQUEST, call_id, name, request, logical_call))
-        if not self._flush_soon:
-            self._flush_soon = True
-            self._loop.call_soon(self._flush_queued)
-
-    def _flush_queued(self) -> None:
-        self._flush_soon = False
-        self.flush()
-
-    def send(
-        self, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
-    ) -> None:
-        if self._out and not self._receiving:
-            self.flush()  # requests queued by _send_request go first
-        super().send(kind, call_id, method, body, logical_call)
-
-    async def upload(
-        self,
-        method: Method[Req, Resp],
-        request: Req,
-        chunks: ChunkSource,
-        timeout_s: float,
-        logical_call: int = 0,
-    ) -> Resp:
-        assert method.kind is MethodKind.UPLOAD, f"{method.name} is not an upload method"
-        call_id, future = self._new_call(method)
-        sender = StreamSender(self, call_id, timeout_s, lent=UPLOAD_CHUNKS_AHEAD)
-        self.senders[call_id] = sender
-        self.send(Kind.HEAD, call_id, method.name, request, logical_call)
-        try:
-            await sender.send_all(chunks, self.config.stream_chunk_bytes)
-        except XdfsError:
-            if not future.done():  # our side failed; the server's error wins otherwise
-                self.send(Kind.CANCEL, call_id, "", None)
-                self._pending.pop(call_id, None)
-                raise
-        except BaseException:
-            self.send(Kind.CANCEL, call_id, "", None)
-            self._pending.pop(call_id, None)
-            raise
-        finally:
-            self.senders.pop(call_id, None)
-        return await self._await_answer(call_id, future, method, timeout_s)
-
-    async def download(
-        self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
-    ) -> DownloadStream:
-        assert method.kind is MethodKind.DOWNLOAD, f"{method.name} is not a download method"
-        call_id, future = self._new_call(method)
-        receiver = StreamReceiver(self, call_id, self.config.stream_window_chunks)
-        self.receivers[call_id] = receiver
-        self.send(Kind.REQUEST, call_id, method.name, request, logical_call)
-        receiver.grant_window()
-        try:
-            head = await self._await_answer(call_id, future, method, timeout_s)
-        except BaseException:
-            self.receivers.pop(call_id, None)
-            raise
-        return DownloadStream(head, receiver, self, call_id, timeout_s)
 
 
 class RpcClient:

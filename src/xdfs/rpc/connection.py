@@ -1,7 +1,7 @@
 """Frame I/O, write flow control and stream bookkeeping shared by both ends of a connection.
 
 Subclasses (:class:`~xdfs.rpc.server.ServerConnection`,
-:class:`~xdfs.rpc.client.ClientConnection`) implement :meth:`RpcProtocol.on_envelope`.
+:class:`~xdfs.rpc.client_connection.ClientConnection`) implement :meth:`RpcProtocol.on_envelope`.
 Anything wrong with what the peer sent either fails that one call (wrong body type, unknown
 method) or, when the byte stream itself can no longer be trusted (oversized or undecodable
 frame, protocol violation), sends one connection-level error and closes. No input a peer can

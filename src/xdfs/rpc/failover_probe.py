@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from xdfs.rpc.client import ClientConnection
+    from xdfs.rpc.client_connection import ClientConnection
 
 #: The state an active server reports (HDFS's HAServiceState.ACTIVE).
 ACTIVE = "active"
