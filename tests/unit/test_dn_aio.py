@@ -208,6 +208,17 @@ async def stream(replica: Replica, offset: int = 0, length: int | None = None) -
     return b"".join([bytes(piece) async for piece in pieces])
 
 
+async def test_a_cached_small_replica_is_read_on_the_loop(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive(storage, 40, data, syncs)
+    hops.clear()
+    assert await stream(replica) == data
+    assert await stream(replica, 70_000, 100_001) == data[70_000:170_001]
+    assert hops == []
+
+
 #: Tries of an uncached read: a read that does not wait still starts read-ahead, and on a
 #: fast (virtual) disk that read-ahead can land before the read looks, so the read finds
 #: the pages after all. That race is the kernel's; each try drops the pages again.
