@@ -71,7 +71,7 @@ from pathlib import Path
 
 from bench_env import load_average, machine, proc_cpu_s
 from xdfs.client.client import AsyncClient
-from xdfs.common import native
+from xdfs.common import collector, native
 from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.namenode.image.format import format_namenode
@@ -254,7 +254,9 @@ async def inproc_run(s: Settings, table: Table, base: Path) -> None:
     config = XdfsConfig()
     format_namenode([name_dir], config.namenode, superuser=SUPERUSER, password=SUPER_PASSWORD)
     node = NameNode(config, [name_dir])
+    collector.tune(config.rpc.gc_young_objects)  # the collector as a server process has it
     await node.start("127.0.0.1", 0)
+    collector.settle()
     try:
         assert node.fs is not None and node.auth is not None and node.edits is not None
         fs, n, w = node.fs, s.ops, s.writers

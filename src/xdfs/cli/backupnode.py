@@ -55,4 +55,6 @@ async def _serve(
     from xdfs.backupnode.server import BackupNode
     from xdfs.cli.serving import serve
 
-    return await serve("backupnode", BackupNode(config, name_dir, namenodes), host, port)
+    return await serve(
+        "backupnode", BackupNode(config, name_dir, namenodes), host, port, config.rpc
+    )

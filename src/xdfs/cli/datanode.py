@@ -53,4 +53,4 @@ async def _serve(
     from xdfs.cli.serving import serve
     from xdfs.datanode.server import DataNode
 
-    return await serve("datanode", DataNode(config, data_dir, namenodes), host, port)
+    return await serve("datanode", DataNode(config, data_dir, namenodes), host, port, config.rpc)

@@ -39,4 +39,4 @@ async def _serve(config: XdfsConfig, journal_dir: Path, host: str, port: int) ->
     from xdfs.cli.serving import serve
     from xdfs.journal.server import JournalNode
 
-    return await serve("journalnode", JournalNode(config, journal_dir), host, port)
+    return await serve("journalnode", JournalNode(config, journal_dir), host, port, config.rpc)

@@ -33,4 +33,4 @@ async def _serve(config: XdfsConfig, host: str, port: int) -> int:
     from xdfs.cli.serving import serve
     from xdfs.logservice.server import LogService
 
-    return await serve("logservice", LogService(config), host, port)
+    return await serve("logservice", LogService(config), host, port, config.rpc)

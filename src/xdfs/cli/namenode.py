@@ -120,7 +120,7 @@ async def _serve(config: XdfsConfig, dirs: list[Path], host: str, port: int) -> 
     from xdfs.cli.serving import serve
     from xdfs.namenode.server import NameNode
 
-    return await serve("namenode", NameNode(config, dirs), host, port)
+    return await serve("namenode", NameNode(config, dirs), host, port, config.rpc)
 
 
 async def _initialize_shared_edits(config: XdfsConfig, dirs: list[Path], force: bool) -> int:

@@ -9,6 +9,8 @@ from typing import Protocol
 
 import click
 
+from xdfs.config.rpc import RpcConfig
+
 
 class Server(Protocol):
     @property
@@ -32,17 +34,20 @@ def arm_faults() -> None:
         click.echo(f"fault points armed: {', '.join(armed)}", err=True)
 
 
-async def serve(role: str, node: Server, host: str, port: int) -> int:
+async def serve(role: str, node: Server, host: str, port: int, rpc: RpcConfig) -> int:
     """Exit status: 0 after a graceful stop, 1 when the server could not start or died."""
+    from xdfs.common import collector
     from xdfs.errors import XdfsError
 
     arm_faults()
+    collector.tune(rpc.gc_young_objects)
     try:
         address = await node.start(host, port)
     except (XdfsError, OSError) as exc:
         message = exc.message if isinstance(exc, XdfsError) else str(exc)
         click.echo(f"{role} cannot start: {type(exc).__name__}: {message}", err=True)
         return 1
+    collector.settle()  # its state is loaded: keep the collector off it from now on
     http = getattr(node, "http_address", "")
     if http:  # before the ready line: whoever waits for that one finds this one too
         click.echo(f"{role} http on {http}")

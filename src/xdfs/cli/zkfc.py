@@ -58,4 +58,4 @@ async def _serve(config: XdfsConfig, nn_id: str, namenode: str, host: str, port:
     from xdfs.cli.serving import serve
     from xdfs.zkfc.server import FailoverController
 
-    return await serve("zkfc", FailoverController(config, nn_id, namenode), host, port)
+    return await serve("zkfc", FailoverController(config, nn_id, namenode), host, port, config.rpc)
