@@ -79,15 +79,22 @@ async def test_corrupt_replica_is_skipped_reported_and_replaced(cluster: Cluster
     victims = cluster.holders(block.block_id)
     assert len(victims) == 2
     flip_byte(replica_files(cluster.data_dir(victims[0]), block.block_id)[0], 100)
-    # Whichever replica a read picks, the bytes are right (the bad one is skipped).
-    for _ in range(6):
-        assert await cluster.client.read_file("/c") == data
-    await eventually(lambda: replication_settled(cluster.client, "/c"), what="replica replaced")
 
-    async def corrupt_one_gone() -> bool:
+    def corrupt_one_gone() -> bool:
         files = replica_files(cluster.data_dir(victims[0]), block.block_id)
         return not files or files[0].read_bytes() == data[:BLOCK_BYTES]
 
+    async def corruption_noticed() -> bool:
+        # Whichever replica a read picks, the bytes are right (the bad one is skipped). A
+        # read picks one of the two at random: read until one has met the corrupt replica
+        # (the NameNode then lists it, or has already replaced and deleted it).
+        assert await cluster.client.read_file("/c") == data
+        report = await cluster.client.fsck("/c", files=True, blocks=True)
+        listed = any(b.corrupt_locations for entry in report.listed for b in entry.blocks)
+        return listed or corrupt_one_gone()
+
+    await eventually(corruption_noticed, what="corrupt replica reported by a read")
+    await eventually(lambda: replication_settled(cluster.client, "/c"), what="replica replaced")
     await eventually(corrupt_one_gone, what="corrupt replica deleted")
     assert len(cluster.holders(block.block_id)) == 2
 
