@@ -56,6 +56,11 @@ NATIVE_MODULES = (
     "xdfs.namenode.blocks.replication",
     "xdfs.namenode.blocks.manager",
     "xdfs.namenode.namespace.leases",
+    "xdfs.namenode.fs_core",
+    "xdfs.namenode.fs_leases",
+    "xdfs.namenode.fs_write",
+    "xdfs.namenode.fs_append",
+    "xdfs.namenode.namesystem",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"
