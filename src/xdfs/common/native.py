@@ -56,6 +56,7 @@ NATIVE_MODULES = (
     "xdfs.namenode.blocks.replication",
     "xdfs.namenode.blocks.manager",
     "xdfs.namenode.namespace.leases",
+    "xdfs.namenode.retry_cache",
     "xdfs.namenode.fs_core",
     "xdfs.namenode.fs_leases",
     "xdfs.namenode.fs_write",
