@@ -1,18 +1,16 @@
 """Eager unary handlers (rpc.server.eager): started in the loop turn their request arrived
-in, and stepped on by the futures they await (no task) when they wait; same answers, retry
-keys and cancellation."""
+in, a task taking over only when they wait; same answers, retry keys and cancellation."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 
 import pytest
 
 from tests.rpc.services import EAGER, Count, SlowRequest, TestHandlers
 from xdfs.errors import RpcTimeout
 from xdfs.rpc.client import RpcClient
-from xdfs.rpc.server import RpcServer, _Stepper
+from xdfs.rpc.server import RpcServer, _Resume
 from xdfs.testing.poll import eventually
 
 
@@ -29,18 +27,18 @@ async def test_an_eager_call_that_does_not_wait_needs_no_task(
     assert not server_conn._calls and not server_conn._unary_calls
 
 
-async def test_an_eager_call_that_waits_goes_on_without_a_task_with_its_key(
+async def test_an_eager_call_that_waits_goes_on_in_a_task_with_its_key(
     client: RpcClient, server: RpcServer, handlers: TestHandlers
 ) -> None:
     waiting = asyncio.create_task(client.call(EAGER, SlowRequest(1.0)))
     await eventually(lambda: handlers.eager_seen)
     (server_conn,) = server.connections
-    assert len(server_conn._calls) == 1  # it holds its slot while it waits
+    assert len(server_conn._calls) == 1  # a task carries it while it waits
     handlers.gate.set()
     assert await waiting == Count(1)
     (start, woken) = handlers.eager_seen
     assert start[:2] == ("start", False)
-    assert woken[:2] == ("woken", False)  # woken by the gate's future, not a task
+    assert woken[:2] == ("woken", True)
     assert start[2] is not None and woken[2] == start[2]  # the same call's key throughout
     await eventually(lambda: not server_conn._calls and not server_conn._unary_calls)
 
@@ -72,44 +70,21 @@ async def test_eager_calls_cancelled_with_their_connection(
     await asyncio.gather(*calls, return_exceptions=True)
 
 
-async def _waiting_on(gate: asyncio.Event, seen: list[str]) -> None:
-    try:
-        await gate.wait()
-    except asyncio.CancelledError:
-        seen.append("cancelled")
-        raise
-    seen.append("woken")
-
-
-async def test_a_stepper_cancelled_cancels_the_eager_coroutine_where_it_waits() -> None:
-    seen: list[str] = []
-    done: list[str] = []
-    gate = asyncio.Event()
-    coro = _waiting_on(gate, seen)
-    awaited = coro.send(None)  # the eager first step, up to its wait
-    stepper = _Stepper(asyncio.get_running_loop(), coro, contextvars.copy_context(), awaited,
-                       lambda: done.append("done"))
-    assert stepper.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await stepper
-    assert seen == ["cancelled"] and done == ["done"]
-    assert not stepper.cancel()  # once done, as a task
-
-
-async def test_a_stepper_goes_on_through_several_waits_and_bare_yields() -> None:
+async def test_a_task_cancelled_before_its_first_step_cancels_the_eager_coroutine() -> None:
     seen: list[str] = []
     gate = asyncio.Event()
 
     async def handler() -> None:
-        await asyncio.sleep(0)  # a bare yield: the next loop turn
-        await asyncio.sleep(0.001)  # a future the loop resolves later
-        await _waiting_on(gate, seen)
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
 
     coro = handler()
-    stepper = _Stepper(asyncio.get_running_loop(), coro, contextvars.copy_context(),
-                       coro.send(None), lambda: None)
-    await eventually(lambda: gate._waiters)  # (asyncio.Event keeps its waiters' futures)
-    assert not stepper.done()
-    gate.set()
-    await stepper
-    assert seen == ["woken"]
+    awaited = coro.send(None)  # the eager first step, up to its wait
+    task = asyncio.get_running_loop().create_task(_Resume(coro, awaited))
+    task.cancel()  # before the task ever ran
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled"]

@@ -41,6 +41,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Coroutine,
+    Generator,
     Iterable,
 )
 from dataclasses import dataclass
@@ -144,10 +145,9 @@ HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[Any]])
 
 def eager(handler: HandlerT) -> HandlerT:
     """Mark an async unary handler to start at once, in the loop turn its request arrived
-    in, and to go on without a task when it has to wait: each future it awaits steps it on
-    (:meth:`ServerConnection._start_unary`). Only for handlers that never need a task: no
-    ``current_task()``, ``asyncio.timeout`` or ``TaskGroup`` (waiting on futures, events
-    and ``asyncio.sleep`` is fine)."""
+    in, a task taking over only when it has to wait (:meth:`ServerConnection._start_unary`).
+    Only for handlers that need no task before their first wait: no ``current_task()``,
+    ``asyncio.timeout`` or ``TaskGroup`` until they have awaited something pending."""
     handler.xdfs_eager = True  # type: ignore[attr-defined]
     return handler
 
@@ -300,8 +300,7 @@ class ServerConnection(RpcProtocol):
         self.principal: Principal | None = None
         self.client_id = b""  # from the handshake: with a call's number, its retry key
         self._hello_task: asyncio.Task[None] | None = None
-        #: The running calls: a task each, or a _Stepper (an eager call that waits).
-        self._calls: dict[int, asyncio.Future[None]] = {}
+        self._calls: dict[int, asyncio.Task[None]] = {}
         self._unary_calls: set[int] = set()  # ids of running unary calls (they need no input)
         self._parked: deque[InEnvelope] = deque()  # frames waiting for a free call slot
         self._paused_for_writes = False
@@ -606,10 +605,10 @@ class ServerConnection(RpcProtocol):
         self._update_reading()
 
     def _start_unary(self, envelope: InEnvelope, route: _Route, request: Any) -> None:
-        """Run an async unary call's first step now, in a context of its own; when it has to
-        wait (a mutation, for its sync), the futures it awaits step it on (_Stepper), no
-        task. A call answered without waiting costs nothing more, and one that waits does
-        its work in this loop turn rather than the next (as Python 3.12's eager tasks)."""
+        """Run an async unary call's first step now, in a context of its own; a task
+        carries it on only when it has to wait (a mutation, for its sync). A call answered
+        without waiting costs no task, and one that waits does its work in this loop turn
+        rather than the next (as Python 3.12's eager tasks)."""
         call_id = envelope.id
         context = contextvars.copy_context()
         coro = self._run_unary(call_id, envelope.call, route, request, time.perf_counter())
@@ -618,11 +617,15 @@ class ServerConnection(RpcProtocol):
         except StopIteration:
             return  # answered (or failed: _run_unary replies to every failure)
         self._unary_calls.add(call_id)
-        self._calls[call_id] = _Stepper(
-            self._loop, coro, context, awaited, lambda: self._finished(call_id))
+        self._spawn(call_id, _Resume(coro, awaited), context)
 
-    def _spawn(self, call_id: int, work: Coroutine[Any, Any, None]) -> None:
-        task: asyncio.Task[None] = self._loop.create_task(work)
+    def _spawn(
+        self,
+        call_id: int,
+        work: Coroutine[Any, Any, None],
+        context: contextvars.Context | None = None,
+    ) -> None:
+        task: asyncio.Task[None] = self._loop.create_task(work, context=context)
         self._calls[call_id] = task
         task.add_done_callback(lambda _t: self._finished(call_id))
 
@@ -715,71 +718,35 @@ class ServerConnection(RpcProtocol):
 
 
 
-class _Stepper(asyncio.Future[None]):
-    """The rest of an eager call, ``coro``, whose first step ran outside any task and
-    yielded ``awaited``: stepped on by the futures it awaits, in ``context``, without a task
-    (a task costs its creation, its registration among all tasks and a done callback a loop
-    turn later: ~5 us a call here). Done (a future: ``gather`` waits for it) when ``coro``
-    ends; ``on_done`` is called then, at once. As for a task, :meth:`cancel` cancels what
-    the call waits for, so the CancelledError comes out where it waits (its handler answers
-    the client). Inside, ``asyncio.current_task()`` is None (see :func:`eager`)."""
+class _Resume(Coroutine[Any, Any, None]):
+    """The rest of ``coro``, whose first step ran outside any task and yielded ``awaited``
+    (what it waits for), for a task to run: its first step hands ``awaited`` on to that
+    task, the next ones step ``coro``. A cancellation thrown in, even before the first
+    step, goes into ``coro`` where it waits (its handler answers the client)."""
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        coro: Coroutine[Any, Any, None],
-        context: contextvars.Context,
-        awaited: Any,
-        on_done: Callable[[], None],
-    ) -> None:
-        super().__init__(loop=loop)
+    __slots__ = ("_awaited", "_coro", "_started")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], awaited: Any) -> None:
         self._coro = coro
-        self._context = context
-        self._on_done = on_done
-        self._waiting: asyncio.Future[Any] | None = None
-        self._must_cancel = False
-        self._wait_on(awaited)
+        self._awaited = awaited
+        self._started = False
 
-    def _wait_on(self, awaited: Any) -> None:
-        if awaited is None:  # a bare yield (asyncio.sleep(0)): go on in the next loop turn
-            self.get_loop().call_soon(self._wake, None, context=self._context)
-        elif getattr(awaited, "_asyncio_future_blocking", None):  # an asyncio future
-            awaited._asyncio_future_blocking = False
-            self._waiting = awaited
-            awaited.add_done_callback(self._wake, context=self._context)
-        else:
-            error = RuntimeError(f"an eager call awaited {awaited!r}, not a future")
-            self.get_loop().call_soon(self._step, error, context=self._context)
+    def send(self, value: Any) -> Any:
+        if not self._started:
+            self._started = True
+            awaited, self._awaited = self._awaited, None
+            return awaited
+        return self._coro.send(value)
 
-    def _wake(self, _awaited: object) -> None:
-        self._waiting = None
-        if self._must_cancel:
-            self._must_cancel = False
-            self._step(asyncio.CancelledError())
-        else:
-            self._step(None)  # a failed or cancelled future raises in ``coro`` itself
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._started = True
+        self._awaited = None
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)  # (the old three-argument form)
 
-    def _step(self, error: BaseException | None) -> None:
-        # (run in the call's context: every callback that steps it is registered with it)
-        try:
-            awaited = self._coro.send(None) if error is None else self._coro.throw(error)
-        except StopIteration:
-            self._on_done()
-            super().set_result(None)
-        except asyncio.CancelledError:
-            self._on_done()
-            super().cancel()
-        except BaseException as exc:  # _run_unary answers every failure: a bug
-            log.exception("eager call stepper failed", exc_info=exc)
-            self._on_done()
-            super().set_exception(exc)
-        else:
-            self._wait_on(awaited)
+    def close(self) -> None:
+        self._coro.close()
 
-    def cancel(self, msg: Any = None) -> bool:
-        if self.done():
-            return False
-        waiting = self._waiting
-        if waiting is None or not waiting.cancel(msg):
-            self._must_cancel = True  # thrown in at the next step
-        return True
+    def __await__(self) -> Generator[Any, None, None]:
+        raise TypeError("_Resume is run by a task, not awaited")
