@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -65,8 +66,28 @@ def build() -> None:
             os.chdir(cwd)
     digests = native.source_digests()
     Path(native.manifest_path()).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+    problem = import_problem()
+    if problem:
+        clean()  # a build that cannot be imported must never be loaded
+        raise SystemExit(f"build_native: the compiled modules do not import ({problem}); "
+                         "removed, the pure-Python modules are used")
     print(f"build_native: compiled {len(digests)} modules with mypyc "
           f"({len(built_files())} extensions in src/)")
+
+
+def import_problem() -> str:
+    """Why a fresh process cannot load the whole build ("" when it can): mypyc accepts
+    some code whose module then fails at import (a dataclass field typed ``object``)."""
+    script = ("from xdfs.common import native; import sys; n = len(native.compiled_modules()); "
+              "sys.exit(0 if n == len(native.NATIVE_MODULES) else f'{n} compiled')")
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop(native.PURE_ENV, None)
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=300, check=False)
+    if result.returncode == 0:
+        return ""
+    lines = (result.stderr.strip() or f"exit status {result.returncode}").splitlines()
+    return lines[-1]
 
 
 def main() -> int:

@@ -552,6 +552,22 @@ def test_supergroup_member_passes(perms: Namespace) -> None:
     perms.check_access("bob", "/p/o", access=7, owner=True)
 
 
+def test_a_users_new_groups_reach_the_next_check(perms: Namespace) -> None:
+    # groups_of keeps each user's set with the record it was made from: every change of
+    # the user (a new record) must be seen by the very next check
+    perms.apply(AddUserOp("bob", b"h", b"s", ("supergroup",), T))
+    perms.check_access("bob", "/p/o", access=7)
+    perms.apply(AddUserOp("bob", b"h", b"s", ("staff",), T + 1))  # replaced: no supergroup
+    with pytest.raises(AccessDenied):
+        perms.check_access("bob", "/p/o", access=7)
+    perms.apply(AddUserOp("bob", b"h", b"s", ("supergroup",), T + 2))
+    perms.check_access("bob", "/p/o", access=7)
+    perms.apply(RemoveUserOp("bob"))
+    with pytest.raises(AccessDenied):
+        perms.check_access("bob", "/p/o", access=7)
+    assert perms.groups_of("bob") == frozenset()
+
+
 def test_first_matching_class_decides(perms: Namespace) -> None:
     perms.apply(SetPermissionOp("/p/o", 0o047))  # owner ---, group r--, other rwx
     with pytest.raises(AccessDenied):

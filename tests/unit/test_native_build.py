@@ -58,7 +58,7 @@ def test_the_guard_finds_each_compiled_module_as_its_source() -> None:
         spec = finder.find_spec(module, None)
         assert spec is not None and spec.origin == native.source_path(module)
         assert isinstance(spec.loader, importlib.machinery.SourceFileLoader)
-    assert finder.find_spec("xdfs.namenode.namesystem", None) is None  # not its business
+    assert finder.find_spec("xdfs.namenode.server", None) is None  # not its business
 
 
 def test_a_process_with_xdfs_pure_runs_every_namespace_module_from_source() -> None:
@@ -80,6 +80,15 @@ def test_the_block_managers_path_is_in_the_build() -> None:
                    "xdfs.namenode.blocks.replication", "xdfs.namenode.namespace.leases"):
         assert module in native.NATIVE_MODULES
         assert os.path.isfile(native.source_path(module))
+
+
+def test_the_namesystem_is_in_the_build() -> None:
+    # every mutation's own path (plan, apply, log, the retry cache's wrapper): one base
+    # chain of native classes, Namesystem <- AppendOps <- WriteOps <- LeaseOps <- core
+    for module in ("xdfs.namenode.fs_core", "xdfs.namenode.fs_leases",
+                   "xdfs.namenode.fs_write", "xdfs.namenode.fs_append",
+                   "xdfs.namenode.namesystem"):
+        assert module in native.NATIVE_MODULES
 
 
 def test_a_process_loads_all_of_the_build_or_none_of_it() -> None:

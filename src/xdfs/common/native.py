@@ -29,11 +29,13 @@ from types import ModuleType
 #: Compiled by scripts/build_native.py: the namespace (the tree, path resolution and
 #: permission checks), the modules every NameNode operation spends most of its CPU in, and
 #: the block manager with what it calls on a small file's path (placement, the block map,
-#: the DataNode table, the replication check, leases). msgspec.Struct classes (inodes,
-#: ops, records) cannot be mypyc native classes: their modules stay interpreted and are
-#: used from the compiled ones as ordinary objects. Not compiled: the Namesystem (fs_*.py:
-#: its classes inherit from two bases, which native classes cannot) and the block walks
-#: off the loop (fsck, the block-map export, balancing), which are not on a call's path.
+#: the DataNode table, the replication check, leases), and the Namesystem with the retry
+#: cache (every mutation's plan, apply, log and at-most-once bookkeeping: one chain of
+#: native base classes, no method decorators). msgspec.Struct classes (inodes, ops,
+#: records) cannot be mypyc native classes: their modules stay interpreted and are used
+#: from the compiled ones as ordinary objects. Not compiled: the block walks off the loop
+#: (fsck, the block-map export, balancing), which are not on a call's path, and the RPC
+#: layer and edits log (asyncio and msgspec: mostly calls into C already).
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
     "xdfs.namenode.namespace.permissions",
@@ -56,6 +58,12 @@ NATIVE_MODULES = (
     "xdfs.namenode.blocks.replication",
     "xdfs.namenode.blocks.manager",
     "xdfs.namenode.namespace.leases",
+    "xdfs.namenode.retry_cache",
+    "xdfs.namenode.fs_core",
+    "xdfs.namenode.fs_leases",
+    "xdfs.namenode.fs_write",
+    "xdfs.namenode.fs_append",
+    "xdfs.namenode.namesystem",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"
@@ -141,9 +149,10 @@ def compiled_modules() -> list[str]:
 def describe() -> str:
     """One line for benchmark reports: which build of the native modules runs."""
     compiled = compiled_modules()
+    what = "NameNode modules (namespace, blocks, namesystem)"
     if len(compiled) == len(NATIVE_MODULES):
-        return "namespace and block modules: compiled (mypyc)"
+        return f"{what}: compiled (mypyc)"
     if not compiled:
         why = f"{PURE_ENV} set" if pure_requested() else "no up-to-date compiled build"
-        return f"namespace and block modules: pure Python ({why})"
-    return f"namespace and block modules: MIXED, compiled: {', '.join(compiled)}"
+        return f"{what}: pure Python ({why})"
+    return f"{what}: MIXED, compiled: {', '.join(compiled)}"

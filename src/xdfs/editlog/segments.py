@@ -405,6 +405,8 @@ class FileJournal:
         self.seen_txid = seen_txid
         self._fd: int | None = None
         self._start: int | None = None
+        #: The open segment's file (for messages: a flush does not build it again).
+        self._path: Path | None = None
         self._io: IoThread | None = None
 
     @property
@@ -462,15 +464,15 @@ class FileJournal:
             raise
         self._fd = fd
         self._start = first_txid
+        self._path = path
         if self.seen_txid is not None:
             self.seen_txid(first_txid - 1)
         fault_point("editlog.segment_created")
 
     def write_sync(self, data: bytes | bytearray) -> None:
         """Append a batch of framed records and make it durable."""
-        fd = self._fd
-        assert fd is not None and self._start is not None, "no open segment"
-        path = self.current / segment_name(self._start)
+        fd, path = self._fd, self._path
+        assert fd is not None and path is not None, "no open segment"
         fault_point("editlog.before_write")
         write_all(fd, data, path)
         fault_point("editlog.before_fsync")
@@ -492,6 +494,7 @@ class FileJournal:
             os.close(self._fd)
             self._fd = None
             self._start = None
+            self._path = None
 
     # -- async wrappers (the Journal protocol) --
     # Each journal has its own I/O thread, so edits never queue behind unrelated blocking

@@ -13,7 +13,8 @@ from xdfs.errors import (
     RecoveryInProgress,
 )
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, RecoverBlock
-from xdfs.namenode.fs_core import NamesystemCore, Plan, W, X, at_most_once
+from xdfs.namenode.fs_core import Plan, W, X
+from xdfs.namenode.fs_write import WriteOps
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.ops import AppendOp, ConcatOp, TruncateOp
 from xdfs.namenode.namespace.resolved import INodesInPath
@@ -22,7 +23,7 @@ from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import AppendResponse, LocatedBlock
 
 
-class AppendOps(NamesystemCore):
+class AppendOps(WriteOps):
     """append, truncate and concat."""
 
     def _closed_for_change(self, user: str, iip: INodesInPath, what: str) -> FileInode:
@@ -49,7 +50,7 @@ class AppendOps(NamesystemCore):
         new generation stamp and is handed back with its replicas' locations. At most once:
         a retry gets the first answer, also from a NameNode that read the append from the
         edits (after a restart or a failover)."""
-        answer = await self._append(user, client, path)
+        answer = await self.at_most_once(lambda: self._append(user, client, path))
         if isinstance(answer, ReplayedAppend):
             return self._replayed_append_answer(user, answer)
         return answer
@@ -66,7 +67,6 @@ class AppendOps(NamesystemCore):
                                 self.blocks.block_token(user, block_id, "w"))
         return AppendResponse(replayed.status, blocks, last, replayed.old_genstamp)
 
-    @at_most_once
     async def _append(
         self, user: str, client: str, path: str
     ) -> AppendResponse | ReplayedAppend:
@@ -163,8 +163,10 @@ class AppendOps(NamesystemCore):
         self.ns.check_access(user, iip, access=W)
         return True
 
-    @at_most_once
     async def concat(self, user: str, target: str, sources: Sequence[str]) -> None:
+        await self.at_most_once(lambda: self._concat(user, target, sources))
+
+    async def _concat(self, user: str, target: str, sources: Sequence[str]) -> None:
         """Move the blocks of ``sources`` (in order) to the end of ``target`` and delete
         the sources (HDFS's concat): all closed files of one directory and one block size,
         each named once."""

@@ -14,22 +14,20 @@ Every mutation runs the same three steps (:meth:`NamesystemCore.mutate`):
    then are the replicas of blocks that left the namespace deleted (a crash before the
    sync must not leave a file whose replicas are gone).
 
-Non-idempotent client calls run :func:`at_most_once`: a retry of one (same client id and
-call number, :mod:`xdfs.namenode.retry_cache`) gets the first try's outcome instead of a
-second execution, and the last op such a call logs carries its key, so a restarted or
-promoted NameNode knows the answer too.
+Non-idempotent client calls run through :meth:`NamesystemCore.at_most_once`: a retry of
+one (same client id and call number, :mod:`xdfs.namenode.retry_cache`) gets the first
+try's outcome instead of a second execution, and the last op such a call logs carries its
+key, so a restarted or promoted NameNode knows the answer too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
@@ -57,8 +55,6 @@ from xdfs.rpc.server import CallKey, current_call
 
 T = TypeVar("T")
 U = TypeVar("U")
-P = ParamSpec("P")
-S = TypeVar("S", bound="NamesystemCore")
 
 R, W, X = 4, 2, 1
 
@@ -76,37 +72,25 @@ class EditSink(Protocol):
     async def sync(self, txid: int) -> None: ...
 
 
-@dataclass(slots=True)
 class Plan(Generic[T]):
     """What one mutation does, decided synchronously right before it is applied: the ops to
     apply and log; the paths they act on as the decision resolved them (handed to apply, so
     nothing is walked again); and the answer, read once the ops are applied (a status of
     the new state, or a value of the decision)."""
 
-    ops: Sequence[Op]
-    answer: Callable[[], T]
-    at: tuple[INodesInPath, ...] = ()
+    __slots__ = ("answer", "at", "ops")
+
+    def __init__(
+        self, ops: Sequence[Op], answer: Callable[[], T], at: tuple[INodesInPath, ...] = ()
+    ) -> None:
+        self.ops = ops
+        self.answer = answer
+        self.at = at
 
     @staticmethod
     def of(ops: Sequence[Op], value: U, at: tuple[INodesInPath, ...] = ()) -> Plan[U]:
         """A plan whose answer is known when it is made."""
         return Plan(ops, lambda: value, at)
-
-
-def at_most_once(
-    method: Callable[Concatenate[S, P], Awaitable[T]],
-) -> Callable[Concatenate[S, P], Awaitable[T]]:
-    """A client call that must not apply twice: run through the retry cache when the RPC
-    call being handled has a key (:meth:`NamesystemCore.run_once`), plainly otherwise."""
-
-    @functools.wraps(method)
-    async def once(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        key = current_call()
-        if key is None:
-            return await method(self, *args, **kwargs)
-        return await self.run_once(key, lambda: method(self, *args, **kwargs))
-
-    return once
 
 
 #: The key of the at-most-once call this context runs (:meth:`NamesystemCore.run_once`):
@@ -213,6 +197,16 @@ class NamesystemCore:
             fault_point(KEYED_DURABLE)
         self.blocks.ops_durable(dropped, affected)
         return answer
+
+    async def at_most_once(self, run: Callable[[], Awaitable[T]]) -> T:
+        """``run()``, a client call that must not apply twice: through the retry cache when
+        the RPC call being handled has a key (:meth:`run_once`), plainly otherwise. (A
+        method, not a decorator: the compiled build's native classes take no decorated
+        methods; ``run`` is the call's body bound to its arguments.)"""
+        key = current_call()
+        if key is None:
+            return await run()
+        return await self.run_once(key, run)
 
     async def run_once(self, key: CallKey, run: Callable[[], Awaitable[T]]) -> T:
         """Run the call ``key`` names unless a try of it ran already: then wait for that

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from xdfs.errors import (
     AlreadyExists,
@@ -18,7 +17,7 @@ from xdfs.errors import (
 )
 from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER
-from xdfs.namenode.fs_core import Plan, W, X, at_most_once
+from xdfs.namenode.fs_core import Plan, W, X
 from xdfs.namenode.fs_leases import LeaseOps
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.ops import (
@@ -47,7 +46,6 @@ def _retried_add_block(blocks: Sequence[BlockRecord], previous: BlockRecord | No
 class WriteOps(LeaseOps):
     """The write path (a create may first recover an abandoned lease: LeaseOps)."""
 
-    @at_most_once
     async def create(
         self,
         user: str,
@@ -60,10 +58,10 @@ class WriteOps(LeaseOps):
         overwrite: bool,
         create_parents: bool,
     ) -> FileStatus:
-        status = await self._create(
+        status = await self.at_most_once(lambda: self._create(
             user, client, path, mode=mode, replication=replication, block_size=block_size,
             overwrite=overwrite, create_parents=create_parents, first_block=False,
-        )
+        ))
         assert isinstance(status, FileStatus)
         return status
 
@@ -82,10 +80,10 @@ class WriteOps(LeaseOps):
         """``create`` and the writer's first ``add_block`` in one call and one edits sync.
         The first block is left to ``add_block`` (``block`` None) when no target is live
         or quotas are set (``add_block`` checks them before it allocates anything)."""
-        answer = await self._create_with_block_once(
+        answer = await self.at_most_once(lambda: self._create(
             user, client, path, mode=mode, replication=replication, block_size=block_size,
-            overwrite=overwrite, create_parents=create_parents,
-        )
+            overwrite=overwrite, create_parents=create_parents, first_block=True,
+        ))
         if isinstance(answer, FileStatus):
             # A retry answered from the edits (replayed after a restart or a failover: the
             # key is on the add_file op). The block's targets were in memory only: the
@@ -93,12 +91,6 @@ class WriteOps(LeaseOps):
             # add_block is recognised from the file).
             return CreateBlockResponse(answer)
         return answer
-
-    @at_most_once
-    async def _create_with_block_once(
-        self, /, user: str, client: str, path: str, **options: Any
-    ) -> CreateBlockResponse | FileStatus:
-        return await self._create(user, client, path, first_block=True, **options)
 
     async def _create(
         self,
@@ -211,7 +203,6 @@ class WriteOps(LeaseOps):
         if not overwrite:
             raise AlreadyExists(f"{iip.path} already exists")
 
-    @at_most_once
     async def add_block(
         self,
         user: str,
@@ -220,6 +211,18 @@ class WriteOps(LeaseOps):
         previous: BlockRecord | None,
         excluded: Sequence[str] = (),
         writer: str = "",
+    ) -> LocatedBlock:
+        return await self.at_most_once(
+            lambda: self._add_block(user, client, path, previous, excluded, writer))
+
+    async def _add_block(
+        self,
+        user: str,
+        client: str,
+        path: str,
+        previous: BlockRecord | None,
+        excluded: Sequence[str],
+        writer: str,
     ) -> LocatedBlock:
         """Allocate the next block and its targets (``excluded``: addresses the writer
         failed with; ``writer``: its address, whose DataNode takes the first replica).
@@ -321,8 +324,12 @@ class WriteOps(LeaseOps):
 
         await self.mutate("abandon a block", plan)
 
-    @at_most_once
     async def complete(
+        self, user: str, client: str, path: str, blocks: list[BlockRecord]
+    ) -> FileStatus:
+        return await self.at_most_once(lambda: self._complete(user, client, path, blocks))
+
+    async def _complete(
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> FileStatus:
         """Close the file once every block has min_replication replicas of the length the

@@ -6,7 +6,8 @@ truncate, concat), :mod:`.fs_leases` (leases and their recovery); here the reads
 other namespace mutations and the trash.
 
 Every mutation takes the one path of :meth:`~.fs_core.NamesystemCore.mutate` (plan, apply,
-log, then answer once durable); non-idempotent calls run :func:`~.fs_core.at_most_once`.
+log, then answer once durable); non-idempotent calls run
+:meth:`~.fs_core.NamesystemCore.at_most_once`.
 
 Reads run inline without touching the log. They may observe a change whose sync is still
 in flight (as in HDFS); a mutation that turns out to be a no-op still waits for the log's
@@ -27,8 +28,7 @@ from xdfs.errors import (
     NotFound,
 )
 from xdfs.namenode.fs_append import AppendOps
-from xdfs.namenode.fs_core import Plan, R, W, X, at_most_once
-from xdfs.namenode.fs_write import WriteOps
+from xdfs.namenode.fs_core import Plan, R, W, X
 from xdfs.namenode.namespace import paths, trash
 from xdfs.namenode.namespace.inodes import DirInode
 from xdfs.namenode.namespace.ops import (
@@ -53,7 +53,7 @@ from xdfs.protocol.namenode import (
 __all__ = ["Namesystem", "Plan"]
 
 
-class Namesystem(WriteOps, AppendOps):
+class Namesystem(AppendOps):
     """Every operation of the NameNode on its namespace and block map."""
 
     # -- reads --------------------------------------------------------------------------
@@ -117,8 +117,10 @@ class Namesystem(WriteOps, AppendOps):
     # Each resolves its path(s) first (a bad path is refused before anything waits), then
     # plans on them: ``fresh`` walks again only if the tree changed while it waited.
 
-    @at_most_once
     async def mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
+        return await self.at_most_once(lambda: self._mkdirs(user, path, mode, parents))
+
+    async def _mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
         resolved = self.ns.resolve(path)
 
         def plan() -> Plan[FileStatus]:
@@ -147,8 +149,10 @@ class Namesystem(WriteOps, AppendOps):
         for block_id, address in replicas:
             self.blocks.report_bad_replica(block_id, address)
 
-    @at_most_once
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
+        return await self.at_most_once(lambda: self._delete(user, path, recursive, skip_trash))
+
+    async def _delete(self, user: str, path: str, recursive: bool, skip_trash: bool) -> str:
         """Delete ``path`` or move it to the user's trash; returns the trash path or "".
 
         A recursive delete of a directory checks rwx on every directory beneath first, in
@@ -202,8 +206,10 @@ class Namesystem(WriteOps, AppendOps):
                RenameOp(iip.path, target.path, now)]
         return Plan.of(ops, target.path, (iip, target))
 
-    @at_most_once
     async def rename(self, user: str, src: str, dst: str) -> str:
+        return await self.at_most_once(lambda: self._rename(user, src, dst))
+
+    async def _rename(self, user: str, src: str, dst: str) -> str:
         resolved_src, resolved_dst = self.ns.resolve(src), self.ns.resolve(dst)
 
         def plan() -> Plan[str]:
@@ -311,9 +317,11 @@ class Namesystem(WriteOps, AppendOps):
 
     # -- trash --------------------------------------------------------------------------
 
-    @at_most_once
     async def restore(self, user: str, trash_path: str) -> str:
         """Move a trash entry back to the path it was deleted from; returns that path."""
+        return await self.at_most_once(lambda: self._restore(user, trash_path))
+
+    async def _restore(self, user: str, trash_path: str) -> str:
         resolved = self.ns.resolve(trash_path)
         resolved_original = self.ns.resolve(trash.original_path(resolved.path))
 

@@ -62,18 +62,29 @@ class State(Enum):
     FAILED = "failed"
 
 
-@dataclass(slots=True)
 class Entry:
     """One call: its outcome once known. ``txid``: the last txid of its ops (a retry is
-    answered once that is durable). ``waiters`` are told when the first try ends."""
+    answered once that is durable). ``waiters`` are told when the first try ends. (A plain
+    class: this module is compiled, and mypyc's dataclasses do not take an ``object``
+    field.)"""
 
-    expires_s: float
-    state: State = State.RUNNING
-    value: object = None
-    error: XdfsError | None = None
-    txid: int = 0
-    #: None until a retry waits (the common entry never has one: no list per call).
-    waiters: list[Callable[[], None]] | None = None
+    __slots__ = ("error", "expires_s", "state", "txid", "value", "waiters")
+
+    def __init__(
+        self,
+        expires_s: float,
+        state: State = State.RUNNING,
+        value: object = None,
+        error: XdfsError | None = None,
+        txid: int = 0,
+    ) -> None:
+        self.expires_s = expires_s
+        self.state = state
+        self.value = value
+        self.error = error
+        self.txid = txid
+        #: None until a retry waits (the common entry never has one: no list per call).
+        self.waiters: list[Callable[[], None]] | None = None
 
     def wait(self, wake: Callable[[], None]) -> None:
         """Call ``wake`` once the first try ends."""

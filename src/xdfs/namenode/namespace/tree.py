@@ -75,6 +75,9 @@ __all__ = [
     "PathArg",
 ]
 
+#: A superuser's groups, as far as a permission check needs them (it passes at once).
+_NO_GROUPS: frozenset[str] = frozenset()
+
 
 class Namespace(UserOps):
     """The inode tree plus users and token keys; see the module docstring."""
@@ -495,8 +498,9 @@ class Namespace(UserOps):
             for name, bits in (("access", access), ("parent_access", parent_access),
                                ("ancestor_access", ancestor_access), ("sub_access", sub_access)):
                 perm.check_bits(name, bits)
-        groups = self.groups_of(user)
-        if user == self.superuser or self.supergroup in groups:  # is_superuser, one lookup
+        superuser = user == self.superuser
+        groups = _NO_GROUPS if superuser else self.groups_of(user)
+        if superuser or self.supergroup in groups:  # is_superuser, one lookup
             return
         iip = self._at(path)
         parts, chain = iip.parts, iip.inodes

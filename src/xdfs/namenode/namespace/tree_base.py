@@ -73,6 +73,9 @@ class NamespaceBase:
         self.next_genstamp = FIRST_GENSTAMP
         self.epoch = FIRST_EPOCH
         self.users: dict[str, UserRecord] = {}
+        #: groups_of's answers, each with the record it was made from: valid while that
+        #: record is still the user's (every change of a user replaces its record).
+        self.groups_made: dict[str, tuple[UserRecord, frozenset[str]]] = {}
         self.token_keys: dict[int, TokenKeyRecord] = {}
         #: What the next AddUserOp / SetPasswordOp gives as the user's generation.
         self.next_generation = 1

@@ -42,6 +42,7 @@ class UserOps(FileOps):
         if op.name not in self.users:
             raise NotFound(f"no such user: {op.name}")
         del self.users[op.name]
+        self.groups_made.pop(op.name, None)
         return ()
 
     @handles(SetPasswordOp)
@@ -95,9 +96,15 @@ class UserOps(FileOps):
 
     def groups_of(self, user: str) -> frozenset[str]:
         record = self.users.get(user)
-        groups = frozenset(record.groups) if record is not None else frozenset()
+        if record is None:
+            return frozenset((self.supergroup,)) if user == self.superuser else frozenset()
+        made = self.groups_made.get(user)
+        if made is not None and made[0] is record:
+            return made[1]  # every permission check asks: no new set each time
+        groups = frozenset(record.groups)
         if user == self.superuser:
             groups |= {self.supergroup}
+        self.groups_made[user] = (record, groups)
         return groups
 
     def is_superuser(self, user: str) -> bool:
