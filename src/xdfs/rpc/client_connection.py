@@ -6,6 +6,7 @@ failover rules above them."""
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from typing import Any, TypeVar
 
@@ -37,6 +38,8 @@ from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, S
 T = TypeVar("T")
 
 _WELCOME = msgspec.msgpack.Decoder(Welcome)
+#: A call awaiting its answer: its future, method, deadline (loop time) and timeout (s).
+_Pending = tuple[asyncio.Future[Any], Method[Any, Any], float, float]
 
 
 class DownloadStream:
@@ -92,7 +95,12 @@ class ClientConnection(RpcProtocol):
         self._loop = asyncio.get_running_loop()
         self._welcome_future: asyncio.Future[Welcome] = self._loop.create_future()
         self._next_id = 1
-        self._pending: dict[int, tuple[asyncio.Future[Any], Method[Any, Any]]] = {}
+        #: Calls awaiting their answer: future, method, deadline (loop time; infinite while
+        #: an upload still sends) and timeout.
+        self._pending: dict[int, _Pending] = {}
+        #: One timer for every call's deadline (see _watch), armed at ``_sweep_at``.
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._flush_soon = False  # a flush of queued requests is scheduled (_send_request)
 
     @classmethod
@@ -155,20 +163,16 @@ class ClientConnection(RpcProtocol):
         entry = self._pending.pop(envelope.id, None)
         if entry is None:
             return  # the caller timed out or cancelled; the late answer is dropped
-        future, method = entry
+        future, method = entry[0], entry[1]
         try:
             body = method.response_decoder.decode(envelope.body)
         except DECODE_ERRORS as exc:
-            body = None
-            what = f"{method.name}: bad response"
-            error: XdfsError | None = decode_error(exc, ProtocolError, what)
-        else:
-            error = None
+            if not future.done():
+                future.set_exception(decode_error(exc, ProtocolError,
+                                                  f"{method.name}: bad response"))
+            return
         if not future.done():
-            if error is None:
-                future.set_result(body)
-            else:
-                future.set_exception(error)
+            future.set_result(body)
 
     def _on_error(self, envelope: InEnvelope) -> None:
         try:
@@ -192,10 +196,13 @@ class ClientConnection(RpcProtocol):
     def _fail_all(self, error: XdfsError) -> None:
         if not self._welcome_future.done():
             self._welcome_future.set_exception(error)
-        for future, _method in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for entry in self._pending.values():
+            if not entry[0].done():
+                entry[0].set_exception(error)
         self._pending.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep, self._sweep_at = None, math.inf
         for receiver in self.receivers.values():
             receiver.fail(error)
         for sender in self.senders.values():
@@ -206,38 +213,78 @@ class ClientConnection(RpcProtocol):
 
     # -- calls --------------------------------------------------------------------------
 
-    def _new_call(self, method: Method[Any, Any]) -> tuple[int, asyncio.Future[Any]]:
+    def _new_call(
+        self, method: Method[Any, Any], timeout_s: float | None = None
+    ) -> tuple[int, asyncio.Future[Any]]:
+        """A new call's id and future; its deadline starts now, or (``timeout_s`` None, an
+        upload still to send) at :meth:`_await_answer`."""
         if self.is_closing:
             raise ConnectionLost(f"connection to {self.address} is closed")
         call_id = self._next_id
         self._next_id += 1
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = (future, method)
+        future: asyncio.Future[Any] = self._loop.create_future()
+        if timeout_s is None:
+            self._pending[call_id] = (future, method, math.inf, 0.0)
+        else:
+            self._watch(call_id, future, method, timeout_s)
         return call_id, future
+
+    def _watch(
+        self, call_id: int, future: asyncio.Future[Any], method: Method[Any, Any],
+        timeout_s: float,
+    ) -> None:
+        """Expire call ``call_id`` ``timeout_s`` from now. One timer serves every call of
+        the connection (:meth:`_expire_due`): a timer made and cancelled per call cost more
+        than the rest of a small call's bookkeeping (a handle, a heap entry, a cancelled
+        entry left in the heap), while deadlines in this order rarely move the shared one."""
+        deadline = self._loop.time() + timeout_s
+        self._pending[call_id] = (future, method, deadline, timeout_s)
+        if deadline < self._sweep_at:
+            self._arm(deadline)
+
+    def _arm(self, when: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep = self._loop.call_at(when, self._expire_due)
+        self._sweep_at = when
+
+    def _expire_due(self) -> None:
+        """Expire the calls past their deadline; the timer then waits for the next one.
+        Answered calls are gone from ``_pending``: the timer armed for one of them finds
+        the others' later deadlines (one pass over the calls in flight)."""
+        self._sweep, self._sweep_at = None, math.inf
+        now = self._loop.time()
+        due = [call_id for call_id, entry in self._pending.items() if entry[2] <= now]
+        for call_id in due:
+            self._expire(call_id)
+        if self._pending and not self.is_closing:
+            upcoming = min(entry[2] for entry in self._pending.values())
+            if upcoming < math.inf:
+                self._arm(upcoming)
 
     async def _await_answer(
         self, call_id: int, future: asyncio.Future[T], method: Method[Any, Any], timeout_s: float
     ) -> T:
-        timer = asyncio.get_running_loop().call_later(
-            timeout_s, self._expire, call_id, method.name, timeout_s
-        )
+        """The answer of a stream's call, its deadline starting now (the stream sent)."""
+        if call_id in self._pending:
+            self._watch(call_id, future, method, timeout_s)
         try:
             return await future
         except asyncio.CancelledError:
             self._abandon(call_id)
             raise
-        finally:
-            timer.cancel()
 
     def _abandon(self, call_id: int) -> None:
         """The caller gave up on a call (cancelled): tell the server, drop the answer."""
         if self._pending.pop(call_id, None) is not None and not self.is_closing:
             self.send(Kind.CANCEL, call_id, "", None)
 
-    def _expire(self, call_id: int, name: str, timeout_s: float) -> None:
+    def _expire(self, call_id: int) -> None:
         entry = self._pending.pop(call_id, None)
         if entry is not None and not entry[0].done():
-            entry[0].set_exception(RpcTimeout(f"{name} got no answer within {timeout_s} s"))
+            future, method, _deadline, timeout_s = entry
+            future.set_exception(
+                RpcTimeout(f"{method.name} got no answer within {timeout_s} s"))
             self.send(Kind.CANCEL, call_id, "", None)
 
     async def call(
@@ -245,9 +292,13 @@ class ClientConnection(RpcProtocol):
     ) -> Resp:
         """``logical_call``: the number all tries of this call carry (see RpcClient)."""
         assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
-        call_id, future = self._new_call(method)
-        self._send_request(call_id, method.name, request, logical_call)
-        return await self._await_answer(call_id, future, method, timeout_s)
+        call_id, future = self._new_call(method, timeout_s)
+        try:
+            self._send_request(call_id, method.name, request, logical_call)
+            return await future  # type: ignore[no-any-return]
+        except BaseException:  # cancelled, or the request could not be encoded
+            self._abandon(call_id)
+            raise
 
     def _send_request(self, call_id: int, name: str, request: Any, logical_call: int) -> None:
         """Send a unary request; with other calls in flight, at the end of this loop turn
