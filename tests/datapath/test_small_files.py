@@ -22,6 +22,8 @@ from tests.datapath.conftest import Cluster, digest, payload
 from tests.integration.conftest import ROOT, ROOT_PW
 from xdfs.client.client import Client
 from xdfs.client.datanodes import DataNodePool
+from xdfs.client.sync_files import SyncWriter
+from xdfs.client.writer import LeaseRenewer
 from xdfs.config import XdfsConfig
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
@@ -254,3 +256,82 @@ async def test_client_open_sends_a_small_file_with_its_close(
     assert stores == [caller]  # the small file only
     assert await cluster.client.read_file("/small/opened") == small
     assert await cluster.client.read_file("/small/opened-large") == large
+
+
+async def test_a_file_written_in_one_write_reaches_the_writer_uncopied(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fsspec's buffer holds a first write of bytes as it is (FirstBuffer): the close hands
+    # the very object to the writer; a file of several writes is joined in a BytesIO.
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, True)
+    body = payload(200 * 1024, seed=8)
+    given: list[Any] = []
+    write_and_close = SyncWriter.write_and_close
+
+    def seen(self: SyncWriter, data: Any) -> Any:
+        given.append(data)
+        return write_and_close(self, data)
+
+    monkeypatch.setattr(SyncWriter, "write_and_close", seen)
+
+    def write() -> None:
+        with fs.open("/small/whole", "wb") as fh:
+            fh.write(body)
+        with fs.open("/small/pieces", "wb") as fh:
+            fh.write(body[:1000])
+            fh.write(memoryview(body)[1000:])
+        with fs.open("/small/nothing", "wb"):
+            pass
+
+    try:
+        await asyncio.to_thread(write)
+        assert given[0] is body
+        assert given[1] == body and given[1] is not body
+        assert given[2] == b""
+        for path, data in (("/small/whole", body), ("/small/pieces", body),
+                           ("/small/nothing", b"")):
+            assert await cluster.client.read_file(path) == data
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
+async def test_files_written_from_a_callers_thread_share_one_lease_renewal_task(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One file after another from one thread: the renewing task is started once (a close
+    # in a caller's thread does not stop it, which would wake the loop's thread twice per
+    # file); it ends by itself at its next turn once nothing is open, and the next file
+    # starts it again.
+    address = cluster.mc.namenodes[0].address
+    busy, idle = [await asyncio.to_thread(_fs, address, True) for _ in range(2)]
+    busy.client.async_client.leases.interval_s = 600.0  # no turn during the writes
+    idle.client.async_client.leases.interval_s = 0.05
+    started: list[LeaseRenewer] = []
+    start = LeaseRenewer._start
+
+    def counted(self: LeaseRenewer) -> None:
+        started.append(self)
+        start(self)
+
+    monkeypatch.setattr(LeaseRenewer, "_start", counted)
+    data = payload(10_000, seed=9)
+
+    def write(fs: Any, prefix: str, count: int) -> None:
+        for i in range(count):
+            with fs.open(f"/small/{prefix}{i}", "wb") as fh:
+                fh.write(data)
+
+    try:
+        await asyncio.to_thread(write, busy, "renewed", 20)
+        assert started == [busy.client.async_client.leases]
+        assert busy.client.async_client.leases.running  # left to its next turn
+        leases = idle.client.async_client.leases
+        await asyncio.to_thread(write, idle, "idle", 1)
+        await eventually(lambda: not leases.running, what="the idle renewer ended")
+        assert leases.open_writers == 0
+        await asyncio.to_thread(write, idle, "again", 1)
+        assert started.count(leases) == 2
+        assert await cluster.client.read_file("/small/again0") == data
+    finally:
+        for fs in (busy, idle):
+            await asyncio.to_thread(fs.client.close)

@@ -210,7 +210,7 @@ class RpcClient:
         address = self.addresses[index]
         start: int | None = None
         try:
-            conn = self._take_blocking(address)
+            conn = self._take_blocking(address, method.retry_safe)
         except (Unavailable, Overloaded):  # not sent: the failover path starts over
             return loop.run(self._failover_call(method, request, deadline, number))
         try:
@@ -258,16 +258,17 @@ class RpcClient:
                 raise _MovedOn(moved_to)
             now = time.monotonic()
 
-    def _take_blocking(self, address: str) -> BlockingConnection:
+    def _take_blocking(self, address: str, repeatable: bool = False) -> BlockingConnection:
         """An idle open connection to ``address`` (the most recently used), or a new one
-        made with the client's hello; the caller owns it until :meth:`_give_back`."""
+        made with the client's hello; the caller owns it until :meth:`_give_back`.
+        ``repeatable``: for a call that may be repeated (BlockingConnection.usable)."""
         idle = self._idle.get(address)
         while idle:
             try:
                 conn = idle.pop()  # deque: atomic, any thread
             except IndexError:
                 break
-            if conn.usable():
+            if conn.usable(repeatable):
                 return conn
             self._forget(conn)
         conn = BlockingConnection.open(address, self.config, self.hello, self.ssl_context)
@@ -279,8 +280,11 @@ class RpcClient:
     def _give_back(self, conn: BlockingConnection) -> None:
         if conn.closed:
             self._forget(conn)
-        else:
-            self._idle.setdefault(conn.address, collections.deque()).append(conn)
+            return
+        idle = self._idle.get(conn.address)
+        if idle is None:
+            idle = self._idle.setdefault(conn.address, collections.deque())
+        idle.append(conn)
 
     def _forget(self, conn: BlockingConnection) -> None:
         conn.close()
@@ -288,17 +292,18 @@ class RpcClient:
             self._blocking.discard(conn)
 
     def start_upload_inline(
-        self, method: Method[Req, Resp], request: Req, data: bytes
+        self, method: Method[Req, Resp], request: Req, data: bytes, crc: int | None = None
     ) -> BlockingUpload[Resp]:
         """Send an upload of ``data`` (one chunk) from the calling thread over a blocking
         connection to the preferred address, head, chunk and tail in one write
         (:meth:`BlockingConnection.upload`); its answer comes from
         :meth:`BlockingUpload.result`. A single try, no failover: for a caller that has its
-        own (the block writer moves on to other DataNodes). Errors: Unavailable,
-        Overloaded (not sent), ConnectionLost (maybe sent)."""
+        own (the block writer moves on to other DataNodes). ``crc``: the CRC32C of
+        ``data``, if known. Errors: Unavailable, Overloaded (not sent), ConnectionLost
+        (maybe sent)."""
         conn = self._take_blocking(self.current_address)
         try:
-            call_id = conn.upload(method, request, data, next(self._call_numbers))
+            call_id = conn.upload(method, request, data, next(self._call_numbers), crc)
         except BaseException:
             self._give_back(conn)  # closed by the failed write
             raise
