@@ -52,8 +52,8 @@ _WELCOME = msgspec.msgpack.Decoder(Welcome)
 _SOCKET_ERRORS = (OSError, ssl.SSLError)
 #: The longest a read waits in the kernel before the caller's deadline is checked again.
 _KERNEL_WAIT_S = 0.25
-#: A connection that answered a call this recently is taken for a call that may be
-#: repeated without the idle check's read (see :meth:`BlockingConnection.usable`).
+#: A connection that answered a call this recently is taken without the idle check's
+#: read by a caller that copes with finding it lost (see :meth:`BlockingConnection.usable`).
 FRESH_S = 0.5
 
 
@@ -135,20 +135,21 @@ class BlockingConnection:
     def closed(self) -> bool:
         return self._closed
 
-    def usable(self, repeatable: bool = False) -> bool:
+    def usable(self, fresh_ok: bool = False) -> bool:
         """Whether a call may be sent: the connection is open and the server has not closed
         it while it was idle (an idle anonymous session, a server restarted). Late answers
         waiting in the socket are read and dropped on the way.
 
-        ``repeatable``: the call may be repeated if it finds the connection lost after all
-        (the caller's failover does so). Then a connection that answered within
-        :data:`FRESH_S` is taken without the check's read: one system call less per call,
-        and each one lets another thread take the interpreter (a context switch or two
-        with several callers); a server closes an authenticated connection only when it
-        stops or fails, which the repeat covers."""
+        ``fresh_ok``: the caller copes with a call that finds the connection lost after
+        all (a call that may be repeated: the failover repeats it on a new connection; a
+        block upload: the writer replaces the target, as for a DataNode that fails). Then
+        a connection that answered within :data:`FRESH_S` is taken without the check's
+        read: one system call less per call, and each one lets another thread take the
+        interpreter (a context switch or two with several callers). A server closes a
+        connection that just answered only when it stops or fails."""
         if self._closed:
             return False
-        if repeatable and not self._queue and time.monotonic() - self._answered_s < FRESH_S:
+        if fresh_ok and not self._queue and time.monotonic() - self._answered_s < FRESH_S:
             return True
         try:
             while True:

@@ -258,17 +258,17 @@ class RpcClient:
                 raise _MovedOn(moved_to)
             now = time.monotonic()
 
-    def _take_blocking(self, address: str, repeatable: bool = False) -> BlockingConnection:
+    def _take_blocking(self, address: str, fresh_ok: bool = False) -> BlockingConnection:
         """An idle open connection to ``address`` (the most recently used), or a new one
         made with the client's hello; the caller owns it until :meth:`_give_back`.
-        ``repeatable``: for a call that may be repeated (BlockingConnection.usable)."""
+        ``fresh_ok``: see :meth:`BlockingConnection.usable`."""
         idle = self._idle.get(address)
         while idle:
             try:
                 conn = idle.pop()  # deque: atomic, any thread
             except IndexError:
                 break
-            if conn.usable(repeatable):
+            if conn.usable(fresh_ok):
                 return conn
             self._forget(conn)
         conn = BlockingConnection.open(address, self.config, self.hello, self.ssl_context)
@@ -301,7 +301,7 @@ class RpcClient:
         own (the block writer moves on to other DataNodes). ``crc``: the CRC32C of
         ``data``, if known. Errors: Unavailable, Overloaded (not sent), ConnectionLost
         (maybe sent)."""
-        conn = self._take_blocking(self.current_address)
+        conn = self._take_blocking(self.current_address, fresh_ok=True)
         try:
             call_id = conn.upload(method, request, data, next(self._call_numbers), crc)
         except BaseException:
