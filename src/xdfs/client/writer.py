@@ -134,12 +134,15 @@ class BlockBuffer:
         self.chunks: list[bytes] = []
         self.num_bytes = 0
         self.closed = False
-        self._changed = asyncio.Event()
+        #: What a reader waiting for more waits on, made by the first one to wait.
+        self._changed: asyncio.Event | None = None
 
     def _notify(self) -> None:
-        # A fresh event per change: waiters keep the one they saw, so no wakeup is lost.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        # A fresh event after each change: waiters keep the one they saw, so no wakeup is
+        # lost; none is made while nobody waits (a small file's block is never waited on).
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def append(self, data: bytes) -> None:
         assert not self.closed, "append to a closed block buffer"
@@ -160,6 +163,8 @@ class BlockBuffer:
                 index += 1
             if self.closed:
                 return
+            if self._changed is None:
+                self._changed = asyncio.Event()
             await self._changed.wait()
 
 
