@@ -100,7 +100,9 @@ class AsyncClient:
     async def absolute(self, path: str) -> str:
         """The absolute path ``path`` names on this client's cluster, as HDFS resolves it:
         an ``xdfs://HOST:PORT/p`` URI of this cluster is ``/p`` (one of another cluster is
-        refused: InvalidArgument), a relative path resolves against :meth:`home`."""
+        refused: InvalidArgument), a relative path resolves against :meth:`home`. A path
+        that starts with ``/`` is itself: the calls made most often (stat, mkdirs, create,
+        complete ...) use such a path as it is, without awaiting this."""
         uri = split_uri(path)
         if uri is not None:
             authority, local = uri
@@ -123,11 +125,11 @@ class AsyncClient:
     async def mkdirs(
         self, path: str, mode: int = DEFAULT_MODE, parents: bool = True
     ) -> p.FileStatus:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.MKDIRS, p.MkdirsRequest(path, mode, parents))
 
     async def stat(self, path: str) -> p.FileStatus:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.STAT, p.PathRequest(path))
 
     async def exists(self, path: str) -> bool:
@@ -155,12 +157,12 @@ class AsyncClient:
     async def delete(
         self, path: str, recursive: bool = False, skip_trash: bool = False
     ) -> p.DeleteResponse:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.DELETE, p.DeleteRequest(path, recursive, skip_trash))
 
     async def rename(self, src: str, dst: str) -> str:
-        src = await self.absolute(src)
-        dst = await self.absolute(dst)
+        src = src if src[:1] == "/" else await self.absolute(src)
+        dst = dst if dst[:1] == "/" else await self.absolute(dst)
         return (await self.rpc.call(p.RENAME, p.RenameRequest(src, dst))).dst
 
     async def set_permission(self, path: str, mode: int) -> None:
@@ -295,8 +297,9 @@ class AsyncClient:
         mode: int = DEFAULT_MODE,
         create_parents: bool = True,
     ) -> p.FileStatus:
-        request = p.CreateRequest(await self.absolute(path), self.client_name, mode,
-                                  replication, block_size, overwrite, create_parents)
+        path = path if path[:1] == "/" else await self.absolute(path)
+        request = p.CreateRequest(path, self.client_name, mode, replication, block_size,
+                                  overwrite, create_parents)
         return await self.rpc.call(p.CREATE, request)
 
     async def create_with_block(
@@ -311,8 +314,9 @@ class AsyncClient:
     ) -> p.CreateBlockResponse:
         """:meth:`create`, and the file's first block allocated in the same call (a
         NameNode without that method: its plain create, the block left to add_block)."""
-        request = p.CreateRequest(await self.absolute(path), self.client_name, mode,
-                                  replication, block_size, overwrite, create_parents)
+        path = path if path[:1] == "/" else await self.absolute(path)
+        request = p.CreateRequest(path, self.client_name, mode, replication, block_size,
+                                  overwrite, create_parents)
         if not self._old_namenode:
             try:
                 return await self.rpc.call(p.CREATE_WITH_BLOCK, request)
@@ -321,7 +325,7 @@ class AsyncClient:
         return p.CreateBlockResponse(await self.rpc.call(p.CREATE, request))
 
     async def complete(self, path: str, blocks: list[BlockRecord]) -> p.FileStatus:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.COMPLETE, p.CompleteRequest(path, self.client_name, blocks))
 
     async def recover_lease(self, path: str) -> bool:
