@@ -8,6 +8,7 @@ with the RPC layer's failover (3 tries per address, then the next).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import os
 import posixpath
@@ -458,14 +459,21 @@ class Client:
             return target
         inline = name in INLINE_METHODS and self._async.config.client.inline_calls
         run = self._loop.run_inline if inline else self._loop.run
+        call: Callable[..., Any]
+        if inspect.iscoroutinefunction(target):  # known once, not looked at per call
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = target(*args, **kwargs)
-            if hasattr(result, "__aiter__"):
-                return self._loop.run(_collect(result))
-            if isinstance(result, Coroutine):
-                return run(result)
-            return result
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return run(target(*args, **kwargs))
+
+        else:
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                result = target(*args, **kwargs)
+                if hasattr(result, "__aiter__"):
+                    return self._loop.run(_collect(result))
+                if isinstance(result, Coroutine):
+                    return run(result)
+                return result
 
         # Kept: the next call of this method finds it without coming here (every fsspec
         # operation is one of these calls, from any number of threads).
