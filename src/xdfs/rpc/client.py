@@ -181,8 +181,13 @@ class RpcClient:
         # The common case (e.g. a DataNode's reports): the preferred server is connected.
         # The first try goes straight to it, without the failover's try object, watcher
         # and address order; a failed one is counted and the failover goes on from it.
+        call_id = 0
         try:
-            return await conn.call(method, request, deadline, number)
+            call_id, future = conn.start_call(method, request, deadline, number)
+            return await future
+        except asyncio.CancelledError:
+            conn.abandon(call_id)
+            raise
         except _RETRIED as exc:
             move_on = self._after_failed_try(exc, index, method.retry_safe)
             first = _FirstTry(index, self.config.tries_per_address if move_on else 1,

@@ -276,10 +276,10 @@ class ClientConnection(RpcProtocol):
         try:
             return await future
         except asyncio.CancelledError:
-            self._abandon(call_id)
+            self.abandon(call_id)
             raise
 
-    def _abandon(self, call_id: int) -> None:
+    def abandon(self, call_id: int) -> None:
         """The caller gave up on a call (cancelled): tell the server, drop the answer."""
         if self._pending.pop(call_id, None) is not None and not self.is_closing:
             self.send(Kind.CANCEL, call_id, "", None)
@@ -296,14 +296,27 @@ class ClientConnection(RpcProtocol):
         self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
     ) -> Resp:
         """``logical_call``: the number all tries of this call carry (see RpcClient)."""
+        call_id, future = self.start_call(method, request, timeout_s, logical_call)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abandon(call_id)
+            raise
+
+    def start_call(
+        self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
+    ) -> tuple[int, asyncio.Future[Resp]]:
+        """Send a unary call: its id and the future of its answer. The caller awaits the
+        future and, cancelled, calls :meth:`abandon` (:meth:`call` does both; RpcClient
+        does it itself, one coroutine less per call)."""
         assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
         call_id, future = self._new_call(method, timeout_s)
         try:
             self._send_request(call_id, method.name, request, logical_call)
-            return await future  # type: ignore[no-any-return]
-        except BaseException:  # cancelled, or the request could not be encoded
-            self._abandon(call_id)
+        except BaseException:  # the request could not be encoded
+            self.abandon(call_id)
             raise
+        return call_id, future
 
     def _send_request(self, call_id: int, name: str, request: Any, logical_call: int) -> None:
         """Send a unary request; with other calls in flight, at the end of this loop turn
