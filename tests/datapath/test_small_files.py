@@ -9,9 +9,10 @@ one lease renewer serves the client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,8 @@ from tests.datapath.conftest import Cluster, digest, payload
 from tests.integration.conftest import ROOT, ROOT_PW
 from xdfs.client.client import Client
 from xdfs.client.datanodes import DataNodePool
+from xdfs.client.sync_files import SyncWriter
+from xdfs.client.writer import LeaseRenewer
 from xdfs.config import XdfsConfig
 from xdfs.protocol import namenode as p
 from xdfs.rpc.client import RpcClient
@@ -254,3 +257,87 @@ async def test_client_open_sends_a_small_file_with_its_close(
     assert stores == [caller]  # the small file only
     assert await cluster.client.read_file("/small/opened") == small
     assert await cluster.client.read_file("/small/opened-large") == large
+
+
+@contextlib.asynccontextmanager
+async def _sync_fs(cluster: Cluster, count: int = 1) -> AsyncIterator[list[Any]]:
+    """``count`` fsspec file systems on the cluster (defaults: create and complete from
+    the caller's thread), closed afterwards."""
+    address = cluster.mc.namenodes[0].address
+    made = [await asyncio.to_thread(_fs, address, True) for _ in range(count)]
+    try:
+        yield made
+    finally:
+        for fs in made:
+            await asyncio.to_thread(fs.client.close)
+
+
+async def test_a_file_written_in_one_write_reaches_the_writer_uncopied(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fsspec's buffer holds a first write of bytes as it is (FirstBuffer): the close hands
+    # the very object to the writer; a file of several writes is joined in a BytesIO.
+    body = payload(200 * 1024, seed=8)
+    given: list[Any] = []
+    write_and_close = SyncWriter.write_and_close
+
+    def seen(self: SyncWriter, data: Any) -> Any:
+        given.append(data)
+        return write_and_close(self, data)
+
+    monkeypatch.setattr(SyncWriter, "write_and_close", seen)
+    files = {"/small/whole": body, "/small/pieces": body, "/small/nothing": b""}
+    async with _sync_fs(cluster) as (fs,):
+
+        def write() -> None:
+            with fs.open("/small/whole", "wb") as fh:
+                fh.write(body)
+            with fs.open("/small/pieces", "wb") as fh:
+                fh.write(body[:1000])
+                fh.write(memoryview(body)[1000:])
+            with fs.open("/small/nothing", "wb"):
+                pass
+
+        await asyncio.to_thread(write)
+    assert given[0] is body
+    assert given[1] == body and given[1] is not body
+    assert given[2] == b""
+    assert {path: await cluster.client.read_file(path) for path in files} == files
+
+
+async def test_files_written_from_a_callers_thread_share_one_lease_renewal_task(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One file after another from one thread: the renewing task is started once (a close
+    # in a caller's thread does not stop it, which would wake the loop's thread twice per
+    # file); it ends by itself at its next turn once nothing is open, and the next file
+    # starts it again.
+    started: list[LeaseRenewer] = []
+    start = LeaseRenewer._start
+
+    def counted(self: LeaseRenewer) -> None:
+        started.append(self)
+        start(self)
+
+    monkeypatch.setattr(LeaseRenewer, "_start", counted)
+    data = payload(10_000, seed=9)
+
+    def write(fs: Any, prefix: str, count: int) -> None:
+        for i in range(count):
+            with fs.open(f"/small/{prefix}{i}", "wb") as fh:
+                fh.write(data)
+
+    async with _sync_fs(cluster, 2) as (busy, idle):
+        busy_leases = busy.client.async_client.leases
+        busy_leases.interval_s = 600.0  # no turn during the writes
+        leases = idle.client.async_client.leases
+        leases.interval_s = 0.05
+        await asyncio.to_thread(write, busy, "renewed", 20)
+        assert started == [busy_leases]
+        assert busy_leases.running  # left to its next turn
+        await asyncio.to_thread(write, idle, "idle", 1)
+        await eventually(lambda: not leases.running, what="the idle renewer ended")
+        assert leases.open_writers == 0
+        await asyncio.to_thread(write, idle, "again", 1)
+        assert started.count(leases) == 2
+    assert await cluster.client.read_file("/small/again0") == data

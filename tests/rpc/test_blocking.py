@@ -161,6 +161,24 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced_before_send
     assert handlers.calls["test_whoami"] == 2
 
 
+async def test_a_call_that_may_be_repeated_is_repeated_when_its_connection_was_lost(
+    server: RpcServer, handlers: TestHandlers, caller_of: Callable[..., Caller]
+) -> None:
+    # A connection that answered moments ago is taken for a call that may be repeated
+    # without the idle check's read: found closed, the call is repeated on a new one
+    # (the server ran it once).
+    caller = caller_of(server.address)
+    missing = FailRequest(NotFound.code, "no such thing")
+    with pytest.raises(NotFound):
+        await caller.inline(lambda: caller.rpc.call(FAIL, missing))
+    for conn in list(server.connections):
+        conn.close()
+    await eventually(lambda: not server.connections, what="the server closed the connection")
+    with pytest.raises(NotFound):
+        await caller.inline(lambda: caller.rpc.call(FAIL, missing))
+    assert handlers.calls["test_fail"] == 2
+
+
 async def test_closing_the_client_closes_every_thread_connection(
     server: RpcServer, caller_of: Callable[..., Caller]
 ) -> None:

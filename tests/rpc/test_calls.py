@@ -15,6 +15,7 @@ from xdfs.errors import (
     InternalError,
     InvalidArgument,
     NotFound,
+    RpcTimeout,
     XdfsError,
     known_codes,
 )
@@ -69,6 +70,30 @@ async def test_a_slow_call_does_not_block_later_ones(
     assert not slow.done()
     handlers.gate.set()
     assert await slow == Count(1)
+
+
+async def test_each_call_expires_at_its_own_deadline(
+    client: RpcClient, server: RpcServer, handlers: TestHandlers
+) -> None:
+    # One timer serves a connection's deadlines: a short deadline after a long one, and
+    # one after many answered calls, still expire on their own (long before the first
+    # one's); the long one waits on.
+    slow = asyncio.create_task(client.call(GATED, Empty(), timeout_s=600.0))
+    await eventually(lambda: handlers.calls.get("test_gated") == 1)
+    with pytest.raises(RpcTimeout):
+        async with asyncio.timeout(60):  # not the long call's deadline
+            await client.call(GATED, Empty(), timeout_s=0.2)
+    for i in range(50):
+        reply = await client.call(ECHO, EchoRequest(bytes([i])), timeout_s=0.1 + i / 100)
+        assert reply.payload == bytes([i])
+    with pytest.raises(RpcTimeout):
+        async with asyncio.timeout(60):
+            await client.call(GATED, Empty(), timeout_s=0.3)
+    assert not slow.done()
+    handlers.gate.set()
+    assert (await slow).n >= 1
+    conn = await client.connection(server.address)
+    assert not conn._pending
 
 
 async def test_server_error_comes_back_as_the_same_class(client: RpcClient) -> None:

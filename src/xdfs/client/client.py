@@ -8,6 +8,7 @@ with the RPC layer's failover (3 tries per address, then the next).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import os
 import posixpath
@@ -100,7 +101,9 @@ class AsyncClient:
     async def absolute(self, path: str) -> str:
         """The absolute path ``path`` names on this client's cluster, as HDFS resolves it:
         an ``xdfs://HOST:PORT/p`` URI of this cluster is ``/p`` (one of another cluster is
-        refused: InvalidArgument), a relative path resolves against :meth:`home`."""
+        refused: InvalidArgument), a relative path resolves against :meth:`home`. A path
+        that starts with ``/`` is itself: the calls made most often (stat, mkdirs, create,
+        complete ...) use such a path as it is, without awaiting this."""
         uri = split_uri(path)
         if uri is not None:
             authority, local = uri
@@ -123,11 +126,11 @@ class AsyncClient:
     async def mkdirs(
         self, path: str, mode: int = DEFAULT_MODE, parents: bool = True
     ) -> p.FileStatus:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.MKDIRS, p.MkdirsRequest(path, mode, parents))
 
     async def stat(self, path: str) -> p.FileStatus:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.STAT, p.PathRequest(path))
 
     async def exists(self, path: str) -> bool:
@@ -155,12 +158,12 @@ class AsyncClient:
     async def delete(
         self, path: str, recursive: bool = False, skip_trash: bool = False
     ) -> p.DeleteResponse:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.DELETE, p.DeleteRequest(path, recursive, skip_trash))
 
     async def rename(self, src: str, dst: str) -> str:
-        src = await self.absolute(src)
-        dst = await self.absolute(dst)
+        src = src if src[:1] == "/" else await self.absolute(src)
+        dst = dst if dst[:1] == "/" else await self.absolute(dst)
         return (await self.rpc.call(p.RENAME, p.RenameRequest(src, dst))).dst
 
     async def set_permission(self, path: str, mode: int) -> None:
@@ -295,8 +298,9 @@ class AsyncClient:
         mode: int = DEFAULT_MODE,
         create_parents: bool = True,
     ) -> p.FileStatus:
-        request = p.CreateRequest(await self.absolute(path), self.client_name, mode,
-                                  replication, block_size, overwrite, create_parents)
+        path = path if path[:1] == "/" else await self.absolute(path)
+        request = p.CreateRequest(path, self.client_name, mode, replication, block_size,
+                                  overwrite, create_parents)
         return await self.rpc.call(p.CREATE, request)
 
     async def create_with_block(
@@ -311,8 +315,9 @@ class AsyncClient:
     ) -> p.CreateBlockResponse:
         """:meth:`create`, and the file's first block allocated in the same call (a
         NameNode without that method: its plain create, the block left to add_block)."""
-        request = p.CreateRequest(await self.absolute(path), self.client_name, mode,
-                                  replication, block_size, overwrite, create_parents)
+        path = path if path[:1] == "/" else await self.absolute(path)
+        request = p.CreateRequest(path, self.client_name, mode, replication, block_size,
+                                  overwrite, create_parents)
         if not self._old_namenode:
             try:
                 return await self.rpc.call(p.CREATE_WITH_BLOCK, request)
@@ -321,7 +326,7 @@ class AsyncClient:
         return p.CreateBlockResponse(await self.rpc.call(p.CREATE, request))
 
     async def complete(self, path: str, blocks: list[BlockRecord]) -> p.FileStatus:
-        path = await self.absolute(path)
+        path = path if path[:1] == "/" else await self.absolute(path)
         return await self.rpc.call(p.COMPLETE, p.CompleteRequest(path, self.client_name, blocks))
 
     async def recover_lease(self, path: str) -> bool:
@@ -454,14 +459,21 @@ class Client:
             return target
         inline = name in INLINE_METHODS and self._async.config.client.inline_calls
         run = self._loop.run_inline if inline else self._loop.run
+        call: Callable[..., Any]
+        if inspect.iscoroutinefunction(target):  # known once, not looked at per call
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = target(*args, **kwargs)
-            if hasattr(result, "__aiter__"):
-                return self._loop.run(_collect(result))
-            if isinstance(result, Coroutine):
-                return run(result)
-            return result
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return run(target(*args, **kwargs))
+
+        else:
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                result = target(*args, **kwargs)
+                if hasattr(result, "__aiter__"):
+                    return self._loop.run(_collect(result))
+                if isinstance(result, Coroutine):
+                    return run(result)
+                return result
 
         # Kept: the next call of this method finds it without coming here (every fsspec
         # operation is one of these calls, from any number of threads).

@@ -12,6 +12,8 @@ import threading
 import time
 from dataclasses import replace
 
+import crc32c
+
 from xdfs.config import RpcConfig
 from xdfs.errors import XdfsError
 from xdfs.rpc.client import BlockingUpload, RpcClient
@@ -48,11 +50,12 @@ class DataNodePool:
         once. Each address's outcome: its answer or its error."""
         outcomes: dict[str, Resp | XdfsError | OSError] = {}
         started: dict[str, BlockingUpload[Resp]] = {}
+        crc = crc32c.crc32c(data) if data else None  # once for every target
         try:
             for address, request in requests.items():
                 try:
                     started[address] = self.get(address).start_upload_inline(
-                        method, request, data)
+                        method, request, data, crc)
                 except (XdfsError, OSError) as exc:
                     outcomes[address] = exc
             deadline = time.monotonic() + self.config.call_timeout_s

@@ -19,6 +19,7 @@ which is a shell-user convenience, as ``hdfs dfs -rm -skipTrash`` does).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 from glob import has_magic
@@ -319,6 +320,7 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
             kwargs["size"] = self._reader.size
         super().__init__(fs, path, mode, block_size, **kwargs)
         if mode != "rb":
+            self.buffer = FirstBuffer()
             try:
                 if mode == "ab":
                     self._writer = self._appender(path, options)
@@ -378,8 +380,9 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
     def _upload_chunk(self, final: bool = False) -> bool:
         assert self._writer is not None, "a file open for writing has its writer"
         # getvalue hands over the buffer's bytes without a copy (fsspec drops the buffer
-        # after this call), and the writer keeps immutable bytes as they are: a view
-        # (getbuffer) cost one more copy of every byte written.
+        # after this call; a FirstBuffer hands over the bytes it was given), and the writer
+        # keeps immutable bytes as they are: a view (getbuffer) cost one more copy of every
+        # byte written.
         data = self.buffer.getvalue()
         if final:
             self._writer.write_and_close(data)
@@ -404,3 +407,46 @@ class XdfsFile(AbstractBufferedFile):  # type: ignore[misc]
         if not self.autocommit:
             with contextlib.suppress(NotFound):
                 self.fs.client.delete(self._written_path, skip_trash=True)
+
+
+class FirstBuffer:
+    """The first write buffer of an :class:`XdfsFile` (fsspec makes an ``io.BytesIO`` for
+    each next one): a first write of ``bytes`` is kept as it is, not copied, so a file
+    written in one ``write`` (``with fs.open(p, "wb") as f: f.write(body)``) reaches the
+    writer without its bytes copied into the buffer first; a second write moves them into
+    an ``io.BytesIO`` and goes on there. What fsspec uses of a buffer: ``write``,
+    ``tell``, ``seek(0, 2)`` (its size) and our ``getvalue``."""
+
+    def __init__(self) -> None:
+        self._held: bytes | None = None
+        self._io: io.BytesIO | None = None
+
+    def write(self, data: Any) -> int:
+        if self._io is None and self._held is None and type(data) is bytes:
+            self._held = data
+            return len(data)
+        return self._spilled().write(data)
+
+    def _spilled(self) -> io.BytesIO:
+        """The BytesIO this buffer goes on in, holding what was written so far."""
+        if self._io is None:
+            self._io = io.BytesIO()
+            if self._held is not None:
+                self._io.write(self._held)
+                self._held = None
+        return self._io
+
+    def tell(self) -> int:
+        if self._io is not None:
+            return self._io.tell()
+        return 0 if self._held is None else len(self._held)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self._io is None and offset == 0 and whence == io.SEEK_END:
+            return self.tell()  # fsspec's size after an upload: nothing to move
+        return self._spilled().seek(offset, whence)
+
+    def getvalue(self) -> bytes:
+        if self._io is not None:
+            return self._io.getvalue()
+        return b"" if self._held is None else self._held

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from xdfs.client.datanodes import DataNodePool
 from xdfs.config import ClientConfig
@@ -49,8 +49,11 @@ class LeaseRenewer:
 
     Writers are counted from any thread (a synchronous client opens files from its
     callers' threads, see :meth:`FileWriter.write_and_close`); the task runs on the
-    client's event loop from the first open writer to the last one's close, renewing every
-    ``interval_s``, so an idle client has no task."""
+    client's event loop from the first open writer, renewing every ``interval_s``. The
+    last close on the loop stops it at once; a last close in a caller's thread leaves it
+    to end itself at its next turn if nothing is open by then (waking the loop's thread to
+    stop it, and again to start it for the next file, cost a file written from one thread
+    two thread switches). An idle client has no task after at most ``interval_s``."""
 
     def __init__(
         self, nn: RpcClient, client_name: str, interval_s: float = LEASE_RENEWAL_INTERVAL_S
@@ -61,55 +64,62 @@ class LeaseRenewer:
         self.open_writers = 0
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
+        #: A task runs or is on its way (under _lock: callers' threads start it).
+        self._wanted = False
 
     @property
     def running(self) -> bool:
-        """Whether the renewing task exists (from the first open writer to the last close)."""
+        """Whether the renewing task exists."""
         return self._task is not None
 
     def opened(self) -> None:
         with self._lock:
             self.open_writers += 1
-            first = self.open_writers == 1
-        if first:
-            self._on_loop(self._start)
+            start = not self._wanted
+            self._wanted = True
+        if start:
+            inline = inline_loop()
+            if inline is not None:
+                inline.loop.call_soon_threadsafe(self._start)
+            else:
+                self._start()
 
     def closed(self) -> None:
         with self._lock:
             self.open_writers -= 1
             last = self.open_writers == 0
-        if last:
-            self._on_loop(self._stop)
-
-    @staticmethod
-    def _on_loop(call: Callable[[], None]) -> None:
-        """Run ``call`` on the client's loop: now, or queued from a caller's thread. Both
-        calls look at the count when they run, so queued starts and stops settle right."""
-        inline = inline_loop()
-        if inline is not None:
-            inline.loop.call_soon_threadsafe(call)
-        else:
-            call()
+        if last and inline_loop() is None:
+            self._stop()  # on the loop: at once (a caller's thread leaves it to the task)
 
     def _start(self) -> None:
-        if self.open_writers and self._task is None:
+        if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def _stop(self) -> None:
-        if not self.open_writers and self._task is not None:
-            self._task.cancel()
-            self._task = None
+        with self._lock:
+            if self.open_writers or self._task is None:
+                return
+            task, self._task = self._task, None
+            self._wanted = False
+        task.cancel()
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
+            with self._lock:
+                if not self.open_writers:  # the last close came from a caller's thread
+                    self._task = None
+                    self._wanted = False
+                    return
             try:
                 await self.nn.call(p.RENEW_LEASE, p.RenewLeaseRequest(self.client_name))
             except XdfsError as exc:
                 log.warning("renewing the lease of %s failed: %s", self.client_name, exc)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
+        with self._lock:
+            task, self._task = self._task, None
+            self._wanted = False
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -124,12 +134,15 @@ class BlockBuffer:
         self.chunks: list[bytes] = []
         self.num_bytes = 0
         self.closed = False
-        self._changed = asyncio.Event()
+        #: What a reader waiting for more waits on, made by the first one to wait.
+        self._changed: asyncio.Event | None = None
 
     def _notify(self) -> None:
-        # A fresh event per change: waiters keep the one they saw, so no wakeup is lost.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        # A fresh event after each change: waiters keep the one they saw, so no wakeup is
+        # lost; none is made while nobody waits (a small file's block is never waited on).
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def append(self, data: bytes) -> None:
         assert not self.closed, "append to a closed block buffer"
@@ -150,6 +163,8 @@ class BlockBuffer:
                 index += 1
             if self.closed:
                 return
+            if self._changed is None:
+                self._changed = asyncio.Event()
             await self._changed.wait()
 
 

@@ -50,8 +50,15 @@ _WELCOME = msgspec.msgpack.Decoder(Welcome)
 #: What a socket operation raises when the peer or the network failed (TimeoutError, a
 #: subclass of OSError, is caught before these where a deadline matters).
 _SOCKET_ERRORS = (OSError, ssl.SSLError)
+#: Frame kinds as plain ints for the per-call paths (an IntEnum member's lookup costs
+#: more than the comparison; the wire bytes are the same).
+_REQUEST, _HEAD, _TAIL = int(Kind.REQUEST), int(Kind.HEAD), int(Kind.TAIL)
+_RESPONSE, _ERROR, _CREDIT = int(Kind.RESPONSE), int(Kind.ERROR), int(Kind.CREDIT)
 #: The longest a read waits in the kernel before the caller's deadline is checked again.
 _KERNEL_WAIT_S = 0.25
+#: A connection that answered a call this recently is taken without the idle check's
+#: read by a caller that copes with finding it lost (see :meth:`BlockingConnection.usable`).
+FRESH_S = 0.5
 
 
 class BlockingConnection:
@@ -82,6 +89,8 @@ class BlockingConnection:
         self._queue: collections.deque[InEnvelope] = collections.deque()
         self._next_id = 1
         self._closed = False
+        #: When the last answer was read (monotonic), for :meth:`usable`.
+        self._answered_s = -math.inf
 
     @classmethod
     def open(
@@ -130,12 +139,22 @@ class BlockingConnection:
     def closed(self) -> bool:
         return self._closed
 
-    def usable(self) -> bool:
+    def usable(self, fresh_ok: bool = False) -> bool:
         """Whether a call may be sent: the connection is open and the server has not closed
         it while it was idle (an idle anonymous session, a server restarted). Late answers
-        waiting in the socket are read and dropped on the way."""
+        waiting in the socket are read and dropped on the way.
+
+        ``fresh_ok``: the caller copes with a call that finds the connection lost after
+        all (a call that may be repeated: the failover repeats it on a new connection; a
+        block upload: the writer replaces the target, as for a DataNode that fails). Then
+        a connection that answered within :data:`FRESH_S` is taken without the check's
+        read: one system call less per call, and each one lets another thread take the
+        interpreter (a context switch or two with several callers). A server closes a
+        connection that just answered only when it stops or fails."""
         if self._closed:
             return False
+        if fresh_ok and not self._queue and time.monotonic() - self._answered_s < FRESH_S:
+            return True
         try:
             while True:
                 while self._queue:
@@ -155,22 +174,27 @@ class BlockingConnection:
         """Send a unary call; its id, for :meth:`answer`. ConnectionLost when the write
         fails (the server may have read part of it: treat it as sent)."""
         call_id = self._new_id()
-        self._send([encode_frame(Kind.REQUEST, call_id, method.name, body, logical_call)])
+        self._send([encode_frame(_REQUEST, call_id, method.name, body, logical_call)])
         return call_id
 
-    def upload(self, method: Method[Any, Any], head: Any, data: bytes, logical_call: int) -> int:
+    def upload(
+        self, method: Method[Any, Any], head: Any, data: bytes, logical_call: int,
+        crc: int | None = None,
+    ) -> int:
         """Send an upload of ``data`` as one chunk (at most ``rpc.stream_chunk_bytes``):
         head, chunk and tail in one write, the chunk sent ahead of the window grant as
         :data:`~xdfs.rpc.streams.UPLOAD_CHUNKS_AHEAD` allows; its id, for :meth:`answer`
-        (which passes over the stream's credits). Errors as :meth:`request`'s."""
+        (which passes over the stream's credits). ``crc``: the CRC32C of ``data`` when
+        the caller has it (one computation for every target of a block). Errors as
+        :meth:`request`'s."""
         call_id = self._new_id()
         frames: list[bytes | bytearray] = [
-            encode_frame(Kind.HEAD, call_id, method.name, head, logical_call)
+            encode_frame(_HEAD, call_id, method.name, head, logical_call)
         ]
         if data:
-            chunk = Chunk(0, crc32c.crc32c(data), memoryview(data))
+            chunk = Chunk(0, crc32c.crc32c(data) if crc is None else crc, memoryview(data))
             frames += [encode_chunk_head(call_id, chunk), data]
-        frames.append(encode_frame(Kind.TAIL, call_id, "", Tail(1 if data else 0, len(data))))
+        frames.append(encode_frame(_TAIL, call_id, "", Tail(1 if data else 0, len(data))))
         self._send(frames)
         return call_id
 
@@ -194,13 +218,16 @@ class BlockingConnection:
             envelope = self._next_frame(deadline)
             if envelope is None:
                 raise TimeoutError
-            if envelope.id != call_id or envelope.kind == Kind.CREDIT:  # an upload's credit
+            kind = envelope.kind
+            if envelope.id != call_id or kind == _CREDIT:  # an upload's credit
                 self._on_idle_frame(envelope)
                 continue
-            if envelope.kind == Kind.ERROR:
+            if kind == _ERROR:
+                self._answered_s = time.monotonic()
                 raise self._error(envelope)
-            if envelope.kind != Kind.RESPONSE:
+            if kind != _RESPONSE:
                 raise self._fail(self._unexpected(envelope))
+            self._answered_s = time.monotonic()
             try:
                 result: Resp = method.response_decoder.decode(envelope.body)
             except DECODE_ERRORS as exc:

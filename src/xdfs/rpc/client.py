@@ -181,8 +181,13 @@ class RpcClient:
         # The common case (e.g. a DataNode's reports): the preferred server is connected.
         # The first try goes straight to it, without the failover's try object, watcher
         # and address order; a failed one is counted and the failover goes on from it.
+        call_id = 0
         try:
-            return await conn.call(method, request, deadline, number)
+            call_id, future = conn.start_call(method, request, deadline, number)
+            return await future
+        except asyncio.CancelledError:
+            conn.abandon(call_id)
+            raise
         except _RETRIED as exc:
             move_on = self._after_failed_try(exc, index, method.retry_safe)
             first = _FirstTry(index, self.config.tries_per_address if move_on else 1,
@@ -210,7 +215,7 @@ class RpcClient:
         address = self.addresses[index]
         start: int | None = None
         try:
-            conn = self._take_blocking(address)
+            conn = self._take_blocking(address, method.retry_safe)
         except (Unavailable, Overloaded):  # not sent: the failover path starts over
             return loop.run(self._failover_call(method, request, deadline, number))
         try:
@@ -258,16 +263,17 @@ class RpcClient:
                 raise _MovedOn(moved_to)
             now = time.monotonic()
 
-    def _take_blocking(self, address: str) -> BlockingConnection:
+    def _take_blocking(self, address: str, fresh_ok: bool = False) -> BlockingConnection:
         """An idle open connection to ``address`` (the most recently used), or a new one
-        made with the client's hello; the caller owns it until :meth:`_give_back`."""
+        made with the client's hello; the caller owns it until :meth:`_give_back`.
+        ``fresh_ok``: see :meth:`BlockingConnection.usable`."""
         idle = self._idle.get(address)
         while idle:
             try:
                 conn = idle.pop()  # deque: atomic, any thread
             except IndexError:
                 break
-            if conn.usable():
+            if conn.usable(fresh_ok):
                 return conn
             self._forget(conn)
         conn = BlockingConnection.open(address, self.config, self.hello, self.ssl_context)
@@ -279,8 +285,11 @@ class RpcClient:
     def _give_back(self, conn: BlockingConnection) -> None:
         if conn.closed:
             self._forget(conn)
-        else:
-            self._idle.setdefault(conn.address, collections.deque()).append(conn)
+            return
+        idle = self._idle.get(conn.address)
+        if idle is None:
+            idle = self._idle.setdefault(conn.address, collections.deque())
+        idle.append(conn)
 
     def _forget(self, conn: BlockingConnection) -> None:
         conn.close()
@@ -288,17 +297,18 @@ class RpcClient:
             self._blocking.discard(conn)
 
     def start_upload_inline(
-        self, method: Method[Req, Resp], request: Req, data: bytes
+        self, method: Method[Req, Resp], request: Req, data: bytes, crc: int | None = None
     ) -> BlockingUpload[Resp]:
         """Send an upload of ``data`` (one chunk) from the calling thread over a blocking
         connection to the preferred address, head, chunk and tail in one write
         (:meth:`BlockingConnection.upload`); its answer comes from
         :meth:`BlockingUpload.result`. A single try, no failover: for a caller that has its
-        own (the block writer moves on to other DataNodes). Errors: Unavailable,
-        Overloaded (not sent), ConnectionLost (maybe sent)."""
-        conn = self._take_blocking(self.current_address)
+        own (the block writer moves on to other DataNodes). ``crc``: the CRC32C of
+        ``data``, if known. Errors: Unavailable, Overloaded (not sent), ConnectionLost
+        (maybe sent)."""
+        conn = self._take_blocking(self.current_address, fresh_ok=True)
         try:
-            call_id = conn.upload(method, request, data, next(self._call_numbers))
+            call_id = conn.upload(method, request, data, next(self._call_numbers), crc)
         except BaseException:
             self._give_back(conn)  # closed by the failed write
             raise

@@ -6,6 +6,7 @@ failover rules above them."""
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from typing import Any, TypeVar
 
@@ -37,6 +38,13 @@ from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, S
 T = TypeVar("T")
 
 _WELCOME = msgspec.msgpack.Decoder(Welcome)
+#: A call awaiting its answer: its future, method, deadline (loop time) and timeout (s).
+_Pending = tuple[asyncio.Future[Any], Method[Any, Any], float, float]
+#: Frame kinds as plain ints for the per-call paths (an IntEnum member's lookup costs
+#: more than the comparison; the wire bytes are the same).
+_REQUEST, _ANSWERS, _STREAM_FRAMES = int(Kind.REQUEST), (Kind.RESPONSE, Kind.HEAD), (
+    Kind.CHUNK, Kind.TAIL, Kind.CREDIT)
+_ERROR, _WELCOME_KIND = int(Kind.ERROR), int(Kind.WELCOME)
 
 
 class DownloadStream:
@@ -92,7 +100,12 @@ class ClientConnection(RpcProtocol):
         self._loop = asyncio.get_running_loop()
         self._welcome_future: asyncio.Future[Welcome] = self._loop.create_future()
         self._next_id = 1
-        self._pending: dict[int, tuple[asyncio.Future[Any], Method[Any, Any]]] = {}
+        #: Calls awaiting their answer: future, method, deadline (loop time; infinite while
+        #: an upload still sends) and timeout.
+        self._pending: dict[int, _Pending] = {}
+        #: One timer for every call's deadline (see _watch), armed at ``_sweep_at``.
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = math.inf
         self._flush_soon = False  # a flush of queued requests is scheduled (_send_request)
 
     @classmethod
@@ -132,16 +145,16 @@ class ClientConnection(RpcProtocol):
 
     def on_envelope(self, envelope: InEnvelope) -> None:
         kind = envelope.kind
-        if kind in (Kind.RESPONSE, Kind.HEAD):
+        if kind in _ANSWERS:
             self._on_answer(envelope)
-        elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
+        elif kind in _STREAM_FRAMES:
             self.on_stream_frame(envelope)
             receiver = self.receivers.get(envelope.id)
             if receiver is not None and receiver.finished:
                 del self.receivers[envelope.id]
-        elif kind == Kind.ERROR:
+        elif kind == _ERROR:
             self._on_error(envelope)
-        elif kind == Kind.WELCOME:
+        elif kind == _WELCOME_KIND:
             try:
                 welcome = _WELCOME.decode(envelope.body)
             except DECODE_ERRORS as exc:
@@ -155,20 +168,16 @@ class ClientConnection(RpcProtocol):
         entry = self._pending.pop(envelope.id, None)
         if entry is None:
             return  # the caller timed out or cancelled; the late answer is dropped
-        future, method = entry
+        future, method = entry[0], entry[1]
         try:
             body = method.response_decoder.decode(envelope.body)
         except DECODE_ERRORS as exc:
-            body = None
-            what = f"{method.name}: bad response"
-            error: XdfsError | None = decode_error(exc, ProtocolError, what)
-        else:
-            error = None
+            if not future.done():
+                future.set_exception(decode_error(exc, ProtocolError,
+                                                  f"{method.name}: bad response"))
+            return
         if not future.done():
-            if error is None:
-                future.set_result(body)
-            else:
-                future.set_exception(error)
+            future.set_result(body)
 
     def _on_error(self, envelope: InEnvelope) -> None:
         try:
@@ -192,10 +201,13 @@ class ClientConnection(RpcProtocol):
     def _fail_all(self, error: XdfsError) -> None:
         if not self._welcome_future.done():
             self._welcome_future.set_exception(error)
-        for future, _method in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
+        for entry in self._pending.values():
+            if not entry[0].done():
+                entry[0].set_exception(error)
         self._pending.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep, self._sweep_at = None, math.inf
         for receiver in self.receivers.values():
             receiver.fail(error)
         for sender in self.senders.values():
@@ -206,48 +218,105 @@ class ClientConnection(RpcProtocol):
 
     # -- calls --------------------------------------------------------------------------
 
-    def _new_call(self, method: Method[Any, Any]) -> tuple[int, asyncio.Future[Any]]:
+    def _new_call(
+        self, method: Method[Any, Any], timeout_s: float | None = None
+    ) -> tuple[int, asyncio.Future[Any]]:
+        """A new call's id and future; its deadline starts now, or (``timeout_s`` None, an
+        upload still to send) at :meth:`_await_answer`."""
         if self.is_closing:
             raise ConnectionLost(f"connection to {self.address} is closed")
         call_id = self._next_id
         self._next_id += 1
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = (future, method)
+        future: asyncio.Future[Any] = self._loop.create_future()
+        if timeout_s is None:
+            self._pending[call_id] = (future, method, math.inf, 0.0)
+        else:
+            self._watch(call_id, future, method, timeout_s)
         return call_id, future
+
+    def _watch(
+        self, call_id: int, future: asyncio.Future[Any], method: Method[Any, Any],
+        timeout_s: float,
+    ) -> None:
+        """Expire call ``call_id`` ``timeout_s`` from now. One timer serves every call of
+        the connection (:meth:`_expire_due`): a timer made and cancelled per call cost more
+        than the rest of a small call's bookkeeping (a handle, a heap entry, a cancelled
+        entry left in the heap), while deadlines in this order rarely move the shared one."""
+        deadline = self._loop.time() + timeout_s
+        self._pending[call_id] = (future, method, deadline, timeout_s)
+        if deadline < self._sweep_at:
+            self._arm(deadline)
+
+    def _arm(self, when: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep = self._loop.call_at(when, self._expire_due)
+        self._sweep_at = when
+
+    def _expire_due(self) -> None:
+        """Expire the calls past their deadline; the timer then waits for the next one.
+        Answered calls are gone from ``_pending``: the timer armed for one of them finds
+        the others' later deadlines (one pass over the calls in flight)."""
+        self._sweep, self._sweep_at = None, math.inf
+        now = self._loop.time()
+        due = [call_id for call_id, entry in self._pending.items() if entry[2] <= now]
+        for call_id in due:
+            self._expire(call_id)
+        if self._pending and not self.is_closing:
+            upcoming = min(entry[2] for entry in self._pending.values())
+            if upcoming < math.inf:
+                self._arm(upcoming)
 
     async def _await_answer(
         self, call_id: int, future: asyncio.Future[T], method: Method[Any, Any], timeout_s: float
     ) -> T:
-        timer = asyncio.get_running_loop().call_later(
-            timeout_s, self._expire, call_id, method.name, timeout_s
-        )
+        """The answer of a stream's call, its deadline starting now (the stream sent)."""
+        if call_id in self._pending:
+            self._watch(call_id, future, method, timeout_s)
         try:
             return await future
         except asyncio.CancelledError:
-            self._abandon(call_id)
+            self.abandon(call_id)
             raise
-        finally:
-            timer.cancel()
 
-    def _abandon(self, call_id: int) -> None:
+    def abandon(self, call_id: int) -> None:
         """The caller gave up on a call (cancelled): tell the server, drop the answer."""
         if self._pending.pop(call_id, None) is not None and not self.is_closing:
             self.send(Kind.CANCEL, call_id, "", None)
 
-    def _expire(self, call_id: int, name: str, timeout_s: float) -> None:
+    def _expire(self, call_id: int) -> None:
         entry = self._pending.pop(call_id, None)
         if entry is not None and not entry[0].done():
-            entry[0].set_exception(RpcTimeout(f"{name} got no answer within {timeout_s} s"))
+            future, method, _deadline, timeout_s = entry
+            future.set_exception(
+                RpcTimeout(f"{method.name} got no answer within {timeout_s} s"))
             self.send(Kind.CANCEL, call_id, "", None)
 
     async def call(
         self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
     ) -> Resp:
         """``logical_call``: the number all tries of this call carry (see RpcClient)."""
+        call_id, future = self.start_call(method, request, timeout_s, logical_call)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.abandon(call_id)
+            raise
+
+    def start_call(
+        self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
+    ) -> tuple[int, asyncio.Future[Resp]]:
+        """Send a unary call: its id and the future of its answer. The caller awaits the
+        future and, cancelled, calls :meth:`abandon` (:meth:`call` does both; RpcClient
+        does it itself, one coroutine less per call)."""
         assert method.kind is MethodKind.UNARY, f"{method.name} is not a unary method"
-        call_id, future = self._new_call(method)
-        self._send_request(call_id, method.name, request, logical_call)
-        return await self._await_answer(call_id, future, method, timeout_s)
+        call_id, future = self._new_call(method, timeout_s)
+        try:
+            self._send_request(call_id, method.name, request, logical_call)
+        except BaseException:  # the request could not be encoded
+            self.abandon(call_id)
+            raise
+        return call_id, future
 
     def _send_request(self, call_id: int, name: str, request: Any, logical_call: int) -> None:
         """Send a unary request; with other calls in flight, at the end of this loop turn
@@ -255,9 +324,9 @@ class ClientConnection(RpcProtocol):
         send one write, not one system call each). A lone call goes out at once."""
         if len(self._pending) <= 1 or self._receiving:
             self.flush()  # anything queued goes first: frames keep their order
-            self.send(Kind.REQUEST, call_id, name, request, logical_call)
+            self.send(_REQUEST, call_id, name, request, logical_call)
             return
-        self._out.append(encode_frame(Kind.REQUEST, call_id, name, request, logical_call))
+        self._out.append(encode_frame(_REQUEST, call_id, name, request, logical_call))
         if not self._flush_soon:
             self._flush_soon = True
             self._loop.call_soon(self._flush_queued)
