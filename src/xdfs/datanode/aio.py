@@ -1,4 +1,5 @@
-"""fsyncs the event loop hands to the kernel (Linux native AIO), without a worker thread.
+"""fsyncs and direct writes the event loop hands to the kernel (Linux native AIO), without a
+worker thread.
 
 Why: a small replica's write is three fsyncs (data, checksum file, directory) and little
 else. Handed to a worker thread, every system call of that thread (each fsync, close,
@@ -30,9 +31,13 @@ log = logging.getLogger(__name__)
 
 #: System call numbers of io_setup, io_destroy, io_getevents, io_submit.
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
+_IOCB_CMD_PREAD = 0
+_IOCB_CMD_PWRITE = 1
 _IOCB_CMD_FSYNC = 2
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
+#: linux/fs.h: the write completes once its data and the metadata to reach it are durable.
+_RWF_DSYNC = 2
 #: Requests in flight at once; past it, callers use a worker thread.
 DEPTH = 256
 #: Requests one :meth:`KernelSyncs.sync` submits at most.
@@ -64,11 +69,35 @@ with contextlib.suppress(OSError, TypeError, AttributeError):
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
-class _Batch:
-    """The requests of one :meth:`KernelSyncs.sync`: their results, and a future done
-    once every one is in."""
+#: One request: (opcode, fd, buffer address, byte count, file offset, rw_flags).
+Request = tuple[int, int, int, int, int, int]
 
-    def __init__(self, done: asyncio.Future[None], count: int) -> None:
+
+def sync_request(fd: int, *, data_only: bool) -> Request:
+    """fdatasync (``data_only``) or fsync of ``fd``."""
+    return (_IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC, fd, 0, 0, 0, 0)
+
+
+def durable_write_request(fd: int, address: int, count: int, offset: int) -> Request:
+    """A write of ``count`` bytes at ``address`` to ``fd`` at ``offset``, done once they
+    and the metadata to reach them are durable (``RWF_DSYNC``: an fdatasync of that range).
+    Asynchronous only for an ``O_DIRECT`` fd whose file already extends past the range
+    (ext4 completes an extending direct write within ``io_submit``); the memory must stay
+    untouched until the request is done."""
+    return (_IOCB_CMD_PWRITE, fd, address, count, offset, _RWF_DSYNC)
+
+
+def read_request(fd: int, address: int, count: int, offset: int) -> Request:
+    """A read of ``count`` bytes of ``fd`` at ``offset`` into the memory at ``address``
+    (asynchronous for an ``O_DIRECT`` fd; the memory must stay alive until it is done)."""
+    return (_IOCB_CMD_PREAD, fd, address, count, offset, 0)
+
+
+class _Batch:
+    """The requests of one submission: a future of their results, done once every one
+    is in."""
+
+    def __init__(self, done: asyncio.Future[list[int]], count: int) -> None:
         self.done = done
         self.results = [0] * count
         self._left = count
@@ -77,7 +106,7 @@ class _Batch:
         self.results[index] = result
         self._left -= 1
         if not self._left and not self.done.done():
-            self.done.set_result(None)
+            self.done.set_result(self.results)
 
 
 class KernelSyncs:
@@ -124,31 +153,50 @@ class KernelSyncs:
         is disabled: the caller syncs them another way). The requests cannot be taken back
         once submitted: a caller that may be cancelled awaits this through something that
         lets it finish (``transfer.to_the_end``) before the descriptors are closed."""
-        assert 0 < len(fds) <= _SUBMIT_MAX
-        batch = _Batch(self._loop.create_future(), len(fds))
-        self._submit(batch, fds, _IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC)
-        await batch.done
-        for result in batch.results:
-            if result < 0:
-                if result == -errno.EINVAL:
-                    self.enabled = False
-                    log.info("the kernel refused an AIO fsync: syncing in threads instead")
-                raise OSError(-result, os.strerror(-result))
+        results = await self.submit([sync_request(fd, data_only=data_only) for fd in fds])
+        for result in results:
+            self.check_sync(result)
 
-    def _submit(self, batch: _Batch, fds: Sequence[int], opcode: int) -> None:
+    def check_sync(self, result: int) -> None:
+        """OSError for a failed fsync request's result (see :meth:`sync`)."""
+        if result < 0:
+            if result == -errno.EINVAL:
+                self.enabled = False
+                log.info("the kernel refused an AIO fsync: syncing in threads instead")
+            raise OSError(-result, os.strerror(-result))
+
+    async def submit(self, requests: Sequence[Request]) -> list[int]:
+        """Submit ``requests`` at once (in one ``io_submit``; the kernel runs them in any
+        order); returns each one's result once all are done: bytes written, 0, or minus
+        an errno. Cannot be taken back: see :meth:`sync` about cancellation."""
+        return await self.start(requests)
+
+    def start(self, requests: Sequence[Request]) -> asyncio.Future[list[int]]:
+        """:meth:`submit` as a future of the results (a caller that chains a callback to
+        it instead of awaiting it in a task)."""
+        assert 0 < len(requests) <= _SUBMIT_MAX
+        batch = _Batch(self._loop.create_future(), len(requests))
+        self._submit(batch, requests)
+        return batch.done
+
+    def _submit(self, batch: _Batch, requests: Sequence[Request]) -> None:
         first = self._next_id
-        for index, fd in enumerate(fds):
+        for index, (opcode, fd, address, count, offset, rw_flags) in enumerate(requests):
             block = self._blocks[index]
             block.data = first + index
             block.opcode = opcode
             block.fildes = fd
+            block.buf = address
+            block.nbytes = count
+            block.offset = offset
+            block.rw_flags = rw_flags
             self._waiting[first + index] = (batch, index)
-        self._next_id += len(fds)
-        submitted = _syscall(_long(self._submit_nr), self._context, _long(len(fds)),
+        self._next_id += len(requests)
+        submitted = _syscall(_long(self._submit_nr), self._context, _long(len(requests)),
                              self._pointers)
-        if submitted != len(fds):
+        if submitted != len(requests):
             code = ctypes.get_errno() if submitted < 0 else errno.EAGAIN
-            for index in range(max(submitted, 0), len(fds)):
+            for index in range(max(submitted, 0), len(requests)):
                 self._waiting.pop(first + index)
                 batch.settle(index, -code)
 

@@ -275,7 +275,8 @@ class DataNode:
             piece = self.config.rpc.stream_chunk_bytes
             if direct_io:  # no kernel read-ahead: larger pieces, read in parts at once
                 piece = max(piece, direct.READ_PIECE_BYTES)
-            return ReplicaReader(replica, offset, length, piece, direct_io)
+            kernel_reads = self.syncs is not None and self.syncs.enabled and direct.KERNEL_WRITES
+            return ReplicaReader(replica, offset, length, piece, direct_io, kernel_reads)
         except CorruptReplica as exc:
             self.on_corrupt(replica, exc)
             raise
