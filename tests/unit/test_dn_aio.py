@@ -371,7 +371,7 @@ async def test_a_failed_direct_write_is_a_storage_error_and_leaves_nothing(
                 for request, result in zip(requests, results, strict=True)]
 
     monkeypatch.setattr(KernelSyncs, "submit", failing)
-    with pytest.raises(StorageError, match="direct write of block 52.*No space"):
+    with pytest.raises(StorageError, match=r"direct write of block 52.*No space"):
         await receive_whole(storage, 52, os.urandom(SMALL), syncs)
     assert storage.get(52) is None and list(storage.rbw.iterdir()) == []
 
