@@ -329,8 +329,9 @@ async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
     storage: DataStorage, syncs: KernelSyncs, hops: list[str],
     submissions: list[list[int]], size: int,
 ) -> None:
-    """Data written direct with RWF_DSYNC in the submission that fdatasyncs the checksum
-    file (and the unaligned end, written through the page cache); then the directory."""
+    """Data written direct in the submission that fdatasyncs the checksum file, then the
+    data file fdatasynced (with its unaligned end, written through the page cache), then
+    the directory."""
     data = os.urandom(size)
     replica = await receive_whole(storage, 50, data, syncs)
     # only the unaligned end went through the page cache
@@ -338,9 +339,8 @@ async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
     assert replica.finalized and replica.num_bytes == size and read_back(replica) == data
     assert list(storage.rbw.iterdir()) == [] and hops == ["finalized_dir"]
     aligned = size - size % direct.ALIGN
-    first = [FDSYNC] + ([PWRITE] if aligned else []) + ([FDSYNC] if aligned < size or not size
-                                                        else [])
-    assert submissions == [first, [FSYNC]]
+    syncs_data = [[PWRITE, FDSYNC], [FDSYNC]] if aligned else [[FDSYNC, FDSYNC]]
+    assert submissions == [*syncs_data, [FSYNC]]
 
 
 async def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(

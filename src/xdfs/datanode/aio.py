@@ -36,8 +36,6 @@ _IOCB_CMD_PWRITE = 1
 _IOCB_CMD_FSYNC = 2
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
-#: linux/fs.h: the write completes once its data and the metadata to reach it are durable.
-_RWF_DSYNC = 2
 #: Requests in flight at once; past it, callers use a worker thread.
 DEPTH = 256
 #: Requests one :meth:`KernelSyncs.sync` submits at most.
@@ -78,13 +76,14 @@ def sync_request(fd: int, *, data_only: bool) -> Request:
     return (_IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC, fd, 0, 0, 0, 0)
 
 
-def durable_write_request(fd: int, address: int, count: int, offset: int) -> Request:
-    """A write of ``count`` bytes at ``address`` to ``fd`` at ``offset``, done once they
-    and the metadata to reach them are durable (``RWF_DSYNC``: an fdatasync of that range).
-    Asynchronous only for an ``O_DIRECT`` fd whose file already extends past the range
-    (ext4 completes an extending direct write within ``io_submit``); the memory must stay
-    untouched until the request is done."""
-    return (_IOCB_CMD_PWRITE, fd, address, count, offset, _RWF_DSYNC)
+def write_request(fd: int, address: int, count: int, offset: int) -> Request:
+    """A write of ``count`` bytes at ``address`` to ``fd`` at ``offset``. Asynchronous only
+    for an ``O_DIRECT`` fd whose file already extends past the range (ext4 completes a
+    direct write that extends a file within ``io_submit``); the memory must stay untouched
+    until the request is done. Not durable by itself: an fdatasync follows once it is done
+    (``RWF_DSYNC`` would do, but FUSE ignores it in direct writes that complete
+    asynchronously: a power cut of LazyFS lost such replicas)."""
+    return (_IOCB_CMD_PWRITE, fd, address, count, offset, 0)
 
 
 def read_request(fd: int, address: int, count: int, offset: int) -> Request:

@@ -20,7 +20,7 @@ from typing import ParamSpec, TypeVar
 
 from xdfs.common.files import fsync_dir
 from xdfs.datanode import direct
-from xdfs.datanode.aio import KernelSyncs, durable_write_request, read_request, sync_request
+from xdfs.datanode.aio import KernelSyncs, read_request, sync_request, write_request
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
@@ -230,31 +230,27 @@ async def _finalize_small(
 
 
 async def _make_durable(syncs: KernelSyncs, writer: ReplicaWriter) -> None:
-    """The replica's data and checksum files written and durable, in one submission to the
-    kernel: a replica staged whole (``ReplicaWriter.kernel_write``) has its data written
-    direct with ``RWF_DSYNC`` (a buffered write of fresh page-cache pages cost ~0.6 ms of
-    kernel CPU per 200 KiB here, the direct one a tenth), the fdatasyncs of the checksum
-    file and of what went through the page cache with it. OSError as ``syncs.sync``."""
+    """The replica's data and checksum files written and durable. A replica staged whole
+    (``ReplicaWriter.kernel_write``) has its data written direct by the kernel, in the
+    submission that fdatasyncs the checksum file, and the data file fdatasynced once that
+    write is done (a buffered write of fresh page-cache pages cost ~0.6 ms of kernel CPU
+    per 200 KiB here, the direct one a tenth); otherwise both fdatasyncs at once. OSError
+    as ``syncs.sync``; StorageError for a failed direct write."""
     data_fd, meta_fd = writer.sync_fds
     staged = writer.kernel_write()
-    requests = [sync_request(meta_fd, data_only=True)]
-    aligned = 0
-    if staged is not None and staged[1]:
-        aligned = staged[1]
-        requests.append(durable_write_request(data_fd, staged[0], aligned, 0))
-    if not aligned or aligned < writer.num_bytes:  # (an empty data file is synced too)
-        requests.append(sync_request(data_fd, data_only=True))
-    results = await syncs.submit(requests)
-    for result in (results[0], *results[2:]) if aligned else results:
-        syncs.check_sync(result)
-    if not aligned or results[1] == aligned:
+    if staged is None or not staged[1]:  # (nothing aligned: all went to the page cache)
+        await syncs.sync(writer.sync_fds, data_only=True)
         return
-    if results[1] != -errno.EINVAL:
-        code = -results[1] if results[1] < 0 else errno.EIO  # (a short write: out of space)
+    address, aligned = staged
+    wrote, synced = await syncs.submit(
+        [write_request(data_fd, address, aligned, 0), sync_request(meta_fd, data_only=True)])
+    syncs.check_sync(synced)
+    if wrote == -errno.EINVAL:  # the file system opened the file direct but refuses
+        writer.write_aligned_buffered()
+    elif wrote != aligned:
+        code = -wrote if wrote < 0 else errno.EIO  # (a short write: out of space)
         raise StorageError(f"direct write of block {writer.block_id} in {writer.rbw_dir} "
                            f"failed: {os.strerror(code)}")
-    # The file system opened the file direct but refuses direct writes.
-    writer.write_aligned_buffered()
     await syncs.sync([data_fd], data_only=True)
 
 
