@@ -127,6 +127,8 @@ class ReplicaWriter:
         self.meta_path = rbw_dir / meta_name(block_id, genstamp)
         self.num_bytes = 0
         self.meta_bytes = 0
+        #: Checksum-file bytes not written yet (:meth:`_flush_meta`).
+        self._meta_out = bytearray()
         self._builder = checksums.ChecksumBuilder(bytes_per_checksum)
         self._data_fd = -1
         self._meta_fd = -1
@@ -220,9 +222,15 @@ class ReplicaWriter:
         self.stale_meta = None
 
     def _write_meta(self, data: bytes) -> None:
-        if data:
-            write_all(self._meta_fd, data, self.meta_path)
-            self.meta_bytes += len(data)
+        """Checksum-file bytes, written out by the next :meth:`_flush_meta`: once per
+        batch of chunks (a small replica's header and checksums in one write)."""
+        self._meta_out += data
+        self.meta_bytes += len(data)
+
+    def _flush_meta(self) -> None:
+        if self._meta_out:
+            write_all(self._meta_fd, self._meta_out, self.meta_path)
+            self._meta_out = bytearray()
 
     def write(self, data: bytes | memoryview) -> None:
         assert self._data_fd >= 0, "writer is not open"
@@ -234,9 +242,11 @@ class ReplicaWriter:
         self._write_meta(self._builder.update(data))
 
     def flush(self) -> None:
-        """Everything written so far into the data file (bytes a direct writer staged)."""
+        """Everything written so far into the files (bytes a direct writer staged, the
+        checksums of the chunks completed)."""
         if self._staged is not None:
             self._staged.flush()
+        self._flush_meta()
 
     def finalize(self, dest_dir: Path) -> Replica:
         """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
@@ -323,6 +333,7 @@ class ReplicaWriter:
         Only page-cache writes: a small replica's writer does this on the event loop,
         leaving the fsyncs to the kernel's AIO or the worker thread's ``finalize``."""
         self._write_meta(self._builder.finish())
+        self._flush_meta()
         if self._staged is not None and not self._staged.untouched:
             self._staged.finish()
         self._writes_finished = True
@@ -352,6 +363,7 @@ class ReplicaWriter:
         one after the other they cost two, on the path of every acknowledged block."""
         if not self._writes_finished:
             self._write_meta(self._builder.finish())
+        self._flush_meta()
         meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
         try:
             if self._staged is not None:  # its last bytes go out while the checksums sync
