@@ -222,8 +222,8 @@ class ReplicaWriter:
         self.stale_meta = None
 
     def _write_meta(self, data: bytes) -> None:
-        """Checksum-file bytes, written out by the next :meth:`_flush_meta`: once per
-        batch of chunks (a small replica's header and checksums in one write)."""
+        """Checksum-file bytes, written out by the next :meth:`_flush_meta` (a small
+        replica's header and checksums in one write)."""
         self._meta_out += data
         self.meta_bytes += len(data)
 
@@ -232,7 +232,10 @@ class ReplicaWriter:
             write_all(self._meta_fd, self._meta_out, self.meta_path)
             self._meta_out = bytearray()
 
-    def write(self, data: bytes | memoryview) -> None:
+    def write(self, data: bytes | memoryview, *, defer_checksums: bool = False) -> None:
+        """``defer_checksums``: the checksums of the chunks ``data`` completes are written
+        by the next :meth:`flush` or :meth:`finish_writes` (a caller writing a batch of
+        chunks: one write of the checksum file for all of them)."""
         assert self._data_fd >= 0, "writer is not open"
         if self._staged is not None:
             self._staged.write(data)
@@ -240,6 +243,8 @@ class ReplicaWriter:
             write_all(self._data_fd, data, self.data_path)
         self.num_bytes += len(data)
         self._write_meta(self._builder.update(data))
+        if not defer_checksums:
+            self._flush_meta()
 
     def flush(self) -> None:
         """Everything written so far into the files (bytes a direct writer staged, the

@@ -149,7 +149,7 @@ def _write_new(
     if not writer.is_open:
         writer.open()
     for data in batch:
-        writer.write(data)
+        writer.write(data, defer_checksums=True)
     if ended:
         storage.commit(writer, replaced)
     else:
@@ -192,7 +192,7 @@ def _write_on_loop(writer: ReplicaWriter, batch: list[bytes | memoryview], ended
     if not writer.is_open:
         writer.open(buffered=ended and not stage)
     for data in batch:
-        writer.write(data)
+        writer.write(data, defer_checksums=True)
     if ended:
         writer.finish_writes()
     else:
