@@ -311,13 +311,13 @@ async def test_a_corrupt_cached_replica_fails_its_read_on_the_loop(
 def submissions(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """The opcodes of each submission to the kernel's AIO."""
     seen: list[list[int]] = []
-    real = KernelSyncs.start
+    real = KernelSyncs.start_calling
 
-    def counted(self: KernelSyncs, requests: list[Request]) -> asyncio.Future[list[int]]:
+    def counted(self: KernelSyncs, requests: list[Request], done: Any) -> None:
         seen.append([request[0] for request in requests])
-        return real(self, requests)
+        real(self, requests, done)
 
-    monkeypatch.setattr(KernelSyncs, "start", counted)
+    monkeypatch.setattr(KernelSyncs, "start_calling", counted)
     return seen
 
 

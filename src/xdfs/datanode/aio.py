@@ -1,5 +1,5 @@
-"""fsyncs and direct writes the event loop hands to the kernel (Linux native AIO), without a
-worker thread.
+"""fsyncs and direct reads and writes the event loop hands to the kernel (Linux native
+AIO), without a worker thread.
 
 Why: a small replica's write is three fsyncs (data, checksum file, directory) and little
 else. Handed to a worker thread, every system call of that thread (each fsync, close,
@@ -8,6 +8,9 @@ context switches and ~80 futex calls per replica, a large part of the DataNode's
 small file (docs/benchmarks.md). Linux's AIO runs ``IOCB_CMD_FDSYNC`` / ``IOCB_CMD_FSYNC``
 in a kernel worker (since 4.18) and signals completion through an eventfd the loop
 watches, so the loop thread does the renames itself and no Python thread is involved.
+``IOCB_CMD_PWRITE`` / ``IOCB_CMD_PREAD`` on an ``O_DIRECT`` fd are asynchronous too: a
+small replica's data go to and come from the disk without the page cache, whose fresh
+pages cost more kernel CPU than the rest of the write (``direct.py``).
 
 :func:`open_kernel_syncs` returns None where this is unavailable (another OS or CPU, a
 kernel or sandbox refusing ``io_setup``); :class:`KernelSyncs` turns itself off when the
@@ -24,7 +27,7 @@ import errno
 import logging
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -93,10 +96,11 @@ def read_request(fd: int, address: int, count: int, offset: int) -> Request:
 
 
 class _Batch:
-    """The requests of one submission: a future of their results, done once every one
-    is in."""
+    """The requests of one submission: their results, handed over once every one is in
+    (to ``done``, a callable or a future)."""
 
-    def __init__(self, done: asyncio.Future[list[int]], count: int) -> None:
+    def __init__(self, done: asyncio.Future[list[int]] | Callable[[list[int]], None],
+                 count: int) -> None:
         self.done = done
         self.results = [0] * count
         self._left = count
@@ -104,8 +108,16 @@ class _Batch:
     def settle(self, index: int, result: int) -> None:
         self.results[index] = result
         self._left -= 1
-        if not self._left and not self.done.done():
-            self.done.set_result(self.results)
+        if self._left:
+            return
+        done = self.done
+        if not isinstance(done, asyncio.Future):
+            try:
+                done(self.results)
+            except Exception:  # a bug there must not lose the other completions reaped
+                log.exception("AIO completion callback failed")
+        elif not done.done():
+            done.set_result(self.results)
 
 
 class KernelSyncs:
@@ -173,10 +185,16 @@ class KernelSyncs:
     def start(self, requests: Sequence[Request]) -> asyncio.Future[list[int]]:
         """:meth:`submit` as a future of the results (a caller that chains a callback to
         it instead of awaiting it in a task)."""
+        done: asyncio.Future[list[int]] = self._loop.create_future()
+        self.start_calling(requests, done)
+        return done
+
+    def start_calling(self, requests: Sequence[Request],
+                      done: asyncio.Future[list[int]] | Callable[[list[int]], None]) -> None:
+        """Submit ``requests``; ``done`` gets their results: a callable is called on the
+        loop as soon as the last completion is reaped (no loop turn in between)."""
         assert 0 < len(requests) <= _SUBMIT_MAX
-        batch = _Batch(self._loop.create_future(), len(requests))
-        self._submit(batch, requests)
-        return batch.done
+        self._submit(_Batch(done, len(requests)), requests)
 
     def _submit(self, batch: _Batch, requests: Sequence[Request]) -> None:
         first = self._next_id

@@ -383,24 +383,24 @@ class PieceStream:
 
 
 def _kernel_read(syncs: KernelSyncs, reader: ReplicaReader) -> asyncio.Future[memoryview | None]:
-    """The reader's next piece read by the kernel's AIO and verified on the loop: a future
-    done only once the kernel is done with the buffer (it is never cancelled meanwhile:
-    :meth:`PieceStream.close` waits for it before the reader is closed)."""
+    """The reader's next piece read by the kernel's AIO and verified on the loop as soon
+    as the completion is reaped: a future done only once the kernel is done with the
+    buffer (should it be cancelled meanwhile, the pinned buffer stays mapped until then
+    and is not pooled again: ``direct.give_back``)."""
     piece: asyncio.Future[memoryview | None] = asyncio.get_running_loop().create_future()
     fd, pin, count, offset = reader.kernel_read()
-    results = syncs.start([read_request(fd, ctypes.addressof(pin), count, offset)])
 
-    def done(results: asyncio.Future[list[int]]) -> None:
+    def done(results: list[int]) -> None:
         nonlocal pin
         del pin  # the kernel is done with the buffer
         if piece.cancelled():
             return
         try:
-            piece.set_result(reader.kernel_read_done(results.result()[0]))
+            piece.set_result(reader.kernel_read_done(results[0]))
         except Exception as exc:  # (CorruptReplica, StorageError: as from a thread's read)
             piece.set_exception(exc)
 
-    results.add_done_callback(done)
+    syncs.start_calling([read_request(fd, ctypes.addressof(pin), count, offset)], done)
     return piece
 
 
