@@ -454,3 +454,19 @@ async def test_a_pooled_read_buffer_still_viewed_is_not_reused(
     assert bytes(reader.read_piece() or b"") == data
     reader.close()  # nothing views it: back in the pool
     assert len(direct._pool) == min(pooled + 1, direct._POOL_MAX)
+
+
+async def test_small_direct_io_off_keeps_small_replicas_in_the_page_cache(
+    tmp_path: Path, syncs: KernelSyncs, submissions: list[list[int]]
+) -> None:
+    storage = DataStorage(tmp_path / "dn", CHUNK, direct_io=True,
+                          loop_write_max_bytes=512 * 1024, small_direct_io=False)
+    storage.open(NOW_MS)
+    try:
+        data = os.urandom(SMALL)
+        replica = await receive_whole(storage, 57, data, syncs)
+        assert cached_pages(replica.data_path, SMALL) == -(-SMALL // direct.ALIGN)
+        assert submissions == [[FDSYNC, FDSYNC], [FSYNC]]  # no direct write
+        assert read_back(replica) == data
+    finally:
+        storage.close()

@@ -171,7 +171,8 @@ async def _receive_new(
     on_loop = True
     # A replica whose whole stream is in hand is staged for the kernel's direct write when
     # it has the AIO for it (``_make_durable``), else written through the page cache.
-    stage = syncs is not None and syncs.enabled and direct.KERNEL_WRITES
+    stage = (storage.small_direct_io and syncs is not None and syncs.enabled
+             and direct.KERNEL_WRITES)
     async for batch, ended in _batches(chunks):
         if on_loop and writer.num_bytes + sum(map(len, batch)) <= storage.loop_write_max_bytes:
             _write_on_loop(writer, batch, ended, stage)
