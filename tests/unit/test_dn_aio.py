@@ -14,14 +14,19 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 
-from xdfs.datanode import transfer
-from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
+from xdfs.config import RpcConfig
+from xdfs.datanode import direct, transfer
+from xdfs.datanode.aio import KernelSyncs, Request, open_kernel_syncs
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
-from xdfs.testing.page_cache import drop_from_page_cache
+from xdfs.rpc.connection import RpcProtocol
+from xdfs.rpc.messages import Chunk, InEnvelope, Tail
+from xdfs.rpc.streams import StreamReceiver
+from xdfs.testing.page_cache import cached_pages, drop_from_page_cache
 
 CHUNK = 4096
 NOW_MS = 1_700_000_000_000
@@ -69,6 +74,33 @@ async def receive(storage: DataStorage, block_id: int, data: bytes,
     try:
         return await transfer.receive_replica(
             storage, block_id, 1, chunks(data), lambda _kept: None, None, syncs)
+    finally:
+        storage.release(block_id)
+
+
+class _Quiet(RpcProtocol):
+    def on_envelope(self, envelope: InEnvelope) -> None:
+        pass
+
+
+def whole_stream(data: bytes, chunk_bytes: int = 1 << 20) -> StreamReceiver:
+    """A stream whose chunks and tail have all arrived, as a small write's head, chunk and
+    tail come in one read: its consumer takes it in one batch that ends it."""
+    proto = _Quiet(RpcConfig())
+    receiver = StreamReceiver(proto, 1, window_chunks=8)
+    pieces = [data[at : at + chunk_bytes] for at in range(0, len(data), chunk_bytes)]
+    for seq, piece in enumerate(pieces):
+        receiver.on_chunk(Chunk(seq, crc32c.crc32c(piece), memoryview(piece)))
+    receiver.on_tail(Tail(len(pieces), len(data)))
+    return receiver
+
+
+async def receive_whole(storage: DataStorage, block_id: int, data: bytes,
+                        syncs: KernelSyncs | None) -> Replica:
+    storage.claim(block_id)
+    try:
+        return await transfer.receive_replica(
+            storage, block_id, 1, whole_stream(data), lambda _kept: None, None, syncs)
     finally:
         storage.release(block_id)
 
@@ -155,14 +187,14 @@ async def test_a_writer_cancelled_during_the_finalize_still_finalizes(
     """As with a finalize in a worker thread: once the fsyncs are under way the replica is
     finished, put in the map, and only then does the cancellation reach the caller."""
     entered, release = asyncio.Event(), asyncio.Event()
-    real = KernelSyncs.sync
+    real = KernelSyncs.submit
 
-    async def held(self: KernelSyncs, fds: list[int], *, data_only: bool) -> None:
+    async def held(self: KernelSyncs, requests: list[Request]) -> list[int]:
         entered.set()
         await release.wait()
-        await real(self, fds, data_only=data_only)
+        return await real(self, requests)
 
-    monkeypatch.setattr(KernelSyncs, "sync", held)
+    monkeypatch.setattr(KernelSyncs, "submit", held)
     data = os.urandom(SMALL)
     task = asyncio.ensure_future(receive(storage, 20, data, syncs))
     await entered.wait()
@@ -178,13 +210,16 @@ async def test_a_writer_cancelled_during_the_finalize_still_finalizes(
 async def test_a_failed_fsync_is_a_storage_error_and_leaves_nothing(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def failing(self: KernelSyncs, fds: list[int], *, data_only: bool) -> None:
-        raise OSError(errno.EIO, "I/O error")
+    async def failing(self: KernelSyncs, requests: list[Request]) -> list[int]:
+        return [-errno.EIO] * len(requests)
 
-    monkeypatch.setattr(KernelSyncs, "sync", failing)
+    monkeypatch.setattr(KernelSyncs, "submit", failing)
     with pytest.raises(StorageError, match="fsync of block 30"):
         await receive(storage, 30, os.urandom(SMALL), syncs)
-    assert storage.get(30) is None and list(storage.rbw.iterdir()) == []
+    with pytest.raises(StorageError, match="fsync of block 31"):
+        await receive_whole(storage, 31, os.urandom(SMALL), syncs)
+    assert storage.get(30) is None and storage.get(31) is None
+    assert list(storage.rbw.iterdir()) == []
 
 
 def test_unknown_machines_have_no_aio(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,3 +305,168 @@ async def test_a_corrupt_cached_replica_fails_its_read_on_the_loop(
         os.close(fd)
     with pytest.raises(CorruptReplica, match="checksum mismatch"):
         await stream(replica)
+
+
+@pytest.fixture
+def submissions(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The opcodes of each submission to the kernel's AIO."""
+    seen: list[list[int]] = []
+    real = KernelSyncs.start_calling
+
+    def counted(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        seen.append([request[0] for request in requests])
+        real(self, requests, done)
+
+    monkeypatch.setattr(KernelSyncs, "start_calling", counted)
+    return seen
+
+
+FDSYNC, FSYNC, PREAD, PWRITE = 3, 2, 0, 1
+
+
+@pytest.mark.parametrize("size", [SMALL, 200 * 1024, 100, 0])
+async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str],
+    submissions: list[list[int]], size: int,
+) -> None:
+    """Data written direct in the submission that fdatasyncs the checksum file, then the
+    data file fdatasynced (with its unaligned end, written through the page cache), then
+    the directory."""
+    data = os.urandom(size)
+    replica = await receive_whole(storage, 50, data, syncs)
+    # only the unaligned end went through the page cache
+    assert cached_pages(replica.data_path, max(size, 1)) == (1 if size % direct.ALIGN else 0)
+    assert replica.finalized and replica.num_bytes == size and read_back(replica) == data
+    assert list(storage.rbw.iterdir()) == [] and hops == ["finalized_dir"]
+    aligned = size - size % direct.ALIGN
+    syncs_data = [[PWRITE, FDSYNC], [FDSYNC]] if aligned else [[FDSYNC, FDSYNC]]
+    assert submissions == [*syncs_data, [FSYNC]]
+
+
+async def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = KernelSyncs.submit
+
+    async def refusing(self: KernelSyncs, requests: list[Request]) -> list[int]:
+        kept = [request for request in requests if request[0] != PWRITE]
+        results = iter(await real(self, kept))
+        return [-errno.EINVAL if request[0] == PWRITE else next(results)
+                for request in requests]
+
+    monkeypatch.setattr(KernelSyncs, "submit", refusing)
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 51, data, syncs)
+    assert read_back(replica) == data and replica.finalized and syncs.enabled
+
+
+async def test_a_failed_direct_write_is_a_storage_error_and_leaves_nothing(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = KernelSyncs.submit
+
+    async def failing(self: KernelSyncs, requests: list[Request]) -> list[int]:
+        results = await real(self, requests)
+        return [-errno.ENOSPC if request[0] == PWRITE else result
+                for request, result in zip(requests, results, strict=True)]
+
+    monkeypatch.setattr(KernelSyncs, "submit", failing)
+    with pytest.raises(StorageError, match=r"direct write of block 52.*No space"):
+        await receive_whole(storage, 52, os.urandom(SMALL), syncs)
+    assert storage.get(52) is None and list(storage.rbw.iterdir()) == []
+
+
+async def test_a_writer_cancelled_during_the_direct_write_still_finalizes(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+    real = KernelSyncs.submit
+
+    async def held(self: KernelSyncs, requests: list[Request]) -> list[int]:
+        entered.set()
+        await release.wait()
+        return await real(self, requests)
+
+    monkeypatch.setattr(KernelSyncs, "submit", held)
+    data = os.urandom(SMALL)
+    task = asyncio.ensure_future(receive_whole(storage, 53, data, syncs))
+    await entered.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    replica = storage.get(53)
+    assert replica is not None and replica.finalized and read_back(replica) == data
+
+
+async def kernel_stream(replica: Replica, syncs: KernelSyncs, offset: int = 0,
+                        length: int | None = None) -> bytes:
+    size = replica.num_bytes - offset if length is None else length
+    reader = ReplicaReader(replica, offset, size, 64 * 1024, direct_io=True, kernel_reads=True)
+    assert reader.kernel_reads
+    pieces = transfer.PieceStream(reader, lambda _r, _e: None, transfer.Transfers(), syncs)
+    return b"".join([bytes(piece) async for piece in pieces])
+
+
+async def test_a_small_replica_written_direct_is_read_by_the_kernel(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str], submissions: list[list[int]]
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 54, data, syncs)
+    hops.clear()
+    submissions.clear()
+    assert await kernel_stream(replica, syncs) == data
+    assert await kernel_stream(replica, syncs, 70_000, 100_001) == data[70_000:170_001]
+    assert hops == [] and submissions == [[PREAD], [PREAD]]
+    assert cached_pages(replica.data_path, SMALL) == 1  # (the end written buffered)
+
+
+async def test_a_corrupt_replica_fails_its_kernel_read(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 55, data, syncs)
+    fd = os.open(replica.data_path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes([data[1000] ^ 0xFF]), 1000)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    drop_from_page_cache(replica.data_path)
+    with pytest.raises(CorruptReplica, match="checksum mismatch in bytes 0-4095"):
+        await kernel_stream(replica, syncs)
+
+
+async def test_a_pooled_read_buffer_still_viewed_is_not_reused(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 56, data, syncs)
+    reader = ReplicaReader(replica, 0, SMALL, 64 * 1024, direct_io=True, kernel_reads=True)
+    piece = reader.read_piece()
+    assert piece is not None and bytes(piece) == data
+    pooled = len(direct._pool)
+    reader.close()  # a piece of its buffer is still in use: the buffer leaves the pool
+    assert len(direct._pool) == pooled and bytes(piece) == data
+    del piece
+    reader = ReplicaReader(replica, 0, SMALL, 64 * 1024, direct_io=True, kernel_reads=True)
+    assert bytes(reader.read_piece() or b"") == data
+    reader.close()  # nothing views it: back in the pool
+    assert len(direct._pool) == min(pooled + 1, direct._POOL_MAX)
+
+
+async def test_small_direct_io_off_keeps_small_replicas_in_the_page_cache(
+    tmp_path: Path, syncs: KernelSyncs, submissions: list[list[int]]
+) -> None:
+    storage = DataStorage(tmp_path / "dn", CHUNK, direct_io=True,
+                          loop_write_max_bytes=512 * 1024, small_direct_io=False)
+    storage.open(NOW_MS)
+    try:
+        data = os.urandom(SMALL)
+        replica = await receive_whole(storage, 57, data, syncs)
+        assert cached_pages(replica.data_path, SMALL) == -(-SMALL // direct.ALIGN)
+        assert submissions == [[FDSYNC, FDSYNC], [FSYNC]]  # no direct write
+        assert read_back(replica) == data
+    finally:
+        storage.close()

@@ -1,4 +1,5 @@
-"""fsyncs the event loop hands to the kernel (Linux native AIO), without a worker thread.
+"""fsyncs and direct reads and writes the event loop hands to the kernel (Linux native
+AIO), without a worker thread.
 
 Why: a small replica's write is three fsyncs (data, checksum file, directory) and little
 else. Handed to a worker thread, every system call of that thread (each fsync, close,
@@ -7,6 +8,9 @@ context switches and ~80 futex calls per replica, a large part of the DataNode's
 small file (docs/benchmarks.md). Linux's AIO runs ``IOCB_CMD_FDSYNC`` / ``IOCB_CMD_FSYNC``
 in a kernel worker (since 4.18) and signals completion through an eventfd the loop
 watches, so the loop thread does the renames itself and no Python thread is involved.
+``IOCB_CMD_PWRITE`` / ``IOCB_CMD_PREAD`` on an ``O_DIRECT`` fd are asynchronous too: a
+small replica's data go to and come from the disk without the page cache, whose fresh
+pages cost more kernel CPU than the rest of the write (``direct.py``).
 
 :func:`open_kernel_syncs` returns None where this is unavailable (another OS or CPU, a
 kernel or sandbox refusing ``io_setup``); :class:`KernelSyncs` turns itself off when the
@@ -23,13 +27,15 @@ import errno
 import logging
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 #: System call numbers of io_setup, io_destroy, io_getevents, io_submit.
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
+_IOCB_CMD_PREAD = 0
+_IOCB_CMD_PWRITE = 1
 _IOCB_CMD_FSYNC = 2
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
@@ -64,11 +70,37 @@ with contextlib.suppress(OSError, TypeError, AttributeError):
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
-class _Batch:
-    """The requests of one :meth:`KernelSyncs.sync`: their results, and a future done
-    once every one is in."""
+#: One request: (opcode, fd, buffer address, byte count, file offset, rw_flags).
+Request = tuple[int, int, int, int, int, int]
 
-    def __init__(self, done: asyncio.Future[None], count: int) -> None:
+
+def sync_request(fd: int, *, data_only: bool) -> Request:
+    """fdatasync (``data_only``) or fsync of ``fd``."""
+    return (_IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC, fd, 0, 0, 0, 0)
+
+
+def write_request(fd: int, address: int, count: int, offset: int) -> Request:
+    """A write of ``count`` bytes at ``address`` to ``fd`` at ``offset``. Asynchronous only
+    for an ``O_DIRECT`` fd whose file already extends past the range (ext4 completes a
+    direct write that extends a file within ``io_submit``); the memory must stay untouched
+    until the request is done. Not durable by itself: an fdatasync follows once it is done
+    (``RWF_DSYNC`` would do, but FUSE ignores it in direct writes that complete
+    asynchronously: a power cut of LazyFS lost such replicas)."""
+    return (_IOCB_CMD_PWRITE, fd, address, count, offset, 0)
+
+
+def read_request(fd: int, address: int, count: int, offset: int) -> Request:
+    """A read of ``count`` bytes of ``fd`` at ``offset`` into the memory at ``address``
+    (asynchronous for an ``O_DIRECT`` fd; the memory must stay alive until it is done)."""
+    return (_IOCB_CMD_PREAD, fd, address, count, offset, 0)
+
+
+class _Batch:
+    """The requests of one submission: their results, handed over once every one is in
+    (to ``done``, a callable or a future)."""
+
+    def __init__(self, done: asyncio.Future[list[int]] | Callable[[list[int]], None],
+                 count: int) -> None:
         self.done = done
         self.results = [0] * count
         self._left = count
@@ -76,8 +108,16 @@ class _Batch:
     def settle(self, index: int, result: int) -> None:
         self.results[index] = result
         self._left -= 1
-        if not self._left and not self.done.done():
-            self.done.set_result(None)
+        if self._left:
+            return
+        done = self.done
+        if not isinstance(done, asyncio.Future):
+            try:
+                done(self.results)
+            except Exception:  # a bug there must not lose the other completions reaped
+                log.exception("AIO completion callback failed")
+        elif not done.done():
+            done.set_result(self.results)
 
 
 class KernelSyncs:
@@ -124,31 +164,56 @@ class KernelSyncs:
         is disabled: the caller syncs them another way). The requests cannot be taken back
         once submitted: a caller that may be cancelled awaits this through something that
         lets it finish (``transfer.to_the_end``) before the descriptors are closed."""
-        assert 0 < len(fds) <= _SUBMIT_MAX
-        batch = _Batch(self._loop.create_future(), len(fds))
-        self._submit(batch, fds, _IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC)
-        await batch.done
-        for result in batch.results:
-            if result < 0:
-                if result == -errno.EINVAL:
-                    self.enabled = False
-                    log.info("the kernel refused an AIO fsync: syncing in threads instead")
-                raise OSError(-result, os.strerror(-result))
+        results = await self.submit([sync_request(fd, data_only=data_only) for fd in fds])
+        for result in results:
+            self.check_sync(result)
 
-    def _submit(self, batch: _Batch, fds: Sequence[int], opcode: int) -> None:
+    def check_sync(self, result: int) -> None:
+        """OSError for a failed fsync request's result (see :meth:`sync`)."""
+        if result < 0:
+            if result == -errno.EINVAL:
+                self.enabled = False
+                log.info("the kernel refused an AIO fsync: syncing in threads instead")
+            raise OSError(-result, os.strerror(-result))
+
+    async def submit(self, requests: Sequence[Request]) -> list[int]:
+        """Submit ``requests`` at once (in one ``io_submit``; the kernel runs them in any
+        order); returns each one's result once all are done: bytes written, 0, or minus
+        an errno. Cannot be taken back: see :meth:`sync` about cancellation."""
+        return await self.start(requests)
+
+    def start(self, requests: Sequence[Request]) -> asyncio.Future[list[int]]:
+        """:meth:`submit` as a future of the results (a caller that chains a callback to
+        it instead of awaiting it in a task)."""
+        done: asyncio.Future[list[int]] = self._loop.create_future()
+        self.start_calling(requests, done)
+        return done
+
+    def start_calling(self, requests: Sequence[Request],
+                      done: asyncio.Future[list[int]] | Callable[[list[int]], None]) -> None:
+        """Submit ``requests``; ``done`` gets their results: a callable is called on the
+        loop as soon as the last completion is reaped (no loop turn in between)."""
+        assert 0 < len(requests) <= _SUBMIT_MAX
+        self._submit(_Batch(done, len(requests)), requests)
+
+    def _submit(self, batch: _Batch, requests: Sequence[Request]) -> None:
         first = self._next_id
-        for index, fd in enumerate(fds):
+        for index, (opcode, fd, address, count, offset, rw_flags) in enumerate(requests):
             block = self._blocks[index]
             block.data = first + index
             block.opcode = opcode
             block.fildes = fd
+            block.buf = address
+            block.nbytes = count
+            block.offset = offset
+            block.rw_flags = rw_flags
             self._waiting[first + index] = (batch, index)
-        self._next_id += len(fds)
-        submitted = _syscall(_long(self._submit_nr), self._context, _long(len(fds)),
+        self._next_id += len(requests)
+        submitted = _syscall(_long(self._submit_nr), self._context, _long(len(requests)),
                              self._pointers)
-        if submitted != len(fds):
+        if submitted != len(requests):
             code = ctypes.get_errno() if submitted < 0 else errno.EAGAIN
-            for index in range(max(submitted, 0), len(fds)):
+            for index in range(max(submitted, 0), len(requests)):
                 self._waiting.pop(first + index)
                 batch.settle(index, -code)
 

@@ -142,7 +142,7 @@ class DataNodeHandlers:
             )
         reader = node.open_replica(replica, offset, length)
         node.bytes_read += length  # (xdfs_datanode_read_bytes: served by block reads)
-        stream = PieceStream(reader, node.on_corrupt, node.transfers)
+        stream = PieceStream(reader, node.on_corrupt, node.transfers, node.syncs)
         return Download(ReadBlockHead(replica.record, offset, length), stream)
 
     async def init_replica_recovery(

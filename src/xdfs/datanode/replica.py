@@ -11,6 +11,7 @@ block recovery can later finalize what every holder agrees on (``rbw.py``).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import mmap
 import os
@@ -126,6 +127,8 @@ class ReplicaWriter:
         self.meta_path = rbw_dir / meta_name(block_id, genstamp)
         self.num_bytes = 0
         self.meta_bytes = 0
+        #: Checksum-file bytes not written yet (:meth:`_flush_meta`).
+        self._meta_out = bytearray()
         self._builder = checksums.ChecksumBuilder(bytes_per_checksum)
         self._data_fd = -1
         self._meta_fd = -1
@@ -219,11 +222,20 @@ class ReplicaWriter:
         self.stale_meta = None
 
     def _write_meta(self, data: bytes) -> None:
-        if data:
-            write_all(self._meta_fd, data, self.meta_path)
-            self.meta_bytes += len(data)
+        """Checksum-file bytes, written out by the next :meth:`_flush_meta` (a small
+        replica's header and checksums in one write)."""
+        self._meta_out += data
+        self.meta_bytes += len(data)
 
-    def write(self, data: bytes | memoryview) -> None:
+    def _flush_meta(self) -> None:
+        if self._meta_out:
+            write_all(self._meta_fd, self._meta_out, self.meta_path)
+            self._meta_out = bytearray()
+
+    def write(self, data: bytes | memoryview, *, defer_checksums: bool = False) -> None:
+        """``defer_checksums``: the checksums of the chunks ``data`` completes are written
+        by the next :meth:`flush` or :meth:`finish_writes` (a caller writing a batch of
+        chunks: one write of the checksum file for all of them)."""
         assert self._data_fd >= 0, "writer is not open"
         if self._staged is not None:
             self._staged.write(data)
@@ -231,11 +243,15 @@ class ReplicaWriter:
             write_all(self._data_fd, data, self.data_path)
         self.num_bytes += len(data)
         self._write_meta(self._builder.update(data))
+        if not defer_checksums:
+            self._flush_meta()
 
     def flush(self) -> None:
-        """Everything written so far into the data file (bytes a direct writer staged)."""
+        """Everything written so far into the files (bytes a direct writer staged, the
+        checksums of the chunks completed)."""
         if self._staged is not None:
             self._staged.flush()
+        self._flush_meta()
 
     def finalize(self, dest_dir: Path) -> Replica:
         """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
@@ -318,12 +334,31 @@ class ReplicaWriter:
 
     def finish_writes(self) -> None:
         """The stream ended: write the last partial chunk's checksum (and, for a direct
-        data file, the staged rest). Only page-cache writes: a small replica's writer does
-        this on the event loop, leaving the fsyncs to the worker thread's ``finalize``."""
+        data file, the staged rest, unless all of it is staged: :meth:`kernel_write`).
+        Only page-cache writes: a small replica's writer does this on the event loop,
+        leaving the fsyncs to the kernel's AIO or the worker thread's ``finalize``."""
         self._write_meta(self._builder.finish())
-        if self._staged is not None:
+        self._flush_meta()
+        if self._staged is not None and not self._staged.untouched:
             self._staged.finish()
         self._writes_finished = True
+
+    def kernel_write(self) -> tuple[int, int] | None:
+        """Finalize, step 0 for a caller that hands the data file's direct write to the
+        kernel (``aio.py``), after :meth:`finish_writes`: when every byte of the replica is
+        staged, the file gets its size and unaligned end now, and the address and length
+        of the aligned part to write direct at offset 0 are returned (``direct.py``,
+        ``StagedWriter.kernel_write``); the caller then fdatasyncs what this leaves in the
+        page cache. None: the data are in the file already (only fdatasyncs are needed)."""
+        if self._staged is None or not self._staged.untouched or not direct.KERNEL_WRITES:
+            return None
+        return self._staged.kernel_write()
+
+    def write_aligned_buffered(self) -> None:
+        """The file system refused :meth:`kernel_write`'s direct write: write that part
+        through the page cache (the caller fdatasyncs the file)."""
+        assert self._staged is not None
+        self._staged.write_aligned_buffered()
 
     def _finish_and_sync(self) -> None:
         """Checksum the last partial chunk, make both files durable and close them.
@@ -333,6 +368,7 @@ class ReplicaWriter:
         one after the other they cost two, on the path of every acknowledged block."""
         if not self._writes_finished:
             self._write_meta(self._builder.finish())
+        self._flush_meta()
         meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
         try:
             if self._staged is not None:  # its last bytes go out while the checksums sync
@@ -391,11 +427,17 @@ class ReplicaReader:
 
     def __init__(
         self, replica: Replica, offset: int, length: int, piece_bytes: int,
-        direct_io: bool = False,
+        direct_io: bool = False, kernel_reads: bool = False,
     ) -> None:
+        """``kernel_reads`` (with ``direct_io``): a small replica is read direct too, into
+        a pooled buffer, by a caller that hands its reads to the kernel's AIO
+        (:meth:`kernel_read`): a small replica written direct (``kernel_write``) is not in
+        the page cache, and a buffered read of it would fill fresh page-cache pages, as
+        costly here as the buffered write was."""
         assert offset >= 0 and length >= 0 and offset + length <= replica.num_bytes
         self.replica = replica
         self._data_fd = self._meta_fd = -1
+        self._pooled = False
         try:
             self._data_fd = os.open(replica.data_path, os.O_RDONLY)
             self._meta_fd = os.open(replica.meta_path, os.O_RDONLY)
@@ -435,12 +477,18 @@ class ReplicaReader:
         span = self._verify_end - self._pos
         size = max(step, min(piece_bytes, -(-span // step) * step) // step * step)
         # Direct reads (``direct.py``) of all but small replicas (those stay in the page
-        # cache), when the chunks are aligned: pieces start at one.
-        is_direct = (direct_io and direct.reads_direct(replica.num_bytes)
+        # cache, unless ``kernel_reads``), when the chunks are aligned: pieces start at one.
+        large = direct.reads_direct(replica.num_bytes)
+        is_direct = (direct_io and (large or kernel_reads)
                      and step % direct.ALIGN == 0 and direct.set_direct(self._data_fd))
-        self._buffers: tuple[bytearray | mmap.mmap, bytearray | mmap.mmap] = (
-            (direct.aligned_buffer(size), direct.aligned_buffer(size)) if is_direct
-            else (bytearray(size), bytearray(size)))
+        self._buffers: tuple[bytearray | mmap.mmap, bytearray | mmap.mmap]
+        if is_direct and not large:  # one piece (the range is shorter than the buffer)
+            pooled = direct.borrow_buffer()
+            self._buffers, self._pooled = (pooled, pooled), True
+        elif is_direct:
+            self._buffers = (direct.aligned_buffer(size), direct.aligned_buffer(size))
+        else:
+            self._buffers = (bytearray(size), bytearray(size))
         self._turn = 0
         self.bytes_read = 0
         with contextlib.suppress(OSError, AttributeError):  # a hint: larger kernel read-ahead
@@ -471,10 +519,7 @@ class ReplicaReader:
         buffer = self._buffers[self._turn]
         count = min(len(buffer), self._verify_end - self._pos)
         view = memoryview(buffer)[:count]
-        step = self.chunk_bytes
-        first_chunk = self._pos // step
-        crc_bytes = checksums.CRC_BYTES * checksums.chunk_count(count, step)
-        crc_at = checksums.crc_offset(first_chunk)
+        crc_bytes, crc_at = self._crc_range(count)
         try:
             if cached_only:
                 got, crcs = _read_cached(self._data_fd, self._meta_fd, view, self._pos,
@@ -487,12 +532,25 @@ class ReplicaReader:
                 crcs = os.pread(self._meta_fd, crc_bytes, crc_at)
         except OSError as exc:
             raise StorageError(f"read of {self._name} failed: {exc}") from exc
+        return self._verified(view, got, crcs)
+
+    def _crc_range(self, count: int) -> tuple[int, int]:
+        """Bytes and offset of the checksums of the ``count`` bytes at the position."""
+        step = self.chunk_bytes
+        return (checksums.CRC_BYTES * checksums.chunk_count(count, step),
+                checksums.crc_offset(self._pos // step))
+
+    def _verified(self, view: memoryview, got: int, crcs: bytes) -> memoryview:
+        """The piece just read into ``view`` (``got`` bytes of it arrived), checked against
+        ``crcs``; the position moves past it."""
         self._turn ^= 1
+        count = len(view)
         if got != count:
             raise CorruptReplica(f"{self._name}: data ends at byte {self._pos + got}")
+        step = self.chunk_bytes
         bad = checksums.first_bad_chunk(view, crcs, step)
         if bad is not None:
-            at = (first_chunk + bad) * step
+            at = (self._pos // step + bad) * step
             raise CorruptReplica(f"{self._name}: checksum mismatch in bytes {at}-{at + step - 1}")
         low = max(self._start, self._pos) - self._pos
         high = min(self._end, self._pos + count) - self._pos
@@ -500,8 +558,51 @@ class ReplicaReader:
         self.bytes_read += count
         return view[low:high]
 
+    @property
+    def kernel_reads(self) -> bool:
+        """Whether the data file is read direct (its pieces may be read by the kernel's
+        AIO: :meth:`kernel_read`)."""
+        return isinstance(self._buffers[0], mmap.mmap)
+
+    def kernel_read(self) -> tuple[int, ctypes.c_char, int, int]:
+        """For a caller that hands the next piece's direct read to the kernel (``aio.py``):
+        the data file's fd, the buffer to read into (pinned: it stays mapped while the
+        kernel fills it; keep it until the read is done), the byte count (aligned) and
+        the offset; then :meth:`kernel_read_done`. Only before the end of the range."""
+        buffer = self._buffers[self._turn]
+        assert isinstance(buffer, mmap.mmap) and self._pos < self._end
+        count = min(len(buffer), self._verify_end - self._pos)
+        return (self._data_fd, ctypes.c_char.from_buffer(buffer),
+                min(len(buffer), direct.round_up(count)), self._pos)
+
+    def kernel_read_done(self, result: int) -> memoryview:
+        """The piece :meth:`kernel_read` asked for, verified, once the kernel read
+        ``result`` bytes (or failed: minus an errno); the checksums are read here (their
+        file is small and was written through the page cache). A file system that refuses
+        the direct read (EINVAL) is read as :meth:`read_piece` reads it."""
+        if result == -errno.EINVAL:
+            piece = self.read_piece()
+            assert piece is not None
+            return piece
+        if result < 0:
+            raise StorageError(f"read of {self._name} failed: {os.strerror(-result)}")
+        buffer = self._buffers[self._turn]
+        count = min(len(buffer), self._verify_end - self._pos)
+        crc_bytes, crc_at = self._crc_range(count)
+        try:
+            crcs = os.pread(self._meta_fd, crc_bytes, crc_at)
+        except OSError as exc:
+            raise StorageError(f"read of {self._name} failed: {exc}") from exc
+        return self._verified(memoryview(buffer)[:count], min(result, count), crcs)
+
     def close(self) -> None:
         for fd in (self._data_fd, self._meta_fd):
             if fd >= 0:
                 os.close(fd)
         self._data_fd = self._meta_fd = -1
+        if self._pooled:
+            self._pooled = False
+            buffer = self._buffers[0]
+            self._buffers = (bytearray(), bytearray())
+            assert isinstance(buffer, mmap.mmap)
+            direct.give_back(buffer)

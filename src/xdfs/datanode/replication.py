@@ -77,7 +77,7 @@ class Replicator:
     async def _copy(self, replica: Replica, token: str, target: str) -> None:
         node = self.node
         reader = node.open_replica(replica, 0, replica.num_bytes)
-        stream = PieceStream(reader, node.on_corrupt, node.transfers)
+        stream = PieceStream(reader, node.on_corrupt, node.transfers, node.syncs)
         request = WriteBlockRequest(replica.record, token, client=self._peers.client_name)
         try:
             async with self._peers.connect(target) as rpc:

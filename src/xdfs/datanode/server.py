@@ -71,7 +71,7 @@ class DataNode:
         dn = config.datanode
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
                                    dn.capacity_bytes, dn.direct_io,
-                                   dn.loop_write_max_bytes)
+                                   dn.loop_write_max_bytes, dn.small_direct_io)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
@@ -275,7 +275,9 @@ class DataNode:
             piece = self.config.rpc.stream_chunk_bytes
             if direct_io:  # no kernel read-ahead: larger pieces, read in parts at once
                 piece = max(piece, direct.READ_PIECE_BYTES)
-            return ReplicaReader(replica, offset, length, piece, direct_io)
+            kernel_reads = (self.storage.small_direct_io and self.syncs is not None
+                            and self.syncs.enabled and direct.KERNEL_WRITES)
+            return ReplicaReader(replica, offset, length, piece, direct_io, kernel_reads)
         except CorruptReplica as exc:
             self.on_corrupt(replica, exc)
             raise

@@ -42,6 +42,7 @@ class DataStorage:
     def __init__(
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
         capacity_bytes: int = 0, direct_io: bool = False, loop_write_max_bytes: int = 0,
+        small_direct_io: bool = True,
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
@@ -53,6 +54,8 @@ class DataStorage:
         self.direct_io = direct_io  # replica data files written with O_DIRECT (direct.py)
         #: Replicas up to this long are written on the event loop (``transfer.py``).
         self.loop_write_max_bytes = loop_write_max_bytes
+        #: Small replicas written (and read) direct by the kernel's AIO (``transfer.py``).
+        self.small_direct_io = small_direct_io
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
