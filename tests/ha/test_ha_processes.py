@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 from collections.abc import Iterator
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.editlog.segments import SegmentReader, segment_index
 from xdfs.errors import XdfsError
+from xdfs.namenode.editlog.codec import encode_record
+from xdfs.namenode.namespace.ops import MkdirOp
 
 from .cluster import HaCluster, formatted_pair
 
@@ -160,3 +164,52 @@ def test_standby_checkpoints_and_uploads_to_the_active(ha: HaCluster) -> None:
     ha.start("nn1")
     _ok(ha.admin("-transitionToActive", "nn1"))
     assert asyncio.run(_missing(ha, acked)) == []
+
+
+def _sync_unacknowledged_mkdir(name_dir: Path, path: str) -> None:
+    """Append to the local in-progress segment what a NameNode killed mid-flush leaves: a
+    record its own dir synced while no JournalNode stored it (nobody was answered)."""
+    [segment] = [s for s in segment_index(name_dir / "current") if s.end is None]
+    reader = SegmentReader(segment.path, layout_version=None, expected_start=segment.start)
+    for _ in reader:
+        pass
+    op = MkdirOp(path, inode_id=10**9, mode=0o755, owner="root", group="supergroup",
+                 mtime_ms=1)
+    with open(segment.path, "ab") as f:
+        f.write(encode_record(reader.last_txid + 1, op))
+        os.fsync(f.fileno())
+
+
+def _epochs_raised(ha: HaCluster) -> list[int]:
+    return [int(e) for nn_id in ("nn1", "nn2") for e in
+            re.findall(r"active epoch is now (\d+)", ha.namenodes[nn_id].log_text())]
+
+
+def test_a_restarted_active_drops_its_unacknowledged_record_that_another_writer_replaced(
+    ha: HaCluster,
+) -> None:
+    """nn1 is killed with a record in its own dir that no majority stored; nn2 takes over
+    and logs other records at the same txids (below the journal's end). Restarted, nn1
+    must cut its record (comparing it with the journal's), tail nn2's in its place, and
+    raise the epoch above nn2's when it is made active again: the unacknowledged
+    directory never appears, and no two actives share an epoch (the nemesis found both)."""
+    ha.start("nn1")
+    ha.start("nn2")
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    acked = asyncio.run(_mkdirs(ha, "before", 5))
+    ha.namenodes["nn1"].kill()
+    _sync_unacknowledged_mkdir(ha.name_dir("nn1"), "/never-acknowledged")
+    _ok(ha.admin("-transitionToActive", "nn2"))
+    acked += asyncio.run(_mkdirs(ha, "after", 5, "nn2"))
+    ha.start("nn1")
+    assert ha.state("nn1") == "standby"
+    assert "differs from the shared journal's record" in ha.namenodes["nn1"].log_text()
+    assert any(p.name.endswith(".unacked") for p in (ha.name_dir("nn1") / "current").iterdir())
+    txid = _last_txid(ha, "nn2")
+    ha.wait(lambda: _last_txid(ha, "nn1") >= txid, "nn1 tails nn2")
+    _ok(ha.admin("-transitionToStandby", "nn2"))
+    _ok(ha.admin("-transitionToActive", "nn1"))
+    assert asyncio.run(_missing(ha, acked, "nn1")) == []
+    assert asyncio.run(_missing(ha, ["/never-acknowledged"], "nn1")) == ["/never-acknowledged"]
+    epochs = _epochs_raised(ha)
+    assert len(epochs) == 3 and len(set(epochs)) == 3, epochs

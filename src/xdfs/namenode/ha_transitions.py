@@ -129,7 +129,8 @@ class HaTransitions:
             on_fatal=self._on_fatal,
         )
         currents = [d.current for d in self.dirs]
-        end = await self.shared.take_over(currents, self.image_txid)
+        end = await self.shared.take_over(currents, self.image_txid,
+                                          local_is_committed=loaded is not None)
         if loaded is None:
             loaded = await asyncio.to_thread(
                 load_namespace, self.dirs, Namespace, self._remember_call)
@@ -148,10 +149,11 @@ class HaTransitions:
         reader = journal_tailer(self.config)
         try:
             committed = await committed_txid(reader.channels, reader.journal_id)
+            for d in self.dirs:
+                await trim_unconfirmed(d.current, committed, reader.channels,
+                                       reader.journal_id)
         finally:
             await reader.close()
-        for d in self.dirs:
-            trim_unconfirmed(d.current, max(committed, self.image_txid))
         return await asyncio.to_thread(load_namespace, self.dirs, Namespace,
                                        self._remember_call)
 

@@ -12,7 +12,11 @@ Starting as a standby, the local dirs may hold an in-progress segment written wh
 NameNode was active. Its records after the journal's committed txid may never have been
 acknowledged (and another writer may have replaced them), so they are cut off before the
 namespace is loaded (kept beside the segment as ``.unacked``, never deleted): anything
-acknowledged is on a majority of JournalNodes and comes back through the tailer.
+acknowledged is on a majority of JournalNodes and comes back through the tailer. Its
+records at or below the committed txid are not safe either: killed with a record synced
+locally but on no majority, it finds, after a failover, another writer's record at that
+txid. So each record is compared with the journal's, byte for byte, and the segment is
+cut at the first that differs.
 
 DataNodes report to the standby too (namenode/blocks/failover.py): :class:`TrackedNamespace`
 is the tailer's replay target, which tells the block manager what each batch changed
@@ -38,7 +42,7 @@ from xdfs.namenode.editlog.replay import (
     apply_batch,
     decode_batch,
 )
-from xdfs.namenode.editlog.shared import trim_in_progress
+from xdfs.namenode.editlog.shared import trim_to_journal
 from xdfs.namenode.handlers.client import AdminHandlers
 from xdfs.namenode.namespace.ops import Op
 from xdfs.namenode.namespace.tree import Namespace
@@ -66,15 +70,14 @@ async def committed_txid(channels: Sequence[JournalChannel], journal_id: str) ->
     return max(state.committed_txid for state in states)
 
 
-def trim_unconfirmed(current: Path, committed: int) -> None:
-    """Cut an in-progress local segment back to what is known committed (module doc).
-    Finalized segments were synced to a majority before they were finalized: kept."""
-    finalized_end = max((s.end for s in segment_index(current) if s.end is not None),
-                        default=0)
-    bound = max(committed, finalized_end)
+async def trim_unconfirmed(current: Path, committed: int, channels: Sequence[JournalChannel],
+                           journal_id: str) -> None:
+    """Cut an in-progress local segment back to the records the journal holds identically,
+    up to what is known committed (module doc). Finalized segments were synced to a
+    majority before they were finalized: kept."""
     for segment in segment_index(current):
         if segment.end is None:
-            trim_in_progress(segment.path, segment.start, bound)
+            await trim_to_journal(segment.path, segment.start, committed, channels, journal_id)
 
 
 class BlockTracker(Protocol):

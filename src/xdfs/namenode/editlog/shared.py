@@ -7,10 +7,14 @@ Becoming the writer (:meth:`SharedEdits.take_over`), before the namespace is loa
    (:meth:`~xdfs.quorum.writer.QuorumJournalWriter.become_writer`): every older writer is
    fenced and the journal's end ``E`` is fixed; every txid ever acknowledged is at or below
    it (a client hears "ok" only once a majority stored its txid);
-2. the local dirs are trimmed to ``E``: records after it in a local in-progress segment
-   were never acknowledged, so they are cut off (and kept beside it as ``.unacked``). A
-   finalized local segment beyond ``E``, or a journal that ends before the newest image,
-   would mean the journal lost acknowledged edits: refused;
+2. the local dirs are trimmed to what the journal holds: a local in-progress segment keeps
+   its records only as far as the journal has the same records, byte for byte, at the same
+   txids (:func:`agreed_txid`), and the rest is cut off (kept beside it as ``.unacked``).
+   Being at or below ``E`` is not enough: a NameNode killed after its own dirs synced a
+   record that no majority stored finds, after a failover, another writer's record at that
+   txid (and cutting only past ``E`` would replay the wrong one). A finalized local
+   segment beyond ``E``, or a journal that ends before the newest image, would mean the
+   journal lost acknowledged edits: refused;
 
 then the namespace is loaded from the local image and edits, and :meth:`catch_up` reads
 what the local dirs miss (at most a batch or two) from the JournalNodes, applies it and
@@ -47,7 +51,7 @@ from xdfs.namenode.editlog.editlog import NameDir
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 from xdfs.protocol.journal import JOURNAL_USER, JournalNamespace, parse_qjournal_uri
 from xdfs.quorum.channel import JournalChannel, RpcJournalChannel
-from xdfs.quorum.reader import JournalTailer, read_all
+from xdfs.quorum.reader import JournalTailer, read_all, read_txids
 from xdfs.quorum.writer import QuorumJournalWriter, WriterSettings
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.tls import client_context
@@ -104,11 +108,16 @@ class SharedEdits:
     def journal_id(self) -> str:
         return self.writer.journal_id
 
-    async def take_over(self, currents: Sequence[Path], image_txid: int) -> int | None:
-        """Fence older writers, recover the journal, trim the local dirs to its end."""
+    async def take_over(self, currents: Sequence[Path], image_txid: int, *,
+                        local_is_committed: bool = False) -> int | None:
+        """Fence older writers, recover the journal, trim the local dirs to what it holds
+        (``local_is_committed``: the dirs hold only records read from the journal, a
+        standby's or a BackupNode's, so cutting them at its end is enough)."""
         self.end = await self.writer.become_writer()
+        channels = None if local_is_committed else list(self.writer.channels.values())
         for current in currents:
-            trim_local(current, self.end, image_txid)
+            await trim_local(current, self.end, image_txid, channels, self.journal_id,
+                             epoch=self.writer.epoch)
         return self.end
 
     async def catch_up(self, dirs: Sequence[NameDir], namespace: NamespaceTarget,
@@ -232,8 +241,11 @@ def decode_records(records: bytes, first_txid: int) -> list[tuple[int, Op]]:
     return out
 
 
-def trim_local(current: Path, end: int | None, image_txid: int) -> None:
-    """Cut a local dir's edits back to the journal's end (see the module doc)."""
+async def trim_local(current: Path, end: int | None, image_txid: int,
+                     channels: Sequence[JournalChannel] | None, journal_id: str, *,
+                     epoch: int = 0) -> None:
+    """Cut a local dir's edits back to what the journal holds (see the module doc); with
+    no ``channels``, to its end."""
     journal_end = image_txid if end is None else end
     if end is not None and end < image_txid:
         raise StorageError(f"the shared journal ends at txid {end}, before the newest image "
@@ -248,26 +260,91 @@ def trim_local(current: Path, end: int | None, image_txid: int) -> None:
                        else "the journal has lost acknowledged edits")
                 )
             continue
-        trim_in_progress(segment.path, segment.start, journal_end)
+        if channels is None or end is None:
+            trim_in_progress(segment.path, segment.start, journal_end)
+        else:
+            await trim_to_journal(segment.path, segment.start, journal_end, channels,
+                                  journal_id, epoch=epoch)
+
+
+async def trim_to_journal(path: Path, start: int, bound: int,
+                          channels: Sequence[JournalChannel], journal_id: str, *,
+                          epoch: int = 0) -> None:
+    """Cut the local in-progress segment ``path`` after the last record the journal holds
+    identically (at most ``bound``)."""
+    trim_in_progress(path, start,
+                     await agreed_txid(path, start, bound, channels, journal_id, epoch=epoch))
+
+
+async def agreed_txid(path: Path, start: int, bound: int, channels: Sequence[JournalChannel],
+                      journal_id: str, *, epoch: int = 0) -> int:
+    """The last txid, at most ``bound``, up to which the local in-progress segment ``path``
+    (first txid ``start``) holds the journal's records byte for byte (``start - 1``: none).
+    Every record is compared: the journal's readers see only committed records, so a
+    record that differs (or that the journal lacks) was never acknowledged, and neither
+    was anything this writer logged after it."""
+    data, bounds = _local_records(path, start)
+    last = min(bound, start + len(bounds) - 2)
+    agreed = start - 1
+    if last < start:
+        return agreed
+    async for answer in read_txids(channels, journal_id, start, last, epoch=epoch):
+        theirs = answer.records
+        pos = 0
+        for index in range(answer.first_txid - start, answer.first_txid - start + answer.count):
+            ours = data[bounds[index]:bounds[index + 1]]
+            if theirs[pos:pos + len(ours)] != ours:
+                log.warning("%s: txid %d differs from the shared journal's record",
+                            path.name, start + index)
+                return agreed
+            pos += len(ours)
+            agreed = start + index
+    return agreed
+
+
+def _local_records(path: Path, start: int) -> tuple[bytes, list[int]]:
+    """An in-progress segment's bytes and the offsets of its whole records (plus their end;
+    a torn tail is left out)."""
+    reader = SegmentReader(path, layout_version=None, expected_start=start, torn_tail="allow")
+    bounds = [offset for _txid, _opcode, _payload, offset in reader]
+    bounds.append(reader.valid_bytes)
+    try:
+        return path.read_bytes(), bounds
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc}") from exc
 
 
 def trim_in_progress(path: Path, start: int, end: int) -> None:
+    """Cut the in-progress segment ``path`` after txid ``end``: the records after it are
+    not in the shared journal, so they were never acknowledged. Nothing is deleted: the
+    bytes cut go to a ``.unacked`` file beside it."""
     if start > end:  # nothing of it was acknowledged
-        target = path.with_name(f"{path.name}.unacked")
+        target = _unused(path.with_name(f"{path.name}.unacked"))
         os.replace(path, target)
         fsync_dir(path.parent)
-        log.warning("moved %s aside as %s: it starts after the shared journal's end (%d), "
-                    "so none of it was acknowledged", path.name, target.name, end)
+        log.warning("moved %s aside as %s: the shared journal holds none of it (it agrees "
+                    "up to txid %d), so none of it was acknowledged", path.name, target.name,
+                    end)
         return
     reader = SegmentReader(path, layout_version=None, expected_start=start, torn_tail="allow")
     cut = next((offset for txid, _op, _payload, offset in reader if txid > end), None)
     if cut is None:
         return
-    kept = path.with_name(f"{path.name}.unacked")
+    kept = _unused(path.with_name(f"{path.name}.unacked"))
     atomic_write(kept, path.read_bytes()[cut:])
     truncate_segment(path, cut)
-    log.warning("cut txids after %d from %s: never acknowledged (the shared journal ends "
-                "there); the bytes are kept in %s", end, path.name, kept.name)
+    log.warning("cut txids after %d from %s: never acknowledged (the shared journal does not "
+                "hold them); the bytes are kept in %s", end, path.name, kept.name)
+
+
+def _unused(path: Path) -> Path:
+    """``path``, or ``path.1``, ``path.2``... whichever does not exist yet (an earlier cut's
+    bytes are never overwritten)."""
+    candidate, n = path, 0
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
 
 
 def write_finalized(directory: NameDir, first: int, last: int, records: bytes) -> None:
