@@ -29,7 +29,6 @@ from xdfs.rpc.connection import (
     ERROR_DECODER,
     RpcProtocol,
     decode_error,
-    encode_frame,
 )
 from xdfs.rpc.messages import Hello, InEnvelope, Kind, Welcome
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
@@ -326,7 +325,7 @@ class ClientConnection(RpcProtocol):
             self.flush()  # anything queued goes first: frames keep their order
             self.send(_REQUEST, call_id, name, request, logical_call)
             return
-        self._out.append(encode_frame(_REQUEST, call_id, name, request, logical_call))
+        self.queue(_REQUEST, call_id, name, request, logical_call)
         if not self._flush_soon:
             self._flush_soon = True
             self._loop.call_soon(self._flush_queued)
