@@ -171,11 +171,21 @@ class RpcProtocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._receiving = True
+        reader = self._reader
         try:
-            for payload in self._reader.feed(nbytes):
+            payloads = reader.feed(nbytes)
+            shared = reader.shared_buffer
+            for payload in payloads:
                 if self.is_closing:
                     return
-                self._on_payload(payload)
+                try:
+                    envelope = _ENVELOPE.decode(payload)
+                except DECODE_ERRORS as exc:
+                    raise decode_error(exc, ProtocolError, "undecodable frame") from None
+                # Payloads cut from the shared receive buffer are overwritten by the next
+                # recv; oversized frames own their buffer and can be handed on uncopied.
+                self._payload_is_shared = payload.obj is shared
+                self.on_envelope(envelope)
         except XdfsError as exc:
             self.abort_with(exc)
         except Exception as exc:  # a bug must cost one connection, never the server
@@ -186,16 +196,6 @@ class RpcProtocol(asyncio.BufferedProtocol):
                 self._send_grants()
             self._receiving = False
             self.flush()
-
-    def _on_payload(self, payload: memoryview) -> None:
-        try:
-            envelope = _ENVELOPE.decode(payload)
-        except DECODE_ERRORS as exc:
-            raise decode_error(exc, ProtocolError, "undecodable frame") from None
-        # Payloads cut from the shared receive buffer are overwritten by the next recv;
-        # oversized frames own their buffer and can be handed on without a copy.
-        self._payload_is_shared = payload.obj is self._reader.shared_buffer
-        self.on_envelope(envelope)
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
