@@ -250,7 +250,9 @@ class RpcProtocol(asyncio.BufferedProtocol):
         self, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
     ) -> None:
         """``logical_call``: the number every retry of this call carries (REQUEST, HEAD)."""
-        if self.is_closing:
+        if not self._receiving and self.is_closing:
+            # (While receiving, what is queued is dropped by flush if the connection
+            # closed meanwhile: one check per read, not per frame.)
             return  # connection_lost fails whoever is waiting
         if kind == K_CHUNK and isinstance(body, Chunk) and _immutable(body.data):
             # Bulk data goes to the socket without being copied into the frame first
