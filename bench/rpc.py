@@ -11,6 +11,8 @@ event loop for both, we measure:
 * small calls: ECHO with a 16-byte payload through :class:`xdfs.rpc.client.RpcClient`, with 1
   and with 64 calls in flight (64 coroutines, one connection), against length-prefixed echo
   of the same payload over a raw socket, each raw call also awaiting its own future;
+  PING, whose handler is a plain ``def`` answered inline (as the NameNode's reads), with 64
+  calls in flight against the same raw echo;
 * streams: 1 GiB upload through SINK and download through SOURCE in 1 MiB chunks, against
   the same bytes as raw ``u32 length | chunk`` frames over a raw socket.
 
@@ -42,7 +44,7 @@ from typing import cast
 
 from xdfs.common.process import ServerProcess
 from xdfs.config import RpcConfig, load_config
-from xdfs.protocol.system import ECHO, SINK, SOURCE, EchoRequest, SourceRequest
+from xdfs.protocol.system import ECHO, PING, SINK, SOURCE, EchoRequest, SourceRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.loop import run
 from xdfs.rpc.messages import Empty
@@ -169,8 +171,11 @@ def zero_chunks(total: int, chunk: int) -> Iterator[bytes]:
 
 
 async def xdfs_calls(
-    address: str, config: RpcConfig, s: Settings, inflight: int, meter: Meter
+    address: str, config: RpcConfig, s: Settings, inflight: int, meter: Meter,
+    ping: bool = False,
 ) -> Sample:
+    """ECHO calls (an ``async def`` handler: a task per call on the server), or with
+    ``ping`` PING calls (a plain ``def`` handler, answered inline as a NameNode's reads)."""
     payload = os.urandom(s.payload_bytes)
     request = EchoRequest(payload)
     client = RpcClient(address, config)
@@ -180,6 +185,8 @@ async def xdfs_calls(
             raise BenchError("xdfs echo returned a different payload")
 
         def call() -> Awaitable[object]:
+            if ping:
+                return client.call(PING, Empty())
             return client.call(ECHO, request)
 
         return await timed_calls(call, meter, s, inflight)
@@ -427,6 +434,13 @@ def build_metrics(servers: Servers, config: RpcConfig, s: Settings) -> list[Metr
             lambda m: raw_calls(host, port, s, s.inflight, m),
             f">= {CALLS_AIM_PER_S:,} calls/s",
             lambda value, _ratio: value >= CALLS_AIM_PER_S,
+        ),
+        Metric(
+            f"ping (plain def handler; raw: echo {s.payload_bytes} B), {s.inflight} in flight",
+            "calls/s", "call",
+            lambda m: xdfs_calls(address, config, s, s.inflight, m, ping=True),
+            lambda m: raw_calls(host, port, s, s.inflight, m),
+            "-", None,
         ),
         Metric(
             f"upload {size} (SINK)", "MB/s", "MiB",

@@ -15,7 +15,15 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.rpc.services import FAIL, SLOW, TEST_SERVICE, FailRequest, SlowRequest, TestHandlers
+from tests.rpc.services import (
+    BUMP,
+    FAIL,
+    SLOW,
+    TEST_SERVICE,
+    FailRequest,
+    SlowRequest,
+    TestHandlers,
+)
 from tests.rpc.wire import RawPeer, assert_serves, raw_peer
 from xdfs.errors import (
     BadRequest,
@@ -323,6 +331,62 @@ async def test_call_ids_may_be_reused_after_the_answer(fresh: RpcServer) -> None
             reply = await peer.recv()
             assert (reply.kind, reply.id) == (Kind.RESPONSE, 5)
             assert msgspec.msgpack.decode(reply.body) == [payload]
+
+
+# -- plain def handlers: answered inline, checked as every call ---------------------------------
+
+
+async def test_plain_def_call_with_a_bad_body_is_bad_request(fresh: RpcServer) -> None:
+    async with raw_peer(fresh.address) as peer:
+        await peer.hello()
+        peer.send(Kind.REQUEST, 1, PING.name, "not an Empty")
+        call_id, error = await peer.recv_error()
+        assert (call_id, type(error)) == (1, BadRequest)
+        peer.send(Kind.REQUEST, 2, PING.name, Empty())
+        reply = await peer.recv()
+        assert (reply.kind, reply.id) == (Kind.RESPONSE, 2)
+
+
+@pytest.mark.parametrize("call_id", [0, -1])
+async def test_plain_def_call_id_must_be_positive(
+    minicluster: MiniCluster, handlers: TestHandlers, call_id: int
+) -> None:
+    server = await minicluster.start_server("ids", [(TEST_SERVICE, handlers)])
+    async with raw_peer(server.address) as peer:
+        await peer.hello()
+        peer.send(Kind.REQUEST, call_id, BUMP.name, Empty())
+        await peer.expect_connection_error(ProtocolError)
+    assert "test_bump" not in handlers.calls
+    await assert_serves(minicluster.client(server.address))
+
+
+async def test_plain_def_call_with_the_id_of_a_running_call_closes(
+    minicluster: MiniCluster, handlers: TestHandlers
+) -> None:
+    server = await minicluster.start_server("dup", [(TEST_SERVICE, handlers)])
+    async with raw_peer(server.address) as peer:
+        await peer.hello()
+        peer.send(Kind.REQUEST, 7, SLOW.name, SlowRequest(30))
+        peer.send(Kind.REQUEST, 7, BUMP.name, Empty())
+        frames = await peer.expect_closed()
+        assert [(f.kind, f.id) for f in frames][-1] == (Kind.ERROR, 0)
+    assert "test_bump" not in handlers.calls
+    await wait_no_connections(server)
+    await assert_serves(minicluster.client(server.address))
+
+
+@pytest.mark.parametrize("method", [BUMP.name, SLOW.name])
+async def test_negative_call_number_closes(
+    minicluster: MiniCluster, handlers: TestHandlers, method: str
+) -> None:
+    server = await minicluster.start_server("numbers", [(TEST_SERVICE, handlers)])
+    body = Empty() if method == BUMP.name else SlowRequest(0)
+    async with raw_peer(server.address) as peer:
+        await peer.hello()
+        peer.send_raw(bytes(encode_frame(Kind.REQUEST, 1, method, body, logical_call=-5)))
+        await peer.expect_connection_error(ProtocolError)
+    assert method not in handlers.calls
+    await assert_serves(minicluster.client(server.address))
 
 
 # -- resource limits ---------------------------------------------------------------------------

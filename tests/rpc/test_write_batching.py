@@ -20,16 +20,16 @@ from xdfs.rpc.streams import StreamReceiver
 
 
 class RecordingTransport:
-    """What the protocol hands the socket: one entry per write or writelines call."""
+    """What the protocol hands the socket: the bytes of each write or writelines call."""
 
     def __init__(self) -> None:
-        self.calls: list[list[bytes]] = []
+        self.calls: list[bytes] = []
 
     def write(self, data: Any) -> None:
-        self.calls.append([bytes(data)])
+        self.calls.append(bytes(data))
 
     def writelines(self, frames: Any) -> None:
-        self.calls.append([bytes(frame) for frame in frames])
+        self.calls.append(b"".join(bytes(frame) for frame in frames))
 
     def is_closing(self) -> bool:
         return False
@@ -62,10 +62,10 @@ async def test_replies_to_one_read_leave_in_one_write_in_order() -> None:
     requests = b"".join(bytes(encode_frame(Kind.REQUEST, i, "m", None)) for i in range(1, 6))
     receive(proto, requests)
     assert transport.calls == [
-        [bytes(encode_frame(Kind.RESPONSE, i, "", None)) for i in range(1, 6)]
+        b"".join(bytes(encode_frame(Kind.RESPONSE, i, "", None)) for i in range(1, 6))
     ]
     proto.send(Kind.RESPONSE, 9, "", None)  # not while receiving: written at once
-    assert transport.calls[-1] == [bytes(encode_frame(Kind.RESPONSE, 9, "", None))]
+    assert transport.calls[-1] == bytes(encode_frame(Kind.RESPONSE, 9, "", None))
 
 
 class Silent(RpcProtocol):
@@ -98,15 +98,36 @@ async def test_requests_made_in_one_loop_turn_leave_in_one_write_a_lone_one_at_o
     conn.connection_made(transport)  # type: ignore[arg-type]
     lone = asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=1))
     await asyncio.sleep(0)
-    assert transport.calls == [[bytes(encode_frame(Kind.REQUEST, 1, PING.name, Empty(), 1))]]
+    assert transport.calls == [bytes(encode_frame(Kind.REQUEST, 1, PING.name, Empty(), 1))]
     # Five callers woken together (as by one batch of answers), the lone call still out.
     calls = [asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=n))
              for n in range(2, 7)]
     await asyncio.sleep(0)  # they send
     await asyncio.sleep(0)  # the loop turn after: the queued requests are written
     assert transport.calls[1:] == [
-        [bytes(encode_frame(Kind.REQUEST, n, PING.name, Empty(), n)) for n in range(2, 7)],
+        b"".join(bytes(encode_frame(Kind.REQUEST, n, PING.name, Empty(), n)) for n in range(2, 7)),
     ]
     receive(conn, b"".join(bytes(encode_frame(Kind.RESPONSE, n, "", Empty()))
                            for n in range(1, 7)))
     assert await asyncio.gather(lone, *calls) == [Empty()] * 6
+
+
+class AnswersAroundAChunk(RpcProtocol):
+    """Answers a frame with a RESPONSE, a CHUNK whose data is sent uncopied, a RESPONSE."""
+
+    def on_envelope(self, envelope: InEnvelope) -> None:
+        self.send(Kind.RESPONSE, 1, "", None)
+        self.send(Kind.CHUNK, 2, "", chunk(0, b"data"))
+        self.send(Kind.RESPONSE, 3, "", None)
+
+
+async def test_frames_queued_around_a_chunk_keep_their_order() -> None:
+    proto = AnswersAroundAChunk(RpcConfig())
+    transport = RecordingTransport()
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    receive(proto, bytes(encode_frame(Kind.REQUEST, 1, "m", None)))
+    assert transport.calls == [b"".join([
+        bytes(encode_frame(Kind.RESPONSE, 1, "", None)),
+        bytes(encode_frame(Kind.CHUNK, 2, "", chunk(0, b"data"))),
+        bytes(encode_frame(Kind.RESPONSE, 3, "", None)),
+    ])]

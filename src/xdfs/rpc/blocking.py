@@ -42,7 +42,22 @@ from xdfs.rpc.connection import (
     encode_frame,
 )
 from xdfs.rpc.framing import FrameReader
-from xdfs.rpc.messages import Chunk, Hello, InEnvelope, Kind, Tail, Welcome
+from xdfs.rpc.messages import (
+    K_CANCEL,
+    K_CREDIT,
+    K_ERROR,
+    K_HEAD,
+    K_HELLO,
+    K_REQUEST,
+    K_RESPONSE,
+    K_TAIL,
+    K_WELCOME,
+    Chunk,
+    Hello,
+    InEnvelope,
+    Tail,
+    Welcome,
+)
 from xdfs.rpc.service import Method, Resp
 
 _ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
@@ -50,10 +65,6 @@ _WELCOME = msgspec.msgpack.Decoder(Welcome)
 #: What a socket operation raises when the peer or the network failed (TimeoutError, a
 #: subclass of OSError, is caught before these where a deadline matters).
 _SOCKET_ERRORS = (OSError, ssl.SSLError)
-#: Frame kinds as plain ints for the per-call paths (an IntEnum member's lookup costs
-#: more than the comparison; the wire bytes are the same).
-_REQUEST, _HEAD, _TAIL = int(Kind.REQUEST), int(Kind.HEAD), int(Kind.TAIL)
-_RESPONSE, _ERROR, _CREDIT = int(Kind.RESPONSE), int(Kind.ERROR), int(Kind.CREDIT)
 #: The longest a read waits in the kernel before the caller's deadline is checked again.
 _KERNEL_WAIT_S = 0.25
 #: A connection that answered a call this recently is taken without the idle check's
@@ -111,11 +122,11 @@ class BlockingConnection:
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=host)
             conn = cls(sock, address, config)
-            conn._write(encode_frame(Kind.HELLO, 0, "", hello))
+            conn._write(encode_frame(K_HELLO, 0, "", hello))
             envelope = conn._next_frame(deadline)
             if envelope is None:
                 raise TimeoutError
-            if envelope.kind != Kind.WELCOME:
+            if envelope.kind != K_WELCOME:
                 raise conn._unexpected(envelope)
             try:
                 conn.welcome = _WELCOME.decode(envelope.body)
@@ -174,7 +185,7 @@ class BlockingConnection:
         """Send a unary call; its id, for :meth:`answer`. ConnectionLost when the write
         fails (the server may have read part of it: treat it as sent)."""
         call_id = self._new_id()
-        self._send([encode_frame(_REQUEST, call_id, method.name, body, logical_call)])
+        self._send([encode_frame(K_REQUEST, call_id, method.name, body, logical_call)])
         return call_id
 
     def upload(
@@ -189,12 +200,12 @@ class BlockingConnection:
         :meth:`request`'s."""
         call_id = self._new_id()
         frames: list[bytes | bytearray] = [
-            encode_frame(_HEAD, call_id, method.name, head, logical_call)
+            encode_frame(K_HEAD, call_id, method.name, head, logical_call)
         ]
         if data:
             chunk = Chunk(0, crc32c.crc32c(data) if crc is None else crc, memoryview(data))
             frames += [encode_chunk_head(call_id, chunk), data]
-        frames.append(encode_frame(_TAIL, call_id, "", Tail(1 if data else 0, len(data))))
+        frames.append(encode_frame(K_TAIL, call_id, "", Tail(1 if data else 0, len(data))))
         self._send(frames)
         return call_id
 
@@ -219,13 +230,13 @@ class BlockingConnection:
             if envelope is None:
                 raise TimeoutError
             kind = envelope.kind
-            if envelope.id != call_id or kind == _CREDIT:  # an upload's credit
+            if envelope.id != call_id or kind == K_CREDIT:  # an upload's credit
                 self._on_idle_frame(envelope)
                 continue
-            if kind == _ERROR:
+            if kind == K_ERROR:
                 self._answered_s = time.monotonic()
                 raise self._error(envelope)
-            if kind != _RESPONSE:
+            if kind != K_RESPONSE:
                 raise self._fail(self._unexpected(envelope))
             self._answered_s = time.monotonic()
             try:
@@ -237,7 +248,7 @@ class BlockingConnection:
     def cancel(self, call_id: int) -> None:
         """Tell the server the caller gave up on ``call_id`` (its answer is dropped)."""
         try:
-            self._write(encode_frame(Kind.CANCEL, call_id, "", None))
+            self._write(encode_frame(K_CANCEL, call_id, "", None))
         except _SOCKET_ERRORS:
             self.close()
 
@@ -334,7 +345,7 @@ class BlockingConnection:
     def _on_idle_frame(self, envelope: InEnvelope) -> None:
         """A frame that answers no waiting call: a late answer (dropped) or the server's
         connection-level error (raised)."""
-        if envelope.kind == Kind.ERROR and envelope.id == 0:
+        if envelope.kind == K_ERROR and envelope.id == 0:
             raise self._fail(self._error(envelope))
 
     def _error(self, envelope: InEnvelope) -> XdfsError:
@@ -346,7 +357,7 @@ class BlockingConnection:
         return self._fail(error) if envelope.id == 0 else error
 
     def _unexpected(self, envelope: InEnvelope) -> XdfsError:
-        if envelope.kind == Kind.ERROR:
+        if envelope.kind == K_ERROR:
             return self._error(envelope)
         return ProtocolError(f"unexpected frame kind {envelope.kind} from a server")
 

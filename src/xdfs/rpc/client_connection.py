@@ -29,9 +29,22 @@ from xdfs.rpc.connection import (
     ERROR_DECODER,
     RpcProtocol,
     decode_error,
-    encode_frame,
 )
-from xdfs.rpc.messages import Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.messages import (
+    K_CANCEL,
+    K_CHUNK,
+    K_CREDIT,
+    K_ERROR,
+    K_HEAD,
+    K_HELLO,
+    K_REQUEST,
+    K_RESPONSE,
+    K_TAIL,
+    K_WELCOME,
+    Hello,
+    InEnvelope,
+    Welcome,
+)
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
 from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, StreamSender
 
@@ -40,11 +53,7 @@ T = TypeVar("T")
 _WELCOME = msgspec.msgpack.Decoder(Welcome)
 #: A call awaiting its answer: its future, method, deadline (loop time) and timeout (s).
 _Pending = tuple[asyncio.Future[Any], Method[Any, Any], float, float]
-#: Frame kinds as plain ints for the per-call paths (an IntEnum member's lookup costs
-#: more than the comparison; the wire bytes are the same).
-_REQUEST, _ANSWERS, _STREAM_FRAMES = int(Kind.REQUEST), (Kind.RESPONSE, Kind.HEAD), (
-    Kind.CHUNK, Kind.TAIL, Kind.CREDIT)
-_ERROR, _WELCOME_KIND = int(Kind.ERROR), int(Kind.WELCOME)
+_ANSWERS, _STREAM_FRAMES = (K_RESPONSE, K_HEAD), (K_CHUNK, K_TAIL, K_CREDIT)
 
 
 class DownloadStream:
@@ -82,7 +91,7 @@ class DownloadStream:
         """Abandon the stream early (tells the server to stop sending)."""
         if not self._receiver.finished:
             self._receiver.fail(StreamError("download abandoned by the reader"))
-            self._conn.send(Kind.CANCEL, self._id, "", None)
+            self._conn.send(K_CANCEL, self._id, "", None)
         self._conn.receivers.pop(self._id, None)
 
     async def __aenter__(self) -> DownloadStream:
@@ -127,7 +136,7 @@ class ClientConnection(RpcProtocol):
                     server_hostname=host if ssl_context else None,
                 )
                 conn.address = address
-                conn.send(Kind.HELLO, 0, "", hello)
+                conn.send(K_HELLO, 0, "", hello)
                 conn.welcome = await conn._welcome_future
         except TimeoutError:
             if conn is not None:
@@ -152,9 +161,9 @@ class ClientConnection(RpcProtocol):
             receiver = self.receivers.get(envelope.id)
             if receiver is not None and receiver.finished:
                 del self.receivers[envelope.id]
-        elif kind == _ERROR:
+        elif kind == K_ERROR:
             self._on_error(envelope)
-        elif kind == _WELCOME_KIND:
+        elif kind == K_WELCOME:
             try:
                 welcome = _WELCOME.decode(envelope.body)
             except DECODE_ERRORS as exc:
@@ -282,7 +291,7 @@ class ClientConnection(RpcProtocol):
     def abandon(self, call_id: int) -> None:
         """The caller gave up on a call (cancelled): tell the server, drop the answer."""
         if self._pending.pop(call_id, None) is not None and not self.is_closing:
-            self.send(Kind.CANCEL, call_id, "", None)
+            self.send(K_CANCEL, call_id, "", None)
 
     def _expire(self, call_id: int) -> None:
         entry = self._pending.pop(call_id, None)
@@ -290,7 +299,7 @@ class ClientConnection(RpcProtocol):
             future, method, _deadline, timeout_s = entry
             future.set_exception(
                 RpcTimeout(f"{method.name} got no answer within {timeout_s} s"))
-            self.send(Kind.CANCEL, call_id, "", None)
+            self.send(K_CANCEL, call_id, "", None)
 
     async def call(
         self, method: Method[Req, Resp], request: Req, timeout_s: float, logical_call: int = 0
@@ -324,9 +333,9 @@ class ClientConnection(RpcProtocol):
         send one write, not one system call each). A lone call goes out at once."""
         if len(self._pending) <= 1 or self._receiving:
             self.flush()  # anything queued goes first: frames keep their order
-            self.send(_REQUEST, call_id, name, request, logical_call)
+            self.send(K_REQUEST, call_id, name, request, logical_call)
             return
-        self._out.append(encode_frame(_REQUEST, call_id, name, request, logical_call))
+        self.queue(K_REQUEST, call_id, name, request, logical_call)
         if not self._flush_soon:
             self._flush_soon = True
             self._loop.call_soon(self._flush_queued)
@@ -354,16 +363,16 @@ class ClientConnection(RpcProtocol):
         call_id, future = self._new_call(method)
         sender = StreamSender(self, call_id, timeout_s, lent=UPLOAD_CHUNKS_AHEAD)
         self.senders[call_id] = sender
-        self.send(Kind.HEAD, call_id, method.name, request, logical_call)
+        self.send(K_HEAD, call_id, method.name, request, logical_call)
         try:
             await sender.send_all(chunks, self.config.stream_chunk_bytes)
         except XdfsError:
             if not future.done():  # our side failed; the server's error wins otherwise
-                self.send(Kind.CANCEL, call_id, "", None)
+                self.send(K_CANCEL, call_id, "", None)
                 self._pending.pop(call_id, None)
                 raise
         except BaseException:
-            self.send(Kind.CANCEL, call_id, "", None)
+            self.send(K_CANCEL, call_id, "", None)
             self._pending.pop(call_id, None)
             raise
         finally:
@@ -377,7 +386,7 @@ class ClientConnection(RpcProtocol):
         call_id, future = self._new_call(method)
         receiver = StreamReceiver(self, call_id, self.config.stream_window_chunks)
         self.receivers[call_id] = receiver
-        self.send(Kind.REQUEST, call_id, method.name, request, logical_call)
+        self.send(K_REQUEST, call_id, method.name, request, logical_call)
         receiver.grant_window()
         try:
             head = await self._await_answer(call_id, future, method, timeout_s)

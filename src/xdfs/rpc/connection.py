@@ -21,12 +21,15 @@ from xdfs.config import RpcConfig
 from xdfs.errors import ConnectionLost, InternalError, InvalidArgument, ProtocolError, XdfsError
 from xdfs.rpc.framing import FrameReader
 from xdfs.rpc.messages import (
+    K_CHUNK,
+    K_ERROR,
+    K_RESPONSE,
+    K_TAIL,
     LENGTH_PREFIX,
     Chunk,
     Credit,
     ErrorInfo,
     InEnvelope,
-    Kind,
     OutCallEnvelope,
     OutEnvelope,
     Tail,
@@ -60,15 +63,28 @@ def encode_frame(
     kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
 ) -> bytearray:
     """One complete frame (length prefix included) in a fresh buffer."""
-    buf = bytearray(LENGTH_PREFIX.size)
+    buf = bytearray()
+    append_frame(buf, kind, call_id, method, body, logical_call)
+    return buf
+
+
+_ZERO_PREFIX = bytes(LENGTH_PREFIX.size)
+
+
+def append_frame(
+    buf: bytearray, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
+) -> None:
+    """Append one complete frame to ``buf`` (frames sent together go out as one buffer,
+    not one each)."""
+    start = len(buf)
+    buf += _ZERO_PREFIX
     envelope = (
         OutCallEnvelope(kind, call_id, method, body, logical_call)
         if logical_call
         else OutEnvelope(kind, call_id, method, body)
     )
-    _ENCODER.encode_into(envelope, buf, LENGTH_PREFIX.size)
-    LENGTH_PREFIX.pack_into(buf, 0, len(buf) - LENGTH_PREFIX.size)
-    return buf
+    _ENCODER.encode_into(envelope, buf, start + LENGTH_PREFIX.size)
+    LENGTH_PREFIX.pack_into(buf, start, len(buf) - start - LENGTH_PREFIX.size)
 
 
 _NO_DATA = memoryview(b"")
@@ -83,7 +99,7 @@ def encode_chunk_head(call_id: int, chunk: Chunk) -> bytearray:
     an empty ``bin``, which is replaced by the real one.
     """
     size = chunk.data.nbytes
-    buf = encode_frame(Kind.CHUNK, call_id, "", Chunk(chunk.seq, chunk.crc32c, _NO_DATA))
+    buf = encode_frame(K_CHUNK, call_id, "", Chunk(chunk.seq, chunk.crc32c, _NO_DATA))
     del buf[-2:]  # 0xc4 0x00: bin 8 of length 0
     if size < 1 << 8:
         buf += _BIN8.pack(0xC4, size)
@@ -119,6 +135,10 @@ class RpcProtocol(asyncio.BufferedProtocol):
         #: Small frames sent during this loop turn, written together at its end (one
         #: socket write for every reply a turn produces: see :meth:`send`).
         self._out: list[bytes | bytearray | memoryview] = []
+        #: The last buffer of ``_out`` when frames may still be appended to it (one
+        #: buffer for a run of small frames instead of one each); None after a chunk's
+        #: data and after a flush (the transport may still hold what it was given).
+        self._out_tail: bytearray | None = None
         self._receiving = False
         #: Set by a server connection: replies sent outside a receive (calls that awaited,
         #: answered together when a group commit wakes them) are written once per loop turn.
@@ -151,11 +171,21 @@ class RpcProtocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._receiving = True
+        reader = self._reader
         try:
-            for payload in self._reader.feed(nbytes):
+            payloads = reader.feed(nbytes)
+            shared = reader.shared_buffer
+            for payload in payloads:
                 if self.is_closing:
                     return
-                self._on_payload(payload)
+                try:
+                    envelope = _ENVELOPE.decode(payload)
+                except DECODE_ERRORS as exc:
+                    raise decode_error(exc, ProtocolError, "undecodable frame") from None
+                # Payloads cut from the shared receive buffer are overwritten by the next
+                # recv; oversized frames own their buffer and can be handed on uncopied.
+                self._payload_is_shared = payload.obj is shared
+                self.on_envelope(envelope)
         except XdfsError as exc:
             self.abort_with(exc)
         except Exception as exc:  # a bug must cost one connection, never the server
@@ -167,21 +197,12 @@ class RpcProtocol(asyncio.BufferedProtocol):
             self._receiving = False
             self.flush()
 
-    def _on_payload(self, payload: memoryview) -> None:
-        try:
-            envelope = _ENVELOPE.decode(payload)
-        except DECODE_ERRORS as exc:
-            raise decode_error(exc, ProtocolError, "undecodable frame") from None
-        # Payloads cut from the shared receive buffer are overwritten by the next recv;
-        # oversized frames own their buffer and can be handed on without a copy.
-        self._payload_is_shared = payload.obj is self._reader.shared_buffer
-        self.on_envelope(envelope)
-
     def eof_received(self) -> bool | None:
         return None  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._out = []
+        self._out_tail = None
         if not self._closed.done():
             self._closed.set_result(None)
         self._can_write.set()
@@ -229,25 +250,31 @@ class RpcProtocol(asyncio.BufferedProtocol):
         self, kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
     ) -> None:
         """``logical_call``: the number every retry of this call carries (REQUEST, HEAD)."""
-        if self.is_closing:
+        if not self._receiving and self.is_closing:
+            # (While receiving, what is queued is dropped by flush if the connection
+            # closed meanwhile: one check per read, not per frame.)
             return  # connection_lost fails whoever is waiting
-        frames: tuple[bytes | bytearray | memoryview, ...]
-        if kind == Kind.CHUNK and isinstance(body, Chunk) and _immutable(body.data):
+        if kind == K_CHUNK and isinstance(body, Chunk) and _immutable(body.data):
             # Bulk data goes to the socket without being copied into the frame first
             # (one writelines: a single writev, as one frame was).
-            frames = (encode_chunk_head(call_id, body), body.data)
-        else:
-            frames = (encode_frame(kind, call_id, method, body, logical_call),)
+            head = encode_chunk_head(call_id, body)
+            if self._receiving:
+                self._out += (head, body.data)
+                self._out_tail = None  # what follows goes after the data
+            else:
+                assert self.transport is not None
+                self.transport.writelines((head, body.data))
+            return
         if self._receiving:
             # Sent while handling what one read brought (a batch of requests answered at
             # once, their credits): queued and written in one go when the batch is done,
             # not one system call each. Deferring to a later loop turn instead would cost
             # every lone call an extra turn of the loop, more than the write it saves.
-            self._out += frames
+            self.queue(kind, call_id, method, body, logical_call)
             return
         if (
             self._reply_loop is not None
-            and (kind == Kind.RESPONSE or kind == Kind.ERROR)
+            and kind in (K_RESPONSE, K_ERROR)
             and (self._out or self.replies_may_follow())
         ):
             # A reply from a call's task: the tasks a group commit wakes all run in one
@@ -255,16 +282,22 @@ class RpcProtocol(asyncio.BufferedProtocol):
             # system call each. (Only replies: stream frames keep their flow control.)
             # The answer of the connection's only call leaves at once: nothing could
             # join it, and waiting would cost it a loop turn.
-            self._out += frames
+            self.queue(kind, call_id, method, body, logical_call)
             if not self._flush_pending:
                 self._flush_pending = True
                 self._reply_loop.call_soon(self._flush_replies)
             return
         assert self.transport is not None
-        if len(frames) == 1:
-            self.transport.write(frames[0])
-        else:
-            self.transport.writelines(frames)
+        self.transport.write(encode_frame(kind, call_id, method, body, logical_call))
+
+    def queue(self, kind: int, call_id: int, method: str, body: Any, logical_call: int) -> None:
+        """Add a small frame to what :meth:`flush` writes next, in the buffer of the frames
+        queued just before it when there is one."""
+        tail = self._out_tail
+        if tail is None:
+            tail = self._out_tail = bytearray()
+            self._out.append(tail)
+        append_frame(tail, kind, call_id, method, body, logical_call)
 
     def replies_may_follow(self) -> bool:
         """Whether other calls of this connection may answer in this loop turn (a server
@@ -281,6 +314,7 @@ class RpcProtocol(asyncio.BufferedProtocol):
         if not out:
             return
         self._out = []
+        self._out_tail = None
         if self.is_closing:
             return
         assert self.transport is not None
@@ -306,7 +340,7 @@ class RpcProtocol(asyncio.BufferedProtocol):
                 receiver.grant_window()
 
     def send_error(self, call_id: int, error: XdfsError) -> None:
-        self.send(Kind.ERROR, call_id, "", ErrorInfo(error.code, error.message))
+        self.send(K_ERROR, call_id, "", ErrorInfo(error.code, error.message))
 
     async def drain(self) -> None:
         """Wait while the socket's write buffer is above its high-water mark."""
@@ -334,14 +368,14 @@ class RpcProtocol(asyncio.BufferedProtocol):
     def on_stream_frame(self, envelope: InEnvelope) -> None:
         """Route CHUNK, TAIL and CREDIT frames to their stream (late frames are dropped)."""
         try:
-            if envelope.kind == Kind.CHUNK:
+            if envelope.kind == K_CHUNK:
                 receiver = self.receivers.get(envelope.id)
                 if receiver is not None:
                     chunk = CHUNK_DECODER.decode(envelope.body)
                     if self._payload_is_shared:
                         chunk.data = memoryview(bytes(chunk.data))
                     receiver.on_chunk(chunk)
-            elif envelope.kind == Kind.TAIL:
+            elif envelope.kind == K_TAIL:
                 receiver = self.receivers.get(envelope.id)
                 if receiver is not None:
                     receiver.on_tail(TAIL_DECODER.decode(envelope.body))

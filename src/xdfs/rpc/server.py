@@ -64,7 +64,22 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
-from xdfs.rpc.messages import CLIENT_ID_BYTES, PROTOCOL_VERSION, Hello, InEnvelope, Kind, Welcome
+from xdfs.rpc.messages import (
+    CLIENT_ID_BYTES,
+    K_CANCEL,
+    K_CHUNK,
+    K_CREDIT,
+    K_HEAD,
+    K_HELLO,
+    K_REQUEST,
+    K_RESPONSE,
+    K_TAIL,
+    K_WELCOME,
+    PROTOCOL_VERSION,
+    Hello,
+    InEnvelope,
+    Welcome,
+)
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
 
@@ -79,6 +94,8 @@ _HELLO = msgspec.msgpack.Decoder(Hello)
 #: login); larger ones, up to rpc.unauthenticated_frame_bytes_max, get a buffer of their own.
 #: Thousands of idle or half-open peers then cost a few KiB each, not a full buffer.
 UNAUTHENTICATED_BUFFER_BYTES = 4096
+
+_STREAM_KINDS = (K_CHUNK, K_TAIL, K_CREDIT)
 
 #: How long RpcServer.close() lets peers take their last replies before dropping them.
 _CLOSE_GRACE_S = 1.0
@@ -158,6 +175,9 @@ class _Route:
     handler: Callable[..., Any]
     is_async: bool
     eager: bool = False
+    #: A plain ``def`` unary handler: answered inline by
+    #: :meth:`ServerConnection._call_inline`, the per-call fast path.
+    inline: bool = False
 
 
 class RpcServer:
@@ -200,7 +220,8 @@ class RpcServer:
             is_async = inspect.iscoroutinefunction(handler)
             assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
             eager_start = is_async and getattr(handler, "xdfs_eager", False)
-            self._routes[name] = _Route(method, handler, is_async, eager_start)
+            inline = not is_async and method.kind is MethodKind.UNARY
+            self._routes[name] = _Route(method, handler, is_async, eager_start, inline)
 
     def remove_service(self, service: Service) -> None:
         """Stop routing ``service``'s methods (calls to them get UnknownMethod)."""
@@ -306,6 +327,10 @@ class ServerConnection(RpcProtocol):
         self._paused_for_writes = False
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
+        self._routes = server._routes  # (the server's own table: routes added later count)
+        self._rpc_metrics = server.metrics.rpc
+        #: The context of every plain-``def`` call (they carry no call number): made once.
+        self._inline_context: CallContext | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -437,19 +462,45 @@ class ServerConnection(RpcProtocol):
             self._before_handshake(envelope)
         elif self._parked:
             self._park(envelope)  # keep the peer's order behind a waiting call
-        elif kind == Kind.REQUEST:
-            self._on_request(envelope)
-        elif kind in (Kind.CHUNK, Kind.TAIL, Kind.CREDIT):
+        elif kind == K_REQUEST:
+            route = self._routes.get(envelope.method)
+            if route is not None and route.inline:
+                self._call_inline(envelope, route)
+            else:
+                self._on_request(envelope, route)
+        elif kind in _STREAM_KINDS:
             self.on_stream_frame(envelope)
-        elif kind == Kind.HEAD:
+        elif kind == K_HEAD:
             self._on_upload_head(envelope)
-        elif kind == Kind.CANCEL:
+        elif kind == K_CANCEL:
             self._cancel(envelope.id)
         else:
             raise ProtocolError(f"unexpected frame kind {kind} from a client")
 
+    def _call_inline(self, envelope: InEnvelope, route: _Route) -> None:
+        """A plain ``def`` unary call, answered now: what :meth:`_resolve` and
+        :meth:`_on_request` do for it, in one step (most calls of a NameNode are these)."""
+        call_id = envelope.id
+        self._check_call_numbers(envelope)
+        try:
+            request = route.method.request_decoder.decode(envelope.body)
+        except DECODE_ERRORS as exc:
+            self.send_error(call_id, decode_error(exc, BadRequest, envelope.method))
+            return
+        context = self._inline_context
+        if context is None:
+            context = self._inline_context = self._context()
+        started = time.perf_counter()
+        try:
+            response = route.handler(context, request)
+        except Exception as exc:  # every failure becomes a reply
+            self._reply_error(call_id, route, exc)
+        else:
+            self.send(K_RESPONSE, call_id, "", response)
+        self._observe(route, started, request)
+
     def _before_handshake(self, envelope: InEnvelope) -> None:
-        if envelope.kind != Kind.HELLO:
+        if envelope.kind != K_HELLO:
             raise NotAuthenticated("the first frame must be the handshake (HELLO)")
         if self._hello_task is not None:
             raise ProtocolError("frames sent before the handshake was answered")
@@ -486,11 +537,13 @@ class ServerConnection(RpcProtocol):
             self._reader.grow(self.config.receive_buffer_bytes, self.config.frame_bytes_max)
         self.last_active_s = self._loop.time()
         welcome = Welcome(PROTOCOL_VERSION, cluster, self.server.name, principal.user)
-        self.send(Kind.WELCOME, 0, "", welcome)
+        self.send(K_WELCOME, 0, "", welcome)
 
-    def _resolve(self, envelope: InEnvelope, kind: MethodKind) -> tuple[_Route, Any] | None:
-        """The route and decoded request of a call, or None after answering with an error."""
-        route = self.server.route(envelope.method)
+    def _resolve(
+        self, envelope: InEnvelope, kind: MethodKind, route: _Route | None
+    ) -> tuple[_Route, Any] | None:
+        """The route (``route``: the method's, None when there is none) and decoded request
+        of a call, or None after answering with an error."""
         if route is None:
             self.send_error(envelope.id, UnknownMethod(f"no method {envelope.method!r}"))
             return None
@@ -501,16 +554,19 @@ class ServerConnection(RpcProtocol):
                 envelope.id, BadRequest(f"{envelope.method} is a {route.method.kind.value} call")
             )
             return None
-        if envelope.id in self._calls or envelope.id <= 0:
-            raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
-        if envelope.call < 0:
-            raise ProtocolError(f"call number {envelope.call} is negative")
+        self._check_call_numbers(envelope)
         try:
             request = route.method.request_decoder.decode(envelope.body)
         except DECODE_ERRORS as exc:
             self.send_error(envelope.id, decode_error(exc, BadRequest, envelope.method))
             return None
         return route, request
+
+    def _check_call_numbers(self, envelope: InEnvelope) -> None:
+        if envelope.id <= 0 or envelope.id in self._calls:
+            raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
+        if envelope.call < 0:
+            raise ProtocolError(f"call number {envelope.call} is negative")
 
     def _context(self, call: int = 0) -> CallContext:
         assert self.principal is not None
@@ -523,8 +579,8 @@ class ServerConnection(RpcProtocol):
             _CURRENT_CALL.set((self.client_id, call))
         return self._context(call)
 
-    def _on_request(self, envelope: InEnvelope) -> None:
-        resolved = self._resolve(envelope, MethodKind.UNARY)
+    def _on_request(self, envelope: InEnvelope, route: _Route | None) -> None:
+        resolved = self._resolve(envelope, MethodKind.UNARY, route)
         if resolved is None:
             return
         route, request = resolved
@@ -552,11 +608,11 @@ class ServerConnection(RpcProtocol):
             except Exception as exc:  # every failure becomes a reply
                 self._reply_error(envelope.id, route, exc)
             else:
-                self.send(Kind.RESPONSE, envelope.id, "", response)
+                self.send(K_RESPONSE, envelope.id, "", response)
             self._observe(route, started, request)
 
     def _on_upload_head(self, envelope: InEnvelope) -> None:
-        resolved = self._resolve(envelope, MethodKind.UPLOAD)
+        resolved = self._resolve(envelope, MethodKind.UPLOAD, self._routes.get(envelope.method))
         if resolved is None:
             return
         route, request = resolved
@@ -662,7 +718,7 @@ class ServerConnection(RpcProtocol):
         one is kept for the Slow operations page, unless it was a long poll (a request
         with ``wait_s``: waiting is what it asked for)."""
         seconds = time.perf_counter() - started
-        rpc = self.server.metrics.rpc
+        rpc = self._rpc_metrics
         rpc.call_done(route.method.name, seconds)
         if seconds >= rpc.slow_call_s and not getattr(request, "wait_s", 0.0):
             user = self.principal.user if self.principal is not None else ""
@@ -678,7 +734,7 @@ class ServerConnection(RpcProtocol):
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
-            self.send(Kind.RESPONSE, call_id, "", response)
+            self.send(K_RESPONSE, call_id, "", response)
         finally:
             self._observe(route, started, request)
 
@@ -695,7 +751,7 @@ class ServerConnection(RpcProtocol):
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
-            self.send(Kind.RESPONSE, call_id, "", response)
+            self.send(K_RESPONSE, call_id, "", response)
         finally:
             self._observe(route, started, request)
 
@@ -707,7 +763,7 @@ class ServerConnection(RpcProtocol):
             if inspect.isawaitable(download):
                 download = await download
             assert isinstance(download, Download), f"{route.method.name} must return Download"
-            self.send(Kind.HEAD, call_id, "", download.head)
+            self.send(K_HEAD, call_id, "", download.head)
             await sender.send_all(download.chunks, self.config.stream_chunk_bytes)
         except BaseException as exc:
             self._reply_error(call_id, route, exc)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import crc32c
 
 from xdfs.errors import ChecksumError, ProtocolError, StreamError, XdfsError
-from xdfs.rpc.messages import Chunk, Credit, Kind, Tail
+from xdfs.rpc.messages import K_CHUNK, K_CREDIT, K_TAIL, Chunk, Credit, Tail
 
 if TYPE_CHECKING:
     from xdfs.rpc.connection import RpcProtocol
@@ -72,7 +72,7 @@ class StreamSender:
             raise self._error
         self._credit -= 1
         chunk = Chunk(self.seq, crc32c.crc32c(data), memoryview(data))
-        self._proto.send(Kind.CHUNK, self._id, "", chunk)
+        self._proto.send(K_CHUNK, self._id, "", chunk)
         self.seq += 1
         self.total_bytes += len(data)
         await self._proto.drain()
@@ -99,7 +99,7 @@ class StreamSender:
         if self._error is not None:
             raise self._error
         tail = Tail(self.seq, self.total_bytes)
-        self._proto.send(Kind.TAIL, self._id, "", tail)
+        self._proto.send(K_TAIL, self._id, "", tail)
         return tail
 
     async def _send_split(self, data: bytes | memoryview, chunk_bytes_max: int) -> None:
@@ -132,7 +132,7 @@ class StreamReceiver:
 
     def grant_window(self) -> None:
         """Tell the sender how many chunks it may send before waiting (the first CREDIT)."""
-        self._proto.send(Kind.CREDIT, self._id, "", Credit(self._window))
+        self._proto.send(K_CREDIT, self._id, "", Credit(self._window))
 
     @property
     def tail_received(self) -> bool:
@@ -204,7 +204,7 @@ class StreamReceiver:
         data = self._queue.popleft()
         self._consumed_since_credit += 1
         if self._consumed_since_credit >= self._credit_batch and not self.finished:
-            self._proto.send(Kind.CREDIT, self._id, "", Credit(self._consumed_since_credit))
+            self._proto.send(K_CREDIT, self._id, "", Credit(self._consumed_since_credit))
             self._consumed_since_credit = 0
         return data
 
