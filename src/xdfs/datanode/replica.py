@@ -253,13 +253,10 @@ class ReplicaWriter:
             self._staged.flush()
         self._flush_meta()
 
-    def finalize(self, dest_dir: Path) -> Replica:
-        """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
-        see :func:`move_files`)."""
+    def sync_and_close(self) -> None:
+        """Finalize, step 0 done in a worker thread (``DataStorage.commit``): the last
+        checksum, both files durable and closed."""
         self._finish_and_sync()
-        moved = self.move_synced(dest_dir)
-        fsync_dir(dest_dir)
-        return self.finalize_moved(*moved)
 
     @property
     def sync_fds(self) -> tuple[int, int]:
@@ -268,12 +265,14 @@ class ReplicaWriter:
         return self._data_fd, self._meta_fd
 
     def close_synced(self) -> None:
-        """Both files were made durable by the caller (after :meth:`finish_writes`)."""
+        """Both files were made durable by the caller (after :meth:`finish_writes`):
+        step 0 as done by the event loop's AIO instead of :meth:`sync_and_close`."""
         self._close()
 
     def move_synced(self, dest_dir: Path) -> tuple[Path, Path]:
-        """Finalize, step 1 (the files durable): move them into ``dest_dir``; the caller
-        then fsyncs ``dest_dir`` and calls :meth:`finalize_moved`."""
+        """Finalize, step 1 (the files durable): move them into ``dest_dir`` (which exists,
+        durably); the caller then fsyncs ``dest_dir`` and calls :meth:`finalize_moved`
+        (``DataStorage.commit_steps``)."""
         fault_point("datanode.before_finalize")
         # Durable once ``dest_dir`` is synced: the data file there is the commit point. The
         # names leaving rbw/ are not synced (one fsync less per block): a rename is one
