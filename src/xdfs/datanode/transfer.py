@@ -14,7 +14,7 @@ import errno
 import functools
 import logging
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -124,20 +124,20 @@ async def receive_replica(
     return writer.finalized
 
 
-async def _batches(
+def _one_by_one(
     chunks: AsyncIterable[bytes | memoryview],
-) -> AsyncIterator[tuple[list[bytes | memoryview], bool]]:
-    """``chunks`` as batches of what arrived together, each with whether the stream ended
-    with it (the last batch may be empty: the stream ended with no more data)."""
-    if isinstance(chunks, StreamReceiver):
-        while True:
-            batch, ended = await chunks.next_batch()
-            yield batch, ended
-            if ended:
-                return
-    async for data in chunks:
-        yield [data], False
-    yield [], True
+) -> Callable[[], Awaitable[tuple[list[bytes | memoryview], bool]]]:
+    """``StreamReceiver.next_batch`` for other iterables: one chunk per batch, then
+    ``([], True)``."""
+    iterator = aiter(chunks)
+
+    async def next_batch() -> tuple[list[bytes | memoryview], bool]:
+        try:
+            return [await anext(iterator)], False
+        except StopAsyncIteration:
+            return [], True
+
+    return next_batch
 
 
 def _write_new(
@@ -170,10 +170,17 @@ async def _receive_new(
     also opening the files, the last also finalizing."""
     on_loop = True
     # A replica whose whole stream is in hand is staged for the kernel's direct write when
-    # it has the AIO for it (``_make_durable``), else written through the page cache.
+    # it has the AIO for it (``KernelCommit``), else written through the page cache.
     stage = (storage.small_direct_io and syncs is not None and syncs.enabled
              and direct.KERNEL_WRITES)
-    async for batch, ended in _batches(chunks):
+    # Batches of what arrived together, each with whether the stream ended with it (the
+    # last may be empty: the stream ended with no more data). A stream's own, without an
+    # async generator between (a small replica's stream is one or two batches).
+    next_batch = (chunks.next_batch if isinstance(chunks, StreamReceiver)
+                  else _one_by_one(chunks))
+    ended = False
+    while not ended:
+        batch, ended = await next_batch()
         if on_loop and writer.num_bytes + sum(map(len, batch)) <= storage.loop_write_max_bytes:
             _write_on_loop(writer, batch, ended, stage)
             if ended:
