@@ -375,6 +375,32 @@ async def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cach
     assert read_back(replica) == data and replica.finalized and syncs.enabled
 
 
+@pytest.mark.parametrize("refused", [FDSYNC, FSYNC])
+async def test_fsyncs_the_kernel_refuses_are_done_in_threads(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str],
+    monkeypatch: pytest.MonkeyPatch, refused: int,
+) -> None:
+    """A kernel that refuses the files' (or the directory's) AIO fsync turns AIO off and
+    that step of the commit is done in a worker thread: the replica is finalized all the
+    same."""
+    real = KernelSyncs.start_calling
+
+    def refusing(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        if any(request[0] == refused for request in requests):
+            asyncio.get_running_loop().call_soon(done, [-errno.EINVAL] * len(requests))
+        else:
+            real(self, requests, done)
+
+    monkeypatch.setattr(KernelSyncs, "start_calling", refusing)
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 54, data, syncs)
+    assert replica.finalized and read_back(replica) == data and storage.get(54) is replica
+    assert not syncs.enabled and list(storage.rbw.iterdir()) == []
+    in_threads = (["sync_and_close", "finalized_dir"] if refused == FDSYNC
+                  else ["finalized_dir", "fsync_dir"])  # (the steps in the sequence's order)
+    assert hops == in_threads
+
+
 async def test_a_failed_direct_write_is_a_storage_error_and_leaves_nothing(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
