@@ -12,6 +12,7 @@ import pytest
 from tests.integration.dn_helpers import (
     StubNameNode,
     dn_client,
+    dn_config,
     make_token,
     new_key,
     read_block,
@@ -226,6 +227,21 @@ async def test_replicas_finalized_during_a_report_go_together_in_the_next(
              if r.node_id == node.storage.node_id and r.received]
     # two calls in all: the heartbeats (every 0.05 s here) leave reports on their way alone
     assert calls == [[71], [72, 73, 74, 75, 76]]
+
+
+async def test_a_report_held_past_report_timeout_lets_the_write_answer(
+    minicluster: MiniCluster,
+) -> None:
+    """The received-replica report's deadline (one per report) releases its writers: the
+    write is answered, and the replica is reported once the NameNode answers again."""
+    stub = await start_stub(minicluster)
+    node = await start_registered(minicluster, stub, config=dn_config(report_timeout_s=0.2))
+    stub.incremental_gate.clear()  # the NameNode holds the reports it gets
+    [record] = await put_blocks(minicluster, stub, node, [81])  # answered all the same
+    actor = node.actor.actors[0] if node.actor is not None else None
+    assert actor is not None and actor._received_sending  # the report still waits
+    stub.incremental_gate.set()
+    await eventually(lambda: record in stub.received(node.storage.node_id))
 
 
 async def test_unreachable_namenode_is_retried_until_it_serves(

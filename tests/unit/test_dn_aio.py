@@ -181,20 +181,34 @@ async def test_a_large_replica_goes_to_worker_threads(
     assert hops and hops[-1] == "_write_new" and "commit" not in hops
 
 
+def hold_submissions(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """(entered, release): AIO submissions wait for ``release``; ``entered`` is set once
+    the first one was asked for."""
+    entered, release = asyncio.Event(), asyncio.Event()
+    real = KernelSyncs.start_calling
+    held: set[asyncio.Task[None]] = set()
+
+    def holding(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        entered.set()
+
+        async def later() -> None:
+            await release.wait()
+            real(self, requests, done)
+
+        task = asyncio.ensure_future(later())
+        held.add(task)
+        task.add_done_callback(held.discard)
+
+    monkeypatch.setattr(KernelSyncs, "start_calling", holding)
+    return entered, release
+
+
 async def test_a_writer_cancelled_during_the_finalize_still_finalizes(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As with a finalize in a worker thread: once the fsyncs are under way the replica is
     finished, put in the map, and only then does the cancellation reach the caller."""
-    entered, release = asyncio.Event(), asyncio.Event()
-    real = KernelSyncs.submit
-
-    async def held(self: KernelSyncs, requests: list[Request]) -> list[int]:
-        entered.set()
-        await release.wait()
-        return await real(self, requests)
-
-    monkeypatch.setattr(KernelSyncs, "submit", held)
+    entered, release = hold_submissions(monkeypatch)
     data = os.urandom(SMALL)
     task = asyncio.ensure_future(receive(storage, 20, data, syncs))
     await entered.wait()
@@ -210,10 +224,10 @@ async def test_a_writer_cancelled_during_the_finalize_still_finalizes(
 async def test_a_failed_fsync_is_a_storage_error_and_leaves_nothing(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def failing(self: KernelSyncs, requests: list[Request]) -> list[int]:
-        return [-errno.EIO] * len(requests)
+    def failing(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        asyncio.get_running_loop().call_soon(done, [-errno.EIO] * len(requests))
 
-    monkeypatch.setattr(KernelSyncs, "submit", failing)
+    monkeypatch.setattr(KernelSyncs, "start_calling", failing)
     with pytest.raises(StorageError, match="fsync of block 30"):
         await receive(storage, 30, os.urandom(SMALL), syncs)
     with pytest.raises(StorageError, match="fsync of block 31"):
@@ -346,31 +360,58 @@ async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
 async def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = KernelSyncs.submit
+    real = KernelSyncs.start_calling
 
-    async def refusing(self: KernelSyncs, requests: list[Request]) -> list[int]:
-        kept = [request for request in requests if request[0] != PWRITE]
-        results = iter(await real(self, kept))
-        return [-errno.EINVAL if request[0] == PWRITE else next(results)
-                for request in requests]
+    def refusing(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        def merged(kept_results: list[int]) -> None:
+            results = iter(kept_results)
+            done([-errno.EINVAL if request[0] == PWRITE else next(results)
+                  for request in requests])
+        real(self, [request for request in requests if request[0] != PWRITE], merged)
 
-    monkeypatch.setattr(KernelSyncs, "submit", refusing)
+    monkeypatch.setattr(KernelSyncs, "start_calling", refusing)
     data = os.urandom(SMALL)
     replica = await receive_whole(storage, 51, data, syncs)
     assert read_back(replica) == data and replica.finalized and syncs.enabled
 
 
+@pytest.mark.parametrize("refused", [FDSYNC, FSYNC])
+async def test_fsyncs_the_kernel_refuses_are_done_in_threads(
+    storage: DataStorage, syncs: KernelSyncs, hops: list[str],
+    monkeypatch: pytest.MonkeyPatch, refused: int,
+) -> None:
+    """A kernel that refuses the files' (or the directory's) AIO fsync turns AIO off and
+    that step of the commit is done in a worker thread: the replica is finalized all the
+    same."""
+    real = KernelSyncs.start_calling
+
+    def refusing(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        if any(request[0] == refused for request in requests):
+            asyncio.get_running_loop().call_soon(done, [-errno.EINVAL] * len(requests))
+        else:
+            real(self, requests, done)
+
+    monkeypatch.setattr(KernelSyncs, "start_calling", refusing)
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 54, data, syncs)
+    assert replica.finalized and read_back(replica) == data and storage.get(54) is replica
+    assert not syncs.enabled and list(storage.rbw.iterdir()) == []
+    in_threads = (["sync_and_close", "finalized_dir"] if refused == FDSYNC
+                  else ["finalized_dir", "fsync_dir"])  # (the steps in the sequence's order)
+    assert hops == in_threads
+
+
 async def test_a_failed_direct_write_is_a_storage_error_and_leaves_nothing(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = KernelSyncs.submit
+    real = KernelSyncs.start_calling
 
-    async def failing(self: KernelSyncs, requests: list[Request]) -> list[int]:
-        results = await real(self, requests)
-        return [-errno.ENOSPC if request[0] == PWRITE else result
-                for request, result in zip(requests, results, strict=True)]
+    def failing(self: KernelSyncs, requests: list[Request], done: Any) -> None:
+        real(self, requests, lambda results: done(
+            [-errno.ENOSPC if request[0] == PWRITE else result
+             for request, result in zip(requests, results, strict=True)]))
 
-    monkeypatch.setattr(KernelSyncs, "submit", failing)
+    monkeypatch.setattr(KernelSyncs, "start_calling", failing)
     with pytest.raises(StorageError, match=r"direct write of block 52.*No space"):
         await receive_whole(storage, 52, os.urandom(SMALL), syncs)
     assert storage.get(52) is None and list(storage.rbw.iterdir()) == []
@@ -379,15 +420,7 @@ async def test_a_failed_direct_write_is_a_storage_error_and_leaves_nothing(
 async def test_a_writer_cancelled_during_the_direct_write_still_finalizes(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    entered, release = asyncio.Event(), asyncio.Event()
-    real = KernelSyncs.submit
-
-    async def held(self: KernelSyncs, requests: list[Request]) -> list[int]:
-        entered.set()
-        await release.wait()
-        return await real(self, requests)
-
-    monkeypatch.setattr(KernelSyncs, "submit", held)
+    entered, release = hold_submissions(monkeypatch)
     data = os.urandom(SMALL)
     task = asyncio.ensure_future(receive_whole(storage, 53, data, syncs))
     await entered.wait()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.common.files import fsync_dir
 from xdfs.datanode import direct
 from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
 from xdfs.testing.page_cache import cached_pages
@@ -47,7 +48,15 @@ def _write(rbw: Path, data: bytes, piece: int, *, keep: bool = False,
         return kept
     dest = rbw.parent / "finalized"
     dest.mkdir(exist_ok=True)
-    return writer.finalize(dest)
+    return _finalize(writer, dest)
+
+
+def _finalize(writer: ReplicaWriter, dest: Path) -> Replica:
+    """The writer's part of ``DataStorage.commit_steps`` (``dest`` exists)."""
+    writer.sync_and_close()
+    moved = writer.move_synced(dest)
+    fsync_dir(dest)
+    return writer.finalize_moved(*moved)
 
 
 def _read(replica: Replica, offset: int, length: int, direct_io: bool = True) -> bytes:
@@ -105,7 +114,7 @@ def test_flush_puts_what_arrived_in_the_file_and_writing_goes_on(rbw: Path) -> N
     assert writer.data_path.read_bytes() == first + second
     dest = rbw.parent / "finalized"
     dest.mkdir()
-    replica = writer.finalize(dest)
+    replica = _finalize(writer, dest)
     assert _read(replica, 0, replica.num_bytes) == first + second
 
 
@@ -199,7 +208,7 @@ def test_small_replicas_stay_buffered_larger_ones_go_direct(
             assert _on_disk(writer.data_path) == data[: at + 100_000]  # leaves no cache
     dest = rbw.parent / "finalized"
     dest.mkdir()
-    replica = writer.finalize(dest)
+    replica = _finalize(writer, dest)
     aligned = size - size % ALIGN_PAGE  # the unaligned end goes buffered in either case
     cached = cached_pages(replica.data_path, aligned) if aligned else 0
     if size < SMALL:  # written through the page cache, still there after the fdatasync

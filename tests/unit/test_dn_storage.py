@@ -266,10 +266,11 @@ def test_a_new_leaf_directory_brings_its_siblings_under_one_fsync(
     store(storage, 0x1_05_00, 1, b"first")
     first = storage.finalized / "subdir5"
     assert sorted(os.listdir(first)) == sorted(layout.LEAF_NAMES)
-    assert synced == [storage.finalized, first]  # the new first level, then its leaves
+    # the new first level, then its leaves, then (the commit) the replica's leaf
+    assert synced == [storage.finalized, first, first / "subdir0"]
     synced.clear()
-    store(storage, 0x1_05_01, 1, b"next")  # its leaf exists: no directory made or synced
-    assert synced == []
+    store(storage, 0x1_05_01, 1, b"next")  # its leaf exists: no directory made
+    assert synced == [first / "subdir1"]  # (only the commit's fsync)
 
 
 def test_crash_before_finalize_leaves_no_finalized_replica(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ def make_dirs(path: Path) -> None:
         fsync_dir(directory.parent)  # also when another thread just made it: cheap, safe
 
 
-def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path | str) -> None:
     view = memoryview(data)
     offset = 0
     try:

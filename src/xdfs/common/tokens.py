@@ -80,7 +80,7 @@ def _unb64(text: str) -> bytes:
 def issue_token(body: TokenBody, key: SigningKey) -> str:
     assert body.key_id == key.key_id, "token must name the key that signs it"
     raw = msgspec.msgpack.encode(body)
-    signature = hmac.new(key.secret, raw, hashlib.sha256).digest()
+    signature = hmac.digest(key.secret, raw, "sha256")
     return f"{_b64(raw)}.{_b64(signature)}"
 
 
@@ -100,7 +100,9 @@ def verify_token(token: str, keys: Mapping[int, SigningKey], now_ms: int) -> Tok
     key = keys.get(body.key_id)
     if key is None:
         raise AuthenticationFailed("invalid token")
-    expected = hmac.new(key.secret, raw, hashlib.sha256).digest()
+    # (hmac.digest: OpenSSL's one-shot HMAC, a third cheaper than an hmac.new object;
+    # a DataNode checks one block token per replica)
+    expected = hmac.digest(key.secret, raw, "sha256")
     if not hmac.compare_digest(expected, signature):
         raise AuthenticationFailed("invalid token")
     if now_ms >= body.expires_ms or now_ms >= key.expires_ms:

@@ -371,12 +371,11 @@ class NameNodeActor:
         self._pending.add_received(record)
         if not self.registered or (self._offer.ha and self._throttle.failures):
             return  # (one of a pair not answering now: it goes with the heartbeats)
-        timeout_s = self.node.config.datanode.report_timeout_s
         try:
-            async with asyncio.timeout(timeout_s):
-                # Its own future: a timeout cancels that one alone, without a shield (whose
-                # extra future and callback cost the write's answer a loop turn).
-                await self._join_received(record)
+            # Its own future, failed with TimeoutError by its batch's deadline (one timer
+            # per report, not a timeout scope per replica; no shield, whose extra future
+            # and callback cost the write's answer a loop turn).
+            await self._join_received(record)
         except UnknownDataNode:
             self.registered = False
             self._wake_up()
@@ -396,6 +395,11 @@ class NameNodeActor:
         loop = asyncio.get_running_loop()
         if self._received_next is None:
             self._received_next = _ReceivedBatch([], [])
+            # Every waiter of the batch hears within report_timeout_s of joining it (the
+            # batch is at most that old when a waiter joins: sooner, never later).
+            self._received_next.deadline = loop.call_later(
+                self.node.config.datanode.report_timeout_s, self._received_next.settle,
+                TimeoutError("no answer to the received-replica report in time"))
             if not self._received_sending:
                 self._received_sending = True
                 task = loop.create_task(self._send_received())
@@ -493,9 +497,15 @@ class _ReceivedBatch:
 
     records: list[BlockRecord]
     waiters: list[asyncio.Future[None]]
+    #: Fails the waiters still waiting once ``report_timeout_s`` passed (the call may go
+    #: on: its outcome then confirms the reports for the heartbeats).
+    deadline: asyncio.TimerHandle | None = None
 
-    def settle(self, error: Exception | None) -> None:
-        """Tell every waiter still waiting (a timed-out one's future is cancelled)."""
+    def settle(self, error: BaseException | None) -> None:
+        """Tell every waiter still waiting (a cancelled one's future is done already)."""
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
         for future in self.waiters:
             if future.done():
                 continue

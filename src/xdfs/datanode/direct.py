@@ -99,7 +99,7 @@ def give_back(buffer: mmap.mmap, held: int = 0) -> None:
     buffer.close()
 
 
-def open_direct(path: Path, flags: int) -> tuple[int, bool]:
+def open_direct(path: Path | str, flags: int) -> tuple[int, bool]:
     """``path`` opened with ``O_DIRECT`` when its file system allows it; returns the fd and
     whether it is direct."""
     if O_DIRECT:
@@ -144,7 +144,7 @@ class StagedWriter:
     replica stays in the page cache). Used by one thread at a time, as a ReplicaWriter
     is."""
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: Path | str) -> None:
         self._fd = fd
         self._path = path
         with _pool_lock:
@@ -334,7 +334,7 @@ def _read_parts(fd: int, view: memoryview, offset: int) -> int:
     return total
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
+def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path | str) -> None:
     done = 0
     try:
         while done < len(data):

@@ -97,15 +97,17 @@ class DataNodeHandlers:
         this_call = asyncio.current_task()
         assert this_call is not None
         node.writers[block.block_id] = this_call
+        transfers = node.transfers
+        transfers.count += 1  # (Transfers.track inline: one generator less per block)
         try:
-            if append_to is None:
+            if append_to is None and node.storage.get(block.block_id) is not None:
                 await self._drop_rbw(block.block_id)
-            with node.transfers.track():
-                replica = await receive_replica(
-                    node.storage, block.block_id, block.genstamp, chunks, node.on_kept,
-                    append_to, node.syncs,
-                )
+            replica = await receive_replica(
+                node.storage, block.block_id, block.genstamp, chunks, node.on_kept,
+                append_to, node.syncs,
+            )
         finally:
+            transfers.count -= 1
             node.writers.pop(block.block_id, None)
             node.storage.release(block.block_id)
         node.bytes_written += replica.num_bytes - had_bytes

@@ -71,14 +71,14 @@ class Replica:
 _SYNCS = ThreadPoolExecutor(min(32, (os.cpu_count() or 1) + 4), "xdfs-meta-sync")
 
 
-def _sync_file(fd: int, path: Path) -> None:
+def _sync_file(fd: int, path: Path | str) -> None:
     try:
         datasync(fd)
     except OSError as exc:
         raise StorageError(f"fsync of {path} failed: {exc}") from exc
 
 
-def _open(path: Path, flags: int) -> int:
+def _open(path: Path | str, flags: int) -> int:
     try:
         return os.open(path, flags, 0o644)
     except OSError as exc:
@@ -101,16 +101,19 @@ def move_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, 
     return moved
 
 
-def rename_files(data_path: Path, meta_path: Path, dest_dir: Path) -> tuple[Path, Path]:
-    """The renames of :func:`move_files`, not yet durable."""
-    data_dest = dest_dir / data_path.name
-    meta_dest = dest_dir / meta_path.name
+def rename_files(data_path: Path | str, meta_path: Path | str, dest_dir: Path,
+                 names: tuple[str, str] | None = None) -> tuple[Path, Path]:
+    """The renames of :func:`move_files`, not yet durable (``names``: the files' names,
+    when the caller has them: string work, no pathlib joins)."""
+    data_name, meta_name = names or (Path(data_path).name, Path(meta_path).name)
+    dest = os.fspath(dest_dir)
+    data_dest, meta_dest = f"{dest}/{data_name}", f"{dest}/{meta_name}"
     try:
         os.replace(meta_path, meta_dest)
         os.replace(data_path, data_dest)
     except OSError as exc:
-        raise StorageError(f"cannot move {data_path.name} to {dest_dir}: {exc}") from exc
-    return data_dest, meta_dest
+        raise StorageError(f"cannot move {data_name} to {dest_dir}: {exc}") from exc
+    return Path(data_dest), Path(meta_dest)
 
 
 class ReplicaWriter:
@@ -123,8 +126,13 @@ class ReplicaWriter:
         self.block_id = block_id
         self.genstamp = genstamp
         self.rbw_dir = rbw_dir
-        self.data_path = rbw_dir / data_name(block_id)
-        self.meta_path = rbw_dir / meta_name(block_id, genstamp)
+        # The files' paths as strings: pathlib's joins and conversions were a third of the
+        # Python calls of a small replica's write (``data_path``/``meta_path`` make Paths).
+        self._data_name = data_name(block_id)
+        self._meta_name = meta_name(block_id, genstamp)
+        rbw = os.fspath(rbw_dir)
+        self._data_file = f"{rbw}/{self._data_name}"
+        self._meta_file = f"{rbw}/{self._meta_name}"
         self.num_bytes = 0
         self.meta_bytes = 0
         #: Checksum-file bytes not written yet (:meth:`_flush_meta`).
@@ -151,12 +159,12 @@ class ReplicaWriter:
         buffered anyway, see ``direct.py``)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         if self._direct_io and not buffered:
-            self._data_fd, is_direct = direct.open_direct(self.data_path, flags)
+            self._data_fd, is_direct = direct.open_direct(self._data_file, flags)
             if is_direct:
-                self._staged = direct.StagedWriter(self._data_fd, self.data_path)
+                self._staged = direct.StagedWriter(self._data_fd, self._data_file)
         else:
-            self._data_fd = _open(self.data_path, flags)
-        self._meta_fd = _open(self.meta_path, flags)
+            self._data_fd = _open(self._data_file, flags)
+        self._meta_fd = _open(self._meta_file, flags)
         self._write_meta(checksums.meta_header(self._builder.bytes_per_checksum))
 
     def prepare_reopen(self, replica: Replica) -> bytes:
@@ -229,7 +237,7 @@ class ReplicaWriter:
 
     def _flush_meta(self) -> None:
         if self._meta_out:
-            write_all(self._meta_fd, self._meta_out, self.meta_path)
+            write_all(self._meta_fd, self._meta_out, self._meta_file)
             self._meta_out = bytearray()
 
     def write(self, data: bytes | memoryview, *, defer_checksums: bool = False) -> None:
@@ -240,7 +248,7 @@ class ReplicaWriter:
         if self._staged is not None:
             self._staged.write(data)
         else:
-            write_all(self._data_fd, data, self.data_path)
+            write_all(self._data_fd, data, self._data_file)
         self.num_bytes += len(data)
         self._write_meta(self._builder.update(data))
         if not defer_checksums:
@@ -253,13 +261,10 @@ class ReplicaWriter:
             self._staged.flush()
         self._flush_meta()
 
-    def finalize(self, dest_dir: Path) -> Replica:
-        """Make the replica durable and move it into ``dest_dir`` (which exists, durably;
-        see :func:`move_files`)."""
+    def sync_and_close(self) -> None:
+        """Finalize, step 0 done in a worker thread (``DataStorage.commit``): the last
+        checksum, both files durable and closed."""
         self._finish_and_sync()
-        moved = self.move_synced(dest_dir)
-        fsync_dir(dest_dir)
-        return self.finalize_moved(*moved)
 
     @property
     def sync_fds(self) -> tuple[int, int]:
@@ -268,18 +273,21 @@ class ReplicaWriter:
         return self._data_fd, self._meta_fd
 
     def close_synced(self) -> None:
-        """Both files were made durable by the caller (after :meth:`finish_writes`)."""
+        """Both files were made durable by the caller (after :meth:`finish_writes`):
+        step 0 as done by the event loop's AIO instead of :meth:`sync_and_close`."""
         self._close()
 
     def move_synced(self, dest_dir: Path) -> tuple[Path, Path]:
-        """Finalize, step 1 (the files durable): move them into ``dest_dir``; the caller
-        then fsyncs ``dest_dir`` and calls :meth:`finalize_moved`."""
+        """Finalize, step 1 (the files durable): move them into ``dest_dir`` (which exists,
+        durably); the caller then fsyncs ``dest_dir`` and calls :meth:`finalize_moved`
+        (``DataStorage.commit_steps``)."""
         fault_point("datanode.before_finalize")
         # Durable once ``dest_dir`` is synced: the data file there is the commit point. The
         # names leaving rbw/ are not synced (one fsync less per block): a rename is one
         # atomic change of the file system, and should a crash still show the files in
         # rbw/ too, startup drops them there for the finalized replica (DataStorage).
-        return rename_files(self.data_path, self.meta_path, dest_dir)
+        return rename_files(self._data_file, self._meta_file, dest_dir,
+                            (self._data_name, self._meta_name))
 
     def finalize_moved(self, data_dest: Path, meta_dest: Path) -> Replica:
         """Finalize, step 2: ``dest_dir`` was fsynced; the replica is finalized."""
@@ -329,6 +337,14 @@ class ReplicaWriter:
                        self.meta_path, self.meta_bytes, finalized=False)
 
     @property
+    def data_path(self) -> Path:
+        return Path(self._data_file)
+
+    @property
+    def meta_path(self) -> Path:
+        return Path(self._meta_file)
+
+    @property
     def is_open(self) -> bool:
         return self._data_fd >= 0
 
@@ -369,11 +385,11 @@ class ReplicaWriter:
         if not self._writes_finished:
             self._write_meta(self._builder.finish())
         self._flush_meta()
-        meta = _SYNCS.submit(_sync_file, self._meta_fd, self.meta_path)
+        meta = _SYNCS.submit(_sync_file, self._meta_fd, self._meta_file)
         try:
             if self._staged is not None:  # its last bytes go out while the checksums sync
                 self._staged.finish()
-            _sync_file(self._data_fd, self.data_path)
+            _sync_file(self._data_fd, self._data_file)
         finally:
             meta.result()  # waited for even when the data file failed: it closes the fd
         self._close()

@@ -15,7 +15,9 @@ import os
 import shutil
 import threading
 import uuid
+from collections.abc import Generator
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from xdfs.common.files import DirLock, atomic_write, fsync_dir, make_dirs
@@ -36,6 +38,15 @@ class StartupSummary:
     rbw_kept: int
     rbw_removed: list[str]
     leftovers_removed: list[str]
+
+
+class CommitStep(Enum):
+    """A step of :meth:`DataStorage.commit_steps` besides a directory's fsync (a Path)."""
+
+    #: Make the writer's data and checksum files durable and close them.
+    DURABLE = 1
+    #: Make the replica's leaf directory in finalized/ (durably); its Path is sent back.
+    MAKE_DIR = 2
 
 
 class DataStorage:
@@ -284,11 +295,43 @@ class DataStorage:
                              self.direct_io)
 
     def commit(self, writer: ReplicaWriter, replaced: Replica | None) -> Replica:
-        """Finalize ``writer`` (worker thread). A replica of an older genstamp it replaces
-        is removed first, so a crash never pairs one replica's data with another's
-        checksums; the crash window in between loses only the stale replica."""
+        """Finalize ``writer`` (worker thread): :meth:`commit_steps` with every step done
+        here, blocking."""
+        steps = self.commit_steps(writer, replaced)
+        answer: Path | None = None
+        while True:
+            try:
+                step = steps.send(answer)
+            except StopIteration as stop:
+                replica: Replica = stop.value
+                return replica
+            answer = None
+            if step is CommitStep.DURABLE:
+                writer.sync_and_close()
+            elif step is CommitStep.MAKE_DIR:
+                answer = self.finalized_dir(writer.block_id)
+            else:
+                fsync_dir(step)
+
+    def commit_steps(self, writer: ReplicaWriter, replaced: Replica | None
+                     ) -> Generator[CommitStep | Path, Path | None, Replica]:
+        """The commit of a new replica whose writes are done, the one sequence of the
+        crash-tested order; its driver does the steps it yields (a worker thread's
+        :meth:`commit`, or the event loop's AIO: ``transfer.KernelCommit``) and sends
+        back MAKE_DIR's directory. Both files durable first; then a replica of an older
+        genstamp it replaces removed, so a crash never pairs one replica's data with
+        another's checksums (the crash window in between loses only the stale replica);
+        then the move into finalized/ (the data file there is the commit point) and the
+        fsync of that directory. Returns the finalized replica (``writer.finalized``)."""
+        yield CommitStep.DURABLE
         self.unlink_replaced(replaced)
-        return writer.finalize(self.finalized_dir(writer.block_id))
+        dest = self.made_finalized_dir(writer.block_id)
+        if dest is None:  # a leaf not made yet (once per 256 blocks): mkdir and its fsyncs
+            dest = yield CommitStep.MAKE_DIR
+            assert dest is not None
+        moved = writer.move_synced(dest)
+        yield dest  # fsync it
+        return writer.finalize_moved(*moved)
 
     def finish_append(self, writer: ReplicaWriter) -> Path:
         """An append's files made durable (worker thread); returns the directory its

@@ -14,15 +14,15 @@ import errno
 import functools
 import logging
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from xdfs.common.files import fsync_dir
 from xdfs.datanode import direct
-from xdfs.datanode.aio import KernelSyncs, read_request, sync_request, write_request
+from xdfs.datanode.aio import KernelSyncs, Request, read_request, sync_request, write_request
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader, ReplicaWriter
-from xdfs.datanode.storage import DataStorage
+from xdfs.datanode.storage import CommitStep, DataStorage
 from xdfs.errors import CorruptReplica, StorageError
 from xdfs.rpc.streams import StreamReceiver
 
@@ -124,20 +124,20 @@ async def receive_replica(
     return writer.finalized
 
 
-async def _batches(
+def _one_by_one(
     chunks: AsyncIterable[bytes | memoryview],
-) -> AsyncIterator[tuple[list[bytes | memoryview], bool]]:
-    """``chunks`` as batches of what arrived together, each with whether the stream ended
-    with it (the last batch may be empty: the stream ended with no more data)."""
-    if isinstance(chunks, StreamReceiver):
-        while True:
-            batch, ended = await chunks.next_batch()
-            yield batch, ended
-            if ended:
-                return
-    async for data in chunks:
-        yield [data], False
-    yield [], True
+) -> Callable[[], Awaitable[tuple[list[bytes | memoryview], bool]]]:
+    """``StreamReceiver.next_batch`` for other iterables: one chunk per batch, then
+    ``([], True)``."""
+    iterator = aiter(chunks)
+
+    async def next_batch() -> tuple[list[bytes | memoryview], bool]:
+        try:
+            return [await anext(iterator)], False
+        except StopAsyncIteration:
+            return [], True
+
+    return next_batch
 
 
 def _write_new(
@@ -170,14 +170,21 @@ async def _receive_new(
     also opening the files, the last also finalizing."""
     on_loop = True
     # A replica whose whole stream is in hand is staged for the kernel's direct write when
-    # it has the AIO for it (``_make_durable``), else written through the page cache.
+    # it has the AIO for it (``KernelCommit``), else written through the page cache.
     stage = (storage.small_direct_io and syncs is not None and syncs.enabled
              and direct.KERNEL_WRITES)
-    async for batch, ended in _batches(chunks):
+    # Batches of what arrived together, each with whether the stream ended with it (the
+    # last may be empty: the stream ended with no more data). A stream's own, without an
+    # async generator between (a small replica's stream is one or two batches).
+    next_batch = (chunks.next_batch if isinstance(chunks, StreamReceiver)
+                  else _one_by_one(chunks))
+    ended = False
+    while not ended:
+        batch, ended = await next_batch()
         if on_loop and writer.num_bytes + sum(map(len, batch)) <= storage.loop_write_max_bytes:
             _write_on_loop(writer, batch, ended, stage)
             if ended:
-                await to_the_end(_finalize_small(storage, writer, syncs))
+                await _finalize_small(storage, writer, syncs)
             continue
         on_loop = False
         replaced = storage.get(writer.block_id) if ended else None
@@ -203,72 +210,147 @@ def _write_on_loop(writer: ReplicaWriter, batch: list[bytes | memoryview], ended
 async def _finalize_small(
     storage: DataStorage, writer: ReplicaWriter, syncs: KernelSyncs | None
 ) -> None:
-    """``storage.commit`` of a small replica written on the loop: its data file's direct
-    write and its fsyncs handed to the kernel (``aio.py``) and its renames done on the
-    loop, so no thread is involved (the worker thread's commit when AIO is unavailable or
-    busy). Run to the end even if the caller is cancelled (``to_the_end``), as a commit
-    in a worker thread is."""
+    """``storage.commit`` of a small replica written on the loop: its steps driven by the
+    kernel's AIO completions (:class:`KernelCommit`), so no thread is involved (the
+    worker thread's commit when AIO is unavailable or busy). Run to the end even if the
+    caller is cancelled (``to_the_end``), as a commit in a worker thread is."""
     replaced = storage.get(writer.block_id)
     if syncs is None or not syncs.available(3):
         await in_thread(storage.commit, writer, replaced)
         return
-    try:
-        await _make_durable(syncs, writer)
-    except OSError as exc:
-        if syncs.enabled:
-            raise StorageError(f"fsync of block {writer.block_id} in {writer.rbw_dir} failed: "
+    await to_the_end(KernelCommit(storage, writer, replaced, syncs).done)
+
+
+class KernelCommit:
+    """``DataStorage.commit_steps`` run on the event loop, each step's requests handed to
+    the kernel's AIO (``aio.py``) and the next step taken in the completion's callback: no
+    task and no loop turn between the steps, the renames done on the loop. ``done`` gets
+    the outcome (the replica is ``writer.finalized``); the steps go on to the end whoever
+    waits. A replica staged whole (``ReplicaWriter.kernel_write``) has its data written
+    direct by the kernel, in the submission that fdatasyncs the checksum file, and the
+    data file fdatasynced once that write is done (a buffered write of fresh page-cache
+    pages cost ~0.6 ms of kernel CPU per 200 KiB here, the direct one a tenth); otherwise
+    both fdatasyncs at once. Should the kernel refuse AIO fsyncs (``syncs.enabled`` turns
+    false), the step is done in a worker thread instead."""
+
+    def __init__(self, storage: DataStorage, writer: ReplicaWriter, replaced: Replica | None,
+                 syncs: KernelSyncs) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self._loop.create_future()
+        self._writer = writer
+        self._syncs = syncs
+        self._steps = storage.commit_steps(writer, replaced)
+        self._storage = storage
+        self._dir_fd = -1
+        self._advance(None)
+
+    def _advance(self, answer: Path | None) -> None:
+        """The next step started (or the outcome set)."""
+        try:
+            step = self._steps.send(answer)
+            if step is CommitStep.DURABLE:
+                self._durable()
+            elif step is CommitStep.MAKE_DIR:
+                self._in_thread(self._storage.finalized_dir, self._writer.block_id)
+            else:
+                self._sync_dir(step)
+        except StopIteration:
+            self.done.set_result(None)
+        except Exception as exc:  # (StorageError; a bug must still end the commit)
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        self._steps.close()
+        self.done.set_exception(exc)
+
+    def _in_thread(self, fn: Callable[..., object], *args: object) -> None:
+        """A step done in a worker thread (``in_thread``: rare, a task is fine), the next
+        one taken on the loop after it."""
+        def then(work: asyncio.Future[object]) -> None:
+            exc = work.exception()
+            if exc is not None:
+                self._fail(exc if isinstance(exc, Exception) else StorageError(str(exc)))
+            else:
+                result = work.result()
+                self._advance(result if isinstance(result, Path) else None)
+        asyncio.ensure_future(in_thread(fn, *args)).add_done_callback(then)
+
+    def _on(self, requests: list[Request], then: Callable[[list[int]], None],
+            fallback: Callable[..., None], *args: object) -> None:
+        """``requests`` submitted; ``then`` gets their results. An OSError it raises (a
+        failed fsync) fails the commit, or runs ``fallback`` in a thread if it was the
+        kernel refusing AIO fsyncs (``fallback(*args)``)."""
+        def settled(results: list[int]) -> None:
+            try:
+                then(results)
+            except OSError as exc:
+                if self._syncs.enabled:
+                    what = (f"directory {args[0]}" if args else
+                            f"block {self._writer.block_id} in {self._writer.rbw_dir}")
+                    self._fail(StorageError(f"fsync of {what} failed: {exc}"))
+                else:
+                    self._in_thread(fallback, *args)
+            except Exception as exc:
+                self._fail(exc)
+        self._syncs.start_calling(requests, settled)
+
+    def _durable(self) -> None:
+        writer = self._writer
+        data_fd, meta_fd = writer.sync_fds
+        staged = writer.kernel_write()
+        if staged is None or not staged[1]:  # (nothing aligned: all went to the page cache)
+            self._on([sync_request(data_fd, data_only=True),
+                      sync_request(meta_fd, data_only=True)],
+                     self._synced, self._writer.sync_and_close)
+            return
+        address, aligned = staged
+        self._on([write_request(data_fd, address, aligned, 0),
+                  sync_request(meta_fd, data_only=True)],
+                 functools.partial(self._written, aligned), self._writer.sync_and_close)
+
+    def _written(self, aligned: int, results: list[int]) -> None:
+        wrote, synced = results
+        self._syncs.check_sync(synced)
+        writer = self._writer
+        if wrote == -errno.EINVAL:  # the file system opened the file direct but refuses
+            writer.write_aligned_buffered()
+        elif wrote != aligned:
+            code = -wrote if wrote < 0 else errno.EIO  # (a short write: out of space)
+            raise StorageError(f"direct write of block {writer.block_id} in "
+                               f"{writer.rbw_dir} failed: {os.strerror(code)}")
+        self._on([sync_request(writer.sync_fds[0], data_only=True)], self._synced,
+                 self._writer.sync_and_close)
+
+    def _synced(self, results: list[int]) -> None:
+        for result in results:
+            self._syncs.check_sync(result)
+        self._writer.close_synced()
+        self._advance(None)
+
+    def _sync_dir(self, directory: Path) -> None:
+        """``fsync_dir`` through the kernel's AIO (in a thread if it refuses)."""
+        try:
+            self._dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise StorageError(f"cannot open directory {directory} to fsync it: "
                                f"{exc}") from exc
-        await in_thread(storage.commit, writer, replaced)  # the kernel refused AIO fsyncs
-        return
-    writer.close_synced()
-    storage.unlink_replaced(replaced)
-    dest = storage.made_finalized_dir(writer.block_id)
-    if dest is None:  # a leaf not made yet: mkdir and its fsyncs in a thread, once
-        dest = await in_thread(storage.finalized_dir, writer.block_id)
-    moved = writer.move_synced(dest)
-    await _sync_dir(syncs, dest)
-    writer.finalize_moved(*moved)
 
+        def synced(results: list[int]) -> None:
+            self._close_dir()
+            self._syncs.check_sync(results[0])
+            self._advance(None)
 
-async def _make_durable(syncs: KernelSyncs, writer: ReplicaWriter) -> None:
-    """The replica's data and checksum files written and durable. A replica staged whole
-    (``ReplicaWriter.kernel_write``) has its data written direct by the kernel, in the
-    submission that fdatasyncs the checksum file, and the data file fdatasynced once that
-    write is done (a buffered write of fresh page-cache pages cost ~0.6 ms of kernel CPU
-    per 200 KiB here, the direct one a tenth); otherwise both fdatasyncs at once. OSError
-    as ``syncs.sync``; StorageError for a failed direct write."""
-    data_fd, meta_fd = writer.sync_fds
-    staged = writer.kernel_write()
-    if staged is None or not staged[1]:  # (nothing aligned: all went to the page cache)
-        await syncs.sync(writer.sync_fds, data_only=True)
-        return
-    address, aligned = staged
-    wrote, synced = await syncs.submit(
-        [write_request(data_fd, address, aligned, 0), sync_request(meta_fd, data_only=True)])
-    syncs.check_sync(synced)
-    if wrote == -errno.EINVAL:  # the file system opened the file direct but refuses
-        writer.write_aligned_buffered()
-    elif wrote != aligned:
-        code = -wrote if wrote < 0 else errno.EIO  # (a short write: out of space)
-        raise StorageError(f"direct write of block {writer.block_id} in {writer.rbw_dir} "
-                           f"failed: {os.strerror(code)}")
-    await syncs.sync([data_fd], data_only=True)
+        try:
+            self._on([sync_request(self._dir_fd, data_only=False)], synced, fsync_dir,
+                     directory)
+        except BaseException:
+            self._close_dir()
+            raise
 
-
-async def _sync_dir(syncs: KernelSyncs, directory: Path) -> None:
-    """``fsync_dir`` through the kernel's AIO (in a thread if it refuses)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise StorageError(f"cannot open directory {directory} to fsync it: {exc}") from exc
-    try:
-        await syncs.sync([fd], data_only=False)
-    except OSError as exc:
-        if syncs.enabled:
-            raise StorageError(f"fsync of directory {directory} failed: {exc}") from exc
-        await in_thread(fsync_dir, directory)
-    finally:
-        os.close(fd)
+    def _close_dir(self) -> None:
+        fd, self._dir_fd = self._dir_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 async def _keep_or_abort(
