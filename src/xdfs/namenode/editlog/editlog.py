@@ -39,11 +39,17 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from xdfs.editlog.buffer import DoubleBuffer, FlushBatch
-from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, record_bounds
+from xdfs.editlog.framing import (
+    SEGMENT_HEADER_BYTES,
+    Frame,
+    frame_record,
+    parse_frame,
+    record_bounds,
+)
 from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.errors import ConfigError, StorageError
-from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
-from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
+from xdfs.namenode.editlog.codec import decode_frame, decode_payload
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op, encode_op
 
 log = logging.getLogger("xdfs.namenode.editlog")
 
@@ -136,6 +142,9 @@ class EditLog:
             self.settings.edits_buffer_bytes, 0
         )
         self._room_waiters: list[asyncio.Future[None]] = []
+        #: The current buffer is full: :meth:`wait_for_room` before applying an op. An
+        #: attribute kept with the buffer, so a mutation reads it without a call.
+        self.buffer_full = False
         self._io_lock = asyncio.Lock()
         self._closed = asyncio.Event()
         self._syncer: asyncio.Task[None] | None = None
@@ -215,6 +224,7 @@ class EditLog:
             await journal.recover_unfinalized(first_txid)
         await self._each("start_segment", lambda j: j.start_segment(first_txid), fatal=False)
         self._buffer = DoubleBuffer(self.settings.edits_buffer_bytes, first_txid - 1)
+        self.buffer_full = False
         self._segment_start = first_txid
         self._segment_bytes = SEGMENT_HEADER_BYTES
         self._segment_txns = 0
@@ -273,8 +283,9 @@ class EditLog:
             raise self._fatal or StorageError(f"edits log is not open for write ({self._state})")
         buffer = self._buffer
         txid = buffer.last_txid + 1
-        buffer.append(txid, encode_record(txid, op))
-        if buffer.is_full:
+        # encode_record's framing, called directly: this runs once per mutation
+        if buffer.append(txid, frame_record(op.OPCODE, txid, encode_op(op))):
+            self.buffer_full = True
             self._kick()
         return txid
 
@@ -286,8 +297,8 @@ class EditLog:
         buffer = self._buffer
         if txid != buffer.last_txid + 1:
             raise StorageError(f"record txid {txid} does not follow {buffer.last_txid}")
-        buffer.append(txid, bytes(record))
-        if buffer.is_full:
+        if buffer.append(txid, bytes(record)):
+            self.buffer_full = True
             self._kick()
 
     async def wait_synced_beyond(self, txid: int, timeout_s: float) -> bool:
@@ -394,6 +405,7 @@ class EditLog:
     async def _flush_locked(self) -> None:
         buffer = self._buffer
         batch = buffer.swap()
+        self.buffer_full = False
         room, self._room_waiters = self._room_waiters, []
         for fut in room:
             if not fut.done():
