@@ -64,6 +64,10 @@ NATIVE_MODULES = (
     "xdfs.namenode.fs_write",
     "xdfs.namenode.fs_append",
     "xdfs.namenode.namesystem",
+    "xdfs.editlog.buffer",
+    "xdfs.editlog.framing",
+    "xdfs.namenode.editlog.codec",
+    "xdfs.namenode.editlog.editlog",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"

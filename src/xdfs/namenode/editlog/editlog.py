@@ -39,17 +39,11 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from xdfs.editlog.buffer import DoubleBuffer, FlushBatch
-from xdfs.editlog.framing import (
-    SEGMENT_HEADER_BYTES,
-    Frame,
-    frame_record,
-    parse_frame,
-    record_bounds,
-)
+from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, record_bounds
 from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.errors import ConfigError, StorageError
-from xdfs.namenode.editlog.codec import decode_frame, decode_payload
-from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op, encode_op
+from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
+from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 
 log = logging.getLogger("xdfs.namenode.editlog")
 
@@ -283,8 +277,7 @@ class EditLog:
             raise self._fatal or StorageError(f"edits log is not open for write ({self._state})")
         buffer = self._buffer
         txid = buffer.last_txid + 1
-        # encode_record's framing, called directly: this runs once per mutation
-        if buffer.append(txid, frame_record(op.OPCODE, txid, encode_op(op))):
+        if buffer.append(txid, encode_record(txid, op)):
             self.buffer_full = True
             self._kick()
         return txid
