@@ -244,14 +244,21 @@ class EditLog:
         if self._state == "open":
             self._state = "closing"
             self._closed.clear()
+            # No await in a finally (or except) block: compiled by mypyc, one that suspends
+            # there re-raises, once resumed, the exception its caller was handling (a
+            # BackupNode closes its log while handling EditsPurged).
+            error: BaseException | None = None
             try:
                 await self.sync(self._buffer.last_txid)
                 async with self._io_lock:
                     await self._finalize_locked()
-            finally:
-                await self._close_journals()
-                self._state = "failed" if self._fatal else "closed"
-                self._closed.set()
+            except BaseException as exc:
+                error = exc
+            await self._close_journals()
+            self._state = "failed" if self._fatal else "closed"
+            self._closed.set()
+            if error is not None:
+                raise error
             if self._fatal:
                 raise self._fatal
             log.info("edits log closed at txid %d", self._buffer.synced_txid)
