@@ -176,6 +176,23 @@ async def test_a_cancelled_waiter_leaves_the_others_of_its_flush_waiting() -> No
     await log.close()
 
 
+async def test_close_while_its_caller_handles_an_exception(
+    sds: list[StorageDirectory],
+) -> None:
+    """A BackupNode closes its log while it handles EditsPurged: close must not raise that
+    exception again (the compiled build did, from a finally block that awaited)."""
+    log = EditLog.for_storage(sds)
+    await log.open_for_write(1)
+    log.append(op(1))
+    await log.sync()
+    try:
+        raise KeyError("being handled")
+    except KeyError:
+        await log.close()
+    assert log.state == "closed"
+    assert [(t, o) for t, o in read_edits(sds, 1)] == [(1, op(1))]
+
+
 async def test_wait_for_room_is_back_pressure() -> None:
     journal = GatedJournal()
     log = EditLog([journal], EditLogSettings(edits_buffer_bytes=200))
