@@ -149,6 +149,50 @@ async def test_appends_go_to_the_other_buffer_during_a_flush() -> None:
     await log.close()
 
 
+async def test_a_cancelled_waiter_leaves_the_others_of_its_flush_waiting() -> None:
+    """Cancelling a waiter must neither release the others of its flush before the sync
+    nor fail them (as it would if they shared what they await with it)."""
+    journal = GatedJournal()
+    log = EditLog([journal])
+    await log.open_for_write(1)
+    log.append(op(1))
+    first = asyncio.create_task(log.sync(1))
+    await journal.entered.wait()  # txid 1 is being written
+    for i in range(2, 5):
+        log.append(op(i))
+    in_flush = asyncio.create_task(log.sync(1))
+    waiters = [asyncio.create_task(log.sync(t)) for t in (2, 3, 4)]
+    await asyncio.sleep(0.01)
+    in_flush.cancel()
+    waiters[1].cancel()
+    await asyncio.sleep(0.01)
+    assert not any(t.done() for t in (first, waiters[0], waiters[2]))  # nothing synced
+    journal.gate.set()
+    await asyncio.gather(first, waiters[0], waiters[2])
+    assert log.synced_txid == 4
+    for cancelled in (in_flush, waiters[1]):
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    await log.close()
+
+
+async def test_close_while_its_caller_handles_an_exception(
+    sds: list[StorageDirectory],
+) -> None:
+    """A BackupNode closes its log while it handles EditsPurged: close must not raise that
+    exception again (the compiled build did, from a finally block that awaited)."""
+    log = EditLog.for_storage(sds)
+    await log.open_for_write(1)
+    log.append(op(1))
+    await log.sync()
+    try:
+        raise KeyError("being handled")
+    except KeyError:
+        await log.close()
+    assert log.state == "closed"
+    assert [(t, o) for t, o in read_edits(sds, 1)] == [(1, op(1))]
+
+
 async def test_wait_for_room_is_back_pressure() -> None:
     journal = GatedJournal()
     log = EditLog([journal], EditLogSettings(edits_buffer_bytes=200))

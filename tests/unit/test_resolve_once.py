@@ -25,6 +25,7 @@ class MemoryEdits:
 
     def __init__(self) -> None:
         self.ops: list[Op] = []
+        self.buffer_full = False
 
     @property
     def last_txid(self) -> int:

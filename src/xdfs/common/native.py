@@ -33,9 +33,11 @@ from types import ModuleType
 #: cache (every mutation's plan, apply, log and at-most-once bookkeeping: one chain of
 #: native base classes, no method decorators). msgspec.Struct classes (inodes, ops,
 #: records) cannot be mypyc native classes: their modules stay interpreted and are used
-#: from the compiled ones as ordinary objects. Not compiled: the block walks off the loop
-#: (fsck, the block-map export, balancing), which are not on a call's path, and the RPC
-#: layer and edits log (asyncio and msgspec: mostly calls into C already).
+#: from the compiled ones as ordinary objects. The edits log's write path too (the double
+#: buffer, the record framing, the edit codec and EditLog: every mutation's append and
+#: sync, ~35 interpreted calls per create + complete before). Not compiled: the block
+#: walks off the loop (fsck, the block-map export, balancing), which are not on a call's
+#: path, the edits segments' file I/O (in its own thread), and the RPC layer.
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
     "xdfs.namenode.namespace.permissions",
@@ -64,6 +66,10 @@ NATIVE_MODULES = (
     "xdfs.namenode.fs_write",
     "xdfs.namenode.fs_append",
     "xdfs.namenode.namesystem",
+    "xdfs.editlog.buffer",
+    "xdfs.editlog.framing",
+    "xdfs.namenode.editlog.codec",
+    "xdfs.namenode.editlog.editlog",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"

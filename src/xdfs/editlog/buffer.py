@@ -71,14 +71,18 @@ class DoubleBuffer(Generic[T]):
 
     # -- appending --
 
-    def append(self, txid: int, record: bytes) -> None:
+    def append(self, txid: int, record: bytes) -> bool:
+        """Buffer ``record``; True when the current buffer is now full (:attr:`is_full`,
+        answered here so that the appender asks no second call)."""
         assert txid == self.last_txid + 1, f"txid {txid} appended after {self.last_txid}"
         current = self._current
-        if not current.data:
+        data = current.data
+        if not data:
             current.first_txid = txid
-        current.data += record
+        data += record
         current.last_txid = txid
         self.last_txid = txid
+        return len(data) >= self.capacity_bytes
 
     @property
     def is_full(self) -> bool:

@@ -62,6 +62,10 @@ R, W, X = 4, 2, 1
 class EditSink(Protocol):
     """What the namesystem needs of the edits log."""
 
+    #: True while appenders must ``await wait_for_room()`` (read before each mutation:
+    #: a plain attribute, not a coroutine awaited every time).
+    buffer_full: bool
+
     @property
     def last_txid(self) -> int: ...
 
@@ -168,7 +172,9 @@ class NamesystemCore:
         logins must work while the NameNode waits for block reports). ``keyed=False``:
         a mutation an at-most-once call makes on the side (a lease recovery), not its own
         outcome."""
-        await self.edits.wait_for_room()
+        edits = self.edits
+        if edits.buffer_full:
+            await edits.wait_for_room()
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
         planned = plan()
@@ -176,14 +182,14 @@ class NamesystemCore:
         ops = planned.ops
         if key is not None and keyed and ops:
             ops = _keyed_ops(ops, key)
-        txid = self.edits.last_txid
+        txid = edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
         for op in ops:
             # apply returns the block ids that left the namespace: not orphans, and not
             # deleted either, until the sync below says the change is durable
             gone = self.ns.apply(op, planned.at)
-            txid = self.edits.append(op)
+            txid = edits.append(op)
             self.blocks.leaving(gone)
             dropped.extend(gone)
             affected.extend(self.blocks.affected_blocks(op, planned.at))
@@ -192,7 +198,7 @@ class NamesystemCore:
             # Applied and logged: from here on a retry gets this answer (once durable),
             # even if this try is cancelled while it waits for the sync.
             self.retry_cache.succeed(key, answer, txid)
-        await self.edits.sync(txid)  # durability before acknowledgement
+        await edits.sync(txid)  # durability before acknowledgement
         if key is not None and keyed:
             fault_point(KEYED_DURABLE)
         self.blocks.ops_durable(dropped, affected)

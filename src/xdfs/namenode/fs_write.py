@@ -369,22 +369,37 @@ class WriteOps(LeaseOps):
         wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.complete_wait_s
-        for block in blocks:
-            self.blocks.watch(block.block_id, wake.set)
-            try:
-                while (have := self.blocks.replicas_matching(block)) < needed:
-                    wake.clear()
-                    try:
-                        async with asyncio.timeout_at(deadline):
-                            await wake.wait()
-                    except TimeoutError:
-                        raise NotEnoughReplicas(
-                            f"complete {path}: block {block.block_id} has {have} of the "
-                            f"{needed} replica(s) it needs reported after "
-                            f"{self.config.complete_wait_s:g} s (length {block.num_bytes})"
-                        ) from None
-            finally:
-                self.blocks.unwatch(block.block_id, wake.set)
+        # The deadline is a timer that wakes the wait, not asyncio.timeout_at, which needs
+        # a task: complete starts eagerly, outside any task, in its request's loop turn.
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            wake.set()
+
+        timer: asyncio.TimerHandle | None = None
+        try:
+            for block in blocks:
+                self.blocks.watch(block.block_id, wake.set)
+                try:
+                    while (have := self.blocks.replicas_matching(block)) < needed:
+                        if expired:
+                            raise NotEnoughReplicas(
+                                f"complete {path}: block {block.block_id} has {have} of the "
+                                f"{needed} replica(s) it needs reported after "
+                                f"{self.config.complete_wait_s:g} s "
+                                f"(length {block.num_bytes})"
+                            )
+                        if timer is None:
+                            timer = loop.call_at(deadline, expire)
+                        wake.clear()
+                        await wake.wait()
+                finally:
+                    self.blocks.unwatch(block.block_id, wake.set)
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def fsync(self, user: str, client: str, path: str, last_block: BlockRecord) -> None:
         """hflush: every target finalized the open file's last block at this length; new

@@ -136,6 +136,9 @@ class EditLog:
             self.settings.edits_buffer_bytes, 0
         )
         self._room_waiters: list[asyncio.Future[None]] = []
+        #: The current buffer is full: :meth:`wait_for_room` before applying an op. An
+        #: attribute kept with the buffer, so a mutation reads it without a call.
+        self.buffer_full = False
         self._io_lock = asyncio.Lock()
         self._closed = asyncio.Event()
         self._syncer: asyncio.Task[None] | None = None
@@ -215,6 +218,7 @@ class EditLog:
             await journal.recover_unfinalized(first_txid)
         await self._each("start_segment", lambda j: j.start_segment(first_txid), fatal=False)
         self._buffer = DoubleBuffer(self.settings.edits_buffer_bytes, first_txid - 1)
+        self.buffer_full = False
         self._segment_start = first_txid
         self._segment_bytes = SEGMENT_HEADER_BYTES
         self._segment_txns = 0
@@ -240,14 +244,21 @@ class EditLog:
         if self._state == "open":
             self._state = "closing"
             self._closed.clear()
+            # No await in a finally (or except) block: compiled by mypyc, one that suspends
+            # there re-raises, once resumed, the exception its caller was handling (a
+            # BackupNode closes its log while handling EditsPurged).
+            error: BaseException | None = None
             try:
                 await self.sync(self._buffer.last_txid)
                 async with self._io_lock:
                     await self._finalize_locked()
-            finally:
-                await self._close_journals()
-                self._state = "failed" if self._fatal else "closed"
-                self._closed.set()
+            except BaseException as exc:
+                error = exc
+            await self._close_journals()
+            self._state = "failed" if self._fatal else "closed"
+            self._closed.set()
+            if error is not None:
+                raise error
             if self._fatal:
                 raise self._fatal
             log.info("edits log closed at txid %d", self._buffer.synced_txid)
@@ -273,8 +284,8 @@ class EditLog:
             raise self._fatal or StorageError(f"edits log is not open for write ({self._state})")
         buffer = self._buffer
         txid = buffer.last_txid + 1
-        buffer.append(txid, encode_record(txid, op))
-        if buffer.is_full:
+        if buffer.append(txid, encode_record(txid, op)):
+            self.buffer_full = True
             self._kick()
         return txid
 
@@ -286,8 +297,8 @@ class EditLog:
         buffer = self._buffer
         if txid != buffer.last_txid + 1:
             raise StorageError(f"record txid {txid} does not follow {buffer.last_txid}")
-        buffer.append(txid, bytes(record))
-        if buffer.is_full:
+        if buffer.append(txid, bytes(record)):
+            self.buffer_full = True
             self._kick()
 
     async def wait_synced_beyond(self, txid: int, timeout_s: float) -> bool:
@@ -394,6 +405,7 @@ class EditLog:
     async def _flush_locked(self) -> None:
         buffer = self._buffer
         batch = buffer.swap()
+        self.buffer_full = False
         room, self._room_waiters = self._room_waiters, []
         for fut in room:
             if not fut.done():

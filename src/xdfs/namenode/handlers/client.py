@@ -119,6 +119,7 @@ class ClientHandlers:
         self.fs.report_bad_replicas([(bad.block_id, bad.address) for bad in req.replicas])
         return Empty()
 
+    @eager
     async def complete(self, ctx: CallContext, req: p.CompleteRequest) -> p.FileStatus:
         return await self.fs.complete(caller(ctx, self.fs), req.client, req.path, req.blocks)
 
