@@ -6,6 +6,7 @@ calls are answered before they finish (event order asserted, never timings)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from xdfs.common.images import image_name, md5_name
 from xdfs.config import XdfsConfig
 from xdfs.errors import AccessDenied, StorageError
 from xdfs.namenode import server as server_module
+from xdfs.namenode.image import background as background_module
 from xdfs.namenode.image.background import Checkpoint, start_checkpoint
 from xdfs.namenode.image.format import format_namenode
 from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
@@ -153,6 +155,26 @@ async def test_a_writer_that_fails_leaves_no_image_and_the_namenode_serving(
     restarted, _ = load_namespace([nn.dirs[0]], Namespace)
     assert max(nn.dirs[0].images()) == txid
     assert restarted.canonical_dump() == _fs(nn).ns.canonical_dump()
+
+
+async def test_a_disk_that_fails_under_the_save_gets_a_storage_error_and_the_namenode_serving(
+    minicluster: MiniCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that fails while the image is installed (a power cut on the test's LazyFS
+    layer answers ECONNABORTED) is a storage problem, said as one: not an internal error."""
+    nn = await _big_namenode(minicluster, dirs=2, files_per_dir=2)
+
+    def install_fails(*args: Any) -> None:
+        raise ConnectionAbortedError(errno.ECONNABORTED, "Software caused connection abort")
+
+    monkeypatch.setattr(background_module, "install_checkpoint_files", install_fails)
+    async with connect(nn, ROOT, ROOT_PW) as root:
+        await root.mkdirs("/before")  # (a save at the image's txid writes no image)
+        with pytest.raises(StorageError, match=r"checkpoint failed: .*connection abort"):
+            await root.save_namespace()
+        assert [p.name for p in _current(nn).iterdir() if ".ckpt" in p.name] == []
+        await root.mkdirs("/after")
+        assert (await root.stat("/after")).is_dir
 
 
 async def test_a_writer_that_hangs_is_killed_after_its_timeout(

@@ -400,21 +400,28 @@ class NameNode(HaTransitions):
 
         The image is written by a forked child (:mod:`.image.background`): the NameNode
         serves on while it is written, from a copy of the namespace as it was at ``txid``."""
-        assert self.edits is not None and self.fs is not None
         async with self._checkpoint_lock:
-            await self.edits.roll()
-            await self.edits.sync()
-            # No await from here to the fork: the image must hold exactly the ops up to
-            # ``txid`` (ops appended during the sync above are in it and in the log).
-            txid = self.edits.last_txid
-            if txid > self.image_txid or not any(d.images() for d in self.dirs):
-                await finish_checkpoint(start_checkpoint(
-                    self.dirs, self.fs.ns, txid, self.config.namenode.image_writer_timeout_s))
-                self.image_txid = txid
-            self._purge()
+            try:
+                txid = await self._checkpoint()
+            except OSError as exc:  # a disk that fails (or loses power) under the save
+                raise StorageError(f"checkpoint failed: {exc}") from exc
             self.last_checkpoint_s = self.clock()
             log.info("checkpoint written at txid %d", txid)
             return txid
+
+    async def _checkpoint(self) -> int:
+        assert self.edits is not None and self.fs is not None
+        await self.edits.roll()
+        await self.edits.sync()
+        # No await from here to the fork: the image must hold exactly the ops up to
+        # ``txid`` (ops appended during the sync above are in it and in the log).
+        txid = self.edits.last_txid
+        if txid > self.image_txid or not any(d.images() for d in self.dirs):
+            await finish_checkpoint(start_checkpoint(
+                self.dirs, self.fs.ns, txid, self.config.namenode.image_writer_timeout_s))
+            self.image_txid = txid
+        self._purge()
+        return txid
 
     def _purge(self) -> int:
         """Delete images beyond the retained ones and the edits only they needed."""

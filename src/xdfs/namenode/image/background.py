@@ -121,7 +121,9 @@ async def finish_checkpoint(checkpoint: Checkpoint) -> list[Path]:
             await asyncio.to_thread(
                 install_checkpoint_files, checkpoint.targets, checkpoint.header, digest)
         except BaseException:
-            remove_checkpoint_files(checkpoint.targets, checkpoint.txid)
+            # (a failing disk may refuse this too: the save's own error is what to report)
+            with contextlib.suppress(OSError):
+                remove_checkpoint_files(checkpoint.targets, checkpoint.txid)
             raise
     return [d.image_path(checkpoint.txid) for d in checkpoint.dirs]
 
