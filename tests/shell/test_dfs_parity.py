@@ -232,6 +232,22 @@ def test_put_get_preserve_and_moves(client: Client, dfs: Dfs, base: str, tmp_pat
     assert not client.exists(f"{base}/to-move")
 
 
+def test_put_onto_an_existing_file_names_that_file(client: Client, dfs: Dfs, base: str,
+                                                    tmp_path: Path) -> None:
+    """As hdfs: `put: `/dir/name': File exists`, the file, not the directory given."""
+    local = tmp_path / "twice.bin"
+    local.write_bytes(b"first")
+    client.mkdirs(f"{base}/into")
+    results = dfs.run(dfs("-put", str(local), f"{base}/into/"),
+                      dfs("-put", str(local), f"{base}/into/"),
+                      dfs("-put", str(local), f"{base}/into"),
+                      dfs("-put", str(local), f"{base}/into/twice.bin"))
+    assert [code for code, _out, _err in results] == [0, 1, 1, 1], results
+    for _code, _out, err in results[1:]:
+        assert err.strip() == f"put: `{base}/into/twice.bin': File exists", err
+    assert client.read_file(f"{base}/into/twice.bin") == b"first"
+
+
 def test_df(dfs: Dfs, live_cluster: LiveCluster) -> None:
     plain, human = dfs.run(dfs("-df"), dfs("-df", "-h", "/"))
     assert plain[0] == human[0] == 0, (plain, human)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import sys
 import time
 from typing import Any
@@ -31,7 +32,7 @@ def _put(client: Any, args: Args) -> int:
 
 def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = False) -> None:
     """One source of -put (and -moveFromLocal); see :func:`_put`."""
-    from xdfs.errors import XdfsError
+    from xdfs.errors import AlreadyExists, XdfsError
 
     if not os.path.lexists(src):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), src)
@@ -43,8 +44,23 @@ def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = Fa
         written = client.put(src, dst, overwrite=overwrite, create_parents=False)
         for remote, local in _pairs(written, local_stats):
             _preserve_remote(client, remote, local)
+    except AlreadyExists as exc:  # named as hdfs does: the file that exists
+        raise PathFailure(_put_target(client, src, dst), exc) from exc
     except XdfsError as exc:
         raise PathFailure(dst, exc) from exc
+
+
+def _put_target(client: Any, src: str, dst: str) -> str:
+    """Where -put writes ``src``: into ``dst`` when that is a directory, else ``dst``."""
+    from xdfs.errors import XdfsError
+
+    try:
+        into = dst.endswith("/") or client.stat(dst).is_dir
+    except XdfsError:
+        into = False
+    if not into:
+        return dst
+    return posixpath.join(dst, os.path.basename(os.path.normpath(src)))
 
 
 def _get(client: Any, args: Args) -> int:
