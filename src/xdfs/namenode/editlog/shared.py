@@ -288,17 +288,25 @@ async def agreed_txid(path: Path, start: int, bound: int, channels: Sequence[Jou
     agreed = start - 1
     if last < start:
         return agreed
-    async for answer in read_txids(channels, journal_id, start, last, epoch=epoch):
-        theirs = answer.records
-        pos = 0
-        for index in range(answer.first_txid - start, answer.first_txid - start + answer.count):
-            ours = data[bounds[index]:bounds[index + 1]]
-            if theirs[pos:pos + len(ours)] != ours:
-                log.warning("%s: txid %d differs from the shared journal's record",
-                            path.name, start + index)
-                return agreed
-            pos += len(ours)
-            agreed = start + index
+    try:
+        async for answer in read_txids(channels, journal_id, start, last, epoch=epoch):
+            theirs = answer.records
+            pos = 0
+            for index in range(answer.first_txid - start,
+                               answer.first_txid - start + answer.count):
+                ours = data[bounds[index]:bounds[index + 1]]
+                if theirs[pos:pos + len(ours)] != ours:
+                    log.warning("%s: txid %d differs from the shared journal's record",
+                                path.name, start + index)
+                    return agreed
+                pos += len(ours)
+                agreed = start + index
+    except StorageError as exc:
+        # Not readable yet (an open segment left by a killed writer is served only once
+        # the next writer has recovered it): unverified, so cut; a standby tails those
+        # txids once they are served, a writer reads them after its recovery.
+        log.info("%s: the shared journal does not serve txid %d yet (%s): the records "
+                 "from there are tailed again", path.name, agreed + 1, exc.message)
     return agreed
 
 
