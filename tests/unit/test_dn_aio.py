@@ -10,7 +10,7 @@ import asyncio
 import errno
 import os
 import platform
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,17 +208,8 @@ async def test_a_writer_cancelled_during_the_finalize_still_finalizes(
 ) -> None:
     """As with a finalize in a worker thread: once the fsyncs are under way the replica is
     finished, put in the map, and only then does the cancellation reach the caller."""
-    entered, release = hold_submissions(monkeypatch)
-    data = os.urandom(SMALL)
-    task = asyncio.ensure_future(receive(storage, 20, data, syncs))
-    await entered.wait()
-    task.cancel()
-    await asyncio.sleep(0)
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    replica = storage.get(20)
-    assert replica is not None and replica.finalized and read_back(replica) == data
+    await _cancel_while_the_kernel_holds_it(
+        storage, monkeypatch, lambda data: receive(storage, 20, data, syncs), 20)
 
 
 async def test_a_failed_fsync_is_a_storage_error_and_leaves_nothing(
@@ -420,16 +411,26 @@ async def test_a_failed_direct_write_is_a_storage_error_and_leaves_nothing(
 async def test_a_writer_cancelled_during_the_direct_write_still_finalizes(
     storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    await _cancel_while_the_kernel_holds_it(
+        storage, monkeypatch, lambda data: receive_whole(storage, 53, data, syncs), 53)
+
+
+async def _cancel_while_the_kernel_holds_it(
+    storage: DataStorage, monkeypatch: pytest.MonkeyPatch,
+    write: Callable[[bytes], Awaitable[object]], block_id: int,
+) -> None:
+    """Cancel ``write(data)`` (of ``block_id``) once its first AIO submission is held; the
+    cancellation reaches the caller, and the replica is finalized with the data anyway."""
     entered, release = hold_submissions(monkeypatch)
     data = os.urandom(SMALL)
-    task = asyncio.ensure_future(receive_whole(storage, 53, data, syncs))
+    task = asyncio.ensure_future(write(data))
     await entered.wait()
     task.cancel()
     await asyncio.sleep(0)
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    replica = storage.get(53)
+    replica = storage.get(block_id)
     assert replica is not None and replica.finalized and read_back(replica) == data
 
 

@@ -92,6 +92,11 @@ def give_back(buffer: mmap.mmap, held: int = 0) -> None:
     handed out may still be read, and the next borrower would overwrite it."""
     if len(buffer) != STAGE_BYTES or sys.getrefcount(buffer) > _UNSHARED_REFS + held:
         return
+    _pool_or_close(buffer)
+
+
+def _pool_or_close(buffer: mmap.mmap) -> None:
+    """Keep ``buffer`` for the next borrower while the pool has room, else unmap it."""
     with _pool_lock:
         if len(_pool) < _POOL_MAX:
             _pool.append(buffer)
@@ -250,13 +255,8 @@ class StagedWriter:
     def release(self) -> None:
         self._pin = None  # (an export of the buffer: it could not be closed)
         buffer, self._buffer = self._buffer, None
-        if buffer is None:
-            return
-        with _pool_lock:
-            if len(_pool) < _POOL_MAX:
-                _pool.append(buffer)
-                return
-        buffer.close()
+        if buffer is not None:
+            _pool_or_close(buffer)
 
     def _write_out(self, count: int) -> None:
         """The first ``count`` staged bytes (aligned) to the file; the rest moves to the
