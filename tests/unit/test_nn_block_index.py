@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from xdfs.errors import InvalidArgument
-from xdfs.namenode.blocks.replication import block_state
+from xdfs.namenode.blocks.block_state import block_state
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.ops import (
     LAYOUT_VERSION,

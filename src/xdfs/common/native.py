@@ -55,6 +55,7 @@ NATIVE_MODULES = (
     "xdfs.namenode.blocks.placement",
     "xdfs.namenode.blocks.replication_queues",
     "xdfs.namenode.blocks.safemode",
+    "xdfs.namenode.blocks.block_state",
     "xdfs.namenode.blocks.decommission",
     "xdfs.namenode.blocks.recovery",
     "xdfs.namenode.blocks.replication",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from xdfs.namenode.blocks.block_state import block_state
 from xdfs.namenode.blocks.fsck import datanode_report
 from xdfs.namenode.blocks.manager import BlockManager
-from xdfs.namenode.blocks.replication import block_state
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.namenode.namespace.tree import Namespace

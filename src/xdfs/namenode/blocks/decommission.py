@@ -13,8 +13,9 @@ the node again, which queues the copies decommissioning needs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from xdfs.config import NameNodeConfig
 from xdfs.namenode.blocks.admin_states import (
     DECOMMISSIONED,
     DECOMMISSIONING,
@@ -23,10 +24,22 @@ from xdfs.namenode.blocks.admin_states import (
     NORMAL,
     HostLists,
 )
-from xdfs.namenode.blocks.datanodes import DataNode
+from xdfs.namenode.blocks.block_state import BlockState, ReplicaCounts
+from xdfs.namenode.blocks.blockmap import BlockMap
+from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager
 
-if TYPE_CHECKING:
-    from xdfs.namenode.blocks.replication import ReplicationMonitor
+
+class ReplicationMonitor(Protocol):
+    """What a drain needs of the replication monitor (which runs it: see replication.py)."""
+
+    config: NameNodeConfig
+    datanodes: DataNodeManager
+    map: BlockMap
+
+    def check(self, block_id: int) -> None: ...
+    def release_held(self, node_id: str) -> None: ...
+    def block_state(self, block_id: int) -> BlockState | None: ...
+    def counts(self, block_id: int, expected: int) -> ReplicaCounts: ...
 
 
 def node_changed(monitor: ReplicationMonitor, node: DataNode) -> None:

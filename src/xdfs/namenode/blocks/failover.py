@@ -19,9 +19,10 @@ not held back: an extra copy destroys nothing.
 
 from __future__ import annotations
 
+from xdfs.namenode.blocks.block_state import block_state, from_the_future
 from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager
 from xdfs.namenode.blocks.pending_messages import PendingMessage, PendingMessages
-from xdfs.namenode.blocks.replication import ReplicationMonitor, block_state, from_the_future
+from xdfs.namenode.blocks.replication import ReplicationMonitor
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 

@@ -35,6 +35,12 @@ from xdfs.common import tokens
 from xdfs.config import NameNodeConfig
 from xdfs.errors import InternalError, InvalidArgument
 from xdfs.namenode.blocks import placement
+from xdfs.namenode.blocks.block_state import (
+    BlockState,
+    block_state,
+    from_the_future,
+    replica_flags,
+)
 from xdfs.namenode.blocks.blockmap import REPORTED_BAD, BlockMap, FullReports, Replica
 from xdfs.namenode.blocks.datanodes import DataNode, DataNodeManager, RecoveryWork
 from xdfs.namenode.blocks.failover import HaView
@@ -46,13 +52,7 @@ from xdfs.namenode.blocks.recovery import (
     plan_lease_recovery,
     recovery_holders,
 )
-from xdfs.namenode.blocks.replication import (
-    BlockState,
-    ReplicationMonitor,
-    block_state,
-    from_the_future,
-    replica_flags,
-)
+from xdfs.namenode.blocks.replication import ReplicationMonitor
 from xdfs.namenode.blocks.safemode import SafeMode
 from xdfs.namenode.namespace.ops import (
     CloseFileOp,

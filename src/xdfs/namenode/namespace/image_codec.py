@@ -18,7 +18,8 @@ from xdfs.namenode.namespace.inodes import FIRST_INODE_ID, ROOT_ID, DirInode, Fi
 from xdfs.namenode.namespace.ops import ImageHeader, InodeRecord, TokenKeyRecord, UserRecord
 
 if TYPE_CHECKING:
-    from xdfs.namenode.namespace.tree import Namespace
+    # The namespace's state without its live-tree methods: tree.Namespace uses this module.
+    from xdfs.namenode.namespace.tree_users import UserOps
 
 
 def corrupt(detail: str) -> StorageError:
@@ -26,7 +27,7 @@ def corrupt(detail: str) -> StorageError:
 
 
 def load_into(
-    ns: Namespace,
+    ns: UserOps,
     header: ImageHeader,
     inodes: Iterable[InodeRecord],
     users: Iterable[UserRecord],
@@ -56,7 +57,7 @@ def load_into(
     _count_quota_usage(ns, limited)
 
 
-def _count_quota_usage(ns: Namespace, limited: list[DirInode]) -> None:
+def _count_quota_usage(ns: UserOps, limited: list[DirInode]) -> None:
     """The usage of every directory with a quota, deepest first (records come parents
     first), so each counts a nested quota's tree from that quota's usage."""
     for node in reversed(limited):
@@ -65,7 +66,7 @@ def _count_quota_usage(ns: Namespace, limited: list[DirInode]) -> None:
         found.names, found.space = names, space
 
 
-def _load_root(ns: Namespace, record: InodeRecord | None, limited: list[DirInode]) -> None:
+def _load_root(ns: UserOps, record: InodeRecord | None, limited: list[DirInode]) -> None:
     if record is None:
         raise corrupt("no root inode")
     if (record.inode_id, record.parent_id, record.name, record.is_dir) != (
@@ -82,7 +83,7 @@ def _load_root(ns: Namespace, record: InodeRecord | None, limited: list[DirInode
 
 
 def _load_quota(
-    ns: Namespace, rec: InodeRecord, node: DirInode, limited: list[DirInode]
+    ns: UserOps, rec: InodeRecord, node: DirInode, limited: list[DirInode]
 ) -> None:
     if rec.ns_quota != quota.NO_QUOTA or rec.ds_quota != quota.NO_QUOTA:
         if min(rec.ns_quota, rec.ds_quota) < quota.NO_QUOTA:
@@ -92,7 +93,7 @@ def _load_quota(
 
 
 def _load_inodes(
-    ns: Namespace, records: Iterator[InodeRecord], next_inode_id: int, limited: list[DirInode]
+    ns: UserOps, records: Iterator[InodeRecord], next_inode_id: int, limited: list[DirInode]
 ) -> int:
     """Records come parents first, mostly grouped by parent, so the parent lookup is
     cached; mode, block size, owner and group are shared across inodes; atime shares
@@ -150,7 +151,7 @@ def _load_inodes(
     return count
 
 
-def inode_records(ns: Namespace) -> Iterator[InodeRecord]:
+def inode_records(ns: UserOps) -> Iterator[InodeRecord]:
     """Every inode, root first, parents before children (a directory's children are
     emitted together, after the directory itself). Siblings come in dict order: a
     checkpoint must not pay for sorting every directory."""
@@ -187,14 +188,16 @@ def _record(node: Inode, uc: dict[FileInode, str], truncating: set[FileInode],
     )
 
 
-def canonical_dump(ns: Namespace) -> list[tuple[object, ...]]:
-    """See :meth:`Namespace.canonical_dump`."""
+def canonical_dump(
+    ns: UserOps, walked: Iterable[tuple[str, Inode]]
+) -> list[tuple[object, ...]]:
+    """See :meth:`Namespace.canonical_dump`; ``walked``: its whole tree, sorted."""
     dump: list[tuple[object, ...]] = [(
         "namespace", ns.superuser, ns.supergroup, ns.next_inode_id,
         ns.next_block_id, ns.next_genstamp, ns._inode_count, ns.epoch, ns.next_generation,
         ns.datanode_secret,
     )]
-    for path, node in ns.walk("/"):
+    for path, node in walked:
         if isinstance(node, FileInode):
             blocks = tuple((b.block_id, b.genstamp, b.num_bytes) for b in node.blocks)
             extra: tuple[object, ...] = (

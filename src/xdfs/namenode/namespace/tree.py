@@ -558,7 +558,7 @@ class Namespace(UserOps):
     def canonical_dump(self) -> list[tuple[object, ...]]:
         """Everything that defines this namespace, deterministically ordered: two namespaces
         are equal iff their dumps are. For replay/backup tests, not for large trees."""
-        return image_codec.canonical_dump(self)
+        return image_codec.canonical_dump(self, self.walk("/"))
 
 
 # Every op of the contract has exactly one handler (a new op must not be silently ignored).
