@@ -5,11 +5,19 @@ DataNode), and a DataNode's choice of whom to obey (ActiveChoice)."""
 
 from __future__ import annotations
 
-from xdfs.datanode.epochs import Verdict
-from xdfs.datanode.offer import ActiveChoice
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from xdfs.datanode.epochs import Verdict, load_epoch
+from xdfs.datanode.offer import ActiveChoice, NameNodeOffer
+from xdfs.errors import Fenced
 from xdfs.namenode.blocks.pending_messages import PendingMessages
 from xdfs.namenode.namespace.ops import AddBlockOp, AddFileOp, CloseFileOp, Op, SetReplicationOp
 from xdfs.protocol.blocks import BlockRecord
+from xdfs.protocol.ha import ROLE_ACTIVE, ROLE_STANDBY
 
 from .test_nn_blockmanager import Harness
 
@@ -184,3 +192,28 @@ def test_without_ha_state_a_namenode_claims_active() -> None:
     choice = ActiveChoice()
     assert choice.claimed("nn", "", 0) is not None
     assert choice.obeys("nn")
+
+
+def _offer(tmp_path: Path, *, ha: bool) -> NameNodeOffer:
+    node = SimpleNamespace(storage=SimpleNamespace(current=tmp_path))  # where epochs persist
+    return NameNodeOffer(cast(Any, node), [], ha=ha)
+
+
+async def test_a_standby_below_the_watermark_lags_and_an_active_one_is_fenced(
+    tmp_path: Path,
+) -> None:
+    """In HA a standby answering at an older epoch has not tailed the failover yet: it
+    stays registered (no Fenced, hence no full report later) and is obeyed in nothing; an
+    active one at that epoch was fenced by the takeover. Without HA every stale answer is."""
+    offer = _offer(tmp_path, ha=True)
+    await offer.judge("nn2", ROLE_ACTIVE, 3)
+    assert offer.obeys("nn2") and load_epoch(tmp_path) == 3
+    await offer.judge("nn1", ROLE_STANDBY, 2)
+    assert not offer.obeys("nn1") and offer.obeys("nn2")
+    with pytest.raises(Fenced):
+        await offer.judge("nn1", ROLE_ACTIVE, 2)
+    assert offer.obeys("nn2")
+    plain = _offer(tmp_path, ha=False)
+    plain.choice.epochs.raise_to(3)
+    with pytest.raises(Fenced):
+        await plain.judge("nn", ROLE_STANDBY, 2)

@@ -100,9 +100,14 @@ class NameNodeOffer:
 
     async def judge(self, address: str, ha_state: str, epoch: int) -> None:
         """Judge an answer of ``address`` before anything in it is obeyed: Fenced below the
-        watermark; a higher epoch is made durable first."""
+        watermark; a higher epoch is made durable first. In HA a standby below it is not
+        fenced: it has not tailed the newest epoch yet (a failover just happened). It stays
+        registered and hears our reports, and it is obeyed in nothing (only the believed
+        active is), so it needs no full report once it catches up."""
         epochs = self.choice.epochs
         if self.choice.judge(epoch) is Verdict.STALE:
+            if self.ha and ha_state == ROLE_STANDBY:
+                return
             raise Fenced(epochs.stale_message(address, epoch))
         async with self.persist:
             if self.choice.judge(epoch) is Verdict.NEWER:
