@@ -7,6 +7,7 @@ DataNode costs one connect timeout, then the reader or writer moves on.
 
 from __future__ import annotations
 
+import math
 import select
 import ssl
 import threading
@@ -116,10 +117,13 @@ class InlineUploads(Generic[Resp]):
                 return address
         by_fd = {upload.fileno(): address for address, upload in self.started.items()}
         if len(by_fd) > 1:
-            wait_s = max(0.0, self.deadline - time.monotonic())
-            readable, _, _ = select.select(list(by_fd), [], [], wait_s)
-            if readable:
-                return by_fd[readable[0]]
+            poll = select.poll()  # (no descriptor limit, unlike select.select)
+            for fd in by_fd:
+                poll.register(fd, select.POLLIN)
+            wait_ms = max(0, math.ceil((self.deadline - time.monotonic()) * 1000))
+            ready = poll.poll(wait_ms)
+            if ready:
+                return by_fd[ready[0][0]]
         return next(iter(self.started))
 
     def all(self) -> dict[str, Resp | XdfsError | OSError]:

@@ -519,7 +519,7 @@ class BlockingUpload(Generic[Resp]):
 
     def fileno(self) -> int:
         """The connection's socket, to wait for whichever of several answers comes first
-        (``select``); see :meth:`in_hand`."""
+        (``poll``); see :meth:`in_hand`."""
         return self._conn.fileno()
 
     def in_hand(self) -> bool:
