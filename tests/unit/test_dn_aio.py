@@ -180,6 +180,28 @@ async def test_the_next_directories_are_made_ahead_of_the_writes(
                      what="leaves of subdir2 made")
 
 
+async def test_directories_not_made_ahead_are_made_by_the_write_needing_them(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = os.urandom(SMALL)
+    make = storage.finalized_dir
+
+    def failing(block_id: int) -> Path:
+        if block_id >= 256:
+            raise StorageError("no space left on device")
+        return make(block_id)
+
+    monkeypatch.setattr(storage, "finalized_dir", failing)
+    await receive(storage, 7, data, syncs)  # written all the same
+    await eventually(lambda: "cannot make the directories of block 263" in caplog.text,
+                     what="the failure logged")
+    assert storage.made_finalized_dir(263) is None
+    monkeypatch.setattr(storage, "finalized_dir", make)
+    replica = await receive(storage, 263, data, syncs)
+    assert replica.data_path.parent == storage.finalized / "subdir1" / "subdir7"
+
+
 async def test_without_aio_the_small_replica_is_committed_in_a_thread(
     storage: DataStorage, hops: list[str], syncs: KernelSyncs
 ) -> None:
