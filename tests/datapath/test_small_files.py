@@ -190,6 +190,46 @@ async def test_a_target_failing_under_an_inline_small_file_is_replaced(
         await asyncio.to_thread(fs.client.close)
 
 
+async def test_an_inline_small_file_is_completed_once_its_first_target_answered(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One target's answer is held (its received-replica report waits): the file is
+    # completed with the other's, while the close still waits for the held one.
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, True)
+    data = payload(150 * 1024, seed=6)
+    gate = asyncio.Event()
+    try:
+        fh = await asyncio.to_thread(fs.open, "/small/first", "wb")
+        first = fh._writer.writer._first
+        assert first is not None and len(first.locations) == 2
+        held = next(dn for dn in cluster.mc.datanodes if dn.address == first.locations[1])
+        assert held.actor is not None
+        report = held.actor.report_received
+
+        async def held_report(record: Any) -> None:
+            await gate.wait()
+            await report(record)
+
+        monkeypatch.setattr(held.actor, "report_received", held_report)
+        await asyncio.to_thread(fh.write, data)
+        closing = asyncio.ensure_future(asyncio.to_thread(fh.close))
+
+        async def completed() -> bool:
+            status = await cluster.client.stat("/small/first")
+            return not status.under_construction
+
+        await eventually(completed, what="the file completed with one target's answer")
+        assert not closing.done()  # the close waits for the held target
+        gate.set()
+        await closing
+        (block,) = (await cluster.client.block_locations("/small/first")).blocks
+        assert len(cluster.holders(block.block.block_id)) == 2
+        assert digest(await cluster.client.read_file("/small/first")) == digest(data)
+    finally:
+        gate.set()
+        await asyncio.to_thread(fs.client.close)
+
+
 async def test_the_client_renews_its_lease_while_files_are_open(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,8 +209,10 @@ async def test_failed_received_report_is_retried_with_the_heartbeats(
 async def test_replicas_finalized_during_a_report_go_together_in_the_next(
     minicluster: MiniCluster,
 ) -> None:
+    """One report in flight at most (``reports_in_flight_max`` 1): the replicas finalized
+    meanwhile wait for its answer and go together in the next."""
     stub = await start_stub(minicluster)
-    node = await start_registered(minicluster, stub)
+    node = await start_registered(minicluster, stub, config=dn_config(reports_in_flight_max=1))
     stub.incremental_gate.clear()  # the NameNode holds the reports it gets
     first = asyncio.ensure_future(put_blocks(minicluster, stub, node, [71]))
     await eventually(lambda: stub.received(node.storage.node_id), what="first report")
@@ -229,6 +231,38 @@ async def test_replicas_finalized_during_a_report_go_together_in_the_next(
     assert calls == [[71], [72, 73, 74, 75, 76]]
 
 
+async def test_a_replica_finalized_during_a_report_goes_in_its_own_at_once(
+    minicluster: MiniCluster,
+) -> None:
+    """Up to ``reports_in_flight_max`` reports on their way at once: a replica finalized
+    while one is held is reported in a second call without waiting for the first's
+    answer; past the limit, the replicas wait together for the next free sender."""
+    stub = await start_stub(minicluster)
+    node = await start_registered(minicluster, stub, config=dn_config(reports_in_flight_max=2))
+    actor = node.actor.actors[0] if node.actor is not None else None
+    assert actor is not None
+    stub.incremental_gate.clear()  # the NameNode holds the reports it gets
+
+    def reports() -> list[list[int]]:
+        return [sorted(b.block_id for b in r.received) for r in stub.incremental
+                if r.node_id == node.storage.node_id and r.received]
+
+    first = asyncio.ensure_future(put_blocks(minicluster, stub, node, [91]))
+    await eventually(lambda: reports() == [[91]], what="first report")
+    second = asyncio.ensure_future(put_blocks(minicluster, stub, node, [92]))
+    await eventually(lambda: reports() == [[91], [92]], what="second report, the first held")
+    rest = [asyncio.ensure_future(put_blocks(minicluster, stub, node, [93 + i]))
+            for i in range(3)]
+    await eventually(lambda: actor._received_next is not None
+                     and len(actor._received_next.records) == 3, what="3 replicas waiting")
+    assert actor._received_senders == 2
+    assert not any(task.done() for task in [first, second, *rest])  # acked after
+    stub.incremental_gate.set()
+    await asyncio.gather(first, second, *rest)
+    assert reports() == [[91], [92], [93, 94, 95]]
+    assert actor._received_senders == 0
+
+
 async def test_a_report_held_past_report_timeout_lets_the_write_answer(
     minicluster: MiniCluster,
 ) -> None:
@@ -239,7 +273,7 @@ async def test_a_report_held_past_report_timeout_lets_the_write_answer(
     stub.incremental_gate.clear()  # the NameNode holds the reports it gets
     [record] = await put_blocks(minicluster, stub, node, [81])  # answered all the same
     actor = node.actor.actors[0] if node.actor is not None else None
-    assert actor is not None and actor._received_sending  # the report still waits
+    assert actor is not None and actor._received_senders == 1  # the report still waits
     stub.incremental_gate.set()
     await eventually(lambda: record in stub.received(node.storage.node_id))
 

@@ -18,7 +18,7 @@ import crc32c
 import pytest
 
 from xdfs.config import RpcConfig
-from xdfs.datanode import direct, transfer
+from xdfs.datanode import direct, layout, transfer
 from xdfs.datanode.aio import KernelSyncs, Request, open_kernel_syncs
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
@@ -27,6 +27,7 @@ from xdfs.rpc.connection import RpcProtocol
 from xdfs.rpc.messages import Chunk, InEnvelope, Tail
 from xdfs.rpc.streams import StreamReceiver
 from xdfs.testing.page_cache import cached_pages, drop_from_page_cache
+from xdfs.testing.poll import eventually
 
 CHUNK = 4096
 NOW_MS = 1_700_000_000_000
@@ -158,6 +159,47 @@ async def test_a_small_replica_needs_no_worker_thread(
     assert hops == ["finalized_dir"]  # the leaf's first replica makes the directories
     await receive(storage, 8, data, syncs)  # a sibling leaf, made with the first
     assert hops == ["finalized_dir"]
+
+
+async def test_the_next_directories_are_made_ahead_of_the_writes(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    """Once a replica is written, the leaves of the next first-level directory (block ids
+    256 further) are made in the background, so the write that first lands there does
+    not make 257 directories; the ones made are remembered, and made only once."""
+    data = os.urandom(SMALL)
+    await receive(storage, 7, data, syncs)
+    ahead = storage.finalized / "subdir1"
+    await eventually(lambda: storage.made_finalized_dir(256 + 7) is not None,
+                     what="leaves of subdir1 made")
+    assert sorted(os.listdir(ahead)) == sorted(layout.LEAF_NAMES)
+    assert storage.leaves_ahead(9) is None  # made: nothing more to do
+    replica = await receive(storage, 256 + 9, data, syncs)
+    assert replica.data_path.parent == ahead / "subdir9"
+    await eventually(lambda: storage.made_finalized_dir(512) is not None,
+                     what="leaves of subdir2 made")
+
+
+async def test_directories_not_made_ahead_are_made_by_the_write_needing_them(
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = os.urandom(SMALL)
+    make = storage.finalized_dir
+
+    def failing(block_id: int) -> Path:
+        if block_id >= 256:
+            raise StorageError("no space left on device")
+        return make(block_id)
+
+    monkeypatch.setattr(storage, "finalized_dir", failing)
+    await receive(storage, 7, data, syncs)  # written all the same
+    await eventually(lambda: "cannot make the directories of block 263" in caplog.text,
+                     what="the failure logged")
+    assert storage.made_finalized_dir(263) is None
+    monkeypatch.setattr(storage, "finalized_dir", make)
+    replica = await receive(storage, 263, data, syncs)
+    assert replica.data_path.parent == storage.finalized / "subdir1" / "subdir7"
 
 
 async def test_without_aio_the_small_replica_is_committed_in_a_thread(

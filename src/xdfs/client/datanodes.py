@@ -7,10 +7,13 @@ DataNode costs one connect timeout, then the reader or writer moves on.
 
 from __future__ import annotations
 
+import math
+import select
 import ssl
 import threading
 import time
 from dataclasses import replace
+from typing import Generic
 
 import crc32c
 
@@ -44,30 +47,25 @@ class DataNodePool:
 
     def store_inline(
         self, method: Method[Req, Resp], requests: dict[str, Req], data: bytes
-    ) -> dict[str, Resp | XdfsError | OSError]:
+    ) -> InlineUploads[Resp]:
         """Upload ``data`` (one chunk) to every address of ``requests`` from the calling
-        thread: all are sent first, then the answers collected, so the DataNodes work at
-        once. Each address's outcome: its answer or its error."""
-        outcomes: dict[str, Resp | XdfsError | OSError] = {}
-        started: dict[str, BlockingUpload[Resp]] = {}
+        thread: all are sent at once, so the DataNodes work together; their answers are
+        read by the returned :class:`InlineUploads` (an address that could not be sent to
+        has its error there already)."""
+        uploads: InlineUploads[Resp] = InlineUploads(
+            list(requests), time.monotonic() + self.config.call_timeout_s)
         crc = crc32c.crc32c(data) if data else None  # once for every target
         try:
             for address, request in requests.items():
                 try:
-                    started[address] = self.get(address).start_upload_inline(
+                    uploads.started[address] = self.get(address).start_upload_inline(
                         method, request, data, crc)
                 except (XdfsError, OSError) as exc:
-                    outcomes[address] = exc
-            deadline = time.monotonic() + self.config.call_timeout_s
-            for address, upload in started.items():
-                try:
-                    outcomes[address] = upload.result(max(0.0, deadline - time.monotonic()))
-                except (XdfsError, OSError) as exc:
-                    outcomes[address] = exc
-        finally:
-            for upload in started.values():
-                upload.abandon()  # interrupted before its answer: no-op otherwise
-        return {address: outcomes[address] for address in requests}
+                    uploads.outcomes[address] = exc
+        except BaseException:  # Ctrl-C: the ones sent are dropped with their connections
+            uploads.abandon()
+            raise
+        return uploads
 
     async def forget(self, address: str) -> None:
         """Drop the connection to a DataNode that failed (a later call reconnects)."""
@@ -80,3 +78,71 @@ class DataNodePool:
         self._clients.clear()
         for client in clients:
             await client.close()
+
+
+class InlineUploads(Generic[Resp]):
+    """Uploads sent from a caller's thread (:meth:`DataNodePool.store_inline`), their
+    answers read from that thread as they come, each address's outcome in ``outcomes``
+    (its answer or its error). :meth:`abandon` the rest when giving up (a no-op once all
+    were read)."""
+
+    def __init__(self, addresses: list[str], deadline: float) -> None:
+        self.addresses = addresses
+        self.deadline = deadline  # (monotonic) for every answer
+        self.started: dict[str, BlockingUpload[Resp]] = {}
+        self.outcomes: dict[str, Resp | XdfsError | OSError] = {}
+
+    @property
+    def pending(self) -> int:
+        """Answers still to read."""
+        return len(self.started)
+
+    def next(self) -> str:
+        """Read whichever answer comes first (an upload already answered first); returns
+        its address (its outcome is in ``outcomes``)."""
+        assert self.started, "InlineUploads.next with no answer to wait for"
+        address = self._first_ready()
+        upload = self.started.pop(address)
+        try:
+            self.outcomes[address] = upload.result(max(0.0, self.deadline - time.monotonic()))
+        except (XdfsError, OSError) as exc:
+            self.outcomes[address] = exc
+        return address
+
+    def _first_ready(self) -> str:
+        """The address whose answer can be read first: one in hand, else the first whose
+        socket turns readable by the deadline (else any: its read then times out)."""
+        for address, upload in self.started.items():
+            if upload.in_hand():
+                return address
+        by_fd = {upload.fileno(): address for address, upload in self.started.items()}
+        if len(by_fd) > 1:
+            poll = select.poll()  # (no descriptor limit, unlike select.select)
+            for fd in by_fd:
+                poll.register(fd, select.POLLIN)
+            wait_ms = max(0, math.ceil((self.deadline - time.monotonic()) * 1000))
+            ready = poll.poll(wait_ms)
+            if ready:
+                return by_fd[ready[0][0]]
+        return next(iter(self.started))
+
+    def all(self) -> dict[str, Resp | XdfsError | OSError]:
+        """Every address's outcome (in the order of the requests), reading the answers
+        still to come."""
+        try:
+            while self.started:
+                self.next()
+        finally:
+            self.abandon()  # interrupted before an answer: no-op otherwise
+        return {address: self.outcomes[address] for address in self.addresses}
+
+    def none_failed(self) -> bool:
+        """Whether every outcome so far is an answer (no target failed yet)."""
+        return not any(isinstance(outcome, XdfsError | OSError)
+                       for outcome in self.outcomes.values())
+
+    def abandon(self) -> None:
+        """Give up the answers not read (their connections are closed)."""
+        started, self.started = self.started, {}
+        for upload in started.values():
+            upload.abandon()

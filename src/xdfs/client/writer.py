@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 
-from xdfs.client.datanodes import DataNodePool
+from xdfs.client.datanodes import DataNodePool, InlineUploads
 from xdfs.config import ClientConfig
 from xdfs.errors import NotEnoughReplicas, XdfsError
 from xdfs.protocol import namenode as p
@@ -299,7 +299,8 @@ class FileWriter:
         and tail in one write over a blocking connection
         (:meth:`DataNodePool.store_inline`); the rest of the close (``complete``; replacing
         a failed target, or resending the block) then runs on the loop, or, with
-        ``client.inline_create_complete``, ``complete`` from this thread too. Anything else
+        ``client.inline_create_complete``, ``complete`` from this thread too, made as soon
+        as the first target answered (:meth:`_complete_with_first`). Anything else
         written this way runs on the loop whole."""
         if self.closed:
             raise ValueError("write to a closed xdfs file")
@@ -310,7 +311,9 @@ class FileWriter:
         if not self._nothing_in_flight() or (data and not self._fits_first_chunk(len(data))):
             return loop.run(self.write_and_close(data))
         if data:
-            self._store_inline(bytes(data))
+            status = await self._complete_with_first(self._store_inline(bytes(data)))
+            if status is not None:
+                return status
         failed = any(not isinstance(outcome, WriteBlockResponse)
                      for outcome in self._outcomes_pending())
         if failed or not self.config.inline_create_complete:
@@ -325,9 +328,9 @@ class FileWriter:
         return self._first is not None and size <= min(
             self.block_size, self.pool.config.stream_chunk_bytes)
 
-    def _store_inline(self, data: bytes) -> None:
+    def _store_inline(self, data: bytes) -> InlineUploads[WriteBlockResponse]:
         """Upload ``data`` as the whole first block from this thread (see
-        :meth:`write_and_close`); the outcomes wait in the block for :meth:`close`."""
+        :meth:`write_and_close`); the caller reads the answers."""
         assert self._first is not None
         block = _BlockWrite(self._first, BlockBuffer())
         self._first = None
@@ -338,11 +341,59 @@ class FileWriter:
         requests = {address: self._write_request(block, block.located.token)
                     for address in block.located.locations}
         try:
-            block.outcomes = self.pool.store_inline(WRITE_BLOCK, requests, data)
+            return self.pool.store_inline(WRITE_BLOCK, requests, data)
         except BaseException:  # Ctrl-C: as abort, the file stays open until its lease ends
             self._current = None
             self._end()
             raise
+
+    async def _complete_with_first(
+        self, uploads: InlineUploads[WriteBlockResponse]
+    ) -> p.FileStatus | None:
+        """The answers of a block stored from this thread. With
+        ``client.inline_create_complete``, once the first target has stored it (its
+        replica durable and reported) while the others still work, ``complete`` is made at
+        once: the NameNode's edits sync overlaps the other targets' work (the slower of
+        two DataNodes answered ~6 ms after the faster, measured from 8 threads), and the
+        close still returns only once every target answered. Returns the file's status
+        then; None when the close goes on as before (the outcomes are in the block): a
+        target failed before the complete (it is replaced first), or one target only.
+        A target failing after the complete leaves the block short of a replica, which
+        the NameNode's replication restores (as when a DataNode dies after a close)."""
+        block = self._current
+        assert block is not None
+        try:
+            if self.config.inline_create_complete:
+                uploads.next()
+                if uploads.pending and uploads.none_failed():
+                    return await self._complete_before_all(block, uploads)
+            block.outcomes = uploads.all()
+        except BaseException:  # Ctrl-C: as abort, the file stays open until its lease ends
+            uploads.abandon()
+            if not self.closed:
+                self._current = None
+                self._end()
+            raise
+        return None
+
+    async def _complete_before_all(
+        self, block: _BlockWrite, uploads: InlineUploads[WriteBlockResponse]
+    ) -> p.FileStatus:
+        """``complete`` with the block as one target stored it, then the other answers."""
+        record = block.located.block
+        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
+        self._current = None
+        try:
+            status = await self._complete()
+            outcomes = uploads.all()
+        finally:
+            self._end()  # (closed either way, as by close)
+        for address, outcome in outcomes.items():
+            if isinstance(outcome, XdfsError | OSError):
+                log.warning("%s: DataNode %s failed after the file was completed (%s); the "
+                            "NameNode restores the block's replicas", self.path, address,
+                            outcome)
+        return status
 
     def _outcomes_pending(self) -> list[WriteBlockResponse | XdfsError | OSError]:
         return list(self._current.outcomes.values()) if self._current is not None else []

@@ -89,6 +89,12 @@ class DataNodeConfig:
         "200 KiB on a VM, a direct write's stayed ~0.1; repeated reads then go to the disk "
         "each time); false: small replicas are written and read through the page cache.",
     )
+    reports_in_flight_max: int = setting(
+        4,
+        "Received-replica reports a DataNode has on their way to a NameNode at once: a "
+        "replica finalized while that many are in flight joins the next report (reports "
+        "group replicas finalized together either way; 1: one report at a time).",
+    )
 
     def validate(self) -> None:
         require(
@@ -104,6 +110,7 @@ class DataNodeConfig:
         )
         require(self.replication_queue_max >= 0, "datanode.replication_queue_max must be >= 0")
         require(self.report_timeout_s > 0, "datanode.report_timeout_s must be > 0")
+        require(self.reports_in_flight_max >= 1, "datanode.reports_in_flight_max must be >= 1")
         require(self.namenode_retry_max_s > 0, "datanode.namenode_retry_max_s must be > 0")
         require(self.namenode_call_timeout_s > 0, "datanode.namenode_call_timeout_s must be > 0")
         require(

@@ -104,7 +104,8 @@ class NameNodeActor:
         #: The next received-replica report: its replicas, and a future for each one's
         #: waiter (``_join_received``).
         self._received_next: _ReceivedBatch | None = None
-        self._received_sending = False
+        #: Tasks sending received-replica reports (``reports_in_flight_max`` at most).
+        self._received_senders = 0
         #: Block ids of the received-replica reports queued or in flight (the heartbeats'
         #: flush leaves them to those reports).
         self._reporting: Counter[int] = Counter()
@@ -388,10 +389,11 @@ class NameNodeActor:
 
     def _join_received(self, record: BlockRecord) -> asyncio.Future[None]:
         """Put ``record`` in the next received-replica report; returns the outcome of that
-        report, for this replica's waiter alone. One report is in flight at a time and the
-        next one takes every replica finalized meanwhile (a group commit: under concurrent
-        writes one call reports several replicas, and no replica waits for more than the
-        call in flight)."""
+        report, for this replica's waiter alone. The next report takes every replica
+        finalized until a sender is free to send it (a group commit: replicas finalized in
+        one loop turn go in one call); up to ``reports_in_flight_max`` are in flight at
+        once, so a replica does not wait for the answer of a report it is not in (one
+        report at a time cost a replica finalized meanwhile ~1 ms more at 8 writers)."""
         loop = asyncio.get_running_loop()
         if self._received_next is None:
             self._received_next = _ReceivedBatch([], [])
@@ -400,8 +402,8 @@ class NameNodeActor:
             self._received_next.deadline = loop.call_later(
                 self.node.config.datanode.report_timeout_s, self._received_next.settle,
                 TimeoutError("no answer to the received-replica report in time"))
-            if not self._received_sending:
-                self._received_sending = True
+            if self._received_senders < self.node.config.datanode.reports_in_flight_max:
+                self._received_senders += 1
                 task = loop.create_task(self._send_received())
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -432,7 +434,7 @@ class NameNodeActor:
                     self._reporting.subtract(r.block_id for r in batch.records)
                     self._reporting += Counter()  # (drops the ids at zero)
         finally:
-            self._received_sending = False
+            self._received_senders -= 1
             stopping = Unavailable("the DataNode is stopping")
             if in_flight is not None:
                 in_flight.settle(stopping)  # (no-op for the waiters already settled)

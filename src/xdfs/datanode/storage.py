@@ -79,6 +79,9 @@ class DataStorage:
         #: of its directory per replica written.
         self._leaves_made: set[int] = set()
         self._first_paths: dict[str, Path] = {}  # finalized/subdir<a>, by name
+        #: First-level directories of finalized/ (``block_id >> 8 & 0xFF``) whose leaves are
+        #: being made ahead of the writes (``leaves_ahead``).
+        self._leaves_ahead: set[int] = set()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -360,6 +363,24 @@ class DataStorage:
         if parent is None:
             parent = self._first_paths[first] = self.finalized / first
         return parent / second
+
+    def leaves_ahead(self, block_id: int) -> int | None:
+        """A block id of the first-level directory of finalized/ after ``block_id``'s
+        when its leaves are neither made nor being made: the caller makes them now
+        (:meth:`finalized_dir` in a worker thread, then :meth:`leaves_ahead_done`), while
+        block ids (allocated in sequence) still fill the current one, so no write waits
+        for 257 mkdirs (a fresh DataNode's writes stalled for them every 256 blocks)."""
+        ahead = block_id + 256
+        first = ahead >> 8 & 0xFF
+        if ahead & 0xFFFF in self._leaves_made or first in self._leaves_ahead:
+            return None
+        self._leaves_ahead.add(first)
+        return ahead
+
+    def leaves_ahead_done(self, block_id: int) -> None:
+        """The making started by :meth:`leaves_ahead` ended (made, or failed: a write
+        that needs them makes them then)."""
+        self._leaves_ahead.discard(block_id >> 8 & 0xFF)
 
     def unlink_replaced(self, replaced: Replica | None) -> None:
         """Before a new replica of the same block is finalized (``commit``)."""

@@ -245,6 +245,15 @@ class BlockingConnection:
                 raise decode_error(exc, ProtocolError, f"{method.name}: bad response") from None
             return result
 
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def has_frames(self) -> bool:
+        """Whether a frame may be taken without waiting for the socket: one read already
+        (queued), or TLS bytes decrypted and not taken yet."""
+        sock = self._sock
+        return bool(self._queue) or (isinstance(sock, ssl.SSLSocket) and sock.pending() > 0)
+
     def cancel(self, call_id: int) -> None:
         """Tell the server the caller gave up on ``call_id`` (its answer is dropped)."""
         try:

@@ -517,6 +517,15 @@ class BlockingUpload(Generic[Resp]):
         finally:
             self._end()
 
+    def fileno(self) -> int:
+        """The connection's socket, to wait for whichever of several answers comes first
+        (``poll``); see :meth:`in_hand`."""
+        return self._conn.fileno()
+
+    def in_hand(self) -> bool:
+        """Whether the answer may be read already (the socket would not say so)."""
+        return self._conn.has_frames()
+
     def abandon(self) -> None:
         """Give up without the answer (the connection is closed: it may still come)."""
         if not self._done:
