@@ -5,7 +5,7 @@ themselves) must give the same namespace."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -40,6 +40,10 @@ class MemoryEdits:
 
     async def sync(self, txid: int) -> None:
         assert txid <= len(self.ops)
+
+    def when_synced(self, txid: int, callback: Callable[[BaseException | None], None]) -> None:
+        assert txid <= len(self.ops)
+        callback(None)
 
 
 @pytest.fixture

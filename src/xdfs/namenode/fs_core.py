@@ -75,6 +75,11 @@ class EditSink(Protocol):
 
     async def sync(self, txid: int) -> None: ...
 
+    def when_synced(self, txid: int, callback: Callable[[BaseException | None], None]) -> None:
+        """``callback(None)`` once ``txid`` is durable, ``callback(error)`` if it never
+        will be (no future, no task: the answer of a mutation made in one step)."""
+        ...
+
 
 class Plan(Generic[T]):
     """What one mutation does, decided synchronously right before it is applied: the ops to
@@ -95,6 +100,23 @@ class Plan(Generic[T]):
     def of(ops: Sequence[Op], value: U, at: tuple[INodesInPath, ...] = ()) -> Plan[U]:
         """A plan whose answer is known when it is made."""
         return Plan(ops, lambda: value, at)
+
+
+class Pending(Generic[T]):
+    """A mutation made in one step (:meth:`NamesystemCore.apply_now`): applied and logged,
+    its ``answer`` due once ``txid`` is durable (:meth:`NamesystemCore.after_sync`), when
+    the replicas of the blocks it dropped may go too."""
+
+    __slots__ = ("affected", "answer", "dropped", "keyed", "txid")
+
+    def __init__(
+        self, answer: T, txid: int, dropped: list[int], affected: list[int], keyed: bool
+    ) -> None:
+        self.answer = answer
+        self.txid = txid
+        self.dropped = dropped
+        self.affected = affected
+        self.keyed = keyed
 
 
 #: The key of the at-most-once call this context runs (:meth:`NamesystemCore.run_once`):
@@ -175,34 +197,95 @@ class NamesystemCore:
         edits = self.edits
         if edits.buffer_full:
             await edits.wait_for_room()
+        key = _RUNNING_ONCE.get() if keyed else None
+        pending = self.apply_now(operation, plan, key, allowed_in_safe_mode)
+        if key is not None:
+            # Applied and logged: from here on a retry gets this answer (once durable),
+            # even if this try is cancelled while it waits for the sync.
+            self.retry_cache.succeed(key, pending.answer, pending.txid)
+        return await self.synced(pending)  # durability before acknowledgement
+
+    def apply_now(
+        self,
+        operation: str,
+        plan: Callable[[], Plan[T]],
+        key: CallKey | None = None,
+        allowed_in_safe_mode: bool = False,
+    ) -> Pending[T]:
+        """Step 2 of a mutation (the module's doc), with no ``await``: check, plan,
+        apply, append (``key``: the at-most-once call whose outcome this is, carried by
+        its last op). The caller has checked the buffer has room, and answers once
+        :meth:`after_sync` (or ``edits.sync``) says the txid is durable."""
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
         planned = plan()
-        key = _RUNNING_ONCE.get()
         ops = planned.ops
-        if key is not None and keyed and ops:
+        if key is not None and ops:
             ops = _keyed_ops(ops, key)
+        edits = self.edits
         txid = edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
         for op in ops:
             # apply returns the block ids that left the namespace: not orphans, and not
-            # deleted either, until the sync below says the change is durable
+            # deleted either, until the sync says the change is durable
             gone = self.ns.apply(op, planned.at)
             txid = edits.append(op)
             self.blocks.leaving(gone)
             dropped.extend(gone)
             affected.extend(self.blocks.affected_blocks(op, planned.at))
-        answer = planned.answer()
-        if key is not None and keyed:
-            # Applied and logged: from here on a retry gets this answer (once durable),
-            # even if this try is cancelled while it waits for the sync.
-            self.retry_cache.succeed(key, answer, txid)
-        await edits.sync(txid)  # durability before acknowledgement
-        if key is not None and keyed:
+        return Pending(planned.answer(), txid, dropped, affected, key is not None)
+
+    async def synced(self, pending: Pending[T]) -> T:
+        """The answer of a mutation made in one step, once durable (the async API)."""
+        await self.edits.sync(pending.txid)
+        self._durable(pending)
+        return pending.answer
+
+    def _durable(self, pending: Pending[T]) -> None:
+        """After the sync of a mutation: its dropped blocks may go now."""
+        if pending.keyed:
             fault_point(KEYED_DURABLE)
-        self.blocks.ops_durable(dropped, affected)
-        return answer
+        self.blocks.ops_durable(pending.dropped, pending.affected)
+
+    def after_sync(
+        self, pending: Pending[T], then: Callable[[BaseException | None], None]
+    ) -> None:
+        """``then(None)`` once ``pending`` is durable (its blocks' bookkeeping done first),
+        ``then(error)`` if the edits log fails before: the answer of a mutation made in
+        one step, with no coroutine, future or task."""
+
+        def synced(error: BaseException | None) -> None:
+            if error is None:
+                self._durable(pending)
+            then(error)
+
+        self.edits.when_synced(pending.txid, synced)
+
+    def once_now(
+        self, key: CallKey | None, run: Callable[[], Pending[T] | None]
+    ) -> Pending[T] | None:
+        """``run()``, the one-step form of an at-most-once call (:meth:`run_once`): None
+        ("not here") when it must wait for something first (the edits buffer is full,
+        a lease to recover, replicas to be reported) or is a retry, and ``run`` returns
+        None for it: the caller then takes the async path, which waits as needed."""
+        if self.edits.buffer_full:
+            return None
+        if key is None:
+            return run()
+        cache = self.retry_cache
+        if cache.begin(key, self.clock()) is not None:
+            return None  # a retry: run_once answers it (waits for the first try)
+        try:
+            pending = run()
+        except BaseException as exc:
+            cache.fail(key, exc)
+            raise
+        if pending is None:
+            cache.forget(key)  # not run: the async path begins it again
+            return None
+        cache.succeed(key, pending.answer, pending.txid)
+        return pending
 
     async def at_most_once(self, run: Callable[[], Awaitable[T]]) -> T:
         """``run()``, a client call that must not apply twice: through the retry cache when

@@ -117,6 +117,27 @@ class NameDir(Protocol):
 
 State = Literal["new", "open", "closing", "closed", "failed"]
 
+#: Told once a txid is durable (None) or can never be (the log's error): a mutation whose
+#: answer leaves without a task or a future (:meth:`EditLog.when_synced`).
+SyncCallback = Callable[[BaseException | None], None]
+#: What waits for a flush: a future (``await sync()``) or a plain callback.
+Waiter = asyncio.Future[None] | SyncCallback
+
+
+def _release(waiter: Waiter, error: BaseException | None) -> None:
+    """Tell one waiter of a flush its outcome: ``error`` None when it is durable."""
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
+        return
+    try:
+        waiter(error)
+    except Exception:  # one answer's failure must not stop the syncer (or the others)
+        log.exception("edits sync callback failed")
+
 
 class EditLog:
     def __init__(
@@ -132,7 +153,7 @@ class EditLog:
         self.settings = settings or EditLogSettings()
         self.on_fatal = on_fatal
         self._state: State = "new"
-        self._buffer: DoubleBuffer[asyncio.Future[None]] = DoubleBuffer(
+        self._buffer: DoubleBuffer[Waiter] = DoubleBuffer(
             self.settings.edits_buffer_bytes, 0
         )
         self._room_waiters: list[asyncio.Future[None]] = []
@@ -336,6 +357,19 @@ class EditLog:
         self._kick()
         await fut
 
+    def when_synced(self, txid: int, callback: SyncCallback) -> None:
+        """Call ``callback(None)`` once ``txid`` is durable on every journal (now, if it
+        is), or ``callback(error)`` if the log fails first: what :meth:`sync` does, with
+        no future and no task (the syncer calls every callback of a flush in one go). A
+        log that is not usable raises here instead."""
+        buffer = self._buffer
+        if txid <= buffer.synced_txid:
+            callback(None)
+            return
+        self._check_usable()
+        buffer.add_waiter(txid, callback)
+        self._kick()
+
     async def roll(self) -> tuple[int, int] | None:
         """Flush, finalize the open segment, start the next at the next txid. Returns the
         finalized (start, end), or None when the open segment was empty (it is deleted)."""
@@ -422,9 +456,8 @@ class EditLog:
         self._segment_bytes += len(batch.data)
         self._segment_txns += batch.count
         self._remember(batch)
-        for fut in buffer.flush_done():
-            if not fut.done():
-                fut.set_result(None)
+        for waiter in buffer.flush_done():
+            _release(waiter, None)
         event, self._synced_event = self._synced_event, asyncio.Event()
         event.set()
         if buffer.needs_flush():
@@ -496,7 +529,9 @@ class EditLog:
         log.critical("edits journal %s failed during %s: %s -- the edits log is stopped, "
                      "no edit after txid %d will be acknowledged",
                      journal.name, what, exc, self._buffer.synced_txid)
-        for fut in [*self._buffer.flush_failed(), *self._room_waiters]:
+        for waiter in self._buffer.flush_failed():
+            _release(waiter, error)
+        for fut in self._room_waiters:
             if not fut.done():
                 fut.set_exception(error)
         self._room_waiters = []
