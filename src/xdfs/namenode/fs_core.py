@@ -14,6 +14,12 @@ Every mutation runs the same three steps (:meth:`NamesystemCore.mutate`):
    then are the replicas of blocks that left the namespace deleted (a crash before the
    sync must not leave a file whose replicas are gone).
 
+The common client mutations also run in one step, step 2 alone
+(:meth:`NamesystemCore.apply_now`, through :meth:`NamesystemCore.once_now`), when nothing
+must be waited for first (no full buffer, no lease to recover first ...): the caller
+answers once :meth:`NamesystemCore.after_sync` says the txid is durable (the RPC
+handlers, with no coroutine or task) or after ``await synced(pending)`` (the async API).
+
 Non-idempotent client calls run through :meth:`NamesystemCore.at_most_once`: a retry of
 one (same client id and call number, :mod:`xdfs.namenode.retry_cache`) gets the first
 try's outcome instead of a second execution, and the last op such a call logs carries its
@@ -249,16 +255,19 @@ class NamesystemCore:
         self.blocks.ops_durable(pending.dropped, pending.affected)
 
     def after_sync(
-        self, pending: Pending[T], then: Callable[[BaseException | None], None]
+        self, pending: Pending[T], then: Callable[[BaseException | None, T], None]
     ) -> None:
-        """``then(None)`` once ``pending`` is durable (its blocks' bookkeeping done first),
-        ``then(error)`` if the edits log fails before: the answer of a mutation made in
-        one step, with no coroutine, future or task."""
+        """``then(None, answer)`` once ``pending`` is durable (its blocks' bookkeeping done
+        first), ``then(error, answer)`` if the edits log fails before: the answer of a
+        mutation made in one step, with no coroutine, future or task."""
 
         def synced(error: BaseException | None) -> None:
             if error is None:
-                self._durable(pending)
-            then(error)
+                try:
+                    self._durable(pending)
+                except Exception as exc:  # answered as mutate's caller would be
+                    error = exc
+            then(error, pending.answer)
 
         self.edits.when_synced(pending.txid, synced)
 

@@ -3,8 +3,9 @@
 Handlers are methods of an implementation object named after the :class:`Method`:
 
 * unary: ``def|async def name(ctx, request) -> response`` (a plain ``def`` runs inline
-  on the event loop, the fast path for cheap reads; ``async def`` runs as a task, or,
-  marked :func:`eager`, starts inline and becomes a task only when it waits);
+  on the event loop, the fast path for cheap reads, and, marked :func:`deferring`, may
+  return a :class:`Deferred` answered later without a task; ``async def`` runs as a task,
+  or, marked :func:`eager`, starts inline and becomes a task only when it waits);
 * upload: ``async def name(ctx, request, chunks: StreamReceiver) -> response``;
 * download: ``async def name(ctx, request) -> Download(head, chunks)``.
 
@@ -187,55 +188,76 @@ def call_key(ctx: CallContext) -> CallKey | None:
 
 class Deferred:
     """The answer of a plain-``def`` handler that comes later, with no task: the handler
-    returns this, and whoever completes the work calls :meth:`resolve` or :meth:`fail`
-    (a NameNode mutation: once its edits are synced). Replies completed in one loop turn
-    leave in one write per connection. :meth:`running` wraps an awaitable instead (the
-    slow path): it runs as an async call's task, with the call's retry key.
+    returns this, and whoever completes the work calls :meth:`resolve`, :meth:`fail` or
+    :meth:`settle` (a NameNode mutation: once its edits are synced). Replies settled in
+    one loop turn leave in one write per connection. :meth:`running` wraps an awaitable
+    instead (the slow path): it runs as an async call's task, with the call's retry key.
 
     When the client cancels the call or goes away, the server stops listening (nothing
     is sent) and calls ``on_cancel`` if the producer set one."""
 
-    __slots__ = ("_listener", "awaitable", "error", "on_cancel", "settled", "value")
+    __slots__ = (
+        "_call", "_listener", "awaitable", "convert", "error", "on_cancel", "settled", "value",
+    )
 
-    def __init__(self, awaitable: Awaitable[Any] | None = None) -> None:
+    def __init__(
+        self,
+        convert: Callable[[Any], Any] | None = None,
+        awaitable: Awaitable[Any] | None = None,
+    ) -> None:
+        """``convert``: what the value settled becomes (the reply)."""
+        self.convert = convert
         self.awaitable = awaitable
         self.settled = False
         self.value: Any = None
         self.error: BaseException | None = None
         self.on_cancel: Callable[[], None] | None = None
         self._listener: Callable[[Deferred], None] | None = None
+        #: what the listener needs to answer (the server's call): kept here, no closure
+        self._call: Any = None
 
     @staticmethod
     def running(awaitable: Awaitable[Any]) -> Deferred:
         """The answer ``awaitable`` gives, awaited in a task of the call's own."""
-        return Deferred(awaitable)
+        return Deferred(None, awaitable)
 
     def resolve(self, value: Any) -> None:
-        if not self.settled:
-            self.settled, self.value = True, value
-            self._tell()
+        self.settle(None, value)
 
     def fail(self, error: BaseException) -> None:
-        if not self.settled:
-            self.settled, self.error = True, error
-            self._tell()
+        self.settle(error, None)
 
-    def listen(self, listener: Callable[[Deferred], None]) -> None:
-        """Call ``listener(self)`` once settled (now, if it is)."""
-        self._listener = listener
+    def settle(self, error: BaseException | None, value: Any) -> None:
+        """``error``, or else ``value``, is the answer (the first settle counts)."""
         if self.settled:
-            self._tell()
+            return
+        self.settled = True
+        if error is not None:
+            self.error = error
+        elif self.convert is not None:
+            try:
+                self.value = self.convert(value)
+            except Exception as exc:  # a bug: a reply (InternalError), not a lost call
+                self.error = exc
+        else:
+            self.value = value
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener(self)
+
+    def listen(self, listener: Callable[[Deferred], None], call: Any = None) -> None:
+        """Call ``listener(self)`` once settled (now, if it is); ``call`` is kept for it."""
+        self._call = call
+        if self.settled:
+            listener(self)
+        else:
+            self._listener = listener
 
     def cancel(self) -> None:
         self._listener = None
         hook, self.on_cancel = self.on_cancel, None
         if hook is not None:
             hook()
-
-    def _tell(self) -> None:
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener(self)
 
 
 @dataclass(frozen=True)
@@ -606,11 +628,10 @@ class ServerConnection(RpcProtocol):
                 call_id, envelope.call, route, request, started, deferred.awaitable))
             return
         self._deferred[call_id] = deferred
-        deferred.listen(lambda done: self._deferred_done(call_id, route, request, started, done))
+        deferred.listen(self._deferred_done, (call_id, route, request, started))
 
-    def _deferred_done(
-        self, call_id: int, route: _Route, request: Any, started: float, done: Deferred
-    ) -> None:
+    def _deferred_done(self, done: Deferred) -> None:
+        call_id, route, request, started = done._call
         if call_id not in self._deferred:
             return  # cancelled, or the connection is gone
         if done.error is None:

@@ -1,8 +1,9 @@
 """RPC handlers of the NameNode's client and admin services (xdfs.protocol.namenode).
 
 Thin: authenticate the caller, translate the request, call the namesystem. Reads are plain
-functions (run inline on the event loop, the fast path); mutations are coroutines because
-they wait for the edits log to sync.
+functions (run inline on the event loop, the fast path); the common mutations too, made in
+one step and answered through a Deferred once their edits are synced; the other mutations
+are coroutines because they wait for the edits log to sync.
 """
 
 from __future__ import annotations
@@ -58,17 +59,8 @@ def answer_after_sync(
 ) -> Deferred:
     """The reply of a mutation made in one step: its answer (``convert`` ed), once its
     edits are durable; the edits log's error if they never will be."""
-    reply = Deferred()
-
-    def then(error: BaseException | None) -> None:
-        if error is not None:
-            reply.fail(error)
-        elif convert is None:
-            reply.resolve(pending.answer)
-        else:
-            reply.resolve(convert(pending.answer))
-
-    fs.after_sync(pending, then)
+    reply = Deferred(convert)
+    fs.after_sync(pending, reply.settle)
     return reply
 
 
