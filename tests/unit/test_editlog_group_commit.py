@@ -334,6 +334,54 @@ async def test_a_failing_journal_tells_every_callback_its_error() -> None:
     assert len(heard) == 2
 
 
+async def test_the_waiters_of_one_flush_share_a_future_none_cancels_it() -> None:
+    journal = GatedJournal()
+    log = EditLog([journal])
+    await log.open_for_write(1)
+    log.append(op(1))
+    in_flush = log.synced_future(1)
+    await journal.entered.wait()  # txid 1 is being written: its waiter has its own future
+    futures = [log.synced_future(log.append(op(i))) for i in (2, 3, 4)]
+    assert futures[0] is futures[1] is futures[2] and futures[0] is not in_flush
+    assert in_flush is not None and futures[0] is not None
+    shared = futures[0]
+
+    async def wait(fut: asyncio.Future[None]) -> None:
+        await fut
+
+    waiters = [asyncio.create_task(wait(shared)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    waiters[1].cancel()  # one caller gives up: the others still wait for the sync
+    await asyncio.sleep(0.01)
+    assert not shared.cancelled() and not waiters[0].done() and log.synced_txid == 0
+    journal.gate.set()
+    await asyncio.gather(in_flush, waiters[0], waiters[2])
+    assert log.synced_txid == 4
+    with pytest.raises(asyncio.CancelledError):
+        await waiters[1]  # cancelled once its flush ended
+    assert log.synced_future(4) is None  # durable: nothing to wait for
+    next_flush = log.synced_future(log.append(op(5)))
+    assert next_flush is not None and next_flush is not shared
+    await next_flush
+    await log.close()
+
+
+async def test_a_failing_flush_fails_its_shared_future() -> None:
+    journal = GatedJournal()
+    log = EditLog([journal], on_fatal=lambda _error: None)
+    await log.open_for_write(1)
+    log.append(op(1))
+    first = log.synced_future(1)
+    await journal.entered.wait()
+    shared = log.synced_future(log.append(op(2)))
+    journal.fail_with = OSError(5, "Input/output error")
+    journal.gate.set()
+    for fut in (first, shared):
+        assert fut is not None
+        with pytest.raises(StorageError):
+            await fut
+
+
 async def test_a_raising_callback_does_not_stop_the_syncer(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

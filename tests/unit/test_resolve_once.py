@@ -5,6 +5,7 @@ themselves) must give the same namespace."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -40,6 +41,10 @@ class MemoryEdits:
 
     async def sync(self, txid: int) -> None:
         assert txid <= len(self.ops)
+
+    def synced_future(self, txid: int) -> asyncio.Future[None] | None:
+        assert txid <= len(self.ops)
+        return None
 
     def when_synced(self, txid: int, callback: Callable[[BaseException | None], None]) -> None:
         assert txid <= len(self.ops)

@@ -81,6 +81,11 @@ class EditSink(Protocol):
 
     async def sync(self, txid: int) -> None: ...
 
+    def synced_future(self, txid: int) -> asyncio.Future[None] | None:
+        """What to await until ``txid`` is durable (shared by a flush's waiters), None if
+        it is."""
+        ...
+
     def when_synced(self, txid: int, callback: Callable[[BaseException | None], None]) -> None:
         """``callback(None)`` once ``txid`` is durable, ``callback(error)`` if it never
         will be (no future, no task: the answer of a mutation made in one step)."""
@@ -209,7 +214,11 @@ class NamesystemCore:
             # Applied and logged: from here on a retry gets this answer (once durable),
             # even if this try is cancelled while it waits for the sync.
             self.retry_cache.succeed(key, pending.answer, pending.txid)
-        return await self.synced(pending)  # durability before acknowledgement
+        # Durability before acknowledgement (a future of its own: a cancelled caller
+        # stops waiting at once, which the shared one of synced() defers to the flush).
+        await edits.sync(pending.txid)
+        self._durable(pending)
+        return pending.answer
 
     def apply_now(
         self,
@@ -243,8 +252,11 @@ class NamesystemCore:
         return Pending(planned.answer(), txid, dropped, affected, key is not None)
 
     async def synced(self, pending: Pending[T]) -> T:
-        """The answer of a mutation made in one step, once durable (the async API)."""
-        await self.edits.sync(pending.txid)
+        """The answer of a mutation made in one step, once durable (the async API: one
+        future per flush, shared by its waiters)."""
+        flushed = self.edits.synced_future(pending.txid)
+        if flushed is not None:
+            await flushed
         self._durable(pending)
         return pending.answer
 

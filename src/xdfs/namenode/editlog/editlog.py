@@ -43,6 +43,7 @@ from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, recor
 from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.errors import ConfigError, StorageError
 from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
+from xdfs.namenode.editlog.flushwait import FlushFuture
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 
 log = logging.getLogger("xdfs.namenode.editlog")
@@ -157,6 +158,8 @@ class EditLog:
             self.settings.edits_buffer_bytes, 0
         )
         self._room_waiters: list[asyncio.Future[None]] = []
+        #: The future the waiters of the current buffer's flush share (synced_future).
+        self._group: FlushFuture | None = None
         #: The current buffer is full: :meth:`wait_for_room` before applying an op. An
         #: attribute kept with the buffer, so a mutation reads it without a call.
         self.buffer_full = False
@@ -247,6 +250,7 @@ class EditLog:
         self._cache_bytes = 0
         self._finalized = tuple(self.journals[0].finalized_ranges())
         self._fatal = None
+        self._group = None
         self._loop = asyncio.get_running_loop()
         self._state = "open"
         log.info("edits log open for write at txid %d on %s",
@@ -357,6 +361,29 @@ class EditLog:
         self._kick()
         await fut
 
+    def synced_future(self, txid: int) -> asyncio.Future[None] | None:
+        """What to await until ``txid`` is durable on every journal, None if it is: the
+        future every waiter of the same flush shares (one future and one heap entry per
+        flush, not per mutation; a waiter's cancellation cancels only its own task, see
+        :mod:`.flushwait`), a future of its own for a txid in the flush under way."""
+        buffer = self._buffer
+        if txid <= buffer.synced_txid:
+            return None
+        self._check_usable()
+        assert self._loop is not None  # set by open_for_write, as the state checked above
+        if txid <= buffer.flushing_txid:  # written now: the next group would wait longer
+            fut: asyncio.Future[None] = self._loop.create_future()
+            buffer.add_waiter(txid, fut)
+            return fut
+        group = self._group
+        if group is None:
+            # Every txid appended until the next swap goes out with that flush, so the
+            # first waiter's txid stands for the group (the swap starts a new one).
+            group = self._group = FlushFuture(loop=self._loop)
+            buffer.add_waiter(txid, group)
+            self._kick()
+        return group
+
     def when_synced(self, txid: int, callback: SyncCallback) -> None:
         """Call ``callback(None)`` once ``txid`` is durable on every journal (now, if it
         is), or ``callback(error)`` if the log fails first: what :meth:`sync` does, with
@@ -439,6 +466,7 @@ class EditLog:
     async def _flush_locked(self) -> None:
         buffer = self._buffer
         batch = buffer.swap()
+        self._group = None  # the waiters of this flush are its own; later ones the next
         self.buffer_full = False
         room, self._room_waiters = self._room_waiters, []
         for fut in room:
@@ -525,6 +553,7 @@ class EditLog:
         error.__cause__ = exc
         self._fatal = error
         self._state = "failed"
+        self._group = None
         self._stop_idle_syncer()
         log.critical("edits journal %s failed during %s: %s -- the edits log is stopped, "
                      "no edit after txid %d will be acknowledged",
