@@ -558,17 +558,21 @@ class EditLog:
         log.critical("edits journal %s failed during %s: %s -- the edits log is stopped, "
                      "no edit after txid %d will be acknowledged",
                      journal.name, what, exc, self._buffer.synced_txid)
+        # The owner first (a NameNode drops its connections): a caller whose edits may or
+        # may not have reached the disk must not be answered as if they had not (its
+        # client retries instead, and a restarted NameNode answers from what is on disk).
+        # Whoever still waits then gets the error, never a success.
+        if self.on_fatal is not None:
+            try:
+                self.on_fatal(error)
+            except Exception:
+                log.exception("on_fatal callback failed")
         for waiter in self._buffer.flush_failed():
             _release(waiter, error)
         for fut in self._room_waiters:
             if not fut.done():
                 fut.set_exception(error)
         self._room_waiters = []
-        if self.on_fatal is not None:
-            try:
-                self.on_fatal(error)
-            except Exception:
-                log.exception("on_fatal callback failed")
 
     # -- in-memory cache of synced edits --
 
