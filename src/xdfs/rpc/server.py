@@ -845,9 +845,11 @@ class ServerConnection(RpcProtocol):
         if task is not None:
             task.cancel()
         waiting = self._deferred.pop(call_id, None)
-        if waiting is not None:  # answered as a cancelled task is
+        if waiting is not None:  # answered (and counted) as a cancelled task is
             waiting.cancel()
-            self.send_error(call_id, Cancelled(f"call {call_id} cancelled by the client"))
+            _id, route, request, started = waiting._call
+            self._reply_error(call_id, route, Cancelled(f"call {call_id} cancelled by the client"))
+            self._observe(route, started, request)
             if self._parked:
                 self._unpark()
         sender = self.senders.get(call_id)
