@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from xdfs.errors import StorageError
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, MkdirOp, Op
+from xdfs.testing.poll import eventually
 
 
 def op(i: int) -> Op:
@@ -289,6 +290,118 @@ async def test_failing_journal_fails_pending_waiters() -> None:
     results = await asyncio.gather(*pending, return_exceptions=True)
     assert all(isinstance(r, StorageError) for r in results)
     assert len(fatal) == 1 and room_log.synced_txid == 0
+
+
+async def test_sync_callbacks_are_told_after_their_flush_once() -> None:
+    """when_synced: the future-free wait of a one-step mutation. A callback hears None
+    only once its txid is durable, each exactly once, also those of a later flush."""
+    journal = GatedJournal()
+    log = EditLog([journal])
+    await log.open_for_write(1)
+    heard: list[tuple[int, BaseException | None]] = []
+
+    def told(txid: int) -> Callable[[BaseException | None], None]:
+        return lambda error: heard.append((txid, error))
+
+    log.when_synced(log.append(op(1)), told(1))
+    await journal.entered.wait()  # txid 1 is being written
+    for i in (2, 3):
+        log.when_synced(log.append(op(i)), told(i))
+    await asyncio.sleep(0.01)
+    assert heard == []  # nothing is durable yet
+    journal.gate.set()
+    await eventually(lambda: len(heard) == 3)
+    assert heard == [(1, None), (2, None), (3, None)] and log.synced_txid == 3
+    log.when_synced(2, told(2))  # already durable: told at once
+    assert heard[-1] == (2, None)
+    await log.close()
+
+
+async def test_a_failing_journal_tells_every_callback_its_error() -> None:
+    journal = GatedJournal()
+    log = EditLog([journal], on_fatal=lambda _error: None)
+    await log.open_for_write(1)
+    heard: list[BaseException | None] = []
+    log.when_synced(log.append(op(1)), heard.append)
+    await journal.entered.wait()
+    log.when_synced(log.append(op(2)), heard.append)
+    journal.fail_with = OSError(5, "Input/output error")
+    journal.gate.set()
+    await eventually(lambda: len(heard) == 2)
+    assert all(isinstance(error, StorageError) for error in heard)  # never a success
+    with pytest.raises(StorageError):
+        log.when_synced(2, heard.append)  # a failed log takes no new waiter
+    assert len(heard) == 2
+
+
+async def test_the_waiters_of_one_flush_share_a_future_none_cancels_it() -> None:
+    journal = GatedJournal()
+    log = EditLog([journal])
+    await log.open_for_write(1)
+    log.append(op(1))
+    in_flush = log.synced_future(1)
+    await journal.entered.wait()  # txid 1 is being written: its waiter has its own future
+    futures = [log.synced_future(log.append(op(i))) for i in (2, 3, 4)]
+    assert futures[0] is futures[1] is futures[2] and futures[0] is not in_flush
+    assert in_flush is not None and futures[0] is not None
+    shared = futures[0]
+
+    async def wait(fut: asyncio.Future[None]) -> None:
+        await fut
+
+    waiters = [asyncio.create_task(wait(shared)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    waiters[1].cancel()  # one caller gives up: the others still wait for the sync
+    await asyncio.sleep(0.01)
+    assert not shared.cancelled() and not waiters[0].done() and log.synced_txid == 0
+    journal.gate.set()
+    await asyncio.gather(in_flush, waiters[0], waiters[2])
+    assert log.synced_txid == 4
+    with pytest.raises(asyncio.CancelledError):
+        await waiters[1]  # cancelled once its flush ended
+    assert log.synced_future(4) is None  # durable: nothing to wait for
+    next_flush = log.synced_future(log.append(op(5)))
+    assert next_flush is not None and next_flush is not shared
+    await next_flush
+    await log.close()
+
+
+async def test_a_failing_flush_fails_its_shared_future() -> None:
+    journal = GatedJournal()
+    log = EditLog([journal], on_fatal=lambda _error: None)
+    await log.open_for_write(1)
+    log.append(op(1))
+    first = log.synced_future(1)
+    await journal.entered.wait()
+    shared = log.synced_future(log.append(op(2)))
+    journal.fail_with = OSError(5, "Input/output error")
+    journal.gate.set()
+    for fut in (first, shared):
+        assert fut is not None
+        with pytest.raises(StorageError):
+            await fut
+
+
+async def test_a_raising_callback_does_not_stop_the_syncer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    journal = GatedJournal()
+    journal.gate.set()
+    log = EditLog([journal])
+    await log.open_for_write(1)
+    heard: list[BaseException | None] = []
+
+    def broken(_error: BaseException | None) -> None:
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR):
+        log.when_synced(log.append(op(1)), broken)
+        log.when_synced(log.append(op(2)), heard.append)
+        await eventually(lambda: heard == [None])
+    assert "edits sync callback failed" in caplog.text
+    log.append(op(3))
+    await log.sync(3)  # the syncer still runs
+    await log.close()
 
 
 async def test_roll_and_auto_roll(sds: list[StorageDirectory]) -> None:

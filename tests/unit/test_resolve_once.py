@@ -5,7 +5,8 @@ themselves) must give the same namespace."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pytest
@@ -40,6 +41,14 @@ class MemoryEdits:
 
     async def sync(self, txid: int) -> None:
         assert txid <= len(self.ops)
+
+    def synced_future(self, txid: int) -> asyncio.Future[None] | None:
+        assert txid <= len(self.ops)
+        return None
+
+    def when_synced(self, txid: int, callback: Callable[[BaseException | None], None]) -> None:
+        assert txid <= len(self.ops)
+        callback(None)
 
 
 @pytest.fixture

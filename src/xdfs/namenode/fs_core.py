@@ -14,6 +14,12 @@ Every mutation runs the same three steps (:meth:`NamesystemCore.mutate`):
    then are the replicas of blocks that left the namespace deleted (a crash before the
    sync must not leave a file whose replicas are gone).
 
+The common client mutations also run in one step, step 2 alone
+(:meth:`NamesystemCore.apply_now`, through :meth:`NamesystemCore.once_now`), when nothing
+must be waited for first (no full buffer, no lease to recover first ...): the caller
+answers once :meth:`NamesystemCore.after_sync` says the txid is durable (the RPC
+handlers, with no coroutine or task) or after ``await synced(pending)`` (the async API).
+
 Non-idempotent client calls run through :meth:`NamesystemCore.at_most_once`: a retry of
 one (same client id and call number, :mod:`xdfs.namenode.retry_cache`) gets the first
 try's outcome instead of a second execution, and the last op such a call logs carries its
@@ -75,6 +81,16 @@ class EditSink(Protocol):
 
     async def sync(self, txid: int) -> None: ...
 
+    def synced_future(self, txid: int) -> asyncio.Future[None] | None:
+        """What to await until ``txid`` is durable (shared by a flush's waiters), None if
+        it is."""
+        ...
+
+    def when_synced(self, txid: int, callback: Callable[[BaseException | None], None]) -> None:
+        """``callback(None)`` once ``txid`` is durable, ``callback(error)`` if it never
+        will be (no future, no task: the answer of a mutation made in one step)."""
+        ...
+
 
 class Plan(Generic[T]):
     """What one mutation does, decided synchronously right before it is applied: the ops to
@@ -95,6 +111,23 @@ class Plan(Generic[T]):
     def of(ops: Sequence[Op], value: U, at: tuple[INodesInPath, ...] = ()) -> Plan[U]:
         """A plan whose answer is known when it is made."""
         return Plan(ops, lambda: value, at)
+
+
+class Pending(Generic[T]):
+    """A mutation made in one step (:meth:`NamesystemCore.apply_now`): applied and logged,
+    its ``answer`` due once ``txid`` is durable (:meth:`NamesystemCore.after_sync`), when
+    the replicas of the blocks it dropped may go too."""
+
+    __slots__ = ("affected", "answer", "dropped", "keyed", "txid")
+
+    def __init__(
+        self, answer: T, txid: int, dropped: list[int], affected: list[int], keyed: bool
+    ) -> None:
+        self.answer = answer
+        self.txid = txid
+        self.dropped = dropped
+        self.affected = affected
+        self.keyed = keyed
 
 
 #: The key of the at-most-once call this context runs (:meth:`NamesystemCore.run_once`):
@@ -175,34 +208,105 @@ class NamesystemCore:
         edits = self.edits
         if edits.buffer_full:
             await edits.wait_for_room()
+        key = _RUNNING_ONCE.get() if keyed else None
+        pending = self.apply_now(operation, plan, key, allowed_in_safe_mode)
+        if key is not None:
+            # Applied and logged: from here on a retry gets this answer (once durable),
+            # even if this try is cancelled while it waits for the sync.
+            self.retry_cache.succeed(key, pending.answer, pending.txid)
+        # Durability before acknowledgement (a future of its own: a cancelled caller
+        # stops waiting at once, which the shared one of synced() defers to the flush).
+        await edits.sync(pending.txid)
+        self._durable(pending)
+        return pending.answer
+
+    def apply_now(
+        self,
+        operation: str,
+        plan: Callable[[], Plan[T]],
+        key: CallKey | None = None,
+        allowed_in_safe_mode: bool = False,
+    ) -> Pending[T]:
+        """Step 2 of a mutation (the module's doc), with no ``await``: check, plan,
+        apply, append (``key``: the at-most-once call whose outcome this is, carried by
+        its last op). The caller has checked the buffer has room, and answers once
+        :meth:`after_sync` (or ``edits.sync``) says the txid is durable."""
         if not allowed_in_safe_mode:
             self.safe_mode.check_writable(operation)
         planned = plan()
-        key = _RUNNING_ONCE.get()
         ops = planned.ops
-        if key is not None and keyed and ops:
+        if key is not None and ops:
             ops = _keyed_ops(ops, key)
+        edits = self.edits
         txid = edits.last_txid
         dropped: list[int] = []
         affected: list[int] = []
         for op in ops:
             # apply returns the block ids that left the namespace: not orphans, and not
-            # deleted either, until the sync below says the change is durable
+            # deleted either, until the sync says the change is durable
             gone = self.ns.apply(op, planned.at)
             txid = edits.append(op)
             self.blocks.leaving(gone)
             dropped.extend(gone)
             affected.extend(self.blocks.affected_blocks(op, planned.at))
-        answer = planned.answer()
-        if key is not None and keyed:
-            # Applied and logged: from here on a retry gets this answer (once durable),
-            # even if this try is cancelled while it waits for the sync.
-            self.retry_cache.succeed(key, answer, txid)
-        await edits.sync(txid)  # durability before acknowledgement
-        if key is not None and keyed:
+        return Pending(planned.answer(), txid, dropped, affected, key is not None)
+
+    async def synced(self, pending: Pending[T]) -> T:
+        """The answer of a mutation made in one step, once durable (the async API: one
+        future per flush, shared by its waiters)."""
+        flushed = self.edits.synced_future(pending.txid)
+        if flushed is not None:
+            await flushed
+        self._durable(pending)
+        return pending.answer
+
+    def _durable(self, pending: Pending[T]) -> None:
+        """After the sync of a mutation: its dropped blocks may go now."""
+        if pending.keyed:
             fault_point(KEYED_DURABLE)
-        self.blocks.ops_durable(dropped, affected)
-        return answer
+        self.blocks.ops_durable(pending.dropped, pending.affected)
+
+    def after_sync(
+        self, pending: Pending[T], then: Callable[[BaseException | None, T], None]
+    ) -> None:
+        """``then(None, answer)`` once ``pending`` is durable (its blocks' bookkeeping done
+        first), ``then(error, answer)`` if the edits log fails before: the answer of a
+        mutation made in one step, with no coroutine, future or task."""
+
+        def synced(error: BaseException | None) -> None:
+            if error is None:
+                try:
+                    self._durable(pending)
+                except Exception as exc:  # answered as mutate's caller would be
+                    error = exc
+            then(error, pending.answer)
+
+        self.edits.when_synced(pending.txid, synced)
+
+    def once_now(
+        self, key: CallKey | None, run: Callable[[], Pending[T] | None]
+    ) -> Pending[T] | None:
+        """``run()``, the one-step form of an at-most-once call (:meth:`run_once`): None
+        ("not here") when it must wait for something first (the edits buffer is full,
+        a lease to recover, replicas to be reported) or is a retry, and ``run`` returns
+        None for it: the caller then takes the async path, which waits as needed."""
+        if self.edits.buffer_full:
+            return None
+        if key is None:
+            return run()
+        cache = self.retry_cache
+        if cache.begin(key, self.clock()) is not None:
+            return None  # a retry: run_once answers it (waits for the first try)
+        try:
+            pending = run()
+        except BaseException as exc:
+            cache.fail(key, exc)
+            raise
+        if pending is None:
+            cache.forget(key)  # not run: the async path begins it again
+            return None
+        cache.succeed(key, pending.answer, pending.txid)
+        return pending
 
     async def at_most_once(self, run: Callable[[], Awaitable[T]]) -> T:
         """``run()``, a client call that must not apply twice: through the retry cache when

@@ -76,18 +76,31 @@ class LeaseOps(NamesystemCore):
     ) -> None:
         """``create`` without overwrite of a file whose writer is past the soft limit
         starts its lease recovery (HDFS), then fails: the file exists."""
-        iip = self.ns.fresh(resolved)
-        holder = self.ns.lease_holder(iip) if iip.exists else ""
-        if overwrite or not holder or holder in (client, RECOVERY_HOLDER):
+        iip = self._abandoned_lease(client, resolved, overwrite)
+        if iip is None:
             return
-        if not self.leases.is_expired(holder, self.clock(), self.config.lease_soft_limit_s):
-            return
+        holder = self.ns.lease_holder(iip)
         self.ns.check_access(user, iip, ancestor_access=W | X)
         closed = await self._recover([iip.path])
         raise AlreadyExists(
             f"{iip.path} already exists" + ("" if closed else
             f" (its writer {holder} went silent: lease recovery started, try again later)")
         )
+
+    def _abandoned_lease(
+        self, client: str, resolved: INodesInPath, overwrite: bool
+    ) -> INodesInPath | None:
+        """The file a create without overwrite finds open by another writer past the soft
+        limit (its lease is recovered first: :meth:`_recover_if_abandoned`), else None."""
+        if overwrite:
+            return None
+        iip = self.ns.fresh(resolved)
+        holder = self.ns.lease_holder(iip) if iip.exists else ""
+        if not holder or holder in (client, RECOVERY_HOLDER):
+            return None
+        if not self.leases.is_expired(holder, self.clock(), self.config.lease_soft_limit_s):
+            return None
+        return iip
 
     async def _recover(self, candidates: list[str]) -> set[str]:
         """Recover the leases of these open files (see blocks/recovery.py); returns the

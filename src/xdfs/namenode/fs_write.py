@@ -5,7 +5,7 @@ replicas the writer reported."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdfs.errors import (
     AlreadyExists,
@@ -17,7 +17,7 @@ from xdfs.errors import (
 )
 from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER
-from xdfs.namenode.fs_core import Plan, W, X
+from xdfs.namenode.fs_core import Pending, Plan, W, X
 from xdfs.namenode.fs_leases import LeaseOps
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.ops import (
@@ -31,6 +31,7 @@ from xdfs.namenode.namespace.ops import (
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import DEFAULT_MODE, CreateBlockResponse, FileStatus, LocatedBlock
+from xdfs.rpc.server import CallKey, current_call
 
 
 def _retried_add_block(blocks: Sequence[BlockRecord], previous: BlockRecord | None) -> bool:
@@ -58,10 +59,19 @@ class WriteOps(LeaseOps):
         overwrite: bool,
         create_parents: bool,
     ) -> FileStatus:
-        status = await self.at_most_once(lambda: self._create(
-            user, client, path, mode=mode, replication=replication, block_size=block_size,
-            overwrite=overwrite, create_parents=create_parents, first_block=False,
-        ))
+        pending = self.create_now(
+            current_call(), user, client, path, mode=mode, replication=replication,
+            block_size=block_size, overwrite=overwrite, create_parents=create_parents,
+            first_block=False,
+        )
+        if pending is not None:
+            status = await self.synced(pending)
+        else:
+            status = await self.at_most_once(lambda: self._create(
+                user, client, path, mode=mode, replication=replication,
+                block_size=block_size, overwrite=overwrite, create_parents=create_parents,
+                first_block=False,
+            ))
         assert isinstance(status, FileStatus)
         return status
 
@@ -80,15 +90,29 @@ class WriteOps(LeaseOps):
         """``create`` and the writer's first ``add_block`` in one call and one edits sync.
         The first block is left to ``add_block`` (``block`` None) when no target is live
         or quotas are set (``add_block`` checks them before it allocates anything)."""
-        answer = await self.at_most_once(lambda: self._create(
-            user, client, path, mode=mode, replication=replication, block_size=block_size,
-            overwrite=overwrite, create_parents=create_parents, first_block=True,
-        ))
+        pending = self.create_now(
+            current_call(), user, client, path, mode=mode, replication=replication,
+            block_size=block_size, overwrite=overwrite, create_parents=create_parents,
+            first_block=True,
+        )
+        if pending is not None:
+            answer = await self.synced(pending)
+        else:
+            answer = await self.at_most_once(lambda: self._create(
+                user, client, path, mode=mode, replication=replication,
+                block_size=block_size, overwrite=overwrite, create_parents=create_parents,
+                first_block=True,
+            ))
+        return self.with_block(answer)
+
+    @staticmethod
+    def with_block(answer: FileStatus | CreateBlockResponse) -> CreateBlockResponse:
+        """A create_with_block's answer: a retry answered from the edits (replayed after a
+        restart or a failover: the key is on the add_file op) is the file's status. The
+        block's targets were in memory only: the writer's add_block gets that block
+        again, with targets chosen anew (a retried add_block is recognised from the
+        file)."""
         if isinstance(answer, FileStatus):
-            # A retry answered from the edits (replayed after a restart or a failover: the
-            # key is on the add_file op). The block's targets were in memory only: the
-            # writer's add_block gets that block again, with targets chosen anew (a retried
-            # add_block is recognised from the file).
             return CreateBlockResponse(answer)
         return answer
 
@@ -107,6 +131,55 @@ class WriteOps(LeaseOps):
     ) -> FileStatus | CreateBlockResponse:
         """A ``CreateBlockResponse`` when ``first_block``, else the new file's status (the
         answer each call's retry cache keeps, hence one type per call)."""
+        resolved, plan = self._create_plan(
+            user, client, path, mode, replication, block_size, overwrite, create_parents,
+            first_block,
+        )
+        await self._recover_if_abandoned(user, client, resolved, overwrite)
+        return await self.mutate("create", plan)
+
+    def create_now(
+        self,
+        key: CallKey | None,
+        user: str,
+        client: str,
+        path: str,
+        *,
+        mode: int,
+        replication: int,
+        block_size: int,
+        overwrite: bool,
+        create_parents: bool,
+        first_block: bool,
+    ) -> Pending[FileStatus | CreateBlockResponse] | None:
+        """``create`` (``create_with_block`` when ``first_block``) in one step
+        (:meth:`once_now`); None when it must take the async path (an abandoned lease
+        to recover first, a full edits buffer, a retry)."""
+
+        def run() -> Pending[FileStatus | CreateBlockResponse] | None:
+            resolved, plan = self._create_plan(
+                user, client, path, mode, replication, block_size, overwrite,
+                create_parents, first_block,
+            )
+            if self._abandoned_lease(client, resolved, overwrite):
+                return None
+            return self.apply_now("create", plan, key)
+
+        return self.once_now(key, run)
+
+    def _create_plan(
+        self,
+        user: str,
+        client: str,
+        path: str,
+        mode: int,
+        replication: int,
+        block_size: int,
+        overwrite: bool,
+        create_parents: bool,
+        first_block: bool,
+    ) -> tuple[INodesInPath, Callable[[], Plan[FileStatus | CreateBlockResponse]]]:
+        """The path of a create, checked arguments, and its plan."""
         resolved = self.ns.resolve(path)
         replication = replication or self.config.default_replication
         block_size = block_size or self.config.default_block_size_bytes
@@ -118,10 +191,8 @@ class WriteOps(LeaseOps):
             raise InvalidArgument(
                 f"block size {block_size} below {self.config.block_size_min_bytes}"
             )
-
         if client == RECOVERY_HOLDER:
             raise InvalidArgument(f"client name {client} is reserved for lease recovery")
-        await self._recover_if_abandoned(user, client, resolved, overwrite)
 
         def plan() -> Plan[FileStatus | CreateBlockResponse]:
             iip = self.ns.fresh(resolved)
@@ -158,7 +229,7 @@ class WriteOps(LeaseOps):
                 return Plan(ops, lambda: CreateBlockResponse(self.ns.stat(iip), located), (iip,))
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
-        return await self.mutate("create", plan)
+        return resolved, plan
 
     def _first_block(self, user: str, ops: list[Op]) -> LocatedBlock | None:
         """The first block of the file ``ops`` end by adding (logged right after it, in
@@ -327,6 +398,9 @@ class WriteOps(LeaseOps):
     async def complete(
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> FileStatus:
+        pending = self.complete_now(current_call(), user, client, path, blocks)
+        if pending is not None:
+            return await self.synced(pending)
         return await self.at_most_once(lambda: self._complete(user, client, path, blocks))
 
     async def _complete(
@@ -334,6 +408,30 @@ class WriteOps(LeaseOps):
     ) -> FileStatus:
         """Close the file once every block has min_replication replicas of the length the
         writer says (seed 003: an upload is confirmed only when DataNodes have reported)."""
+        resolved, node, plan = self._complete_plan(user, client, path, blocks)
+        # Waited for before mutate, holding nothing: plan() checks everything again.
+        await self._wait_for_replicas(resolved.path, node.replication, blocks)
+        return await self.mutate("complete", plan)
+
+    def complete_now(
+        self, key: CallKey | None, user: str, client: str, path: str, blocks: list[BlockRecord]
+    ) -> Pending[FileStatus] | None:
+        """``complete`` in one step (:meth:`once_now`) when every block has its replicas
+        reported already; None when it must wait for them (the async path)."""
+
+        def run() -> Pending[FileStatus] | None:
+            _resolved, node, plan = self._complete_plan(user, client, path, blocks)
+            needed = min(self.config.min_replication, node.replication)
+            if any(self.blocks.replicas_matching(b) < needed for b in blocks):
+                return None
+            return self.apply_now("complete", plan, key)
+
+        return self.once_now(key, run)
+
+    def _complete_plan(
+        self, user: str, client: str, path: str, blocks: list[BlockRecord]
+    ) -> tuple[INodesInPath, FileInode, Callable[[], Plan[FileStatus]]]:
+        """The file a complete closes, checked now, and the plan that checks it again."""
         resolved = self.ns.resolve(path)
 
         def check(iip: INodesInPath) -> FileInode:
@@ -346,8 +444,6 @@ class WriteOps(LeaseOps):
             return node
 
         node = check(resolved)
-        # Waited for before mutate, holding nothing: plan() checks everything again.
-        await self._wait_for_replicas(resolved.path, node.replication, blocks)
 
         def plan() -> Plan[FileStatus]:
             iip = self.ns.fresh(resolved)
@@ -356,7 +452,7 @@ class WriteOps(LeaseOps):
             return Plan([CloseFileOp(iip.path, now, now, tuple(blocks))],
                         lambda: self.ns.stat(iip), (iip,))
 
-        return await self.mutate("complete", plan)
+        return resolved, node, plan
 
     async def _wait_for_replicas(
         self, path: str, replication: int, blocks: list[BlockRecord]

@@ -16,7 +16,7 @@ current txid, so nothing is acknowledged on the strength of an unsynced change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from xdfs.errors import (
     AccessDenied,
@@ -28,7 +28,7 @@ from xdfs.errors import (
     NotFound,
 )
 from xdfs.namenode.fs_append import AppendOps
-from xdfs.namenode.fs_core import Plan, R, W, X
+from xdfs.namenode.fs_core import Pending, Plan, R, W, X
 from xdfs.namenode.namespace import paths, trash
 from xdfs.namenode.namespace.inodes import DirInode
 from xdfs.namenode.namespace.ops import (
@@ -49,6 +49,7 @@ from xdfs.protocol.namenode import (
     LocatedBlock,
     LocatedBlocks,
 )
+from xdfs.rpc.server import CallKey, current_call
 
 __all__ = ["Namesystem", "Plan"]
 
@@ -118,9 +119,22 @@ class Namesystem(AppendOps):
     # plans on them: ``fresh`` walks again only if the tree changed while it waited.
 
     async def mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
-        return await self.at_most_once(lambda: self._mkdirs(user, path, mode, parents))
+        pending = self.mkdirs_now(current_call(), user, path, mode, parents)
+        if pending is not None:
+            return await self.synced(pending)
+        return await self.at_most_once(
+            lambda: self.mutate("mkdirs", self._mkdirs_plan(user, path, mode, parents)))
 
-    async def _mkdirs(self, user: str, path: str, mode: int, parents: bool) -> FileStatus:
+    def mkdirs_now(
+        self, key: CallKey | None, user: str, path: str, mode: int, parents: bool
+    ) -> Pending[FileStatus] | None:
+        """``mkdirs`` in one step (:meth:`once_now`); None: take the async path."""
+        return self.once_now(key, lambda: self.apply_now(
+            "mkdirs", self._mkdirs_plan(user, path, mode, parents), key))
+
+    def _mkdirs_plan(
+        self, user: str, path: str, mode: int, parents: bool
+    ) -> Callable[[], Plan[FileStatus]]:
         resolved = self.ns.resolve(path)
 
         def plan() -> Plan[FileStatus]:
@@ -141,7 +155,7 @@ class Namesystem(AppendOps):
             self.ns.check_name_quota(iip, len(ops))  # all or none of the directories
             return Plan(ops, lambda: self.ns.stat(iip), (iip,))
 
-        return await self.mutate("mkdirs", plan)
+        return plan
 
     def report_bad_replicas(self, replicas: Sequence[tuple[int, str]]) -> None:
         """Replicas that failed their checksums, (block id, address), from a reader or a
@@ -150,7 +164,22 @@ class Namesystem(AppendOps):
             self.blocks.report_bad_replica(block_id, address)
 
     async def delete(self, user: str, path: str, *, recursive: bool, skip_trash: bool) -> str:
+        pending = self.delete_now(current_call(), user, path, recursive, skip_trash)
+        if pending is not None:
+            return await self.synced(pending)
         return await self.at_most_once(lambda: self._delete(user, path, recursive, skip_trash))
+
+    def delete_now(
+        self, key: CallKey | None, user: str, path: str, recursive: bool, skip_trash: bool
+    ) -> Pending[str] | None:
+        """``delete`` in one step (:meth:`once_now`), unless it is recursive (the subtree
+        of a directory is walked first, in slices; the path is resolved once, there):
+        None, take the async path."""
+        if recursive:
+            return None
+        return self.once_now(key, lambda: self.apply_now(
+            "delete", self._delete_plan(user, self.ns.resolve(path), False, skip_trash, False),
+            key))
 
     async def _delete(self, user: str, path: str, recursive: bool, skip_trash: bool) -> str:
         """Delete ``path`` or move it to the user's trash; returns the trash path or "".
@@ -163,6 +192,14 @@ class Namesystem(AppendOps):
         walked = recursive and isinstance(resolved.last, DirInode)
         if walked:
             await self.walks.run(self.ns.subtree_access_steps(user, resolved, R | W | X))
+        return await self.mutate(
+            "delete", self._delete_plan(user, resolved, recursive, skip_trash, walked))
+
+    def _delete_plan(
+        self, user: str, resolved: INodesInPath, recursive: bool, skip_trash: bool,
+        walked: bool,
+    ) -> Callable[[], Plan[str]]:
+        """``walked``: the subtree's permissions were checked already."""
 
         def plan() -> Plan[str]:
             iip = self.ns.fresh(resolved)
@@ -185,7 +222,7 @@ class Namesystem(AppendOps):
                 return self._to_trash(user, iip)
             return Plan.of([DeleteOp(iip.path, self.now_ms())], "", (iip,))
 
-        return await self.mutate("delete", plan)
+        return plan
 
     def _to_trash(self, user: str, iip: INodesInPath) -> Plan[str]:
         if paths.is_ancestor(iip.path, trash.trash_root(user)):
@@ -207,9 +244,18 @@ class Namesystem(AppendOps):
         return Plan.of(ops, target.path, (iip, target))
 
     async def rename(self, user: str, src: str, dst: str) -> str:
-        return await self.at_most_once(lambda: self._rename(user, src, dst))
+        pending = self.rename_now(current_call(), user, src, dst)
+        if pending is not None:
+            return await self.synced(pending)
+        return await self.at_most_once(
+            lambda: self.mutate("rename", self._rename_plan(user, src, dst)))
 
-    async def _rename(self, user: str, src: str, dst: str) -> str:
+    def rename_now(self, key: CallKey | None, user: str, src: str, dst: str) -> Pending[str] | None:
+        """``rename`` in one step (:meth:`once_now`); None: take the async path."""
+        return self.once_now(
+            key, lambda: self.apply_now("rename", self._rename_plan(user, src, dst), key))
+
+    def _rename_plan(self, user: str, src: str, dst: str) -> Callable[[], Plan[str]]:
         resolved_src, resolved_dst = self.ns.resolve(src), self.ns.resolve(dst)
 
         def plan() -> Plan[str]:
@@ -227,7 +273,7 @@ class Namesystem(AppendOps):
             ops = [RenameOp(source.path, final.path, self.now_ms())]
             return Plan.of(ops, final.path, (source, final))
 
-        return await self.mutate("rename", plan)
+        return plan
 
     async def set_permission(self, user: str, path: str, mode: int) -> None:
         resolved = self.ns.resolve(path)

@@ -153,6 +153,14 @@ class RetryCache:
         entry.error = error
         entry._settle(State.FAILED)
 
+    def forget(self, key: CallKey) -> None:
+        """Drop the running entry of a try that did not run after all (a one-step call
+        that must take the async path: that begins the call again)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.state is State.RUNNING:
+            del self._entries[key]
+            entry._settle(State.FAILED)
+
     def add_applied(self, key: CallKey, value: object, txid: int, now_s: float) -> None:
         """A call whose ops were applied from the edits (startup replay, a standby's
         tailing): a retry of it gets ``value``."""

@@ -3,8 +3,9 @@
 Handlers are methods of an implementation object named after the :class:`Method`:
 
 * unary: ``def|async def name(ctx, request) -> response`` (a plain ``def`` runs inline
-  on the event loop, the fast path for cheap reads; ``async def`` runs as a task, or,
-  marked :func:`eager`, starts inline and becomes a task only when it waits);
+  on the event loop, the fast path for cheap reads, and, marked :func:`deferring`, may
+  return a :class:`Deferred` answered later without a task; ``async def`` runs as a task,
+  or, marked :func:`eager`, starts inline and becomes a task only when it waits);
 * upload: ``async def name(ctx, request, chunks: StreamReceiver) -> response``;
 * download: ``async def name(ctx, request) -> Download(head, chunks)``.
 
@@ -169,6 +170,96 @@ def eager(handler: HandlerT) -> HandlerT:
     return handler
 
 
+PlainT = TypeVar("PlainT", bound=Callable[..., Any])
+
+
+def deferring(handler: PlainT) -> PlainT:
+    """Mark a plain ``def`` unary handler that may answer later: it returns the response,
+    or a :class:`Deferred`, and its context carries the call's number (:func:`call_key`)."""
+    handler.xdfs_deferring = True  # type: ignore[attr-defined]
+    return handler
+
+
+def call_key(ctx: CallContext) -> CallKey | None:
+    """The retry-cache key of a call (as :func:`current_call`, for a plain handler)."""
+    client_id = ctx.connection.client_id
+    return (client_id, ctx.call) if ctx.call > 0 and client_id else None
+
+
+class Deferred:
+    """The answer of a plain-``def`` handler that comes later, with no task: the handler
+    returns this, and whoever completes the work calls :meth:`resolve`, :meth:`fail` or
+    :meth:`settle` (a NameNode mutation: once its edits are synced). Replies settled in
+    one loop turn leave in one write per connection. :meth:`running` wraps an awaitable
+    instead (the slow path): it runs as an async call's task, with the call's retry key.
+
+    When the client cancels the call or goes away, the server stops listening (nothing
+    is sent) and calls ``on_cancel`` if the producer set one."""
+
+    __slots__ = (
+        "_call", "_listener", "awaitable", "convert", "error", "on_cancel", "settled", "value",
+    )
+
+    def __init__(
+        self,
+        convert: Callable[[Any], Any] | None = None,
+        awaitable: Awaitable[Any] | None = None,
+    ) -> None:
+        """``convert``: what the value settled becomes (the reply)."""
+        self.convert = convert
+        self.awaitable = awaitable
+        self.settled = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.on_cancel: Callable[[], None] | None = None
+        self._listener: Callable[[Deferred], None] | None = None
+        #: what the listener needs to answer (the server's call): kept here, no closure
+        self._call: Any = None
+
+    @staticmethod
+    def running(awaitable: Awaitable[Any]) -> Deferred:
+        """The answer ``awaitable`` gives, awaited in a task of the call's own."""
+        return Deferred(None, awaitable)
+
+    def resolve(self, value: Any) -> None:
+        self.settle(None, value)
+
+    def fail(self, error: BaseException) -> None:
+        self.settle(error, None)
+
+    def settle(self, error: BaseException | None, value: Any) -> None:
+        """``error``, or else ``value``, is the answer (the first settle counts)."""
+        if self.settled:
+            return
+        self.settled = True
+        if error is not None:
+            self.error = error
+        elif self.convert is not None:
+            try:
+                self.value = self.convert(value)
+            except Exception as exc:  # a bug: a reply (InternalError), not a lost call
+                self.error = exc
+        else:
+            self.value = value
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener(self)
+
+    def listen(self, listener: Callable[[Deferred], None], call: Any = None) -> None:
+        """Call ``listener(self)`` once settled (now, if it is); ``call`` is kept for it."""
+        self._call = call
+        if self.settled:
+            listener(self)
+        else:
+            self._listener = listener
+
+    def cancel(self) -> None:
+        self._listener = None
+        hook, self.on_cancel = self.on_cancel, None
+        if hook is not None:
+            hook()
+
+
 @dataclass(frozen=True)
 class _Route:
     method: Method[Any, Any]
@@ -178,6 +269,8 @@ class _Route:
     #: A plain ``def`` unary handler: answered inline by
     #: :meth:`ServerConnection._call_inline`, the per-call fast path.
     inline: bool = False
+    #: An inline handler marked :func:`deferring`: it may return a Deferred.
+    deferring: bool = False
 
 
 class RpcServer:
@@ -221,7 +314,9 @@ class RpcServer:
             assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
             eager_start = is_async and getattr(handler, "xdfs_eager", False)
             inline = not is_async and method.kind is MethodKind.UNARY
-            self._routes[name] = _Route(method, handler, is_async, eager_start, inline)
+            deferrable = inline and getattr(handler, "xdfs_deferring", False)
+            self._routes[name] = _Route(method, handler, is_async, eager_start, inline,
+                                        deferrable)
 
     def remove_service(self, service: Service) -> None:
         """Stop routing ``service``'s methods (calls to them get UnknownMethod)."""
@@ -323,6 +418,8 @@ class ServerConnection(RpcProtocol):
         self._hello_task: asyncio.Task[None] | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._unary_calls: set[int] = set()  # ids of running unary calls (they need no input)
+        #: Calls whose plain handler answers later, with no task (:class:`Deferred`).
+        self._deferred: dict[int, Deferred] = {}
         self._parked: deque[InEnvelope] = deque()  # frames waiting for a free call slot
         self._paused_for_writes = False
         self._handshake_timer: asyncio.TimerHandle | None = None
@@ -360,7 +457,7 @@ class ServerConnection(RpcProtocol):
         """Unauthenticated and doing nothing: no handshake being checked, no call running."""
         if self.principal is None:
             return self._hello_task is None
-        return self.principal.anonymous and not self._calls
+        return self.principal.anonymous and not self._calls and not self._deferred
 
     def buffer_updated(self, nbytes: int) -> None:
         super().buffer_updated(nbytes)
@@ -374,7 +471,7 @@ class ServerConnection(RpcProtocol):
 
     def replies_may_follow(self) -> bool:
         # The call answering now is still counted (it leaves when its task is done).
-        return len(self._calls) > 1
+        return len(self._calls) + len(self._deferred) > 1
 
     def check_deadlines(self, now: float) -> None:
         """Called by the server's sweeper: close a connection stuck in a frame, or an
@@ -390,6 +487,7 @@ class ServerConnection(RpcProtocol):
             self.principal is not None
             and self.principal.anonymous
             and not self._calls
+            and not self._deferred
             and now - self.last_active_s > config.unauthenticated_idle_timeout_s
         ):
             self.abort_with(NotAuthenticated(
@@ -404,6 +502,7 @@ class ServerConnection(RpcProtocol):
                 timer.cancel()
         for task in self._calls.values():
             task.cancel()
+        self._drop_deferred()
         if self._hello_task is not None:
             self._hello_task.cancel()
 
@@ -411,6 +510,13 @@ class ServerConnection(RpcProtocol):
         self.close()
         for task in self._calls.values():
             task.cancel()
+        self._drop_deferred()
+
+    def _drop_deferred(self) -> None:
+        """Stop waiting for the deferred answers: nobody will read them."""
+        deferred, self._deferred = self._deferred, {}
+        for waiting in deferred.values():
+            waiting.cancel()
 
     async def wait_finished(self) -> None:
         await self.wait_closed()
@@ -487,17 +593,56 @@ class ServerConnection(RpcProtocol):
         except DECODE_ERRORS as exc:
             self.send_error(call_id, decode_error(exc, BadRequest, envelope.method))
             return
-        context = self._inline_context
-        if context is None:
-            context = self._inline_context = self._context()
+        if route.deferring:
+            if not self._admit(envelope):
+                return
+            context = self._context(envelope.call)  # (its number: the call's retry key)
+        else:
+            shared = self._inline_context
+            if shared is None:
+                shared = self._inline_context = self._context()
+            context = shared
         started = time.perf_counter()
         try:
             response = route.handler(context, request)
         except Exception as exc:  # every failure becomes a reply
             self._reply_error(call_id, route, exc)
         else:
+            if type(response) is Deferred:
+                self._defer(envelope, route, request, started, response)
+                return
             self.send(K_RESPONSE, call_id, "", response)
         self._observe(route, started, request)
+
+    def _defer(
+        self, envelope: InEnvelope, route: _Route, request: Any, started: float,
+        deferred: Deferred,
+    ) -> None:
+        """A plain handler's answer that comes later: from a task running its awaitable,
+        or, with no task, when its producer settles it (then the reply goes out with the
+        others settled in that loop turn: :meth:`RpcProtocol.send`)."""
+        call_id = envelope.id
+        if deferred.awaitable is not None:
+            self._unary_calls.add(call_id)
+            self._spawn(call_id, self._run_unary(
+                call_id, envelope.call, route, request, started, deferred.awaitable))
+            return
+        self._deferred[call_id] = deferred
+        deferred.listen(self._deferred_done, (call_id, route, request, started))
+
+    def _deferred_done(self, done: Deferred) -> None:
+        call_id, route, request, started = done._call
+        if call_id not in self._deferred:
+            return  # cancelled, or the connection is gone
+        if done.error is None:
+            self.send(K_RESPONSE, call_id, "", done.value)
+        else:
+            self._reply_error(call_id, route, done.error)
+        del self._deferred[call_id]  # (after the send: it may wait for the others)
+        self._observe(route, started, request)
+        self.last_active_s = self._loop.time()
+        if self._parked:
+            self._unpark()
 
     def _before_handshake(self, envelope: InEnvelope) -> None:
         if envelope.kind != K_HELLO:
@@ -563,7 +708,7 @@ class ServerConnection(RpcProtocol):
         return route, request
 
     def _check_call_numbers(self, envelope: InEnvelope) -> None:
-        if envelope.id <= 0 or envelope.id in self._calls:
+        if envelope.id <= 0 or envelope.id in self._calls or envelope.id in self._deferred:
             raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
         if envelope.call < 0:
             raise ProtocolError(f"call number {envelope.call} is negative")
@@ -626,9 +771,10 @@ class ServerConnection(RpcProtocol):
 
     def _admit(self, envelope: InEnvelope) -> bool:
         """Whether a new call may start now; otherwise it is parked or refused."""
-        if len(self._calls) < self.config.inflight_per_connection_max:
+        running = len(self._calls) + len(self._deferred)
+        if running < self.config.inflight_per_connection_max:
             return True
-        if self._unary_calls:
+        if self._unary_calls or self._deferred:
             self._park(envelope)  # a running unary call will free a slot without our help
         else:
             self.send_error(envelope.id, Overloaded(
@@ -698,6 +844,14 @@ class ServerConnection(RpcProtocol):
         task = self._calls.get(call_id)
         if task is not None:
             task.cancel()
+        waiting = self._deferred.pop(call_id, None)
+        if waiting is not None:  # answered (and counted) as a cancelled task is
+            waiting.cancel()
+            _id, route, request, started = waiting._call
+            self._reply_error(call_id, route, Cancelled(f"call {call_id} cancelled by the client"))
+            self._observe(route, started, request)
+            if self._parked:
+                self._unpark()
         sender = self.senders.get(call_id)
         if sender is not None:
             sender.fail(Cancelled(f"call {call_id} cancelled by the client"))
@@ -725,10 +879,14 @@ class ServerConnection(RpcProtocol):
             rpc.slow(time.time(), route.method.name, seconds, user, self.peer)
 
     async def _run_unary(
-        self, call_id: int, call: int, route: _Route, request: Any, started: float
+        self, call_id: int, call: int, route: _Route, request: Any, started: float,
+        awaitable: Awaitable[Any] | None = None,
     ) -> None:
+        """``awaitable``: what a plain handler deferred to a task (:meth:`_defer`)."""
         try:
-            response = await route.handler(self._enter_call(call), request)
+            context = self._enter_call(call)
+            response = await (route.handler(context, request) if awaitable is None
+                              else awaitable)
         except BaseException as exc:
             self._reply_error(call_id, route, exc)
             if isinstance(exc, asyncio.CancelledError):

@@ -43,6 +43,7 @@ from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, recor
 from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
 from xdfs.errors import ConfigError, StorageError
 from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
+from xdfs.namenode.editlog.flushwait import FlushFuture
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, Op
 
 log = logging.getLogger("xdfs.namenode.editlog")
@@ -117,6 +118,27 @@ class NameDir(Protocol):
 
 State = Literal["new", "open", "closing", "closed", "failed"]
 
+#: Told once a txid is durable (None) or can never be (the log's error): a mutation whose
+#: answer leaves without a task or a future (:meth:`EditLog.when_synced`).
+SyncCallback = Callable[[BaseException | None], None]
+#: What waits for a flush: a future (``await sync()``) or a plain callback.
+Waiter = asyncio.Future[None] | SyncCallback
+
+
+def _release(waiter: Waiter, error: BaseException | None) -> None:
+    """Tell one waiter of a flush its outcome: ``error`` None when it is durable."""
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
+        return
+    try:
+        waiter(error)
+    except Exception:  # one answer's failure must not stop the syncer (or the others)
+        log.exception("edits sync callback failed")
+
 
 class EditLog:
     def __init__(
@@ -132,10 +154,12 @@ class EditLog:
         self.settings = settings or EditLogSettings()
         self.on_fatal = on_fatal
         self._state: State = "new"
-        self._buffer: DoubleBuffer[asyncio.Future[None]] = DoubleBuffer(
+        self._buffer: DoubleBuffer[Waiter] = DoubleBuffer(
             self.settings.edits_buffer_bytes, 0
         )
         self._room_waiters: list[asyncio.Future[None]] = []
+        #: The future the waiters of the current buffer's flush share (synced_future).
+        self._group: FlushFuture | None = None
         #: The current buffer is full: :meth:`wait_for_room` before applying an op. An
         #: attribute kept with the buffer, so a mutation reads it without a call.
         self.buffer_full = False
@@ -226,6 +250,7 @@ class EditLog:
         self._cache_bytes = 0
         self._finalized = tuple(self.journals[0].finalized_ranges())
         self._fatal = None
+        self._group = None
         self._loop = asyncio.get_running_loop()
         self._state = "open"
         log.info("edits log open for write at txid %d on %s",
@@ -336,6 +361,42 @@ class EditLog:
         self._kick()
         await fut
 
+    def synced_future(self, txid: int) -> asyncio.Future[None] | None:
+        """What to await until ``txid`` is durable on every journal, None if it is: the
+        future every waiter of the same flush shares (one future and one heap entry per
+        flush, not per mutation; a waiter's cancellation cancels only its own task, see
+        :mod:`.flushwait`), a future of its own for a txid in the flush under way."""
+        buffer = self._buffer
+        if txid <= buffer.synced_txid:
+            return None
+        self._check_usable()
+        assert self._loop is not None  # set by open_for_write, as the state checked above
+        if txid <= buffer.flushing_txid:  # written now: the next group would wait longer
+            fut: asyncio.Future[None] = self._loop.create_future()
+            buffer.add_waiter(txid, fut)
+            return fut
+        group = self._group
+        if group is None:
+            # Every txid appended until the next swap goes out with that flush, so the
+            # first waiter's txid stands for the group (the swap starts a new one).
+            group = self._group = FlushFuture(loop=self._loop)
+            buffer.add_waiter(txid, group)
+            self._kick()
+        return group
+
+    def when_synced(self, txid: int, callback: SyncCallback) -> None:
+        """Call ``callback(None)`` once ``txid`` is durable on every journal (now, if it
+        is), or ``callback(error)`` if the log fails first: what :meth:`sync` does, with
+        no future and no task (the syncer calls every callback of a flush in one go). A
+        log that is not usable raises here instead."""
+        buffer = self._buffer
+        if txid <= buffer.synced_txid:
+            callback(None)
+            return
+        self._check_usable()
+        buffer.add_waiter(txid, callback)
+        self._kick()
+
     async def roll(self) -> tuple[int, int] | None:
         """Flush, finalize the open segment, start the next at the next txid. Returns the
         finalized (start, end), or None when the open segment was empty (it is deleted)."""
@@ -405,6 +466,7 @@ class EditLog:
     async def _flush_locked(self) -> None:
         buffer = self._buffer
         batch = buffer.swap()
+        self._group = None  # the waiters of this flush are its own; later ones the next
         self.buffer_full = False
         room, self._room_waiters = self._room_waiters, []
         for fut in room:
@@ -422,9 +484,8 @@ class EditLog:
         self._segment_bytes += len(batch.data)
         self._segment_txns += batch.count
         self._remember(batch)
-        for fut in buffer.flush_done():
-            if not fut.done():
-                fut.set_result(None)
+        for waiter in buffer.flush_done():
+            _release(waiter, None)
         event, self._synced_event = self._synced_event, asyncio.Event()
         event.set()
         if buffer.needs_flush():
@@ -492,19 +553,26 @@ class EditLog:
         error.__cause__ = exc
         self._fatal = error
         self._state = "failed"
+        self._group = None
         self._stop_idle_syncer()
         log.critical("edits journal %s failed during %s: %s -- the edits log is stopped, "
                      "no edit after txid %d will be acknowledged",
                      journal.name, what, exc, self._buffer.synced_txid)
-        for fut in [*self._buffer.flush_failed(), *self._room_waiters]:
-            if not fut.done():
-                fut.set_exception(error)
-        self._room_waiters = []
+        # The owner first (a NameNode drops its connections): a caller whose edits may or
+        # may not have reached the disk must not be answered as if they had not (its
+        # client retries instead, and a restarted NameNode answers from what is on disk).
+        # Whoever still waits then gets the error, never a success.
         if self.on_fatal is not None:
             try:
                 self.on_fatal(error)
             except Exception:
                 log.exception("on_fatal callback failed")
+        for waiter in self._buffer.flush_failed():
+            _release(waiter, error)
+        for fut in self._room_waiters:
+            if not fut.done():
+                fut.set_exception(error)
+        self._room_waiters = []
 
     # -- in-memory cache of synced edits --
 

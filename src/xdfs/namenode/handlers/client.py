@@ -1,8 +1,9 @@
 """RPC handlers of the NameNode's client and admin services (xdfs.protocol.namenode).
 
 Thin: authenticate the caller, translate the request, call the namesystem. Reads are plain
-functions (run inline on the event loop, the fast path); mutations are coroutines because
-they wait for the edits log to sync.
+functions (run inline on the event loop, the fast path); the common mutations too, made in
+one step and answered through a Deferred once their edits are synced; the other mutations
+are coroutines because they wait for the edits log to sync.
 """
 
 from __future__ import annotations
@@ -10,19 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from xdfs.errors import AccessDenied, AuthenticationFailed, InvalidArgument, NotAuthenticated
 from xdfs.namenode import hosts
 from xdfs.namenode.blocks import balancing, blockmap_export
 from xdfs.namenode.blocks import fsck as health
+from xdfs.namenode.fs_core import Pending
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download, Principal, eager
+from xdfs.rpc.server import CallContext, Deferred, Download, Principal, call_key, deferring
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def caller(ctx: CallContext, fs: Namesystem) -> str:
@@ -49,6 +54,20 @@ def principal_user(principal: Principal, fs: Namesystem) -> str:
     return user
 
 
+def answer_after_sync(
+    fs: Namesystem, pending: Pending[T], convert: Callable[[T], object] | None = None
+) -> Deferred:
+    """The reply of a mutation made in one step: its answer (``convert`` ed), once its
+    edits are durable; the edits log's error if they never will be."""
+    reply = Deferred(convert)
+    fs.after_sync(pending, reply.settle)
+    return reply
+
+
+def _deleted(trash_path: str) -> p.DeleteResponse:
+    return p.DeleteResponse(True, trash_path)
+
+
 class ClientHandlers:
     def __init__(self, namesystem: Namesystem, auth: NameNodeAuth) -> None:
         self.fs = namesystem
@@ -60,36 +79,45 @@ class ClientHandlers:
         )
         return p.LoginResponse(req.user, token, expires_ms)
 
-    @eager
-    async def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> p.FileStatus:
-        return await self.fs.mkdirs(caller(ctx, self.fs), req.path, req.mode, req.parents)
+    # The common mutations are plain handlers: the mutation in one step, answered once its
+    # edits are synced with no coroutine, future or task (answer_after_sync); what must
+    # wait first (a full edits buffer, a lease to recover, replicas not yet reported, a
+    # retry) takes the async API in a task of its own (Deferred.running).
 
-    @eager
-    async def create(self, ctx: CallContext, req: p.CreateRequest) -> p.FileStatus:
+    @deferring
+    def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> Deferred:
+        user = caller(ctx, self.fs)
+        pending = self.fs.mkdirs_now(call_key(ctx), user, req.path, req.mode, req.parents)
+        if pending is None:
+            return Deferred.running(self.fs.mkdirs(user, req.path, req.mode, req.parents))
+        return answer_after_sync(self.fs, pending)
+
+    @deferring
+    def create(self, ctx: CallContext, req: p.CreateRequest) -> Deferred:
+        return self._create(ctx, req, first_block=False)
+
+    @deferring
+    def create_with_block(self, ctx: CallContext, req: p.CreateRequest) -> Deferred:
+        return self._create(ctx, req, first_block=True)
+
+    def _create(self, ctx: CallContext, req: p.CreateRequest, *, first_block: bool) -> Deferred:
         if not req.client:
             raise InvalidArgument("create needs a client name (the lease holder)")
-        return await self.fs.create(
-            caller(ctx, self.fs),
-            req.client,
-            req.path,
-            mode=req.mode,
-            replication=req.replication,
-            block_size=req.block_size,
-            overwrite=req.overwrite,
-            create_parents=req.create_parents,
-        )
-
-    @eager
-    async def create_with_block(
-        self, ctx: CallContext, req: p.CreateRequest
-    ) -> p.CreateBlockResponse:
-        if not req.client:
-            raise InvalidArgument("create needs a client name (the lease holder)")
-        return await self.fs.create_with_block(
-            caller(ctx, self.fs), req.client, req.path, mode=req.mode,
+        fs = self.fs
+        user = caller(ctx, fs)
+        pending = fs.create_now(
+            call_key(ctx), user, req.client, req.path, mode=req.mode,
             replication=req.replication, block_size=req.block_size, overwrite=req.overwrite,
-            create_parents=req.create_parents,
+            create_parents=req.create_parents, first_block=first_block,
         )
+        if pending is not None:
+            return answer_after_sync(fs, pending, fs.with_block if first_block else None)
+        slow = fs.create_with_block if first_block else fs.create
+        return Deferred.running(slow(
+            user, req.client, req.path, mode=req.mode, replication=req.replication,
+            block_size=req.block_size, overwrite=req.overwrite,
+            create_parents=req.create_parents,
+        ))
 
     async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
         return await self.fs.add_block(
@@ -119,9 +147,13 @@ class ClientHandlers:
         self.fs.report_bad_replicas([(bad.block_id, bad.address) for bad in req.replicas])
         return Empty()
 
-    @eager
-    async def complete(self, ctx: CallContext, req: p.CompleteRequest) -> p.FileStatus:
-        return await self.fs.complete(caller(ctx, self.fs), req.client, req.path, req.blocks)
+    @deferring
+    def complete(self, ctx: CallContext, req: p.CompleteRequest) -> Deferred:
+        user = caller(ctx, self.fs)
+        pending = self.fs.complete_now(call_key(ctx), user, req.client, req.path, req.blocks)
+        if pending is None:
+            return Deferred.running(self.fs.complete(user, req.client, req.path, req.blocks))
+        return answer_after_sync(self.fs, pending)
 
     async def append(self, ctx: CallContext, req: p.AppendRequest) -> p.AppendResponse:
         return await self.fs.append(caller(ctx, self.fs), req.client, req.path)
@@ -158,16 +190,29 @@ class ClientHandlers:
         entries, remaining = self.fs.list_dir(user, req.path, req.start_after, req.limit)
         return p.Listing(entries, remaining)
 
-    @eager
-    async def delete(self, ctx: CallContext, req: p.DeleteRequest) -> p.DeleteResponse:
-        trash_path = await self.fs.delete(
-            caller(ctx, self.fs), req.path, recursive=req.recursive, skip_trash=req.skip_trash
-        )
-        return p.DeleteResponse(True, trash_path)
+    @deferring
+    def delete(self, ctx: CallContext, req: p.DeleteRequest) -> Deferred:
+        user = caller(ctx, self.fs)
+        pending = self.fs.delete_now(call_key(ctx), user, req.path, req.recursive,
+                                     req.skip_trash)
+        if pending is None:
+            return Deferred.running(self._delete(user, req))
+        return answer_after_sync(self.fs, pending, _deleted)
 
-    @eager
-    async def rename(self, ctx: CallContext, req: p.RenameRequest) -> p.RenameResponse:
-        return p.RenameResponse(await self.fs.rename(caller(ctx, self.fs), req.src, req.dst))
+    async def _delete(self, user: str, req: p.DeleteRequest) -> p.DeleteResponse:
+        return _deleted(await self.fs.delete(
+            user, req.path, recursive=req.recursive, skip_trash=req.skip_trash))
+
+    @deferring
+    def rename(self, ctx: CallContext, req: p.RenameRequest) -> Deferred:
+        user = caller(ctx, self.fs)
+        pending = self.fs.rename_now(call_key(ctx), user, req.src, req.dst)
+        if pending is None:
+            return Deferred.running(self._rename(user, req))
+        return answer_after_sync(self.fs, pending, p.RenameResponse)
+
+    async def _rename(self, user: str, req: p.RenameRequest) -> p.RenameResponse:
+        return p.RenameResponse(await self.fs.rename(user, req.src, req.dst))
 
     async def set_permission(self, ctx: CallContext, req: p.SetPermissionRequest) -> Empty:
         await self.fs.set_permission(caller(ctx, self.fs), req.path, req.mode)
