@@ -112,6 +112,47 @@ async def test_requests_made_in_one_loop_turn_leave_in_one_write_a_lone_one_at_o
     assert await asyncio.gather(lone, *calls) == [Empty()] * 6
 
 
+def frame_bytes(kind: int, call_id: int, method: str, body: Any, call: int = 0) -> bytes:
+    return bytes(encode_frame(kind, call_id, method, body, call))
+
+
+async def test_replies_to_one_read_leave_in_parts_of_write_batch_bytes() -> None:
+    """Replies to a large batch leave as soon as ``write_batch_bytes`` wait (the peer starts
+    on them while the rest are prepared): several writes, in order, each but the last at
+    least that size, and together exactly the replies; 0 writes the batch whole."""
+    replies = [frame_bytes(Kind.RESPONSE, i, "", None) for i in range(1, 41)]
+    requests = b"".join(frame_bytes(Kind.REQUEST, i, "m", None) for i in range(1, 41))
+    batch = 4 * len(replies[0]) + 1  # a write after every 5 replies
+    proto = Echoing(RpcConfig(write_batch_bytes=batch))
+    transport = RecordingTransport()
+    proto.connection_made(transport)  # type: ignore[arg-type]
+    receive(proto, requests)
+    assert transport.calls == [b"".join(replies[i : i + 5]) for i in range(0, 40, 5)]
+    whole = Echoing(RpcConfig(write_batch_bytes=0))
+    transport = RecordingTransport()
+    whole.connection_made(transport)  # type: ignore[arg-type]
+    receive(whole, requests)
+    assert transport.calls == [b"".join(replies)]
+
+
+async def test_requests_of_one_loop_turn_leave_in_parts_of_write_batch_bytes() -> None:
+    one = len(frame_bytes(Kind.REQUEST, 10, PING.name, Empty(), 10))
+    conn = ClientConnection(RpcConfig(write_batch_bytes=3 * one))
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    lone = asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=1))
+    await asyncio.sleep(0)
+    calls = [asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=n))
+             for n in range(10, 17)]
+    await asyncio.sleep(0)  # they send: two parts of three at once
+    requests = [frame_bytes(Kind.REQUEST, n - 8, PING.name, Empty(), n) for n in range(10, 17)]
+    assert transport.calls[1:] == [b"".join(requests[0:3]), b"".join(requests[3:6])]
+    await asyncio.sleep(0)  # the loop turn after: the last one
+    assert transport.calls[3:] == [requests[6]]
+    receive(conn, b"".join(frame_bytes(Kind.RESPONSE, n, "", Empty()) for n in range(1, 9)))
+    assert await asyncio.gather(lone, *calls) == [Empty()] * 8
+
+
 class AnswersAroundAChunk(RpcProtocol):
     """Answers a frame with a RESPONSE, a CHUNK whose data is sent uncopied, a RESPONSE."""
 
