@@ -155,7 +155,18 @@ class ClientConnection(RpcProtocol):
     def on_envelope(self, envelope: InEnvelope) -> None:
         kind = envelope.kind
         if kind in _ANSWERS:
-            self._on_answer(envelope)
+            # An answer (most frames), taken here: one Python call less per call.
+            entry = self._pending.pop(envelope.id, None)
+            if entry is None:
+                return  # the caller timed out or cancelled: the late answer is dropped
+            future, method = entry[0], entry[1]
+            if future.done():
+                return
+            try:
+                future.set_result(method.response_decoder.decode(envelope.body))
+            except DECODE_ERRORS as exc:
+                future.set_exception(
+                    decode_error(exc, ProtocolError, f"{method.name}: bad response"))
         elif kind in _STREAM_FRAMES:
             self.on_stream_frame(envelope)
             receiver = self.receivers.get(envelope.id)
@@ -172,21 +183,6 @@ class ClientConnection(RpcProtocol):
                 self._welcome_future.set_result(welcome)
         else:
             raise ProtocolError(f"unexpected frame kind {kind} from a server")
-
-    def _on_answer(self, envelope: InEnvelope) -> None:
-        entry = self._pending.pop(envelope.id, None)
-        if entry is None:
-            return  # the caller timed out or cancelled; the late answer is dropped
-        future, method = entry[0], entry[1]
-        try:
-            body = method.response_decoder.decode(envelope.body)
-        except DECODE_ERRORS as exc:
-            if not future.done():
-                future.set_exception(decode_error(exc, ProtocolError,
-                                                  f"{method.name}: bad response"))
-            return
-        if not future.done():
-            future.set_result(body)
 
     def _on_error(self, envelope: InEnvelope) -> None:
         try:
