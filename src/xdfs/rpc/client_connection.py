@@ -235,8 +235,12 @@ class ClientConnection(RpcProtocol):
         future: asyncio.Future[Any] = self._loop.create_future()
         if timeout_s is None:
             self._pending[call_id] = (future, method, math.inf, 0.0)
-        else:
-            self._watch(call_id, future, method, timeout_s)
+            return call_id, future
+        # What _watch does, not called: this runs for every call.
+        deadline = self._loop.time() + timeout_s
+        self._pending[call_id] = (future, method, deadline, timeout_s)
+        if deadline < self._sweep_at:
+            self._arm(deadline)
         return call_id, future
 
     def _watch(
