@@ -116,6 +116,7 @@ class ClientConnection(RpcProtocol):
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = math.inf
         self._flush_soon = False  # a flush of queued requests is scheduled (_send_request)
+        self._request_batch_bytes: float = config.request_batch_bytes or math.inf
 
     @classmethod
     async def open(
@@ -336,6 +337,13 @@ class ClientConnection(RpcProtocol):
             self.send(K_REQUEST, call_id, name, request, logical_call)
             return
         self.queue(K_REQUEST, call_id, name, request, logical_call)
+        tail = self._out_tail
+        if tail is not None and len(tail) >= self._request_batch_bytes:
+            # Written in parts: the server starts on the first while the callers still to
+            # step this turn make the rest (one write of all of them made the two ends take
+            # turns, each idle while the other worked: see rpc.request_batch_bytes).
+            self.flush()
+            return
         if not self._flush_soon:
             self._flush_soon = True
             self._loop.call_soon(self._flush_queued)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import struct
 from typing import Any, cast
 
@@ -140,8 +139,6 @@ class RpcProtocol(asyncio.BufferedProtocol):
         #: buffer for a run of small frames instead of one each); None after a chunk's
         #: data and after a flush (the transport may still hold what it was given).
         self._out_tail: bytearray | None = None
-        #: Queued frames are written once this many bytes wait (see :meth:`queue`).
-        self._write_batch_bytes: float = config.write_batch_bytes or math.inf
         self._receiving = False
         #: Set by a server connection: replies sent outside a receive (calls that awaited,
         #: answered together when a group commit wakes them) are written once per loop turn.
@@ -297,17 +294,12 @@ class RpcProtocol(asyncio.BufferedProtocol):
 
     def queue(self, kind: int, call_id: int, method: str, body: Any, logical_call: int) -> None:
         """Add a small frame to what :meth:`flush` writes next, in the buffer of the frames
-        queued just before it when there is one; once ``write_batch_bytes`` wait, write
-        them now. A batch written whole lets the two ends only take turns (a client's 64
-        requests, then the server's 64 answers, each end idle while the other works): in
-        parts, the peer starts on the first while this end prepares the rest."""
+        queued just before it when there is one."""
         tail = self._out_tail
         if tail is None:
             tail = self._out_tail = bytearray()
             self._out.append(tail)
         append_frame(tail, kind, call_id, method, body, logical_call)
-        if len(tail) >= self._write_batch_bytes:
-            self.flush()
 
     def replies_may_follow(self) -> bool:
         """Whether other calls of this connection may answer in this loop turn (a server
