@@ -1,6 +1,7 @@
 """Frames sent while handling what one read brought leave in one socket write, in order;
 a frame sent at any other time is written at once (a client's requests made in one loop
-turn while others are in flight: together at the end of that turn). A stream consumer can
+turn while others are in flight: together at the end of that turn, or in parts of
+``rpc.request_batch_bytes``). A stream consumer can
 take every chunk that arrived together in one batch, and learns with it whether the stream
 ended."""
 
@@ -110,6 +111,48 @@ async def test_requests_made_in_one_loop_turn_leave_in_one_write_a_lone_one_at_o
     receive(conn, b"".join(bytes(encode_frame(Kind.RESPONSE, n, "", Empty()))
                            for n in range(1, 7)))
     assert await asyncio.gather(lone, *calls) == [Empty()] * 6
+
+
+def frame_bytes(kind: int, call_id: int, method: str, body: Any, call: int = 0) -> bytes:
+    return bytes(encode_frame(kind, call_id, method, body, call))
+
+
+async def test_requests_of_one_loop_turn_leave_in_parts_of_request_batch_bytes() -> None:
+    """A client's requests made in one loop turn leave as soon as ``request_batch_bytes``
+    wait (the server starts on them while the callers still to step make the rest), in
+    order; the rest at the end of the turn. 0: all of them at the end of the turn."""
+    one = len(frame_bytes(Kind.REQUEST, 10, PING.name, Empty(), 10))
+    conn = ClientConnection(RpcConfig(request_batch_bytes=3 * one))
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    lone = asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=1))
+    await asyncio.sleep(0)
+    calls = [asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=n))
+             for n in range(10, 17)]
+    await asyncio.sleep(0)  # they send: two parts of three at once
+    requests = [frame_bytes(Kind.REQUEST, n - 8, PING.name, Empty(), n) for n in range(10, 17)]
+    assert transport.calls[1:] == [b"".join(requests[0:3]), b"".join(requests[3:6])]
+    await asyncio.sleep(0)  # the loop turn after: the last one
+    assert transport.calls[3:] == [requests[6]]
+    receive(conn, b"".join(frame_bytes(Kind.RESPONSE, n, "", Empty()) for n in range(1, 9)))
+    assert await asyncio.gather(lone, *calls) == [Empty()] * 8
+
+
+async def test_requests_of_one_loop_turn_leave_together_with_request_batch_bytes_0() -> None:
+    conn = ClientConnection(RpcConfig(request_batch_bytes=0))
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    lone = asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=1))
+    await asyncio.sleep(0)
+    calls = [asyncio.ensure_future(conn.call(PING, Empty(), 30.0, logical_call=n))
+             for n in range(10, 60)]
+    await asyncio.sleep(0)
+    assert len(transport.calls) == 1
+    await asyncio.sleep(0)
+    assert transport.calls[1:] == [b"".join(
+        frame_bytes(Kind.REQUEST, n - 8, PING.name, Empty(), n) for n in range(10, 60))]
+    receive(conn, b"".join(frame_bytes(Kind.RESPONSE, n, "", Empty()) for n in range(1, 52)))
+    assert await asyncio.gather(lone, *calls) == [Empty()] * 51
 
 
 class AnswersAroundAChunk(RpcProtocol):

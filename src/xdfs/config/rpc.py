@@ -71,6 +71,14 @@ class RpcConfig:
         "objects (Python's default is 700, which made the collector a quarter of a "
         "NameNode's CPU on creates); 0 keeps Python's default.",
     )
+    request_batch_bytes: int = setting(
+        1 * KiB,
+        "A client's requests made in one loop turn (callers woken by one batch of answers) "
+        "are written as soon as this many bytes wait, the rest after them: the server "
+        "starts on the first part while the client makes the next, instead of the two "
+        "ends taking turns; 0 writes them all at the end of the turn. (A server writes "
+        "the replies to one read together.)",
+    )
 
     def validate(self) -> None:
         require(self.frame_bytes_max >= 64 * KiB, "rpc.frame_bytes_max must be >= 64 KiB")
@@ -96,6 +104,7 @@ class RpcConfig:
         require(self.slow_calls_kept >= 0, "rpc.slow_calls_kept must be >= 0")
         require(self.loop_lag_interval_s > 0, "rpc.loop_lag_interval_s must be > 0")
         require(self.gc_young_objects >= 0, "rpc.gc_young_objects must be >= 0")
+        require(self.request_batch_bytes >= 0, "rpc.request_batch_bytes must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -175,8 +175,10 @@ class RpcProtocol(asyncio.BufferedProtocol):
         try:
             payloads = reader.feed(nbytes)
             shared = reader.shared_buffer
+            transport = self.transport
+            assert transport is not None  # set before the first read, never unset
             for payload in payloads:
-                if self.is_closing:
+                if transport.is_closing():
                     return
                 try:
                     envelope = _ENVELOPE.decode(payload)

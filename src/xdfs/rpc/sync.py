@@ -12,8 +12,9 @@ from xdfs.rpc.loop import loop_factory
 
 T = TypeVar("T")
 
-#: Per thread: the LoopThread whose coroutine this thread runs inline (run_inline).
-_inline = threading.local()
+#: Per thread: the LoopThread whose coroutine this thread runs inline (run_inline), as
+#: its ``loop`` attribute (RpcClient.call reads it directly: once per call).
+INLINE = threading.local()
 
 
 def inline_loop() -> LoopThread | None:
@@ -21,7 +22,7 @@ def inline_loop() -> LoopThread | None:
     (:meth:`LoopThread.run_inline`), or None (an event loop's thread, or plain code).
     :meth:`xdfs.rpc.client.RpcClient.call` then makes its call from this thread over a
     blocking connection instead of awaiting the loop."""
-    loop: LoopThread | None = getattr(_inline, "loop", None)
+    loop: LoopThread | None = getattr(INLINE, "loop", None)
     return loop
 
 
@@ -90,14 +91,14 @@ class LoopThread:
         A coroutine that suspends on anything else is closed and :class:`NotInline`
         raised: only ask this of coroutines known not to (a programming error otherwise)."""
         assert threading.current_thread() is not self._thread, "run_inline from its own loop"
-        outer = getattr(_inline, "loop", None)
-        _inline.loop = self
+        outer = getattr(INLINE, "loop", None)
+        INLINE.loop = self
         try:
             waited = coro.send(None)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         finally:
-            _inline.loop = outer
+            INLINE.loop = outer
         coro.close()
         raise NotInline(f"{coro!r} waited on {waited!r}, not one of run_inline's calls")
 
