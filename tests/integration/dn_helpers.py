@@ -39,8 +39,9 @@ from xdfs.protocol.datanode import (
 )
 from xdfs.protocol.namenode import REPORT_BAD_REPLICAS
 from xdfs.rpc.client import RpcClient
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
-from xdfs.rpc.server import CallContext, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually

@@ -25,7 +25,7 @@ from xdfs.protocol.datanode import (
     RegisterRequest,
     RegisterResponse,
 )
-from xdfs.rpc.server import CallContext
+from xdfs.rpc.handling import CallContext
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
 

@@ -20,8 +20,8 @@ from xdfs.errors import Superseded
 from xdfs.protocol.ha import GET_SERVICE_STATE, ServiceStatus
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.failover_probe import FailoverProbe, ServiceState, choose_new_active
+from xdfs.rpc.handling import CallContext, CallKey, current_call
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, CallKey, current_call
 from xdfs.rpc.service import Method, Service
 from xdfs.testing.minicluster import MiniCluster
 

@@ -3,14 +3,17 @@ envelopes that every retry of a call keeps, and frames of older peers still acce
 
 from __future__ import annotations
 
+from typing import cast
+
 import msgspec
 import pytest
 
 from xdfs.errors import BadRequest, ConnectionLost
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.connection import encode_frame
+from xdfs.rpc.handling import CallContext, CallKey, current_call
 from xdfs.rpc.messages import PROTOCOL_VERSION, Chunk, Hello, InEnvelope, Kind
-from xdfs.rpc.server import CallContext, CallKey, current_call
+from xdfs.rpc.server import ServerConnection
 from xdfs.rpc.service import Method, Service
 from xdfs.testing.minicluster import MiniCluster
 
@@ -42,7 +45,8 @@ class Handlers:
         if key is None:
             return Seen(b"", 0)
         if self.keys.count(key) == 1:
-            ctx.connection.close()  # the answer is lost: a retry must follow
+            # the answer is lost: a retry must follow
+            cast(ServerConnection, ctx.connection).close()
         return Seen(key[0], key[1])
 
     async def test_who_once(self, ctx: CallContext, request: Empty) -> Seen:

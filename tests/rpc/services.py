@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import cast
 
 import crc32c
 import msgspec
 
 from xdfs.errors import CorruptReplica, InvalidArgument, NotActive, Overloaded, error_from_code
 from xdfs.protocol.system import SinkResult, SourceHead, SourceRequest
+from xdfs.rpc.handling import CallContext, CallKey, Download, current_call, eager
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, CallKey, Download, current_call, eager
+from xdfs.rpc.server import ServerConnection
 from xdfs.rpc.service import Method, MethodKind, Service
 from xdfs.rpc.streams import StreamReceiver
 
@@ -96,7 +98,7 @@ class TestHandlers:
     def _bump(self, name: str, ctx: CallContext) -> Count:
         n = self._count(name)
         if n == 1:
-            transport = ctx.connection.transport
+            transport = cast(ServerConnection, ctx.connection).transport
             assert transport is not None
             transport.abort()  # the call ran, but its answer is lost
         return Count(n)

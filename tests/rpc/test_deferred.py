@@ -11,15 +11,8 @@ import pytest
 
 from xdfs.errors import InvalidArgument, RpcTimeout
 from xdfs.rpc.client import RpcClient
-from xdfs.rpc.server import (
-    CallContext,
-    CallKey,
-    Deferred,
-    RpcServer,
-    call_key,
-    current_call,
-    deferring,
-)
+from xdfs.rpc.handling import CallContext, CallKey, Deferred, call_key, current_call, deferring
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Method, Service
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually

@@ -32,8 +32,9 @@ from xdfs.protocol.ha import (
     ServiceStatus,
     TransitionRequest,
 )
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.system import add_system_services
 
 EVENT = "fake-namenode EVENT"

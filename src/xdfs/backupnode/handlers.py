@@ -9,8 +9,8 @@ from xdfs.backupnode.local import Local
 from xdfs.errors import AccessDenied, NotAuthenticated
 from xdfs.namenode.security.auth import ANONYMOUS
 from xdfs.protocol.backup import BackupStatus, TakeoverResponse
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
 
 
 class Backup(Protocol):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from xdfs.common.files import atomic_write
 from xdfs.errors import AuthenticationFailed, ConfigError
+from xdfs.rpc.handling import Principal
 from xdfs.rpc.messages import Hello
-from xdfs.rpc.server import Principal
 
 SECRET_BYTES = 32
 

@@ -28,8 +28,8 @@ from xdfs.protocol.datanode import (
     WriteBlockRequest,
     WriteBlockResponse,
 )
+from xdfs.rpc.handling import CallContext, Download
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download
 from xdfs.rpc.streams import StreamReceiver
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from xdfs.errors import InvalidArgument
 from xdfs.protocol import journal as j
 from xdfs.protocol.journal import check_journal_id
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
 from xdfs.rpc.streams import StreamReceiver
 
 if TYPE_CHECKING:

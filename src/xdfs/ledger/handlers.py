@@ -19,8 +19,8 @@ from typing import TypeVar
 from xdfs.errors import InternalError, StorageError, XdfsError
 from xdfs.ledger.storage import LedgerStore
 from xdfs.protocol import ledger as lp
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.logservice.rules import KeeperState, MetaRepair
 from xdfs.protocol import log as lg
-from xdfs.rpc.server import CallContext
+from xdfs.rpc.handling import CallContext
 
 log = logging.getLogger(__name__)
 

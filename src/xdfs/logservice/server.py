@@ -27,8 +27,9 @@ from xdfs.log.zkmeta import MetaStore, connect
 from xdfs.logservice.keeper import Keeper, KeeperHandlers
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
-from xdfs.rpc.server import CallContext, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 

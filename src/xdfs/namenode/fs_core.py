@@ -57,7 +57,7 @@ from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
 from xdfs.namenode.walks import WalkPacer
 from xdfs.protocol.namenode import DEFAULT_MODE
-from xdfs.rpc.server import CallKey, current_call
+from xdfs.rpc.handling import CallKey, current_call
 
 T = TypeVar("T")
 U = TypeVar("U")

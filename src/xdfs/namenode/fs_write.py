@@ -31,7 +31,7 @@ from xdfs.namenode.namespace.ops import (
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import DEFAULT_MODE, CreateBlockResponse, FileStatus, LocatedBlock
-from xdfs.rpc.server import CallKey, current_call
+from xdfs.rpc.handling import CallKey, current_call
 
 
 def _retried_add_block(blocks: Sequence[BlockRecord], previous: BlockRecord | None) -> bool:

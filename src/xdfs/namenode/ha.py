@@ -28,8 +28,8 @@ from xdfs.config import XdfsConfig
 from xdfs.errors import Fenced, RpcError
 from xdfs.protocol.ha import HA_STATUS, HaStatus
 from xdfs.rpc.client import RpcClient
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
 from xdfs.rpc.service import Method, Resp
 from xdfs.rpc.tls import client_context
 

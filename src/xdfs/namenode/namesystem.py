@@ -49,7 +49,7 @@ from xdfs.protocol.namenode import (
     LocatedBlock,
     LocatedBlocks,
 )
-from xdfs.rpc.server import CallKey, current_call
+from xdfs.rpc.handling import CallKey, current_call
 
 __all__ = ["Namesystem", "Plan"]
 

@@ -42,7 +42,7 @@ from xdfs.namenode.namespace.ops import (
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import FileStatus
-from xdfs.rpc.server import CallKey
+from xdfs.rpc.handling import CallKey
 
 #: The ops that carry a call's key: the last op of each at-most-once mutation.
 KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp, AppendOp)

@@ -49,8 +49,8 @@ from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.namenode import DataNodeReport
 from xdfs.quorum.channel import JournalChannel
 from xdfs.quorum.reader import JournalTailer
+from xdfs.rpc.handling import CallContext, Download
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download
 from xdfs.rpc.service import NotActiveHandlers
 
 log = logging.getLogger(__name__)

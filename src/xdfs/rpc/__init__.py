@@ -2,8 +2,9 @@
 
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.client_connection import ClientConnection, DownloadStream
+from xdfs.rpc.handling import CallContext, Download, Principal
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
-from xdfs.rpc.server import CallContext, Download, Principal, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Method, MethodKind, Service
 from xdfs.rpc.streams import StreamReceiver
 

@@ -38,15 +38,13 @@ import ssl
 import time
 from collections import deque
 from collections.abc import (
-    AsyncIterable,
     Awaitable,
     Callable,
     Coroutine,
     Generator,
-    Iterable,
 )
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -65,6 +63,15 @@ from xdfs.errors import (
     XdfsError,
 )
 from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
+from xdfs.rpc.handling import (
+    CURRENT_CALL,
+    Authenticator,
+    CallContext,
+    Deferred,
+    Download,
+    Principal,
+    TrustingAuthenticator,
+)
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
     K_CANCEL,
@@ -100,164 +107,6 @@ _STREAM_KINDS = (K_CHUNK, K_TAIL, K_CREDIT)
 
 #: How long RpcServer.close() lets peers take their last replies before dropping them.
 _CLOSE_GRACE_S = 1.0
-
-
-#: (client id, call number) of the call a handler task runs, when the client sent both: the
-#: key of a retry cache (as HDFS's Server.getClientId/getCallId). Set in each async call's
-#: own task, so whatever the handler awaits sees its own call's key.
-CallKey = tuple[bytes, int]
-_CURRENT_CALL: contextvars.ContextVar[CallKey | None] = contextvars.ContextVar(
-    "xdfs_rpc_current_call", default=None
-)
-
-
-def current_call() -> CallKey | None:
-    """The retry-cache key of the call being handled, None when there is none."""
-    return _CURRENT_CALL.get()
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is on the other end of a connection, as the authenticator established it."""
-
-    user: str
-    #: Free-form facts the authenticator wants handlers to see (groups, node id ...).
-    attributes: tuple[tuple[str, str], ...] = ()
-    #: Authenticated as nobody (may only log in): the connection keeps the limits of an
-    #: unauthenticated one (small frames, idle timeout, evicted first at the limit).
-    anonymous: bool = False
-
-
-@dataclass
-class CallContext:
-    principal: Principal
-    peer: str
-    connection: ServerConnection
-    #: The client's number for this logical call (the same on each retry), 0 when unsent.
-    call: int = 0
-
-
-@dataclass(frozen=True)
-class Download:
-    """What a download handler returns: the head struct, then the payload chunks."""
-
-    head: msgspec.Struct
-    chunks: Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
-
-
-class Authenticator(Protocol):
-    async def authenticate(self, hello: Hello, peer: str) -> Principal:
-        """Return the principal or raise AuthenticationFailed."""
-        ...
-
-
-class TrustingAuthenticator:
-    """Accepts the user the client names (for servers without accounts, and tests)."""
-
-    async def authenticate(self, hello: Hello, peer: str) -> Principal:
-        return Principal(hello.user or "anonymous")
-
-
-HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[Any]])
-
-
-def eager(handler: HandlerT) -> HandlerT:
-    """Mark an async unary handler to start at once, in the loop turn its request arrived
-    in, a task taking over only when it has to wait (:meth:`ServerConnection._start_unary`).
-    Only for handlers that need no task before their first wait: no ``current_task()``,
-    ``asyncio.timeout`` or ``TaskGroup`` until they have awaited something pending."""
-    handler.xdfs_eager = True  # type: ignore[attr-defined]
-    return handler
-
-
-PlainT = TypeVar("PlainT", bound=Callable[..., Any])
-
-
-def deferring(handler: PlainT) -> PlainT:
-    """Mark a plain ``def`` unary handler that may answer later: it returns the response,
-    or a :class:`Deferred`, and its context carries the call's number (:func:`call_key`)."""
-    handler.xdfs_deferring = True  # type: ignore[attr-defined]
-    return handler
-
-
-def call_key(ctx: CallContext) -> CallKey | None:
-    """The retry-cache key of a call (as :func:`current_call`, for a plain handler)."""
-    client_id = ctx.connection.client_id
-    return (client_id, ctx.call) if ctx.call > 0 and client_id else None
-
-
-class Deferred:
-    """The answer of a plain-``def`` handler that comes later, with no task: the handler
-    returns this, and whoever completes the work calls :meth:`resolve`, :meth:`fail` or
-    :meth:`settle` (a NameNode mutation: once its edits are synced). Replies settled in
-    one loop turn leave in one write per connection. :meth:`running` wraps an awaitable
-    instead (the slow path): it runs as an async call's task, with the call's retry key.
-
-    When the client cancels the call or goes away, the server stops listening (nothing
-    is sent) and calls ``on_cancel`` if the producer set one."""
-
-    __slots__ = (
-        "_call", "_listener", "awaitable", "convert", "error", "on_cancel", "settled", "value",
-    )
-
-    def __init__(
-        self,
-        convert: Callable[[Any], Any] | None = None,
-        awaitable: Awaitable[Any] | None = None,
-    ) -> None:
-        """``convert``: what the value settled becomes (the reply)."""
-        self.convert = convert
-        self.awaitable = awaitable
-        self.settled = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.on_cancel: Callable[[], None] | None = None
-        self._listener: Callable[[Deferred], None] | None = None
-        #: what the listener needs to answer (the server's call): kept here, no closure
-        self._call: Any = None
-
-    @staticmethod
-    def running(awaitable: Awaitable[Any]) -> Deferred:
-        """The answer ``awaitable`` gives, awaited in a task of the call's own."""
-        return Deferred(None, awaitable)
-
-    def resolve(self, value: Any) -> None:
-        self.settle(None, value)
-
-    def fail(self, error: BaseException) -> None:
-        self.settle(error, None)
-
-    def settle(self, error: BaseException | None, value: Any) -> None:
-        """``error``, or else ``value``, is the answer (the first settle counts)."""
-        if self.settled:
-            return
-        self.settled = True
-        if error is not None:
-            self.error = error
-        elif self.convert is not None:
-            try:
-                self.value = self.convert(value)
-            except Exception as exc:  # a bug: a reply (InternalError), not a lost call
-                self.error = exc
-        else:
-            self.value = value
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener(self)
-
-    def listen(self, listener: Callable[[Deferred], None], call: Any = None) -> None:
-        """Call ``listener(self)`` once settled (now, if it is); ``call`` is kept for it."""
-        self._call = call
-        if self.settled:
-            listener(self)
-        else:
-            self._listener = listener
-
-    def cancel(self) -> None:
-        self._listener = None
-        hook, self.on_cancel = self.on_cancel, None
-        if hook is not None:
-            hook()
 
 
 @dataclass(frozen=True)
@@ -721,7 +570,7 @@ class ServerConnection(RpcProtocol):
         """The context of an async call, and its retry key for whatever it awaits (this
         runs in the call's own task, whose context variables are its own)."""
         if call > 0 and self.client_id:
-            _CURRENT_CALL.set((self.client_id, call))
+            CURRENT_CALL.set((self.client_id, call))
         return self._context(call)
 
     def _on_request(self, envelope: InEnvelope, route: _Route | None) -> None:

@@ -19,8 +19,9 @@ from xdfs.protocol.system import (
     SourceHead,
     SourceRequest,
 )
+from xdfs.rpc.handling import CallContext, Download
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty
-from xdfs.rpc.server import CallContext, Download, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.streams import StreamReceiver
 
 _DELAY_MAX_S = 60.0

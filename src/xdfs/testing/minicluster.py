@@ -19,8 +19,9 @@ from xdfs.namenode.image.format import format_namenode
 from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.namenode.server import NameNode
 from xdfs.rpc.client import RpcClient
+from xdfs.rpc.handling import Authenticator
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
-from xdfs.rpc.server import Authenticator, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
 from xdfs.rpc.system import add_system_services
 

@@ -55,8 +55,9 @@ from xdfs.protocol.zkfc import (
     FailoverResponse,
     ZkfcStatus,
 )
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
-from xdfs.rpc.server import CallContext, RpcServer
+from xdfs.rpc.server import RpcServer
 from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import server_context
 from xdfs.zkfc import znodes

@@ -21,8 +21,8 @@ from xdfs.protocol.backup import (
     ImageHead,
     UploadImageResponse,
 )
+from xdfs.rpc.handling import CallContext, Download
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Download
 from xdfs.rpc.streams import StreamReceiver
 
 

@@ -22,8 +22,8 @@ from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
+from xdfs.rpc.handling import CallContext, Deferred, Download, Principal, call_key, deferring
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext, Deferred, Download, Principal, call_key, deferring
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import DataNodePrincipal, NameNodeAuth
 from xdfs.protocol import datanode as d
 from xdfs.protocol.ha import ROLE_ACTIVE, ROLE_STANDBY
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from xdfs.protocol.ha import (
     ServiceStatus,
     TransitionRequest,
 )
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import CallContext
 
 
 class HaNode(Protocol):

@@ -54,8 +54,8 @@ from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.login_guard import GuardSettings, Key, LoginGuard
 from xdfs.protocol.datanode import DATANODE_USER_PREFIX
+from xdfs.rpc.handling import Principal
 from xdfs.rpc.messages import Hello
-from xdfs.rpc.server import Principal
 
 log = logging.getLogger(__name__)
 
