@@ -59,19 +59,10 @@ class WriteOps(LeaseOps):
         overwrite: bool,
         create_parents: bool,
     ) -> FileStatus:
-        pending = self.create_now(
-            current_call(), user, client, path, mode=mode, replication=replication,
-            block_size=block_size, overwrite=overwrite, create_parents=create_parents,
-            first_block=False,
+        status = await self._create_now_or_later(
+            user, client, path, mode=mode, replication=replication, block_size=block_size,
+            overwrite=overwrite, create_parents=create_parents, first_block=False,
         )
-        if pending is not None:
-            status = await self.synced(pending)
-        else:
-            status = await self.at_most_once(lambda: self._create(
-                user, client, path, mode=mode, replication=replication,
-                block_size=block_size, overwrite=overwrite, create_parents=create_parents,
-                first_block=False,
-            ))
         assert isinstance(status, FileStatus)
         return status
 
@@ -90,20 +81,37 @@ class WriteOps(LeaseOps):
         """``create`` and the writer's first ``add_block`` in one call and one edits sync.
         The first block is left to ``add_block`` (``block`` None) when no target is live
         or quotas are set (``add_block`` checks them before it allocates anything)."""
+        return self.with_block(await self._create_now_or_later(
+            user, client, path, mode=mode, replication=replication, block_size=block_size,
+            overwrite=overwrite, create_parents=create_parents, first_block=True,
+        ))
+
+    async def _create_now_or_later(
+        self,
+        user: str,
+        client: str,
+        path: str,
+        *,
+        mode: int,
+        replication: int,
+        block_size: int,
+        overwrite: bool,
+        create_parents: bool,
+        first_block: bool,
+    ) -> FileStatus | CreateBlockResponse:
+        """The create in one step when it can be, else through the retry cache, waiting
+        for what it needs first (a lease to recover ...)."""
         pending = self.create_now(
             current_call(), user, client, path, mode=mode, replication=replication,
             block_size=block_size, overwrite=overwrite, create_parents=create_parents,
-            first_block=True,
+            first_block=first_block,
         )
         if pending is not None:
-            answer = await self.synced(pending)
-        else:
-            answer = await self.at_most_once(lambda: self._create(
-                user, client, path, mode=mode, replication=replication,
-                block_size=block_size, overwrite=overwrite, create_parents=create_parents,
-                first_block=True,
-            ))
-        return self.with_block(answer)
+            return await self.synced(pending)
+        return await self.at_most_once(lambda: self._create(
+            user, client, path, mode=mode, replication=replication, block_size=block_size,
+            overwrite=overwrite, create_parents=create_parents, first_block=first_block,
+        ))
 
     @staticmethod
     def with_block(answer: FileStatus | CreateBlockResponse) -> CreateBlockResponse:

@@ -55,10 +55,16 @@ def principal_user(principal: Principal, fs: Namesystem) -> str:
 
 
 def answer_after_sync(
-    fs: Namesystem, pending: Pending[T], convert: Callable[[T], object] | None = None
+    fs: Namesystem,
+    pending: Pending[T] | None,
+    slow: Callable[[], Awaitable[object]],
+    convert: Callable[[T], object] | None = None,
 ) -> Deferred:
     """The reply of a mutation made in one step: its answer (``convert`` ed), once its
-    edits are durable; the edits log's error if they never will be."""
+    edits are durable; the edits log's error if they never will be. ``pending`` None (it
+    must wait for something first): ``slow()``, the async API, in a task of its own."""
+    if pending is None:
+        return Deferred.running(slow())
     reply = Deferred(convert)
     fs.after_sync(pending, reply.settle)
     return reply
@@ -88,9 +94,8 @@ class ClientHandlers:
     def mkdirs(self, ctx: CallContext, req: p.MkdirsRequest) -> Deferred:
         user = caller(ctx, self.fs)
         pending = self.fs.mkdirs_now(call_key(ctx), user, req.path, req.mode, req.parents)
-        if pending is None:
-            return Deferred.running(self.fs.mkdirs(user, req.path, req.mode, req.parents))
-        return answer_after_sync(self.fs, pending)
+        return answer_after_sync(
+            self.fs, pending, lambda: self.fs.mkdirs(user, req.path, req.mode, req.parents))
 
     @deferring
     def create(self, ctx: CallContext, req: p.CreateRequest) -> Deferred:
@@ -110,14 +115,12 @@ class ClientHandlers:
             replication=req.replication, block_size=req.block_size, overwrite=req.overwrite,
             create_parents=req.create_parents, first_block=first_block,
         )
-        if pending is not None:
-            return answer_after_sync(fs, pending, fs.with_block if first_block else None)
         slow = fs.create_with_block if first_block else fs.create
-        return Deferred.running(slow(
+        return answer_after_sync(fs, pending, lambda: slow(
             user, req.client, req.path, mode=req.mode, replication=req.replication,
             block_size=req.block_size, overwrite=req.overwrite,
             create_parents=req.create_parents,
-        ))
+        ), fs.with_block if first_block else None)
 
     async def add_block(self, ctx: CallContext, req: p.AddBlockRequest) -> p.LocatedBlock:
         return await self.fs.add_block(
@@ -151,9 +154,8 @@ class ClientHandlers:
     def complete(self, ctx: CallContext, req: p.CompleteRequest) -> Deferred:
         user = caller(ctx, self.fs)
         pending = self.fs.complete_now(call_key(ctx), user, req.client, req.path, req.blocks)
-        if pending is None:
-            return Deferred.running(self.fs.complete(user, req.client, req.path, req.blocks))
-        return answer_after_sync(self.fs, pending)
+        return answer_after_sync(
+            self.fs, pending, lambda: self.fs.complete(user, req.client, req.path, req.blocks))
 
     async def append(self, ctx: CallContext, req: p.AppendRequest) -> p.AppendResponse:
         return await self.fs.append(caller(ctx, self.fs), req.client, req.path)
@@ -195,9 +197,7 @@ class ClientHandlers:
         user = caller(ctx, self.fs)
         pending = self.fs.delete_now(call_key(ctx), user, req.path, req.recursive,
                                      req.skip_trash)
-        if pending is None:
-            return Deferred.running(self._delete(user, req))
-        return answer_after_sync(self.fs, pending, _deleted)
+        return answer_after_sync(self.fs, pending, lambda: self._delete(user, req), _deleted)
 
     async def _delete(self, user: str, req: p.DeleteRequest) -> p.DeleteResponse:
         return _deleted(await self.fs.delete(
@@ -207,9 +207,8 @@ class ClientHandlers:
     def rename(self, ctx: CallContext, req: p.RenameRequest) -> Deferred:
         user = caller(ctx, self.fs)
         pending = self.fs.rename_now(call_key(ctx), user, req.src, req.dst)
-        if pending is None:
-            return Deferred.running(self._rename(user, req))
-        return answer_after_sync(self.fs, pending, p.RenameResponse)
+        return answer_after_sync(
+            self.fs, pending, lambda: self._rename(user, req), p.RenameResponse)
 
     async def _rename(self, user: str, req: p.RenameRequest) -> p.RenameResponse:
         return p.RenameResponse(await self.fs.rename(user, req.src, req.dst))
