@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from xdfs.common.faults import FAULTS
-from xdfs.editlog.segments import FileJournal, segment_index, segment_name
+from xdfs.editlog.segments import (
+    EDITS_PREALLOCATE_BYTES,
+    FileJournal,
+    SegmentReader,
+    segment_index,
+    segment_name,
+)
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings, read_edits
 from xdfs.namenode.image.storage import StorageDirectory
@@ -528,3 +534,23 @@ async def test_concurrent_close_and_sync_during_close(sds: list[StorageDirectory
     log.append(op(101))
     await log.close()
     assert names(sds[0]) == [segment_name(1, 100), segment_name(101, 101)]
+
+
+async def test_a_namenode_edits_log_preallocates_its_segments(
+    sds: list[StorageDirectory],
+) -> None:
+    """Flushes overwrite zeros written ahead (no size change for fdatasync to write); the
+    finalized segment ends with its last record."""
+    log = EditLog.for_storage(sds[:1])
+    await log.open_for_write(1)
+    for i in range(1, 11):
+        log.append(op(i))
+    await log.sync(10)
+    [seg] = segment_index(sds[0].current)
+    assert seg.in_progress and seg.path.stat().st_size == EDITS_PREALLOCATE_BYTES
+    await log.close()
+    [seg] = segment_index(sds[0].current)
+    assert (seg.start, seg.end) == (1, 10)
+    reader = SegmentReader(seg.path, layout_version=LAYOUT_VERSION, torn_tail="error")
+    assert [txid for txid, _, _, _ in reader] == list(range(1, 11))
+    assert reader.valid_bytes == seg.path.stat().st_size

@@ -40,7 +40,12 @@ from typing import Literal, Protocol
 
 from xdfs.editlog.buffer import DoubleBuffer, FlushBatch
 from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, record_bounds
-from xdfs.editlog.segments import FileJournal, SegmentReader, segment_index
+from xdfs.editlog.segments import (
+    EDITS_PREALLOCATE_BYTES,
+    FileJournal,
+    SegmentReader,
+    segment_index,
+)
 from xdfs.errors import ConfigError, StorageError
 from xdfs.namenode.editlog.codec import decode_frame, decode_payload, encode_record
 from xdfs.namenode.editlog.flushwait import FlushFuture
@@ -199,7 +204,9 @@ class EditLog:
         """A FileJournal per name dir (the first one is what readers of finalized segments
         consult), then ``extra_journals`` (the shared edits)."""
         journals: list[Journal] = [
-            FileJournal(d.current, LAYOUT_VERSION, seen_txid=d.write_seen_txid) for d in dirs
+            FileJournal(d.current, LAYOUT_VERSION, seen_txid=d.write_seen_txid,
+                        preallocate_bytes=EDITS_PREALLOCATE_BYTES)
+            for d in dirs
         ]
         return cls([*journals, *extra_journals], settings, on_fatal=on_fatal)
 
