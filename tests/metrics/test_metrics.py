@@ -132,3 +132,27 @@ async def test_slow_calls_are_kept_and_status_pages_escape(
             text = await response.text()
         assert "<script" not in text
         assert f"xdfs {role.rstrip('0123456789')}" in text
+
+
+def test_group_commit_counts_export_as_a_prometheus_histogram() -> None:
+    """The flush histograms are plain counts until scraped: a value on a bound counts in
+    that bound's bucket (Prometheus' ``le``), buckets are cumulative, +Inf holds all."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from xdfs.namenode.metrics import Counts
+
+    counts = Counts("xdfs_test_txns", "test", (1, 4))
+    for txns in (1, 1, 3, 4, 9):
+        counts.observe(txns)
+    registry = CollectorRegistry()
+
+    class Collector:
+        def collect(self) -> list[object]:
+            return [counts.family()]
+
+    registry.register(Collector())  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    assert 'xdfs_test_txns_bucket{le="1.0"} 2.0' in text
+    assert 'xdfs_test_txns_bucket{le="4.0"} 4.0' in text
+    assert 'xdfs_test_txns_bucket{le="+Inf"} 5.0' in text
+    assert "xdfs_test_txns_count 5.0" in text and "xdfs_test_txns_sum 18.0" in text
