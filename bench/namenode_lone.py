@@ -1,0 +1,129 @@
+"""What one lone NameNode call costs: calls made one after another (1 in flight) against a
+NameNode process, with its CPU, voluntary context switches (every thread) and block I/O
+requests per call.
+
+    .venv/bin/python bench/namenode_lone.py [--ops 2000] [--dir /sfclean/me]
+
+Context switches and block requests move little with the machine's load, unlike CPU time
+and rates: they compare two versions even on a busy machine (run this in each checkout).
+A mutation's switches: the edits thread woken and asleep again, the loop asleep while the
+fdatasync runs, the fdatasync's own disk waits; a stat has only the loop's wait for the
+next request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench_env import load_average, proc_cpu_s
+from namenode import SUPER_PASSWORD, SUPERUSER, start_rpc_namenode
+from xdfs.client.client import AsyncClient
+from xdfs.config import XdfsConfig
+
+FILE_DIRS = 200
+
+
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of ``pid`` so far."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches"):
+                total += int(line.split()[1])
+    return total
+
+
+class BlockRequests:
+    """Block I/O requests the process issues, counted by ``perf stat`` (None without perf)."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.out = out
+        self.proc: subprocess.Popen[bytes] | None = None
+        if shutil.which("perf"):
+            self.proc = subprocess.Popen(
+                ["perf", "stat", "-x,", "-e", "block:block_rq_issue", "-o", str(out),
+                 "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.proc.send_signal(2)
+        self.proc.wait(30)
+        for line in self.out.read_text().splitlines():
+            if "block_rq_issue" in line:
+                return int(line.split(",")[0])
+        return None
+
+
+async def measure(base: Path, ops: int) -> None:
+    nn = start_rpc_namenode(base)
+    assert nn.match is not None
+    uri = f"xdfs://{nn.match.group(1)}"
+    try:
+        async with AsyncClient(uri, user=SUPERUSER, password=SUPER_PASSWORD,
+                               config=XdfsConfig()) as client:
+            await client.mkdirs("/lone/x")
+            for d in range(FILE_DIRS):
+                await client.mkdirs(f"/lone/f{d}")
+
+            async def stat(i: int) -> None:
+                await client.stat("/lone/x")
+
+            async def mkdirs(i: int) -> None:
+                await client.mkdirs(f"/lone/d{i}", parents=False)
+
+            async def create(i: int) -> None:
+                path = f"/lone/f{i % FILE_DIRS}/f{i}"
+                await client.create(path, create_parents=False)
+                await client.complete(path, [])
+
+            calls: list[tuple[str, Callable[[int], Awaitable[None]]]] = [
+                ("stat", stat), ("mkdirs", mkdirs), ("create + complete", create)]
+            print("| call, 1 in flight | calls/s | NameNode CPU us | client CPU us | "
+                  "NameNode voluntary switches | block requests |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for name, call in calls:
+                blocks = BlockRequests(nn.pid, base / "perf-stat.txt")
+                await asyncio.sleep(0.5)  # perf attached
+                cpu, switches = proc_cpu_s(nn.pid), voluntary_switches(nn.pid)
+                started, client_cpu = time.perf_counter(), time.process_time()
+                for i in range(ops):
+                    await call(i)
+                elapsed = time.perf_counter() - started
+                client_cpu = time.process_time() - client_cpu
+                cpu = proc_cpu_s(nn.pid) - cpu
+                switches = voluntary_switches(nn.pid) - switches
+                requests = blocks.stop()
+                shown = "-" if requests is None else f"{requests / ops:.2f}"
+                print(f"| {name} | {ops / elapsed:,.0f} | {cpu / ops * 1e6:,.0f} | "
+                      f"{client_cpu / ops * 1e6:,.0f} | {switches / ops:.2f} | {shown} |")
+    finally:
+        nn.terminate()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", type=int, default=2000, help="calls per kind (2000)")
+    parser.add_argument("--dir", default=None, help="where the name dir goes (a temp dir)")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="xdfs-lone-", dir=args.dir))
+    try:
+        asyncio.run(measure(base, args.ops))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"\ncommand: {' '.join([Path(sys.executable).name, *sys.argv])}; "
+          f"load average after: {load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
