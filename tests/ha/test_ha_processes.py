@@ -170,12 +170,14 @@ def _sync_unacknowledged_mkdir(name_dir: Path, path: str) -> None:
     """Append to the local in-progress segment what a NameNode killed mid-flush leaves: a
     record its own dir synced while no JournalNode stored it (nobody was answered)."""
     [segment] = [s for s in segment_index(name_dir / "current") if s.end is None]
-    reader = SegmentReader(segment.path, layout_version=None, expected_start=segment.start)
+    reader = SegmentReader(segment.path, layout_version=None, expected_start=segment.start,
+                           torn_tail="allow")  # the zeros written ahead of the records
     for _ in reader:
         pass
     op = MkdirOp(path, inode_id=10**9, mode=0o755, owner="root", group="supergroup",
                  mtime_ms=1)
-    with open(segment.path, "ab") as f:
+    with open(segment.path, "r+b") as f:
+        f.seek(reader.valid_bytes)  # where the NameNode writes its next record
         f.write(encode_record(reader.last_txid + 1, op))
         os.fsync(f.fileno())
 
