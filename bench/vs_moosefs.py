@@ -40,7 +40,7 @@ from pathlib import Path
 import fsspec
 from fsspec import AbstractFileSystem
 
-from bench_env import load_average, machine
+from bench_env import file_create_cpu_us, load_average, machine
 from moosefs_peer import MooseFS, available
 from xdfs.common.process import ServerProcess
 
@@ -72,6 +72,8 @@ class Results:
     rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     #: CPU microseconds of this (client) process per op, where measured (metadata).
     cpu_us: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    #: Conditions of the run worth reading beside the figures (printed under the table).
+    notes: list[str] = field(default_factory=list)
 
     def add(self, system: str, figure: str, rate: float, cpu_us: float | None = None) -> None:
         self.rates.setdefault((figure, system), []).append(rate)
@@ -191,6 +193,9 @@ def small_files(system: System, s: Settings, run: int, results: Results) -> None
         return per_thread
 
     label = f"{s.small_kib} KiB files"
+    create_us = file_create_cpu_us(s.base / f"create-probe-{system.name}-{run}")
+    results.notes.append(f"run {run}, {system.name}: an empty-file create next to the data "
+                         f"cost {create_us:,.0f} us of CPU before the small-file writes")
     results.add(system.name, f"{label} write/s, 8 threads", in_threads(threads, write))
     results.add(system.name, f"{label} read/s, 8 threads", in_threads(threads, read))
     system.fs.rm(top, recursive=True)
@@ -311,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(s.base, ignore_errors=True)
     print(f"\n{machine()}; load before {load_before}, after {load_average()}")
     print(results.markdown())
+    for note in results.notes:
+        print(f"- {note}")
     return 0
 
 

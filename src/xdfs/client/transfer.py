@@ -12,14 +12,29 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xdfs.errors import AlreadyExists, NotFound, XdfsError
 
 if TYPE_CHECKING:
-    from xdfs.client.client import AsyncClient
     from xdfs.client.reader import FileReader
-    from xdfs.protocol.namenode import FileStatus
+    from xdfs.client.writer import FileWriter
+    from xdfs.protocol.namenode import DeleteResponse, FileStatus
+
+
+class FileSystemCalls(Protocol):
+    """The calls of a client that the transfers here make (``AsyncClient`` is one; it
+    hands itself in, and this module never imports it)."""
+
+    async def stat(self, path: str) -> FileStatus: ...
+    async def exists(self, path: str) -> bool: ...
+    async def mkdirs(self, path: str, mode: int = ..., parents: bool = ...) -> FileStatus: ...
+    async def list_dir(self, path: str) -> list[FileStatus]: ...
+    async def delete(self, path: str, recursive: bool = ..., skip_trash: bool = ...
+                     ) -> DeleteResponse: ...
+    async def rename(self, src: str, dst: str) -> str: ...
+    async def open_read(self, path: str) -> FileReader: ...
+    async def open_write(self, path: str, **options: Any) -> FileWriter: ...
 
 COPYING_SUFFIX = "._COPYING_"
 
@@ -34,7 +49,7 @@ def join_child(directory: str, name: str) -> str:
 LOCAL_READ_BYTES = 4 * 1024 * 1024
 
 
-async def resolve_destination(client: AsyncClient, source_name: str, dst: str) -> str:
+async def resolve_destination(client: FileSystemCalls, source_name: str, dst: str) -> str:
     """``dst`` itself, or ``dst/<source_name>`` when ``dst`` is an existing directory.
     A ``dst`` ending in ``/`` names a directory: NotFound when there is none."""
     try:
@@ -47,7 +62,7 @@ async def resolve_destination(client: AsyncClient, source_name: str, dst: str) -
 
 
 async def write_stream(
-    client: AsyncClient, dst: str, chunks: AsyncIterator[bytes | memoryview], *,
+    client: FileSystemCalls, dst: str, chunks: AsyncIterator[bytes | memoryview], *,
     overwrite: bool = False,
     **options: Any,
 ) -> FileStatus:
@@ -64,7 +79,7 @@ async def write_stream(
 
 
 async def stream_to(
-    client: AsyncClient, dst: str, chunks: AsyncIterator[bytes | memoryview],
+    client: FileSystemCalls, dst: str, chunks: AsyncIterator[bytes | memoryview],
     progress: Callable[[int], object] | None = None, **options: Any,
 ) -> FileStatus:
     """Create ``dst`` (options as :meth:`AsyncClient.create`: ``overwrite=False`` makes the
@@ -108,7 +123,7 @@ async def local_chunks(path: Path) -> AsyncIterator[bytes]:
 
 
 async def put(
-    client: AsyncClient, local: str | os.PathLike[str], dst: str, *, overwrite: bool = False,
+    client: FileSystemCalls, local: str | os.PathLike[str], dst: str, *, overwrite: bool = False,
     create_parents: bool = True, **options: Any,
 ) -> list[str]:
     """Copy a local file or directory tree into xdfs; returns the files written.
@@ -128,7 +143,7 @@ async def put(
     return written
 
 
-async def get(client: AsyncClient, src: str, local: str | os.PathLike[str]) -> list[str]:
+async def get(client: FileSystemCalls, src: str, local: str | os.PathLike[str]) -> list[str]:
     """Copy a file or directory tree out of xdfs; returns the local files written."""
     target = Path(local)
     if await asyncio.to_thread(target.is_dir):
@@ -164,8 +179,8 @@ async def download(
 
 
 async def copy_to(
-    client: AsyncClient, src: str, sink: Callable[[bytes | memoryview], object], offset: int = 0,
-    size: int = -1,
+    client: FileSystemCalls, src: str, sink: Callable[[bytes | memoryview], object],
+    offset: int = 0, size: int = -1,
 ) -> int:
     """Stream ``[offset, offset+size)`` of ``src`` into ``sink``; returns the bytes sent."""
     return await copy_reader(await client.open_read(src), sink, offset, size)
@@ -185,7 +200,7 @@ async def copy_reader(
     return sent
 
 
-async def copy(client: AsyncClient, src: str, dst: str, *, overwrite: bool = False) -> str:
+async def copy(client: FileSystemCalls, src: str, dst: str, *, overwrite: bool = False) -> str:
     """Copy a file inside xdfs (the bytes pass through the client, as ``hdfs dfs -cp``)."""
     status = await client.stat(src)
     if status.is_dir:
@@ -199,7 +214,7 @@ async def copy(client: AsyncClient, src: str, dst: str, *, overwrite: bool = Fal
     return target
 
 
-async def copy_file(client: AsyncClient, src: str, dst: str) -> None:
+async def copy_file(client: FileSystemCalls, src: str, dst: str) -> None:
     """fsspec's ``cp_file``: ``dst`` becomes a copy of the file ``src`` (replacing a file
     there, written in place, same replication and block size), or a directory when ``src``
     is one. The bytes pass through the client: xdfs has no server-side copy."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import HistogramMetricFamily
 
@@ -16,7 +16,14 @@ from xdfs.metrics import Family, ServerMetrics, gauge, gauges
 from xdfs.namenode.blocks.fsck import datanode_report
 
 if TYPE_CHECKING:
-    from xdfs.namenode.server import NameNode
+    from xdfs.config import XdfsConfig
+    from xdfs.namenode.editlog.editlog import EditLog
+    from xdfs.namenode.editlog.replicator import EditsReplicator
+    from xdfs.namenode.image.storage import VersionInfo
+    from xdfs.namenode.namesystem import Namesystem
+    from xdfs.namenode.security.auth import NameNodeAuth
+    from xdfs.namenode.standby import StandbyTailer
+    from xdfs.rpc.server import RpcServer
 
 SYNC_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
@@ -70,8 +77,32 @@ class Counts:
                                      sum_value=self.total)
 
 
+class NameNodeView(Protocol):
+    """What the series here, the status page and the web UI read of a NameNode: its server
+    (``xdfs.namenode.server.NameNode``) is one, and they never import it."""
+
+    config: XdfsConfig
+    clock: Callable[[], float]
+    server: RpcServer | None
+    edits: EditLog | None
+    fs: Namesystem | None
+    auth: NameNodeAuth | None
+    replicator: EditsReplicator | None
+    version: VersionInfo | None
+    standby: StandbyTailer | None
+    startup: StartupProgress
+    ha_enabled: bool
+    ha_state: str
+    image_txid: int
+    last_checkpoint_s: float
+    started_at_ms: int
+
+    @property
+    def address(self) -> str: ...
+
+
 class NameNodeMetrics:
-    def __init__(self, node: NameNode, metrics: ServerMetrics) -> None:
+    def __init__(self, node: NameNodeView, metrics: ServerMetrics) -> None:
         self.sync_seconds = Counts(
             "xdfs_namenode_edits_sync_seconds",
             "Time one group-commit flush of the edits log takes to be durable", SYNC_BUCKETS_S)
@@ -84,13 +115,13 @@ class NameNodeMetrics:
         self.sync_seconds.observe(seconds)
         self.batch_txns.observe(txns)
 
-    def _families(self, node: NameNode) -> Iterator[Family]:
+    def _families(self, node: NameNodeView) -> Iterator[Family]:
         yield self.sync_seconds.family()
         yield self.batch_txns.family()
         yield from _families(node)
 
 
-def _families(node: NameNode) -> Iterator[Family]:
+def _families(node: NameNodeView) -> Iterator[Family]:
     yield gauge("xdfs_namenode_ha_state", "1, labelled with the NameNode's HA state",
                 1, {"state": node.ha_state})
     standby = node.standby
@@ -140,7 +171,7 @@ def _families(node: NameNode) -> Iterator[Family]:
                  [(info.address, info.lag_txns) for info in backups])
 
 
-def status_facts(node: NameNode) -> list[tuple[str, object]]:
+def status_facts(node: NameNodeView) -> list[tuple[str, object]]:
     """The NameNode's status page (``/ui/status``, no login), active or standby."""
     standby, edits = node.standby, node.edits
     return [

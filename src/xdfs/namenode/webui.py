@@ -28,11 +28,10 @@ from xdfs.http.metrics import METRICS_PATH, metrics_routes
 from xdfs.http.ui import UI_PREFIX, bar, facts, h, page, size, static_routes, table, when
 from xdfs.http.ui.status import slow_calls_table, status_page_route
 from xdfs.namenode.blocks.fsck import datanode_report
-from xdfs.namenode.metrics import status_facts
+from xdfs.namenode.metrics import NameNodeView, status_facts
 from xdfs.protocol.namenode import DataNodeInfo, FileStatus
 
 if TYPE_CHECKING:
-    from xdfs.namenode.server import NameNode
     from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ NAV = [(f"{UI_PREFIX}/", "Overview"), (f"{UI_PREFIX}/datanodes", "DataNodes"),
 
 
 class WebUi:
-    def __init__(self, node: NameNode, gateway: WebHdfsGateway) -> None:
+    def __init__(self, node: NameNodeView, gateway: WebHdfsGateway) -> None:
         self.node = node
         self.gateway = gateway
 

@@ -13,15 +13,21 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import crc32c
 
 from xdfs.errors import ChecksumError, ProtocolError, StreamError, XdfsError
 from xdfs.rpc.messages import K_CHUNK, K_CREDIT, K_TAIL, Chunk, Credit, Tail
 
-if TYPE_CHECKING:
-    from xdfs.rpc.connection import RpcProtocol
+
+class FrameSink(Protocol):
+    """What a stream needs of its connection (``connection.RpcProtocol`` is one; this
+    module never imports it)."""
+
+    def send(self, kind: int, call_id: int, method: str, body: Any,
+             logical_call: int = ...) -> None: ...
+    async def drain(self) -> None: ...
 
 ChunkSource = Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
 
@@ -36,7 +42,7 @@ class StreamSender:
     """Sends one stream's chunks as credit allows."""
 
     def __init__(
-        self, proto: RpcProtocol, stream_id: int, credit_timeout_s: float, lent: int = 0
+        self, proto: FrameSink, stream_id: int, credit_timeout_s: float, lent: int = 0
     ) -> None:
         """``lent``: chunks sent before the receiver's window grant (its first CREDIT),
         which counts them: an upload's first chunk leaves with its head (see
@@ -115,7 +121,7 @@ class StreamSender:
 class StreamReceiver:
     """Receives one stream: verifies order and CRC32C, buffers at most one window."""
 
-    def __init__(self, proto: RpcProtocol, stream_id: int, window_chunks: int) -> None:
+    def __init__(self, proto: FrameSink, stream_id: int, window_chunks: int) -> None:
         self._proto = proto
         self._id = stream_id
         self._window = window_chunks
