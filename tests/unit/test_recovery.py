@@ -74,12 +74,12 @@ async def run_ops(
 def inprogress(d: StorageDirectory) -> Path:
     """The segment a crash left open, without the zeros written ahead of its records (the
     tests that use it tear or flip its last record as an append would leave it)."""
-    from xdfs.editlog.segments import SegmentReader
+    from xdfs.editlog.segments import ZEROS_AHEAD, SegmentReader
     [seg] = [s for s in segment_index(d.current) if s.in_progress]
     reader = SegmentReader(seg.path, layout_version=LAYOUT_VERSION, torn_tail="allow")
     for _ in reader:
         pass
-    assert reader.torn is None or "NUL fill" in reader.torn, reader.torn
+    assert reader.torn is None or reader.torn.startswith(ZEROS_AHEAD), reader.torn
     os.truncate(seg.path, reader.valid_bytes)
     return seg.path
 

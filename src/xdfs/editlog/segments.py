@@ -71,6 +71,10 @@ READ_CHUNK_BYTES = 1024 * 1024
 #: that overwrites them leaves the file size alone, so its fdatasync writes the data block
 #: and not the inode too (one disk write and wait instead of two per lone flush).
 EDITS_PREALLOCATE_BYTES = 1024 * 1024
+#: How ``SegmentReader.torn`` starts when only zeros follow the last record, nothing of a
+#: next one: the preallocated end of a segment a crash left open (not a torn write: logged
+#: as news, no warning).
+ZEROS_AHEAD = "zeros written ahead of the next record"
 T = TypeVar("T")
 #: Raises the owner's ``seen_txid`` to the txid given (see the module docstring).
 SeenTxidHook = Callable[[int], None]
@@ -268,6 +272,9 @@ class SegmentReader:
         self, f: BinaryIO, buf: bytes, pos: int, base: int, result: FrameProblem
     ) -> None:
         offset = base + pos
+        if is_zero_fill(buf, pos) and _zero_fill_from(f, base + len(buf), self.chunk_bytes):
+            self._tear(offset, ZEROS_AHEAD)
+            return
         what = f"{result.problem.value} ({result.detail}) in txid {self.last_txid + 1}"
         claimed_end = base + result.claimed_end
         if result.problem is Problem.SHORT or claimed_end >= self.file_bytes:
@@ -294,6 +301,12 @@ class SegmentReader:
                 f"corrupt edits segment {self.path} at byte offset {self.valid_bytes}: "
                 f"ends at txid {self.last_txid}, its name says {self.expected_end}"
             )
+
+
+def tail_log_level(torn: str) -> int:
+    """How loudly to log cutting a segment's tail: a torn record is a warning, the zeros
+    written ahead (``ZEROS_AHEAD``, every crash of a preallocating writer) only news."""
+    return logging.INFO if torn.startswith(ZEROS_AHEAD) else logging.WARNING
 
 
 def _zero_fill_from(f: BinaryIO, offset: int, chunk_bytes: int) -> bool:
@@ -459,7 +472,8 @@ class FileJournal:
             reader = scan_segment(seg, layout_version=self.layout_version,
                                   torn_tail="allow" if last_one else "error")
             if reader.torn is not None:
-                log.warning("truncating torn tail of %s: %s", seg.path, reader.torn)
+                log.log(tail_log_level(reader.torn), "truncating the tail of %s: %s",
+                        seg.path, reader.torn)
                 truncate_segment(seg.path, reader.valid_bytes)
             if reader.header is None:
                 continue  # deleted by truncate_segment

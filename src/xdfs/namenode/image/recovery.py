@@ -41,6 +41,7 @@ from xdfs.editlog.segments import (
     SegmentInfo,
     scan_segment,
     segment_index,
+    tail_log_level,
     truncate_segment,
 )
 from xdfs.errors import StorageError, XdfsError
@@ -231,7 +232,8 @@ def _replay_after(
         )
     if best.torn is not None:
         seg, offset, what = best.torn
-        log.warning("truncating the torn tail of %s at byte %d: %s", seg.path, offset, what)
+        log.log(tail_log_level(what), "truncating the tail of %s at byte %d: %s", seg.path,
+                offset, what)
         truncate_segment(seg.path, offset)
     for dl in logs:
         if dl is not best and (dl.error is not None or dl.torn is not None
