@@ -89,13 +89,20 @@ class StreamSender:
             ) from None
 
     async def send_all(self, chunks: ChunkSource, chunk_bytes_max: int) -> Tail:
-        """Send every chunk of ``chunks`` (split to ``chunk_bytes_max``), then the tail."""
+        """Send every chunk of ``chunks`` (split to ``chunk_bytes_max``), then the tail.
+
+        A chunk sent is let go before the next is asked for: a source's pieces may view a
+        buffer it pools again only once nothing views it any more (a replica reader's
+        aligned buffer, given back when the stream ends: held here, it was unmapped
+        instead, and the next reader page-faulted a fresh one in)."""
         if isinstance(chunks, AsyncIterable):
             async for data in chunks:
                 await self._send_split(data, chunk_bytes_max)
+                del data
         else:
             for data in chunks:
                 await self._send_split(data, chunk_bytes_max)
+                del data
         if self._error is not None:
             raise self._error
         tail = Tail(self.seq, self.total_bytes)
