@@ -23,7 +23,25 @@ from xdfs.rpc.messages import K_CHUNK, K_CREDIT, K_TAIL, Chunk, Credit, Tail
 if TYPE_CHECKING:
     from xdfs.rpc.connection import RpcProtocol
 
-ChunkSource = Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
+
+
+class SealedChunk:
+    """A chunk whose CRC32C its source computed already (at most a chunk's size): a block
+    sent to several DataNodes has each chunk's CRC computed once, not once per target."""
+
+    __slots__ = ("crc32c", "data")
+
+    def __init__(self, data: bytes | memoryview, crc: int) -> None:
+        self.data = data
+        self.crc32c = crc
+
+    @classmethod
+    def of(cls, data: bytes | memoryview) -> SealedChunk:
+        return cls(data, crc32c.crc32c(data))
+
+
+ChunkData = bytes | memoryview | SealedChunk
+ChunkSource = Iterable[ChunkData] | AsyncIterable[ChunkData]
 
 #: Chunks an upload's sender may send right after its head, before the window grant: a
 #: server makes the stream's receiver when it reads the head, before any frame after it,
@@ -65,13 +83,14 @@ class StreamSender:
             self._error = error
         self._wake.set()
 
-    async def send(self, data: bytes | memoryview) -> None:
+    async def send(self, data: bytes | memoryview, crc: int | None = None) -> None:
+        """``crc``: the CRC32C of ``data`` when the caller has it."""
         if self._credit <= 0 and self._error is None:
             await self._wait_for_credit()
         if self._error is not None:
             raise self._error
         self._credit -= 1
-        chunk = Chunk(self.seq, crc32c.crc32c(data), memoryview(data))
+        chunk = Chunk(self.seq, crc32c.crc32c(data) if crc is None else crc, memoryview(data))
         self._proto.send(K_CHUNK, self._id, "", chunk)
         self.seq += 1
         self.total_bytes += len(data)
@@ -109,7 +128,13 @@ class StreamSender:
         self._proto.send(K_TAIL, self._id, "", tail)
         return tail
 
-    async def _send_split(self, data: bytes | memoryview, chunk_bytes_max: int) -> None:
+    async def _send_split(self, data: ChunkData, chunk_bytes_max: int) -> None:
+        if isinstance(data, SealedChunk):
+            if len(data.data) <= chunk_bytes_max:
+                if data.data:
+                    await self.send(data.data, data.crc32c)
+                return
+            data = data.data  # (sealed for larger chunks than this sender's: split anew)
         if len(data) <= chunk_bytes_max:
             if data:
                 await self.send(data)
