@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from xdfs.errors import FrameTooLarge
 from xdfs.rpc.connection import encode_frame
-from xdfs.rpc.framing import FrameReader, frame
+from xdfs.rpc.framing import (
+    BUFFER_STEP_BYTES,
+    LARGE_BUFFERS,
+    OWN_BUFFER_MIN_BYTES,
+    BufferPool,
+    FrameReader,
+    frame,
+)
 from xdfs.rpc.messages import LENGTH_PREFIX, Chunk, InEnvelope, Kind, Tail
 
 
@@ -249,3 +256,63 @@ def test_zero_copy_chunk_head_equals_the_encoded_frame(size: int) -> None:
     chunk = Chunk(3, crc32c.crc32c(data), memoryview(data))
     head = encode_chunk_head(11, chunk)
     assert bytes(head) + data == bytes(encode_frame(Kind.CHUNK, 11, "", chunk))
+
+
+# -- large frames in pooled buffers (fresh memory costs a page fault per 4 KiB page) -------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.sampled_from([0, 10, 65_535, 65_536, 70_000, 200_000, 300_000]),
+                   max_size=8),
+    data=st.data(),
+)
+def test_any_split_of_large_and_small_frames_yields_the_same_payloads(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    payloads = [random.Random(i).randbytes(size) for i, size in enumerate(sizes)]
+    stream = b"".join(frame(p) for p in payloads)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=20), label="cuts")
+    reader = FrameReader(frame_bytes_max=1 << 20, buffer_bytes=256 * 1024)
+    assert receive(reader, stream, cuts) == payloads
+    assert reader.buffered_bytes == 0
+
+
+@pytest.mark.parametrize("pieces", [1, 7])
+def test_frames_from_64_kib_never_view_the_shared_buffer(pieces: int) -> None:
+    # Cut from the shared buffer, a payload must be copied out (the next receive
+    # overwrites it): a 200 KiB small-file chunk would be copied into fresh memory.
+    reader = FrameReader(frame_bytes_max=1 << 20, buffer_bytes=256 * 1024)
+    big, small = random.randbytes(OWN_BUFFER_MIN_BYTES), b"x" * (OWN_BUFFER_MIN_BYTES - 1)
+    stream = frame(small) + frame(big) + frame(small)
+    step = -(-len(stream) // pieces)
+    views: list[memoryview] = []
+    for start in range(0, len(stream), step):
+        views += feed_views(reader, stream[start : start + step])
+    assert [bytes(v) for v in views] == [small, big, small]
+    assert views[1].obj is not reader.shared_buffer
+    assert views[0].obj is reader.shared_buffer or pieces > 1  # (a later read moves it)
+
+
+def test_a_released_large_buffer_is_lent_again_to_any_reader() -> None:
+    LARGE_BUFFERS.clear()
+    first, second = (FrameReader(frame_bytes_max=2 << 20, buffer_bytes=4096)
+                     for _ in range(2))
+    payload = random.randbytes(1 << 20)
+    (view,) = feed_views(first, frame(payload))
+    held = id(view.obj)  # (the pool keeps it alive: the id stays its own)
+    (other,) = feed_views(second, frame(payload))
+    assert id(other.obj) != held  # still viewed: never overwritten
+    del view, other
+    (again,) = feed_views(second, frame(payload[::-1]))
+    assert id(again.obj) == held  # warm memory instead of a fresh buffer
+    assert bytes(again) == payload[::-1]
+
+
+def test_the_pool_remembers_at_most_its_limit() -> None:
+    pool = BufferPool(3 * BUFFER_STEP_BYTES)
+    kept = [pool.take(BUFFER_STEP_BYTES) for _ in range(10)]  # all still in use
+    assert pool.held_bytes <= 3 * BUFFER_STEP_BYTES
+    del kept
+    assert len(pool.take(BUFFER_STEP_BYTES)) == BUFFER_STEP_BYTES
+    assert pool.held_bytes <= 3 * BUFFER_STEP_BYTES

@@ -37,6 +37,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.messages import Chunk, Credit, Empty, ErrorInfo, Kind, Tail
 from xdfs.rpc.server import RpcServer
+from xdfs.rpc.streams import SealedChunk
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
 
@@ -106,6 +107,25 @@ async def test_upload_from_async_iterator_of_ragged_pieces(
     assert result.crc32c == crc32c.crc32c(data)
     # Each non-empty piece is split into chunks of at most CHUNK bytes, never merged.
     assert result.chunks == sum(chunks_for(len(p)) for p in pieces)
+
+
+async def test_sealed_chunks_are_sent_with_the_crc_they_carry(
+    small: tuple[RpcServer, RpcClient],
+) -> None:
+    # A block sent to several targets has each chunk's CRC computed once (the writer's
+    # BlockBuffer): the sender must use it, not compute it again. A wrong one proves it.
+    _, client = small
+    data = random.Random(11).randbytes(3 * CHUNK)
+    sealed = [SealedChunk.of(data[i : i + CHUNK]) for i in range(0, len(data), CHUNK)]
+    result = await client.upload(SINK, Empty(), sealed)
+    assert (result.chunks, result.total_bytes) == (3, len(data))
+    assert result.crc32c == crc32c.crc32c(data)
+    sealed[1] = SealedChunk(sealed[1].data, sealed[1].crc32c ^ 1)
+    with pytest.raises(ChecksumError):
+        await client.upload(SINK, Empty(), sealed)
+    # Sealed larger than this sender's chunks: split, and checksummed anew.
+    result = await client.upload(SINK, Empty(), [SealedChunk(data, 0)])
+    assert (result.chunks, result.crc32c) == (3, crc32c.crc32c(data))
 
 
 async def test_upload_with_default_settings_uses_frames_larger_than_the_receive_buffer(

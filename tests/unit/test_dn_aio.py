@@ -532,6 +532,25 @@ async def test_a_pooled_read_buffer_still_viewed_is_not_reused(
     assert len(direct._pool) == min(pooled + 1, direct._POOL_MAX)
 
 
+async def test_a_stream_read_by_the_kernel_gives_its_buffer_back_to_the_pool(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    # The task that takes the last piece runs inside the loop's handle that woke it, which
+    # still refers to the kernel read's future and so to the piece: a reader closed in
+    # that turn had its buffer refused by the pool (unmapped; the next reader faulted a
+    # fresh one in). Each stream here must leave the pool as it found it.
+    data = os.urandom(SMALL)
+    replica = await receive_whole(storage, 57, data, syncs)
+    await kernel_stream(replica, syncs)
+    await asyncio.sleep(0)
+    pooled = len(direct._pool)
+    assert pooled >= 1
+    for _ in range(5):
+        assert await kernel_stream(replica, syncs) == data
+        await asyncio.sleep(0)  # (the reader closes at the next turn of the loop)
+        assert len(direct._pool) == pooled
+
+
 async def test_small_direct_io_off_keeps_small_replicas_in_the_page_cache(
     tmp_path: Path, syncs: KernelSyncs, submissions: list[list[int]]
 ) -> None:

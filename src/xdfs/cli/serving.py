@@ -36,11 +36,12 @@ def arm_faults() -> None:
 
 async def serve(role: str, node: Server, host: str, port: int, rpc: RpcConfig) -> int:
     """Exit status: 0 after a graceful stop, 1 when the server could not start or died."""
-    from xdfs.common import collector
+    from xdfs.common import collector, memory
     from xdfs.errors import XdfsError
 
     arm_faults()
     collector.tune(rpc.gc_young_objects)
+    memory.keep_freed_memory(rpc.server_malloc_keep_bytes)
     try:
         address = await node.start(host, port)
     except (XdfsError, OSError) as exc:

@@ -71,6 +71,12 @@ class RpcConfig:
         "objects (Python's default is 700, which made the collector a quarter of a "
         "NameNode's CPU on creates); 0 keeps Python's default.",
     )
+    server_malloc_keep_bytes: int = setting(
+        256 * MiB,
+        "Freed memory a server process's C allocator (glibc) keeps for reuse instead of "
+        "handing it back to the kernel (a fresh page costs a page fault: see "
+        "xdfs.common.memory); 0 keeps glibc's defaults. Clients are never changed.",
+    )
     request_batch_bytes: int = setting(
         1 * KiB,
         "A client's requests made in one loop turn (callers woken by one batch of answers) "
@@ -87,6 +93,7 @@ class RpcConfig:
             "rpc.stream_chunk_bytes must leave 1 KiB of room under rpc.frame_bytes_max",
         )
         require(self.stream_window_chunks >= 1, "rpc.stream_window_chunks must be >= 1")
+        require(self.server_malloc_keep_bytes >= 0, "rpc.server_malloc_keep_bytes must be >= 0")
         require(
             1 * KiB <= self.unauthenticated_frame_bytes_max <= self.frame_bytes_max,
             "rpc.unauthenticated_frame_bytes_max must be in [1 KiB, rpc.frame_bytes_max]",

@@ -474,7 +474,7 @@ class PieceStream:
         if ahead is None or ahead.done():
             if ahead is not None and not ahead.cancelled():
                 ahead.exception()  # retrieved: nobody wants a piece past the end
-            reader.close()
+            _close_soon(reader)
         else:
             # The read ahead still uses the descriptors: close them once it is done.
             ahead.add_done_callback(lambda done: _close_after(done, reader))
@@ -503,6 +503,20 @@ def _kernel_read(syncs: KernelSyncs, reader: ReplicaReader) -> asyncio.Future[me
 
     syncs.start_calling([read_request(fd, ctypes.addressof(pin), count, offset)], done)
     return piece
+
+
+def _close_soon(reader: ReplicaReader) -> None:
+    """Close ``reader`` at the next turn of the loop (at once when no loop runs). The task
+    that took the last piece runs inside the loop's handle that woke it, which still
+    refers to the awaited future and so to that piece, a view of the reader's buffer:
+    closed in the same turn, a pooled buffer was refused by the pool (still viewed) and
+    unmapped, and the next reader page-faulted a fresh one in (a third of small reads)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # (garbage-collected after the loop stopped)
+        reader.close()
+        return
+    loop.call_soon(reader.close)
 
 
 def _close_after(done: asyncio.Future[memoryview | None], reader: ReplicaReader) -> None:

@@ -3,32 +3,45 @@
 :class:`FrameReader` is the buffer behind an ``asyncio.BufferedProtocol``: the transport
 receives straight into :meth:`FrameReader.get_buffer`, and :meth:`FrameReader.feed` returns
 the payloads that became complete. Small frames are cut out of one reusable receive buffer
-(many per ``recv``); a frame larger than that buffer gets a buffer of its own, sized from the
-length prefix, that the socket fills directly, so a 1 MiB data chunk is copied from the
-kernel once. A length prefix above the limit raises before anything is allocated.
+(many per ``recv``); a large frame (one that does not fit that buffer, or of at least
+:data:`OWN_BUFFER_MIN_BYTES`) gets a buffer of its own, sized from the length prefix, that
+the socket fills directly, so a 1 MiB data chunk is copied from the kernel once and is
+handed on without a copy. A length prefix above the limit raises before anything is
+allocated.
 
-Large-frame buffers are recycled: allocating a fresh 1 MiB per chunk cost more than the
-chunk's whole trip through the socket (glibc hands freed blocks of that size back to the
-kernel, so every new one is page-faulted in again; bench/rpc.py measured upload at a third
-of raw socket speed because of it). The reader remembers the last few buffers it handed
-out and reuses one of the same size once nothing but the reader refers to it any more
-(CPython reference counts are exact), so a buffer is never overwritten while a payload, a
-decoded chunk or anything else still holds it. A small frame (a stream's TAIL, any reply)
-drops the remembered buffers, so an idle connection keeps none.
+Large-frame buffers come from :data:`LARGE_BUFFERS`, one pool per process: fresh memory is
+what a large frame costs most (each fresh 4 KiB page is a page fault, ~5 us on a
+virtualised host: 1.25 ms per MiB received, more than the MiB's whole trip through the
+socket; bench/rpc.py once measured upload at a third of raw socket speed because of it).
+The pool remembers the buffers it lent and lends one again once nothing but the pool
+refers to it any more (CPython reference counts are exact), so a buffer is never
+overwritten while a payload, a decoded chunk or anything else still holds it. It holds at
+most :data:`POOL_BYTES_MAX` bytes (the oldest are forgotten first); every connection of
+the process shares it, so a DataNode's new stream starts with warm buffers, and 200 KiB
+payloads (a small file's chunk) reach the caller without being copied out of the shared
+receive buffer into fresh memory.
 """
 
 from __future__ import annotations
 
 import sys
 import sysconfig
+import threading
 
 from xdfs.errors import FrameTooLarge
 from xdfs.rpc.messages import LENGTH_PREFIX
 
 _PREFIX = LENGTH_PREFIX.size
 
-#: Large-frame buffers remembered for reuse per reader (a stream window is 8 chunks).
-_RECYCLED_MAX = 16
+#: Frames of at least this many bytes get a buffer of their own even when they would fit
+#: the shared receive buffer: cut from it they are copied out into fresh memory by the
+#: connection (the next receive overwrites it), a pooled buffer is warm and handed on.
+OWN_BUFFER_MIN_BYTES = 64 * 1024
+#: Large-frame buffers are sized in steps of this (frames of nearby sizes share buffers).
+BUFFER_STEP_BYTES = 64 * 1024
+#: Bytes of large-frame buffers a process's pool remembers: a DataNode receiving a few
+#: block streams at once (a window of 8 chunks of 1 MiB each, plus the ones being written).
+POOL_BYTES_MAX = 48 * 1024 * 1024
 
 
 def _refs_when_unshared() -> int:
@@ -44,6 +57,61 @@ _RECYCLE = sys.implementation.name == "cpython" and not sysconfig.get_config_var
 _UNSHARED_REFS = _refs_when_unshared() if _RECYCLE else -1
 
 
+def buffer_bytes_for(length: int) -> int:
+    """The size of the pooled buffer a frame of ``length`` bytes is received into."""
+    return -(-length // BUFFER_STEP_BYTES) * BUFFER_STEP_BYTES
+
+
+class BufferPool:
+    """Large-frame buffers lent out and taken back once unshared (see the module's
+    docstring). Thread-safe: a client's blocking connections receive in callers'
+    threads while its event loop receives in its own."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self._lent: list[bytearray] = []  # oldest first
+        self._lent_bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the buffers the pool remembers (lent or free)."""
+        return self._lent_bytes
+
+    def take(self, size: int) -> bytearray:
+        """A buffer of ``size`` bytes (a multiple of :data:`BUFFER_STEP_BYTES`): one lent
+        earlier that nothing else refers to any more, else a new one; the pool remembers
+        it, to lend it again once its borrower let go."""
+        buffer = self._unshared(size) if _RECYCLE else None
+        if buffer is None:
+            buffer = bytearray(size)
+        with self._lock:
+            self._lent.append(buffer)
+            self._lent_bytes += size
+            while self._lent_bytes > self.bytes_max:
+                self._lent_bytes -= len(self._lent.pop(0))  # freed once its borrower ends
+        return buffer
+
+    def _unshared(self, size: int) -> bytearray | None:
+        with self._lock:
+            lent = self._lent
+            for index in range(len(lent)):
+                if len(lent[index]) == size and sys.getrefcount(lent[index]) <= _UNSHARED_REFS:
+                    self._lent_bytes -= size
+                    return lent.pop(index)
+        return None
+
+    def clear(self) -> None:
+        """Forget every buffer (those still lent stay their borrowers')."""
+        with self._lock:
+            self._lent.clear()
+            self._lent_bytes = 0
+
+
+#: The pool of every FrameReader of this process.
+LARGE_BUFFERS = BufferPool(POOL_BYTES_MAX)
+
+
 class FrameReader:
     """Incremental frame parser over a fixed receive buffer (plus one per oversized frame)."""
 
@@ -54,9 +122,9 @@ class FrameReader:
         self._view = memoryview(self._buf)
         self._start = 0  # first byte not yet cut into a frame
         self._end = 0  # end of received data in _buf
-        self._big: bytearray | None = None  # dedicated buffer of one large frame
+        self._big: bytearray | None = None  # pooled buffer of one large frame
+        self._big_length = 0  # the frame's length (the buffer may be longer)
         self._big_filled = 0
-        self._recycled: list[bytearray] = []  # large-frame buffers handed out earlier
         self._wanted_buffer_bytes = buffer_bytes  # see grow()
 
     @property
@@ -71,9 +139,9 @@ class FrameReader:
 
     @property
     def allocated_bytes(self) -> int:
-        """Bytes of buffers this reader holds now (receive buffer, large frame, recycled)."""
+        """Bytes of buffers this reader holds now (receive buffer, large frame)."""
         big = len(self._big) if self._big is not None else 0
-        return len(self._buf) + big + sum(len(b) for b in self._recycled)
+        return len(self._buf) + big
 
     def grow(self, buffer_bytes: int, frame_bytes_max: int) -> None:
         """Raise the frame limit now and use a receive buffer of ``buffer_bytes`` from the
@@ -92,7 +160,7 @@ class FrameReader:
     def get_buffer(self) -> memoryview:
         """Where the next received bytes go. Payloads returned earlier become invalid."""
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return memoryview(self._big)[self._big_filled : self._big_length]
         if self._wanted_buffer_bytes > len(self._buf):
             self._swap_buffer()
         if self._start == self._end:
@@ -112,13 +180,9 @@ class FrameReader:
         """
         if self._big is not None:
             self._big_filled += nbytes
-            if self._big_filled < len(self._big):
+            if self._big_filled < self._big_length:
                 return []
-            frame = memoryview(self._big)
-            if _RECYCLE:
-                if len(self._recycled) >= _RECYCLED_MAX:
-                    del self._recycled[0]
-                self._recycled.append(self._big)
+            frame = memoryview(self._big)[: self._big_length]
             self._big, self._big_filled = None, 0
             return [frame]
         self._end += nbytes
@@ -131,35 +195,34 @@ class FrameReader:
                 )
             body_start = self._start + _PREFIX
             available = self._end - body_start
-            if available >= length:
-                frames.append(self._view[body_start : body_start + length])
-                self._start = body_start + length
-                if self._recycled:
-                    self._recycled.clear()  # a small frame: not (or no longer) streaming
-                continue
-            if _PREFIX + length > len(self._buf):
+            if length >= OWN_BUFFER_MIN_BYTES or _PREFIX + length > len(self._buf):
+                if available >= length:  # whole already: handed on from a pooled buffer
+                    frames.append(self._pooled_frame(length, body_start))
+                    continue
                 self._start_big_frame(length, body_start, available)
-            break
+                break
+            if available < length:
+                break
+            frames.append(self._view[body_start : body_start + length])
+            self._start = body_start + length
         return frames
 
     def _start_big_frame(self, length: int, body_start: int, available: int) -> None:
-        big = self._reusable_buffer(length)
-        if big is None:
-            big = bytearray(length)
+        # (A frame below OWN_BUFFER_MIN_BYTES that does not fit is one to a server's small
+        # buffer before authentication: exactly its size, never a pool's larger buffer.)
+        big = (LARGE_BUFFERS.take(buffer_bytes_for(length)) if length >= OWN_BUFFER_MIN_BYTES
+               else bytearray(length))
         big[:available] = self._view[body_start : self._end]
-        self._big, self._big_filled = big, available
+        self._big, self._big_length, self._big_filled = big, length, available
         self._start = self._end = 0
 
-    def _reusable_buffer(self, length: int) -> bytearray | None:
-        """A buffer handed out earlier, of ``length`` bytes, that nothing else refers to."""
-        recycled = self._recycled
-        for index in range(len(recycled)):
-            if (
-                len(recycled[index]) == length
-                and sys.getrefcount(recycled[index]) <= _UNSHARED_REFS
-            ):
-                return recycled.pop(index)
-        return None
+    def _pooled_frame(self, length: int, body_start: int) -> memoryview:
+        """A large frame received whole into the shared buffer, copied to a pooled one
+        (warm memory: cheaper than the copy into fresh memory the caller would make)."""
+        big = LARGE_BUFFERS.take(buffer_bytes_for(length))
+        big[:length] = self._view[body_start : body_start + length]
+        self._start = body_start + length
+        return memoryview(big)[:length]
 
 
 def frame(payload: bytes) -> bytes:

@@ -29,7 +29,25 @@ class FrameSink(Protocol):
              logical_call: int = ...) -> None: ...
     async def drain(self) -> None: ...
 
-ChunkSource = Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
+
+
+class SealedChunk:
+    """A chunk whose CRC32C its source computed already (at most a chunk's size): a block
+    sent to several DataNodes has each chunk's CRC computed once, not once per target."""
+
+    __slots__ = ("crc32c", "data")
+
+    def __init__(self, data: bytes | memoryview, crc: int) -> None:
+        self.data = data
+        self.crc32c = crc
+
+    @classmethod
+    def of(cls, data: bytes | memoryview) -> SealedChunk:
+        return cls(data, crc32c.crc32c(data))
+
+
+ChunkData = bytes | memoryview | SealedChunk
+ChunkSource = Iterable[ChunkData] | AsyncIterable[ChunkData]
 
 #: Chunks an upload's sender may send right after its head, before the window grant: a
 #: server makes the stream's receiver when it reads the head, before any frame after it,
@@ -71,13 +89,14 @@ class StreamSender:
             self._error = error
         self._wake.set()
 
-    async def send(self, data: bytes | memoryview) -> None:
+    async def send(self, data: bytes | memoryview, crc: int | None = None) -> None:
+        """``crc``: the CRC32C of ``data`` when the caller has it."""
         if self._credit <= 0 and self._error is None:
             await self._wait_for_credit()
         if self._error is not None:
             raise self._error
         self._credit -= 1
-        chunk = Chunk(self.seq, crc32c.crc32c(data), memoryview(data))
+        chunk = Chunk(self.seq, crc32c.crc32c(data) if crc is None else crc, memoryview(data))
         self._proto.send(K_CHUNK, self._id, "", chunk)
         self.seq += 1
         self.total_bytes += len(data)
@@ -95,20 +114,33 @@ class StreamSender:
             ) from None
 
     async def send_all(self, chunks: ChunkSource, chunk_bytes_max: int) -> Tail:
-        """Send every chunk of ``chunks`` (split to ``chunk_bytes_max``), then the tail."""
+        """Send every chunk of ``chunks`` (split to ``chunk_bytes_max``), then the tail.
+
+        A chunk sent is let go before the next is asked for: a source's pieces may view a
+        buffer it pools again only once nothing views it any more (a replica reader's
+        aligned buffer, given back when the stream ends: held here, it was unmapped
+        instead, and the next reader page-faulted a fresh one in)."""
         if isinstance(chunks, AsyncIterable):
             async for data in chunks:
                 await self._send_split(data, chunk_bytes_max)
+                del data
         else:
             for data in chunks:
                 await self._send_split(data, chunk_bytes_max)
+                del data
         if self._error is not None:
             raise self._error
         tail = Tail(self.seq, self.total_bytes)
         self._proto.send(K_TAIL, self._id, "", tail)
         return tail
 
-    async def _send_split(self, data: bytes | memoryview, chunk_bytes_max: int) -> None:
+    async def _send_split(self, data: ChunkData, chunk_bytes_max: int) -> None:
+        if isinstance(data, SealedChunk):
+            if len(data.data) <= chunk_bytes_max:
+                if data.data:
+                    await self.send(data.data, data.crc32c)
+                return
+            data = data.data  # (sealed for larger chunks than this sender's: split anew)
         if len(data) <= chunk_bytes_max:
             if data:
                 await self.send(data)
