@@ -315,8 +315,8 @@ async def _sync_fs(cluster: Cluster, count: int = 1) -> AsyncIterator[list[Any]]
 async def test_a_file_written_in_one_write_reaches_the_writer_uncopied(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # fsspec's buffer holds a first write of bytes as it is (FirstBuffer): the close hands
-    # the very object to the writer; a file of several writes is joined in a BytesIO.
+    # fsspec's buffer holds a first write of bytes as it is (PartsBuffer): the close hands
+    # the very object to the writer; a small file of several writes is joined once.
     body = payload(200 * 1024, seed=8)
     given: list[Any] = []
     write_and_close = SyncWriter.write_and_close
@@ -343,6 +343,39 @@ async def test_a_file_written_in_one_write_reaches_the_writer_uncopied(
     assert given[1] == body and given[1] is not body
     assert given[2] == b""
     assert {path: await cluster.client.read_file(path) for path in files} == files
+
+
+async def test_large_writes_reach_the_writer_uncopied(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Writes of 2 MiB (fsspec flushes every 5 MiB): each reaches the writer as the very
+    # object written, the small writes between them joined; the file reads back whole.
+    pieces = [payload(2 * 1024 * 1024, seed=20 + i) for i in range(4)]
+    tail = [b"x" * 100, b"y" * 200]
+    given: list[Any] = []
+    write, write_and_close = SyncWriter.write, SyncWriter.write_and_close
+
+    def seen_write(self: SyncWriter, data: Any) -> Any:
+        given.append(data)
+        return write(self, data)
+
+    def seen_close(self: SyncWriter, data: Any) -> Any:
+        given.append(data)
+        return write_and_close(self, data)
+
+    monkeypatch.setattr(SyncWriter, "write", seen_write)
+    monkeypatch.setattr(SyncWriter, "write_and_close", seen_close)
+    async with _sync_fs(cluster) as (fs,):
+
+        def write_file() -> None:
+            with fs.open("/small/large", "wb") as fh:
+                for piece in [*pieces, *tail]:
+                    fh.write(piece)
+
+        await asyncio.to_thread(write_file)
+    assert [id(data) for data in given[:4]] == [id(piece) for piece in pieces]
+    assert given[4:] == [b"".join(tail)]
+    assert await cluster.client.read_file("/small/large") == b"".join([*pieces, *tail])
 
 
 async def test_files_written_from_a_callers_thread_share_one_lease_renewal_task(
