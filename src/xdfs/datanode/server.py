@@ -32,6 +32,7 @@ from xdfs.datanode.offer import NameNodeOffer
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.replication import Replicator
 from xdfs.datanode.scanner import BlockScanner
+from xdfs.datanode.spares import keep_stocked
 from xdfs.datanode.storage import DataStorage
 from xdfs.datanode.transfer import Transfers, in_thread
 from xdfs.errors import (
@@ -71,7 +72,8 @@ class DataNode:
         dn = config.datanode
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
                                    dn.capacity_bytes, dn.direct_io,
-                                   dn.loop_write_max_bytes, dn.small_direct_io)
+                                   dn.loop_write_max_bytes, dn.small_direct_io,
+                                   dn.spare_files_max)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
@@ -157,6 +159,7 @@ class DataNode:
         self._spawn("namenode actors", self.actor.run())
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
+        self._spawn("spare files", keep_stocked(self.storage.spares, self.storage.idle, in_thread))
         return self.server.address
 
     def _offer(self, hello: Hello) -> NameNodeOffer:

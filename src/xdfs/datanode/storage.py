@@ -25,6 +25,7 @@ from xdfs.datanode import layout
 from xdfs.datanode.layout import DataNodeVersion
 from xdfs.datanode.rbw import load_rbw, rewrite_for_recovery
 from xdfs.datanode.replica import Replica, ReplicaWriter, move_files, unlink_quietly
+from xdfs.datanode.spares import Spares
 from xdfs.errors import AlreadyExists, StorageError
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import StorageReport
@@ -53,7 +54,7 @@ class DataStorage:
     def __init__(
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
         capacity_bytes: int = 0, direct_io: bool = False, loop_write_max_bytes: int = 0,
-        small_direct_io: bool = True,
+        small_direct_io: bool = True, spare_files_max: int = 0,
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
@@ -82,6 +83,12 @@ class DataStorage:
         #: First-level directories of finalized/ (``block_id >> 8 & 0xFF``) whose leaves are
         #: being made ahead of the writes (``leaves_ahead``).
         self._leaves_ahead: set[int] = set()
+        #: Empty files for new replicas' files, deleted ones' files recycled (``spares.py``).
+        self.spares = Spares(self.current / layout.SPARES, spare_files_max)
+        #: At startup: inode numbers of the spares (:meth:`Spares.scan`) and those of them
+        #: a replica file found has too.
+        self._spare_inodes: dict[int, str] = {}
+        self._shared_inodes: list[int] = []
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -92,9 +99,12 @@ class DataStorage:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
                 make_dirs(directory)
+            self._spare_inodes = self.spares.scan()
             rbw_removed = self._load_rbw()
             rbw_kept = len(self.replicas)
             leftovers = self._load_finalized()
+            self.spares.load(self._spare_inodes, self._shared_inodes)
+            self._spare_inodes, self._shared_inodes = {}, []
         except OSError as exc:  # mkdir, listdir or unlink on a broken disk
             self._lock.unlock()
             raise StorageError(f"cannot open data dir {self.root}: {exc}") from exc
@@ -145,6 +155,7 @@ class DataStorage:
         metas: dict[int, list[tuple[int, Path]]] = {}
         junk: list[Path] = []
         for entry in os.scandir(self.rbw):
+            self._note_inode(entry)
             path = Path(entry.path)
             block_id = layout.parse_data_name(entry.name)
             parsed = layout.parse_meta_name(entry.name)
@@ -196,6 +207,12 @@ class DataStorage:
                         len(leftovers), self.finalized, ", ".join(leftovers))
         return leftovers
 
+    def _note_inode(self, entry: os.DirEntry[str]) -> None:
+        """A file of rbw/ or finalized/ whose inode a spare name also has (``spares.py``:
+        a crash cut a move short): that spare is dropped, never cut."""
+        if self._spare_inodes and entry.inode() in self._spare_inodes:
+            self._shared_inodes.append(entry.inode())
+
     def _note_leaf(self, first: str, second: str) -> None:
         """A leaf found at startup is taken as made, as ``_ensure_dir`` takes a directory
         it finds: no check before its next replica."""
@@ -208,6 +225,7 @@ class DataStorage:
         data: dict[int, os.DirEntry[str]] = {}
         metas: dict[int, list[tuple[int, os.DirEntry[str]]]] = {}
         for entry in os.scandir(directory):
+            self._note_inode(entry)
             block_id = layout.parse_data_name(entry.name)
             if block_id is not None:
                 data[block_id] = entry
@@ -291,11 +309,15 @@ class DataStorage:
     def is_busy(self, block_id: int) -> bool:
         return block_id in self._busy
 
+    def idle(self) -> bool:
+        """No block is being written, deleted or recovered (spares are made then)."""
+        return not self._busy
+
     def new_writer(self, block_id: int, genstamp: int) -> ReplicaWriter:
         """A writer in rbw/ (files opened by ``writer.open()``, in a worker thread)."""
         assert block_id in self._busy, "claim the block before writing it"
         return ReplicaWriter(block_id, genstamp, self.rbw, self.checksum_chunk_bytes,
-                             self.direct_io)
+                             self.direct_io, self.spares)
 
     def commit(self, writer: ReplicaWriter, replaced: Replica | None) -> Replica:
         """Finalize ``writer`` (worker thread): :meth:`commit_steps` with every step done
@@ -439,10 +461,16 @@ class DataStorage:
         return replica
 
     def delete_files(self, replicas: list[Replica]) -> None:
-        """Delete the files of replicas taken from the map (worker thread)."""
+        """Delete the files of replicas taken from the map (worker thread): recycled as
+        spares while the stock has room (``spares.py``), else unlinked."""
         directories = set()
         for replica in replicas:
-            self._unlink(replica)
+            # Data first: without its data file a checksum file is a leftover startup removes.
+            try:
+                if self.spares.discard(replica.data_path, replica.meta_path):
+                    directories.add(self.spares.directory)
+            except OSError as exc:
+                raise StorageError(f"cannot delete block {replica.block_id}: {exc}") from exc
             directories.add(replica.data_path.parent)
         for directory in directories:
             fsync_dir(directory)
