@@ -12,7 +12,8 @@ import pytest
 
 from tests.unit.test_dn_storage import CHUNK, NOW_MS, read_all, store
 from xdfs.common.faults import FAULTS
-from xdfs.datanode.spares import Spares, keep_stocked
+from xdfs.datanode.idle_work import LEAVES_DEPTH, work_while_idle
+from xdfs.datanode.spares import Spares
 from xdfs.datanode.storage import DataStorage
 
 SPARES_MAX = 8
@@ -177,26 +178,37 @@ def test_make_stops_at_the_bound(tmp_path: Path) -> None:
     assert spares.give(tmp_path / "missing") is False  # full: the caller unlinks
 
 
-async def test_the_stock_is_made_only_while_idle(tmp_path: Path) -> None:
-    spares = Spares(tmp_path, 100)
-    spares.scan()
-    spares.load({}, [])
-    idle = False
+async def test_spares_then_leaves_are_made_ahead_only_while_idle(tmp_path: Path) -> None:
+    storage = open_storage(tmp_path / "dn")
+    store(storage, 5, 1, os.urandom(100))
+    storage.close()
+    storage = open_storage(tmp_path / "dn", spares_max=100)  # newest block: 5 (found)
+    storage.claim(9)  # busy: nothing is made
 
-    async def run(fn: Callable[[int], int], count: int) -> int:
-        return await asyncio.to_thread(fn, count)
+    async def run(job: Callable[[], object]) -> object:
+        return await asyncio.to_thread(job)
 
-    task = asyncio.create_task(keep_stocked(spares, lambda: idle, run, period_s=0.01))
+    finalized = tmp_path / "dn" / "current" / "finalized"
+    task = asyncio.create_task(work_while_idle(storage, run, period_s=0.01, duty=1.0))
     try:
         await asyncio.sleep(0.1)
-        assert len(spares) == 0  # busy: nothing made
-        idle = True
-        for _ in range(500):
-            if len(spares) == 100:
+        assert len(storage.spares) == 0
+        storage.release(9)
+        for _ in range(1000):
+            last = finalized / f"subdir{LEAVES_DEPTH}"
+            if last.is_dir() and len(os.listdir(last)) == 256:
                 break
             await asyncio.sleep(0.01)
-        assert len(spares) == 100 and len(os.listdir(tmp_path)) == 100
+        assert len(storage.spares) == 100 == len(spare_names(tmp_path / "dn"))
+        # the first-level directories 2..LEAVES_DEPTH after block 5's, every leaf made
+        # (the next one is made once a write lands: DataStorage.leaves_ahead)
+        for first in range(2, LEAVES_DEPTH + 1):
+            assert len(os.listdir(finalized / f"subdir{first}")) == 256
+        assert not (finalized / f"subdir{LEAVES_DEPTH + 1}").exists()
+        assert storage.idle_job(64, LEAVES_DEPTH) is None  # all done
+        assert storage.replicas.keys() == {5}
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        storage.close()

@@ -28,11 +28,11 @@ from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
 from xdfs.datanode.block_recovery import BlockRecovery
 from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers
+from xdfs.datanode.idle_work import work_while_idle
 from xdfs.datanode.offer import NameNodeOffer
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.replication import Replicator
 from xdfs.datanode.scanner import BlockScanner
-from xdfs.datanode.spares import keep_stocked
 from xdfs.datanode.storage import DataStorage
 from xdfs.datanode.transfer import Transfers, in_thread
 from xdfs.errors import (
@@ -159,7 +159,7 @@ class DataNode:
         self._spawn("namenode actors", self.actor.run())
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
-        self._spawn("spare files", keep_stocked(self.storage.spares, self.storage.idle, in_thread))
+        self._spawn("work while idle", work_while_idle(self.storage, in_thread))
         return self.server.address
 
     def _offer(self, hello: Hello) -> NameNodeOffer:

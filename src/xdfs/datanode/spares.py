@@ -7,7 +7,7 @@ after deletions, against ~35 us in a quiet group. A replica makes two files (dat
 So a new rbw file is a spare *renamed* into ``rbw/`` (no inode allocated), a deleted
 replica's files are renamed here and cut to 0 bytes instead of unlinked (no inode freed, so
 nothing poisons the group either), and the stock is topped up ahead, in a worker thread while
-the node writes nothing (``keep_stocked``), up to ``datanode.spare_files_max``.
+the node writes nothing (``idle_work.py``), up to ``datanode.spare_files_max``.
 
 Spares are never replicas: their names (``spare_<n>``) match no replica name, no scanner,
 directory scanner, block report or used-bytes count looks in this directory.
@@ -28,15 +28,13 @@ Crash safety (nothing here is fsynced on the write path):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import re
 import shutil
 import threading
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from xdfs.common.faults import FAULTS, fault_point
@@ -49,9 +47,6 @@ FAULTS.register("datanode.spare_given",
                 "a deleted replica's file was renamed into spares/, not yet cut to 0 bytes")
 
 _NAME_RE = re.compile(r"^spare_(\d+)$")
-
-#: Spares one worker-thread job of :func:`keep_stocked` makes.
-MAKE_BATCH = 64
 
 
 class Spares:
@@ -212,30 +207,3 @@ def _remove(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
     except FileNotFoundError:
         pass
-
-
-async def keep_stocked(
-    spares: Spares, idle: Callable[[], bool],
-    in_thread: Callable[[Callable[[int], int], int], Awaitable[int]],
-    period_s: float = 0.25, duty: float = 0.1,
-) -> None:
-    """Top up the stock while the node writes nothing (``idle``): at most
-    :data:`MAKE_BATCH` spares per worker-thread job, so a write that starts meanwhile waits
-    for no more than one short job, and jobs paced to about ``duty`` of a CPU (a create
-    cost ~35 us in a quiet ext4 block group and ~1 ms after deletions nearby: a fresh
-    node fills its stock in seconds or in a minute, never hogging a small machine). Runs
-    until cancelled; a failure (a full disk) is logged and tried again later."""
-    pause_s = period_s
-    while True:
-        await asyncio.sleep(pause_s)
-        pause_s = period_s
-        if not spares.wanted or not idle():
-            continue
-        started = time.monotonic()
-        try:
-            await in_thread(spares.make, min(MAKE_BATCH, spares.wanted))
-        except OSError as exc:
-            log.warning("cannot make spare files in %s: %s", spares.directory, exc)
-            pause_s = 120 * period_s
-            continue
-        pause_s = max(period_s, (time.monotonic() - started) * (1 - duty) / duty)

@@ -10,12 +10,13 @@ tree, ``replica.py`` for the files of one replica and ``rbw.py`` for rbw replica
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -83,6 +84,9 @@ class DataStorage:
         #: First-level directories of finalized/ (``block_id >> 8 & 0xFF``) whose leaves are
         #: being made ahead of the writes (``leaves_ahead``).
         self._leaves_ahead: set[int] = set()
+        #: The highest block id written since startup or found at it (-1: none): the
+        #: leaves after it are made while idle (:meth:`idle_job`).
+        self._newest_block = -1
         #: Empty files for new replicas' files, deleted ones' files recycled (``spares.py``).
         self.spares = Spares(self.current / layout.SPARES, spare_files_max)
         #: At startup: inode numbers of the spares (:meth:`Spares.scan`) and those of them
@@ -255,6 +259,7 @@ class DataStorage:
             self._drop_finalized_rbw(replica)
             self.replicas[block_id] = replica
             self.used_bytes += replica.disk_bytes
+            self._newest_block = max(self._newest_block, block_id)
         for entry in data.values():  # data files without any checksum file
             removed.append(entry.name)
             unlink_quietly(Path(entry.path))
@@ -392,12 +397,38 @@ class DataStorage:
         (:meth:`finalized_dir` in a worker thread, then :meth:`leaves_ahead_done`), while
         block ids (allocated in sequence) still fill the current one, so no write waits
         for 257 mkdirs (a fresh DataNode's writes stalled for them every 256 blocks)."""
-        ahead = block_id + 256
+        self._newest_block = max(self._newest_block, block_id)
+        return self._leaves_to_make(block_id + 256)
+
+    def _leaves_to_make(self, ahead: int) -> int | None:
         first = ahead >> 8 & 0xFF
         if ahead & 0xFFFF in self._leaves_made or first in self._leaves_ahead:
             return None
         self._leaves_ahead.add(first)
         return ahead
+
+    def idle_job(self, spares_batch: int, leaves_depth: int) -> Callable[[], object] | None:
+        """Work for a worker thread while the node is idle (``idle_work.py``), or None:
+        up to ``spares_batch`` spare files while the stock is short (``spares.py``), else
+        the leaves of the first not yet made of the ``leaves_depth`` first-level
+        directories of finalized/ after the newest block's (a fresh node's first 256 x
+        ``leaves_depth`` replicas then make no directory while they are written: a mkdir
+        costs what a create does)."""
+        if self.spares.wanted:
+            return functools.partial(self.spares.make, min(spares_batch, self.spares.wanted))
+        if self._newest_block < 0:
+            return None
+        for step in range(2, leaves_depth + 1):  # (the next one: ``leaves_ahead``)
+            ahead = self._leaves_to_make(self._newest_block + 256 * step)
+            if ahead is not None:
+                return functools.partial(self._make_leaves, ahead)
+        return None
+
+    def _make_leaves(self, block_id: int) -> None:
+        try:
+            self.finalized_dir(block_id)
+        finally:
+            self.leaves_ahead_done(block_id)
 
     def leaves_ahead_done(self, block_id: int) -> None:
         """The making started by :meth:`leaves_ahead` ended (made, or failed: a write
