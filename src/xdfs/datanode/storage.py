@@ -5,7 +5,8 @@ loop; file work (open, scan, finalize, delete) runs in worker threads. A block i
 *busy* while a write, a delete or a recovery of it is in progress, so they never race on
 its files. The map holds finalized replicas and replicas in state rbw (kept after a broken
 write, and loaded again at startup for block recovery). See ``layout.py`` for the directory
-tree, ``replica.py`` for the files of one replica and ``rbw.py`` for rbw replicas.
+tree, ``replica.py`` for the files of one replica, ``rbw.py`` for rbw replicas and
+``spares.py`` for the empty files new replicas' files are made of.
 """
 
 from __future__ import annotations
