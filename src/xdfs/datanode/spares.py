@@ -100,15 +100,20 @@ class Spares:
             log.warning("spare %s is also a replica's file (a crash cut a move short): "
                         "dropping the spare's name", name)
             path = f"{self._dir}/{name}"
-            if os.stat(path).st_nlink > 1:  # else the name is the inode's only count: keep
-                os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_nlink > 1:  # else the inode's only count: keep it
+                    os.unlink(path)
         names = sorted(inodes.values(), key=lambda n: int(n.removeprefix("spare_")))
         for name in names[self.max_files:]:
-            os.unlink(f"{self._dir}/{name}")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self._dir}/{name}")
         for name in names[: self.max_files]:
             path = f"{self._dir}/{name}"
-            if os.stat(path).st_size:
-                os.truncate(path, 0)
+            try:
+                if os.stat(path).st_size:
+                    os.truncate(path, 0)
+            except FileNotFoundError:  # removed by hand meanwhile
+                continue
             self._stock.append(name)
         return len(self._stock)
 
