@@ -27,7 +27,7 @@ from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.datanode import layout
 from xdfs.errors import BlockNotFound, XdfsError
 from xdfs.protocol.blocks import BlockRecord
-from xdfs.protocol.datanode import WRITE_BLOCK, WriteBlockRequest
+from xdfs.protocol.datanode import WRITE_BLOCK, HeartbeatResponse, WriteBlockRequest
 from xdfs.testing.lazyfs import CrashSite
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
@@ -192,6 +192,77 @@ async def test_crash_at_a_finalize_fault_point(
     else:  # whole in rbw, never finalized: kept for a block recovery
         assert reported == ([], [record])
         assert replica_files(data_dir)["finalized"] == []
+    assert proc.terminate() == 0
+
+
+def spare_sizes(data_dir: Path) -> list[int]:
+    spares = data_dir / "current" / "spares"
+    return [entry.stat().st_size for entry in os.scandir(spares)] if spares.exists() else []
+
+
+async def test_kill_9_mid_take_of_a_spare_leaves_no_phantom_replica(
+    minicluster: MiniCluster, processes: ProcessGroup, stub: StubNameNode, crash_site: CrashSite
+) -> None:
+    """A new replica's file is a spare renamed into rbw/ (datanode/spares.py): killed
+    right after that rename, the node restarts with no replica of the block and nothing
+    of it in rbw/; the replica written before is whole."""
+    data_dir = crash_site.root / "dn"
+    proc, address = await start_process(processes, stub, data_dir)
+    node_id = node_id_of(data_dir)
+    await wait_for_report(stub, node_id, 0)
+    client = minicluster.client(address)
+    kept_data = os.urandom(200 * 1024)
+    kept = (await write_block(client, BlockRecord(1, 1, 0), kept_data, stub.token(1))).block
+    assert proc.terminate() == 0
+    proc, address = await start_process(processes, stub, data_dir,
+                                        faults="datanode.spare_taken=kill")
+    await eventually(lambda: len(spare_sizes(data_dir)) >= 2)  # made while idle
+    with pytest.raises(XdfsError):  # the node killed itself before answering
+        await write_block(minicluster.client(address), BlockRecord(2, 1, 0),
+                          os.urandom(200 * 1024), stub.token(2))
+    assert await wait_exit(proc) == -9
+    await asyncio.to_thread(crash_site.crash)
+    reports = len(stub.reports)
+    proc, address = await start_process(processes, stub, data_dir)
+    assert await wait_for_full_report(stub, node_id, reports) == ([kept], [])
+    assert replica_files(data_dir)["rbw"] == []
+    assert set(spare_sizes(data_dir)) <= {0}
+    got = await read_block(minicluster.client(address), kept, stub.token(1, "r"))
+    assert got[1] == kept_data
+    assert proc.terminate() == 0
+
+
+async def test_kill_9_mid_recycle_of_a_deleted_replica(
+    minicluster: MiniCluster, processes: ProcessGroup, stub: StubNameNode, crash_site: CrashSite
+) -> None:
+    """A deleted replica's files are renamed into spares/ and cut to 0 bytes: killed
+    between the two, the restarted node reports neither the deleted replica nor keeps
+    its bytes (every spare is cut at startup), and the other replica is whole."""
+    data_dir = crash_site.root / "dn"
+    proc, address = await start_process(processes, stub, data_dir,
+                                        faults="datanode.spare_given=kill")
+    node_id = node_id_of(data_dir)
+    await wait_for_report(stub, node_id, 0)
+    client = minicluster.client(address)
+    kept_data = os.urandom(300 * 1024)
+    kept = (await write_block(client, BlockRecord(1, 1, 0), kept_data, stub.token(1))).block
+    await write_block(client, BlockRecord(2, 1, 0), os.urandom(300 * 1024), stub.token(2))
+    stub.commands[node_id] = [HeartbeatResponse(delete=[2])]
+    assert await wait_exit(proc) == -9
+    await asyncio.to_thread(crash_site.crash)
+    reports = len(stub.reports)
+    proc, address = await start_process(processes, stub, data_dir)
+    finalized, rbw = await wait_for_full_report(stub, node_id, reports)
+    assert rbw == []
+    if crash_site.power_loss:  # the delete was never synced: the replica may be back whole
+        assert kept in finalized and {r.block_id for r in finalized} <= {1, 2}
+    else:
+        assert finalized == [kept]
+        assert set(spare_sizes(data_dir)) == {0}
+    files = replica_files(data_dir)
+    assert "subdir0/subdir2/blk_2" not in files["finalized"] or crash_site.power_loss
+    got = await read_block(minicluster.client(address), kept, stub.token(1, "r"))
+    assert got[1] == kept_data
     assert proc.terminate() == 0
 
 

@@ -5,6 +5,7 @@
         current/
             VERSION                       key=value lines (below)
             rbw/                          replicas being written: blk_<id>, blk_<id>_<gs>.meta
+            spares/spare_<n>              empty files kept for new replicas' files (spares.py)
             finalized/subdir<a>/subdir<b>/
                 blk_<id>                  block data
                 blk_<id>_<gs>.meta        checksums (xdfs.datanode.checksums)
@@ -32,6 +33,7 @@ CURRENT = "current"
 VERSION_FILE = "VERSION"
 FINALIZED = "finalized"
 RBW = "rbw"
+SPARES = "spares"
 
 _DATA_RE = re.compile(r"^blk_(-?\d+)$")
 _META_RE = re.compile(r"^blk_(-?\d+)_(\d+)\.meta$")

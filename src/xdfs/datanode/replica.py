@@ -23,6 +23,7 @@ from xdfs.common.faults import FAULTS, fault_point
 from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
 from xdfs.datanode import checksums, direct
 from xdfs.datanode.layout import data_name, meta_name
+from xdfs.datanode.spares import Spares
 from xdfs.errors import BlockNotFound, CorruptReplica, StorageError
 from xdfs.protocol.blocks import BlockRecord
 
@@ -121,7 +122,7 @@ class ReplicaWriter:
 
     def __init__(
         self, block_id: int, genstamp: int, rbw_dir: Path, bytes_per_checksum: int,
-        direct_io: bool = False,
+        direct_io: bool = False, spares: Spares | None = None,
     ) -> None:
         self.block_id = block_id
         self.genstamp = genstamp
@@ -141,6 +142,8 @@ class ReplicaWriter:
         self._data_fd = -1
         self._meta_fd = -1
         self._direct_io = direct_io
+        #: Where the files come from (a spare renamed, no inode allocated) and go back to.
+        self._spares = spares
         #: The data file's writer when it is open with O_DIRECT (``direct.py``).
         self._staged: direct.StagedWriter | None = None
         #: Set once the replica is in finalized/ (the writer is then done).
@@ -156,7 +159,11 @@ class ReplicaWriter:
     def open(self, buffered: bool = False) -> None:
         """Create both files in ``rbw/``; ``buffered``: the data file through the page
         cache even when direct I/O is on (a replica known to be small: it would stay
-        buffered anyway, see ``direct.py``)."""
+        buffered anyway, see ``direct.py``). Each is a spare renamed when there is one
+        (``spares.py``), else created."""
+        if self._spares is not None:
+            self._spares.take(self._data_file)
+            self._spares.take(self._meta_file)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         if self._direct_io and not buffered:
             self._data_fd, is_direct = direct.open_direct(self._data_file, flags)
@@ -404,9 +411,13 @@ class ReplicaWriter:
         self._data_fd = self._meta_fd = -1
 
     def abort(self) -> None:
-        """Drop the partial replica (never finalized): close and delete its rbw files."""
+        """Drop the partial replica (never finalized): close and delete its rbw files
+        (recycled as spares when there is room)."""
         self._close()
-        unlink_quietly(self.data_path, self.meta_path)
+        if self._spares is not None:
+            self._spares.discard(self._data_file, self._meta_file)
+        else:
+            unlink_quietly(self.data_path, self.meta_path)
 
 
 #: preadv2's flag for "only what is in the page cache" (0: this platform has none).

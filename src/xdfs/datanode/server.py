@@ -28,6 +28,7 @@ from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
 from xdfs.datanode.block_recovery import BlockRecovery
 from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers
+from xdfs.datanode.idle_work import work_while_idle
 from xdfs.datanode.offer import NameNodeOffer
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.replication import Replicator
@@ -71,7 +72,8 @@ class DataNode:
         dn = config.datanode
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
                                    dn.capacity_bytes, dn.direct_io,
-                                   dn.loop_write_max_bytes, dn.small_direct_io)
+                                   dn.loop_write_max_bytes, dn.small_direct_io,
+                                   dn.spare_files_max)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
         self.transfers = Transfers()
@@ -157,6 +159,7 @@ class DataNode:
         self._spawn("namenode actors", self.actor.run())
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
+        self._spawn("work while idle", work_while_idle(self.storage, in_thread))
         return self.server.address
 
     def _offer(self, hello: Hello) -> NameNodeOffer:

@@ -5,17 +5,19 @@ loop; file work (open, scan, finalize, delete) runs in worker threads. A block i
 *busy* while a write, a delete or a recovery of it is in progress, so they never race on
 its files. The map holds finalized replicas and replicas in state rbw (kept after a broken
 write, and loaded again at startup for block recovery). See ``layout.py`` for the directory
-tree, ``replica.py`` for the files of one replica and ``rbw.py`` for rbw replicas.
+tree, ``replica.py`` for the files of one replica, ``rbw.py`` for rbw replicas and
+``spares.py`` for the empty files new replicas' files are made of.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -25,6 +27,7 @@ from xdfs.datanode import layout
 from xdfs.datanode.layout import DataNodeVersion
 from xdfs.datanode.rbw import load_rbw, rewrite_for_recovery
 from xdfs.datanode.replica import Replica, ReplicaWriter, move_files, unlink_quietly
+from xdfs.datanode.spares import Spares
 from xdfs.errors import AlreadyExists, StorageError
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import StorageReport
@@ -53,7 +56,7 @@ class DataStorage:
     def __init__(
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
         capacity_bytes: int = 0, direct_io: bool = False, loop_write_max_bytes: int = 0,
-        small_direct_io: bool = True,
+        small_direct_io: bool = True, spare_files_max: int = 0,
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
@@ -82,6 +85,15 @@ class DataStorage:
         #: First-level directories of finalized/ (``block_id >> 8 & 0xFF``) whose leaves are
         #: being made ahead of the writes (``leaves_ahead``).
         self._leaves_ahead: set[int] = set()
+        #: The highest block id written since startup or found at it (-1: none): the
+        #: leaves after it are made while idle (:meth:`idle_job`).
+        self._newest_block = -1
+        #: Empty files for new replicas' files, deleted ones' files recycled (``spares.py``).
+        self.spares = Spares(self.current / layout.SPARES, spare_files_max)
+        #: At startup: inode numbers of the spares (:meth:`Spares.scan`) and those of them
+        #: a replica file found has too.
+        self._spare_inodes: dict[int, str] = {}
+        self._shared_inodes: list[int] = []
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -92,9 +104,12 @@ class DataStorage:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
                 make_dirs(directory)
+            self._spare_inodes = self.spares.scan()
             rbw_removed = self._load_rbw()
             rbw_kept = len(self.replicas)
             leftovers = self._load_finalized()
+            self.spares.load(self._spare_inodes, self._shared_inodes)
+            self._spare_inodes, self._shared_inodes = {}, []
         except OSError as exc:  # mkdir, listdir or unlink on a broken disk
             self._lock.unlock()
             raise StorageError(f"cannot open data dir {self.root}: {exc}") from exc
@@ -145,6 +160,7 @@ class DataStorage:
         metas: dict[int, list[tuple[int, Path]]] = {}
         junk: list[Path] = []
         for entry in os.scandir(self.rbw):
+            self._note_inode(entry)
             path = Path(entry.path)
             block_id = layout.parse_data_name(entry.name)
             parsed = layout.parse_meta_name(entry.name)
@@ -196,6 +212,12 @@ class DataStorage:
                         len(leftovers), self.finalized, ", ".join(leftovers))
         return leftovers
 
+    def _note_inode(self, entry: os.DirEntry[str]) -> None:
+        """A file of rbw/ or finalized/ whose inode a spare name also has (``spares.py``:
+        a crash cut a move short): that spare is dropped, never cut."""
+        if self._spare_inodes and entry.inode() in self._spare_inodes:
+            self._shared_inodes.append(entry.inode())
+
     def _note_leaf(self, first: str, second: str) -> None:
         """A leaf found at startup is taken as made, as ``_ensure_dir`` takes a directory
         it finds: no check before its next replica."""
@@ -208,6 +230,7 @@ class DataStorage:
         data: dict[int, os.DirEntry[str]] = {}
         metas: dict[int, list[tuple[int, os.DirEntry[str]]]] = {}
         for entry in os.scandir(directory):
+            self._note_inode(entry)
             block_id = layout.parse_data_name(entry.name)
             if block_id is not None:
                 data[block_id] = entry
@@ -237,6 +260,7 @@ class DataStorage:
             self._drop_finalized_rbw(replica)
             self.replicas[block_id] = replica
             self.used_bytes += replica.disk_bytes
+            self._newest_block = max(self._newest_block, block_id)
         for entry in data.values():  # data files without any checksum file
             removed.append(entry.name)
             unlink_quietly(Path(entry.path))
@@ -291,11 +315,15 @@ class DataStorage:
     def is_busy(self, block_id: int) -> bool:
         return block_id in self._busy
 
+    def idle(self) -> bool:
+        """No block is being written, deleted or recovered (spares are made then)."""
+        return not self._busy
+
     def new_writer(self, block_id: int, genstamp: int) -> ReplicaWriter:
         """A writer in rbw/ (files opened by ``writer.open()``, in a worker thread)."""
         assert block_id in self._busy, "claim the block before writing it"
         return ReplicaWriter(block_id, genstamp, self.rbw, self.checksum_chunk_bytes,
-                             self.direct_io)
+                             self.direct_io, self.spares)
 
     def commit(self, writer: ReplicaWriter, replaced: Replica | None) -> Replica:
         """Finalize ``writer`` (worker thread): :meth:`commit_steps` with every step done
@@ -370,12 +398,38 @@ class DataStorage:
         (:meth:`finalized_dir` in a worker thread, then :meth:`leaves_ahead_done`), while
         block ids (allocated in sequence) still fill the current one, so no write waits
         for 257 mkdirs (a fresh DataNode's writes stalled for them every 256 blocks)."""
-        ahead = block_id + 256
+        self._newest_block = max(self._newest_block, block_id)
+        return self._leaves_to_make(block_id + 256)
+
+    def _leaves_to_make(self, ahead: int) -> int | None:
         first = ahead >> 8 & 0xFF
         if ahead & 0xFFFF in self._leaves_made or first in self._leaves_ahead:
             return None
         self._leaves_ahead.add(first)
         return ahead
+
+    def idle_job(self, spares_batch: int, leaves_depth: int) -> Callable[[], object] | None:
+        """Work for a worker thread while the node is idle (``idle_work.py``), or None:
+        up to ``spares_batch`` spare files while the stock is short (``spares.py``), else
+        the leaves of the first not yet made of the ``leaves_depth`` first-level
+        directories of finalized/ after the newest block's (a fresh node's first 256 x
+        ``leaves_depth`` replicas then make no directory while they are written: a mkdir
+        costs what a create does)."""
+        if self.spares.wanted:
+            return functools.partial(self.spares.make, min(spares_batch, self.spares.wanted))
+        if self._newest_block < 0:
+            return None
+        for step in range(2, leaves_depth + 1):  # (the next one: ``leaves_ahead``)
+            ahead = self._leaves_to_make(self._newest_block + 256 * step)
+            if ahead is not None:
+                return functools.partial(self._make_leaves, ahead)
+        return None
+
+    def _make_leaves(self, block_id: int) -> None:
+        try:
+            self.finalized_dir(block_id)
+        finally:
+            self.leaves_ahead_done(block_id)
 
     def leaves_ahead_done(self, block_id: int) -> None:
         """The making started by :meth:`leaves_ahead` ended (made, or failed: a write
@@ -439,10 +493,16 @@ class DataStorage:
         return replica
 
     def delete_files(self, replicas: list[Replica]) -> None:
-        """Delete the files of replicas taken from the map (worker thread)."""
+        """Delete the files of replicas taken from the map (worker thread): recycled as
+        spares while the stock has room (``spares.py``), else unlinked."""
         directories = set()
         for replica in replicas:
-            self._unlink(replica)
+            # Data first: without its data file a checksum file is a leftover startup removes.
+            try:
+                if self.spares.discard(replica.data_path, replica.meta_path):
+                    directories.add(self.spares.directory)
+            except OSError as exc:
+                raise StorageError(f"cannot delete block {replica.block_id}: {exc}") from exc
             directories.add(replica.data_path.parent)
         for directory in directories:
             fsync_dir(directory)
