@@ -515,8 +515,11 @@ async def test_a_corrupt_replica_fails_its_kernel_read(
 
 
 async def test_a_pooled_read_buffer_still_viewed_is_not_reused(
-    storage: DataStorage, syncs: KernelSyncs
+    storage: DataStorage, syncs: KernelSyncs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # An empty pool to start from (the pool is the process's: earlier tests' readers give
+    # their buffers back to it, and the second reader here would take one of them).
+    monkeypatch.setattr(direct, "_pool", [])
     data = os.urandom(SMALL)
     replica = await receive_whole(storage, 56, data, syncs)
     reader = ReplicaReader(replica, 0, SMALL, 64 * 1024, direct_io=True, kernel_reads=True)

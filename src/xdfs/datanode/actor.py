@@ -359,8 +359,15 @@ class NameNodeActor:
         ids = sorted(self._bad_pending)
         address = self.node.address
         request = BadReplicasRequest([BadReplica(block_id, address) for block_id in ids])
-        await self.rpc.call(REPORT_BAD_REPLICAS, request, timeout_s=self._timeout_s)
+        # Out of the pending set while the call is under way, so a flush started meanwhile
+        # (a heartbeat's, another report's) does not report them a second time; back in it
+        # if the call fails (retried with the heartbeats).
         self._bad_pending.difference_update(ids)
+        try:
+            await self.rpc.call(REPORT_BAD_REPLICAS, request, timeout_s=self._timeout_s)
+        except BaseException:
+            self._bad_pending.update(ids)
+            raise
         log.info("reported %d corrupt replica(s) to the NameNode: %s", len(ids), ids)
 
     # -- called by the data path --------------------------------------------------------
