@@ -17,7 +17,10 @@ Metadata: one Python process with 1 and with 8 threads; each thread ``mkdir``s i
 directories, ``info``s them, then ``mv``s each to a new name. Data: one 1 GiB file written
 in 4 MiB writes and read back (``--file-mib``), then ``--small-files`` files of 200 KiB
 written and read from 8 threads. Each system is warmed up first (untimed calls, then a
-pause). The systems alternate within each run, every figure is the
+pause), and before each timed phase both systems settle the same way (``os.sync()``, then
+``--settle-s`` seconds): a phase is not charged for the previous one's background work,
+such as MooseFS writing back the gigabyte it left in the page cache or either system
+deleting the files of the phase before. The systems alternate within each run, every figure is the
 median of ``--runs`` runs, and the ratio column is xdfs / MooseFS of those medians (above 1:
 xdfs is faster). Nothing here is asserted by the test suite.
 """
@@ -57,6 +60,7 @@ class Settings:
     small_kib: int
     parts: set[str]
     base: Path
+    settle_s: float = 5.0
     keep_base: bool = False  # main(): --dir given, the caller's directory is left as it is
 
 
@@ -125,9 +129,18 @@ def timed_in_threads(threads: int, work: Callable[[int], int]) -> tuple[float, f
     return ops / (time.perf_counter() - started), (time.process_time() - cpu) / ops * 1e6
 
 
+def settle(s: Settings) -> None:
+    """Before a timed phase: dirty pages written back, then a pause in which deletions
+    ordered by the last phase are carried out (xdfs's DataNodes hear of them at their next
+    heartbeat, MooseFS's chunkservers delete at a paced rate)."""
+    os.sync()
+    time.sleep(s.settle_s)
+
+
 def metadata(system: System, s: Settings, threads: int, run: int, results: Results) -> None:
     top = f"{system.root}/meta-{run}-{threads}"
     system.fs.mkdir(top)
+    settle(s)  # once: the metadata phases themselves leave no background work
     per_thread = max(1, s.dir_ops // threads)
 
     def names(t: int, stem: str) -> list[str]:
@@ -158,12 +171,14 @@ def big_file(system: System, s: Settings, run: int, results: Results) -> None:
     path = f"{system.root}/big-{run}"
     chunk = os.urandom(WRITE_BYTES)
     count = s.file_mib * 1024 * 1024 // WRITE_BYTES
+    settle(s)
     started = time.perf_counter()
     with system.fs.open(path, "wb") as fh:
         for _ in range(count):
             fh.write(chunk)
     results.add(system.name, f"{s.file_mib} MiB write, MB/s",
                 count * WRITE_BYTES / 1e6 / (time.perf_counter() - started))
+    settle(s)
     started = time.perf_counter()
     with system.fs.open(path, "rb") as fh:
         while fh.read(WRITE_BYTES):
@@ -193,10 +208,12 @@ def small_files(system: System, s: Settings, run: int, results: Results) -> None
         return per_thread
 
     label = f"{s.small_kib} KiB files"
+    settle(s)
     create_us = file_create_cpu_us(s.base / f"create-probe-{system.name}-{run}")
     results.notes.append(f"run {run}, {system.name}: an empty-file create next to the data "
                          f"cost {create_us:,.0f} us of CPU before the small-file writes")
     results.add(system.name, f"{label} write/s, 8 threads", in_threads(threads, write))
+    settle(s)
     results.add(system.name, f"{label} read/s, 8 threads", in_threads(threads, read))
     system.fs.rm(top, recursive=True)
 
@@ -289,6 +306,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     parser.add_argument("--file-mib", type=int, help="size of the large file (1024)")
     parser.add_argument("--small-files", type=int, help="200 KiB files (1000)")
     parser.add_argument("--only", choices=("metadata", "data"), action="append", default=[])
+    parser.add_argument("--settle-s", type=float, default=5.0,
+                        help="pause after os.sync() before each timed phase (5)")
     parser.add_argument("--dir", default=None,
                         help="where both systems keep data (default: a temp dir, removed after)")
     args = parser.parse_args(argv)
@@ -303,6 +322,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         parts=set(args.only) or {"metadata", "data"},
         base=base,
         keep_base=args.dir is not None,
+        settle_s=args.settle_s,
     )
 
 
