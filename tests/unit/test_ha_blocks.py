@@ -195,8 +195,12 @@ def test_without_ha_state_a_namenode_claims_active() -> None:
 
 
 def _offer(tmp_path: Path, *, ha: bool) -> NameNodeOffer:
-    node = SimpleNamespace(storage=SimpleNamespace(current=tmp_path))  # where epochs persist
-    return NameNodeOffer(cast(Any, node), [], ha=ha)
+    storage = SimpleNamespace(current=tmp_path)  # where epochs persist
+    return NameNodeOffer(cast(Any, storage), _no_fatal_error, [], ha=ha)
+
+
+def _no_fatal_error(error: BaseException) -> None:
+    raise AssertionError(f"the offer stopped the DataNode: {error!r}")
 
 
 async def test_a_standby_below_the_watermark_lags_and_an_active_one_is_fenced(

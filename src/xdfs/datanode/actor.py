@@ -29,9 +29,9 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -70,8 +70,11 @@ from xdfs.protocol.namenode import REPORT_BAD_REPLICAS
 from xdfs.rpc.client import RpcClient
 
 if TYPE_CHECKING:
-    from xdfs.datanode.offer import NameNodeOffer
-    from xdfs.datanode.server import DataNode
+    from xdfs.config import XdfsConfig
+    from xdfs.datanode.block_recovery import BlockRecovery
+    from xdfs.datanode.replication import Replicator
+    from xdfs.datanode.storage import DataStorage
+    from xdfs.datanode.transfer import Transfers
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +86,55 @@ _LOG_INTERVAL_S = 60.0
 _FIRST_BACKOFF_S = 1.0
 
 
+class ActorNode(Protocol):
+    """What an actor needs of its DataNode (``server.DataNode`` is one; this module never
+    imports it): what it reports, where commands go, and how it tells the node what the
+    NameNode said."""
+
+    config: XdfsConfig
+    storage: DataStorage
+    transfers: Transfers
+    #: Block-token keys (key id -> key), replaced as the NameNode rotates them.
+    block_keys: dict[int, BlockKey]
+    replicator: Replicator
+    block_recovery: BlockRecovery
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def http_address(self) -> str: ...
+    def joined_cluster(self, cluster_id: str) -> None: ...
+    def on_fatal(self, error: BaseException) -> None: ...
+
+
+class BelievedActive(Protocol):
+    """The NameNode the actors obey (``offer.ActiveChoice`` is one); None: none yet."""
+
+    @property
+    def active(self) -> str | None: ...
+
+
+class ActorGroup(Protocol):
+    """What an actor needs of the offer that runs it with its siblings and the choice they
+    share (``offer.NameNodeOffer`` is one; this module never imports it)."""
+
+    ha: bool
+    persist: asyncio.Lock
+    commands: asyncio.Lock
+
+    @property
+    def actors(self) -> Sequence[NameNodeActor]: ...
+    @property
+    def choice(self) -> BelievedActive: ...
+    async def judge(self, address: str, ha_state: str, epoch: int) -> None: ...
+    def obeys(self, address: str) -> bool: ...
+
+
 class NameNodeActor:
-    def __init__(self, node: DataNode, rpc: RpcClient) -> None:
+    def __init__(self, node: ActorNode, rpc: RpcClient) -> None:
         self.node = node
         self.rpc = rpc
-        self.offer: NameNodeOffer | None = None  # set by the offer that runs this actor
+        self.offer: ActorGroup | None = None  # set by the offer that runs this actor
         self.settings: RegisterResponse | None = None
         self.registered = False
         self._registered_with = ""  # the NameNode address of the registration
@@ -124,7 +171,7 @@ class NameNodeActor:
     # -- the loop -----------------------------------------------------------------------
 
     @property
-    def _offer(self) -> NameNodeOffer:
+    def _offer(self) -> ActorGroup:
         assert self.offer is not None
         return self.offer
 

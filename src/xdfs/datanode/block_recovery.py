@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.datanode.peers import Peers, log_failure
@@ -50,7 +50,8 @@ from xdfs.protocol.datanode import (
 from xdfs.rpc.service import Method
 
 if TYPE_CHECKING:
-    from xdfs.datanode.server import DataNode
+    from xdfs.config.datanode import DataNodeConfig
+    from xdfs.datanode.storage import DataStorage
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,31 @@ FAULTS.register(
 )
 
 
+class NameNodeReports(Protocol):
+    """What a recovery tells the NameNode (``offer.NameNodeOffer`` is one)."""
+
+    async def report_received(self, record: BlockRecord) -> None: ...
+    async def commit_block_sync(self, request: CommitBlockSyncRequest) -> None: ...
+
+
+class RecoveringNode(Protocol):
+    """What a recovery needs of its DataNode in either role (``server.DataNode`` is one;
+    this module never imports it). ``actor`` is None until the node has started."""
+
+    storage: DataStorage
+
+    @property
+    def actor(self) -> NameNodeReports | None: ...
+    async def stop_writer(self, block_id: int) -> None: ...
+    def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None: ...
+
+
 class BlockRecovery:
-    def __init__(self, node: DataNode) -> None:
+    def __init__(self, node: RecoveringNode, config: DataNodeConfig, peers: Peers) -> None:
         self.node = node
-        self._limit = node.config.datanode.block_recovery_max
+        self._limit = config.block_recovery_max
         self._jobs: dict[int, asyncio.Task[None]] = {}
-        self._peers = Peers(node)  # a dead holder: the attempt goes on without it
+        self._peers = peers  # a dead holder: the attempt goes on without it
 
     @property
     def running(self) -> int:

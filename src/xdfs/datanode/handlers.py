@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xdfs.datanode.replica import Replica
 from xdfs.datanode.transfer import PieceStream, in_thread, receive_replica
@@ -33,13 +33,43 @@ from xdfs.rpc.messages import Empty
 from xdfs.rpc.streams import StreamReceiver
 
 if TYPE_CHECKING:
-    from xdfs.datanode.server import DataNode
+    from xdfs.datanode.aio import KernelSyncs
+    from xdfs.datanode.block_recovery import BlockRecovery
+    from xdfs.datanode.offer import NameNodeOffer
+    from xdfs.datanode.replica import ReplicaReader
+    from xdfs.datanode.storage import DataStorage
+    from xdfs.datanode.transfer import Transfers
+    from xdfs.errors import CorruptReplica
 
 log = logging.getLogger(__name__)
 
 
+class ServedNode(Protocol):
+    """What the handlers reach through their DataNode (``server.DataNode`` is one; this
+    module never imports it). ``actor`` is None until the node has started."""
+
+    storage: DataStorage
+    transfers: Transfers
+    syncs: KernelSyncs | None
+    block_recovery: BlockRecovery
+    #: Block id -> the call writing it now.
+    writers: dict[int, asyncio.Task[Any]]
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def actor(self) -> NameNodeOffer | None: ...
+    @property
+    def address(self) -> str: ...
+    def check_token(self, token: str, block_id: int, mode: str) -> None: ...
+    def open_replica(self, replica: Replica, offset: int, length: int) -> ReplicaReader: ...
+    def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None: ...
+    def on_kept(self, replica: Replica) -> None: ...
+    def info(self) -> DataNodeInfoResponse: ...
+
+
 class DataNodeHandlers:
-    def __init__(self, node: DataNode) -> None:
+    def __init__(self, node: ServedNode) -> None:
         self.node = node
 
     async def write_block(

@@ -3,21 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from xdfs.errors import StorageError
 from xdfs.http.ui import size
 from xdfs.metrics import Family, ServerMetrics, counter, gauge
 
 if TYPE_CHECKING:
-    from xdfs.datanode.server import DataNode
+    from pathlib import Path
+
+    from xdfs.datanode.scanner import BlockScanner
+    from xdfs.datanode.storage import DataStorage
+    from xdfs.datanode.transfer import Transfers
+    from xdfs.rpc.server import RpcServer
 
 
-def register_metrics(node: DataNode, metrics: ServerMetrics) -> None:
+class DataNodeView(Protocol):
+    """What the series here and the status page read of a DataNode (``server.DataNode``
+    is one; this module never imports it)."""
+
+    data_dir: Path
+    namenode_addresses: list[str]
+    server: RpcServer | None
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def cluster_id(self) -> str: ...
+
+    storage: DataStorage
+    scanner: BlockScanner
+    transfers: Transfers
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def registered(self) -> bool: ...
+
+
+def register_metrics(node: DataNodeView, metrics: ServerMetrics) -> None:
     metrics.add_collector("datanode", lambda: _families(node))
 
 
-def _families(node: DataNode) -> Iterator[Family]:
+def _families(node: DataNodeView) -> Iterator[Family]:
     storage = node.storage
     replicas = storage.replicas
     yield counter("xdfs_datanode_read_bytes", "Block bytes served by block reads",
@@ -41,7 +69,7 @@ def _families(node: DataNode) -> Iterator[Family]:
                 1 if node.registered else 0)
 
 
-def status_facts(node: DataNode) -> list[tuple[str, object]]:
+def status_facts(node: DataNodeView) -> list[tuple[str, object]]:
     try:
         report = node.storage.storage_report()
         space = f"{size(report.used_bytes)} used, {size(report.free_bytes)} free"

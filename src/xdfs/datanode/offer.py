@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from xdfs.datanode.epochs import EpochWatermark, Verdict, load_epoch, store_epoch
@@ -32,7 +32,7 @@ from xdfs.protocol.ha import ROLE_STANDBY
 
 if TYPE_CHECKING:
     from xdfs.datanode.actor import NameNodeActor
-    from xdfs.datanode.server import DataNode
+    from xdfs.datanode.storage import DataStorage
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,10 @@ class ActiveChoice:
 class NameNodeOffer:
     """The actors of one DataNode and the choice they share (module doc)."""
 
-    def __init__(self, node: DataNode, actors: list[NameNodeActor], *, ha: bool) -> None:
-        self.node = node
+    def __init__(self, storage: DataStorage, on_fatal: Callable[[BaseException], None],
+                 actors: list[NameNodeActor], *, ha: bool) -> None:
+        self._storage = storage  # its data dir keeps the epoch watermark
+        self._on_fatal = on_fatal  # stops the DataNode
         self.actors = actors
         self.ha = ha
         self.choice = ActiveChoice()
@@ -92,9 +94,9 @@ class NameNodeOffer:
     async def run(self) -> None:
         """Load the persisted watermark, then run every actor until cancelled."""
         try:
-            self.choice.epochs.raise_to(await in_thread(load_epoch, self.node.storage.current))
+            self.choice.epochs.raise_to(await in_thread(load_epoch, self._storage.current))
         except StorageError as exc:
-            self.node.on_fatal(exc)
+            self._on_fatal(exc)
             return
         await asyncio.gather(*(actor.run() for actor in self.actors))
 
@@ -111,7 +113,7 @@ class NameNodeOffer:
             raise Fenced(epochs.stale_message(address, epoch))
         async with self.persist:
             if self.choice.judge(epoch) is Verdict.NEWER:
-                await in_thread(store_epoch, self.node.storage.current, epoch)
+                await in_thread(store_epoch, self._storage.current, epoch)
                 previous = epochs.highest
                 epochs.raise_to(epoch)
                 log.info("NameNode %s is at epoch %d (this DataNode had seen %d)",

@@ -19,24 +19,28 @@ from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.tls import client_context
 
 if TYPE_CHECKING:
-    from xdfs.datanode.server import DataNode
+    from xdfs.config.rpc import RpcConfig
+    from xdfs.datanode.storage import DataStorage
 
 log = logging.getLogger(__name__)
 
 
 class Peers:
-    def __init__(self, node: DataNode) -> None:
-        self.node = node
-        self._rpc_config = replace(node.config.rpc, tries_per_address=1)
-        self._ssl = client_context(node.config.rpc)
+    """Connections to other DataNodes, as this node (its id and cluster are read at each
+    call: registration may set the cluster after this is made)."""
+
+    def __init__(self, rpc: RpcConfig, storage: DataStorage) -> None:
+        self._storage = storage
+        self._rpc_config = replace(rpc, tries_per_address=1)
+        self._ssl = client_context(rpc)
 
     @property
     def client_name(self) -> str:
-        return f"datanode:{self.node.storage.node_id}"
+        return f"datanode:{self._storage.node_id}"
 
     @contextlib.asynccontextmanager
     async def connect(self, address: str) -> AsyncIterator[RpcClient]:
-        hello = Hello(PROTOCOL_VERSION, cluster_id=self.node.cluster_id,
+        hello = Hello(PROTOCOL_VERSION, cluster_id=self._storage.cluster_id,
                       client_name=self.client_name)
         rpc = RpcClient(address, self._rpc_config, hello=hello, ssl_context=self._ssl)
         try:

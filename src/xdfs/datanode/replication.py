@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from xdfs.datanode.peers import Peers, log_failure
 from xdfs.datanode.replica import Replica
@@ -19,19 +19,35 @@ from xdfs.datanode.transfer import PieceStream
 from xdfs.protocol.datanode import WRITE_BLOCK, ReplicateTask, WriteBlockRequest
 
 if TYPE_CHECKING:
-    from xdfs.datanode.server import DataNode
+    from xdfs.config.datanode import DataNodeConfig
+    from xdfs.datanode.aio import KernelSyncs
+    from xdfs.datanode.replica import ReplicaReader
+    from xdfs.datanode.storage import DataStorage
+    from xdfs.datanode.transfer import Transfers
+    from xdfs.errors import CorruptReplica
 
 log = logging.getLogger(__name__)
 
 
+class ReplicaSource(Protocol):
+    """What a copy reads through its DataNode (``server.DataNode`` is one; this module
+    never imports it): the replica map, and verified reads whose failures it deals with."""
+
+    storage: DataStorage
+    transfers: Transfers
+    syncs: KernelSyncs | None
+
+    def open_replica(self, replica: Replica, offset: int, length: int) -> ReplicaReader: ...
+    def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None: ...
+
+
 class Replicator:
-    def __init__(self, node: DataNode) -> None:
+    def __init__(self, node: ReplicaSource, config: DataNodeConfig, peers: Peers) -> None:
         self.node = node
-        config = node.config.datanode
         self._slots = asyncio.Semaphore(config.replication_concurrency_max)
         self._limit = config.replication_concurrency_max + config.replication_queue_max
         self._jobs: dict[int, asyncio.Task[None]] = {}
-        self._peers = Peers(node)
+        self._peers = peers
 
     @property
     def running(self) -> int:

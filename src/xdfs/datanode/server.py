@@ -30,6 +30,7 @@ from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers
 from xdfs.datanode.idle_work import work_while_idle
 from xdfs.datanode.offer import NameNodeOffer
+from xdfs.datanode.peers import Peers
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.replication import Replicator
 from xdfs.datanode.scanner import BlockScanner
@@ -83,8 +84,9 @@ class DataNode:
         self.server: RpcServer | None = None
         self.http: HttpServer | None = None
         self.actor: NameNodeOffer | None = None  # its NameNode actors
-        self.replicator = Replicator(self)
-        self.block_recovery = BlockRecovery(self)
+        peers = Peers(config.rpc, self.storage)  # replication copies, recovery steps
+        self.replicator = Replicator(self, dn, peers)
+        self.block_recovery = BlockRecovery(self, dn, peers)
         self.scanner = BlockScanner(
             self.storage, dn, config.rpc.stream_chunk_bytes, self.on_corrupt, self.on_missing
         )
@@ -172,7 +174,7 @@ class DataNode:
                                           ssl_context=client_context(rpc)))
             for group in ([[a] for a in addresses] if ha else [addresses])
         ]
-        offer = NameNodeOffer(self, actors, ha=ha)
+        offer = NameNodeOffer(self.storage, self.on_fatal, actors, ha=ha)
         for actor in actors:
             actor.offer = offer
         return offer
