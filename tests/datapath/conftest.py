@@ -105,6 +105,9 @@ async def start_cluster(mc: MiniCluster, config: XdfsConfig, datanodes: int = 3)
         await mc.start_datanode(f"dn{index}", nn.address, config=config)
     client = connect(nn, ROOT, ROOT_PW)
     await eventually(lambda: _live(client, datanodes), what=f"{datanodes} live DataNodes")
+    # Live to the NameNode is not yet writable: a DataNode installs its block keys after
+    # it made its cluster id durable, which a loaded disk can take a while to do.
+    await eventually(lambda: all(dn.block_keys for dn in mc.datanodes), what="block keys")
     return Cluster(mc, client, config)
 
 

@@ -45,10 +45,7 @@ def _config(**namenode: Any) -> XdfsConfig:
 
 async def _two_datanodes(minicluster: MiniCluster, config: XdfsConfig) -> Cluster:
     """A NameNode and two DataNodes that can take writes (registered, block keys in)."""
-    cluster = await start_cluster(minicluster, config, datanodes=2)
-    await eventually(lambda: all(dn.block_keys for dn in minicluster.datanodes),
-                     what="block keys")
-    return cluster
+    return await start_cluster(minicluster, config, datanodes=2)
 
 
 @pytest.fixture
