@@ -177,6 +177,8 @@ def test_plan_lease_recovery_rules() -> None:
     assert plan_lease_recovery([], [], [], []) == CloseNow(())
     # nothing of the last block anywhere, nor sent anywhere: closed without it
     assert plan_lease_recovery(blocks, [], [], []) == CloseNow((first,))
+    # sent only to nodes not live now: nobody to ask yet, nothing dropped
+    assert plan_lease_recovery(blocks, [], [], [], sent_to_dead=True) == RecoverBlock(last, ())
     # finalized replicas that agree: the writer streamed it whole
     whole = [_replica("a", last, 70), _replica("b", last, 70)]
     assert plan_lease_recovery(blocks, whole, [], []) == CloseNow(
@@ -291,3 +293,14 @@ def test_the_recovery_genstamp_is_never_handed_out_again() -> None:
     with pytest.raises(InvalidArgument):
         h.ns.apply(ReassignLeaseOp("/f", RECOVERY_HOLDER, -1))
     assert block.genstamp < stamp
+
+
+def test_a_block_whose_targets_all_died_waits_for_one_to_come_back() -> None:
+    h = Harness()
+    block, _plan = _open_block_sent_to_a(h)
+    h.clock.advance(h.bm.datanodes.dead_after_s + 1)
+    assert [n.node_id for n in h.bm.check_heartbeats()] == ["a"]
+    # a late heartbeat is no proof the bytes are gone: not closed without the block
+    assert h.bm.plan_lease_recovery(h.ns.get_blocks("/f")) == RecoverBlock(block, ())
+    h.node("a")  # registers again
+    assert h.bm.plan_lease_recovery(h.ns.get_blocks("/f")) == RecoverBlock(block, ("a",))

@@ -321,7 +321,9 @@ class BlockManager:
         last = blocks[-1]
         if truncating or last.num_bytes > 0:
             return RecoverBlock(last, self.holders(last))
-        return plan_lease_recovery(blocks, *self._live_replicas(last.block_id))
+        finalized, rbw, expected = self._live_replicas(last.block_id)
+        sent_to_dead = len(expected) < len(self._expected.get(last.block_id, ()))
+        return plan_lease_recovery(blocks, finalized, rbw, expected, sent_to_dead)
 
     def holders(self, block: BlockRecord) -> tuple[str, ...]:
         """Node ids a recovery of ``block`` would ask (live holders, then expected)."""

@@ -6,6 +6,9 @@ from what the DataNodes hold of its last block:
 
 * no blocks, or a last block no DataNode holds or was asked to hold: close the file
   without that block (nothing of it was ever stored);
+* a last block sent to DataNodes none of which is live now: wait for one to come back
+  (a node only late with its heartbeats still holds the bytes; a server never deletes
+  data it cannot prove is obsolete);
 * a last block whose replicas are all finalized with the file's genstamp and one length:
   the writer streamed it whole, so close with that length at once;
 * a last block with acknowledged bytes (hflushed, appended to, truncated: the manager's
@@ -55,17 +58,19 @@ def plan_lease_recovery(
     finalized: Sequence[Replica],
     rbw: Sequence[Replica],
     expected: Iterable[str],
+    sent_to_dead: bool = False,
 ) -> CloseNow | RecoverBlock:
     """What to do with an open file whose lease is recovered. ``finalized`` and ``rbw``
     are the last block's replicas on live nodes; ``expected`` the live nodes it was sent
-    to (its targets, while this NameNode remembers them)."""
+    to (its targets, while this NameNode remembers them); ``sent_to_dead``: it was sent to
+    nodes that are not live now. A plan without holders means: wait for one."""
     if not blocks:
         return CloseNow(())
     last = blocks[-1]
     usable, partial = _candidates(last, finalized, rbw)
     holders = recovery_holders(last, finalized, rbw, expected)
     if not holders:
-        return CloseNow(tuple(blocks[:-1]))
+        return RecoverBlock(last, ()) if sent_to_dead else CloseNow(tuple(blocks[:-1]))
     lengths = {r.num_bytes for r in usable}
     if usable and not partial and len(lengths) == 1 and all(
         r.genstamp == last.genstamp for r in usable
