@@ -10,11 +10,13 @@ was slower than a direct one, and would only fill the cache with data we do not 
 
 Direct I/O needs the buffer, the file offset and the length aligned (:data:`ALIGN`, which
 covers the 512-byte and 4 KiB logical blocks of common disks). Received bytes are copied
-into an aligned buffer and written in aligned pieces; the unaligned end of a replica is
-written through the page cache (``O_DIRECT`` cleared) just before the fdatasync that makes
-the whole file durable, exactly as without direct I/O. A direct read has no kernel
-read-ahead behind it: the DataNode reads larger pieces (:data:`READ_PIECE_BYTES`), each in
-parts read at once, so the disk has several requests queued. A file system that refuses
+into an aligned buffer and written in aligned pieces (a large replica's in 4 MiB writes
+by writer threads while the next buffer fills: :class:`StagedWriter`); the unaligned end
+of a replica is written through the page cache (``O_DIRECT`` cleared) just before the
+fdatasync that makes the whole file durable, exactly as without direct I/O. A direct read
+has no kernel read-ahead behind it: the DataNode reads larger pieces
+(:data:`READ_PIECE_BYTES`, into pooled buffers), each in parts read at once, so the disk
+has several requests queued. A file system that refuses
 ``O_DIRECT`` (tmpfs, some FUSE mounts) is written and read buffered, silently.
 
 Small replicas (:data:`BUFFERED_MAX_BYTES`): one whose whole stream is in hand is staged
