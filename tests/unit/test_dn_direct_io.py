@@ -125,11 +125,15 @@ def test_flush_puts_what_arrived_in_the_file_and_writing_goes_on(rbw: Path) -> N
     writer.flush()
     assert STAGE < len(writer.data_path.read_bytes()) <= len(first + second + more)
     assert _crcs_in_file(writer) <= len(writer.data_path.read_bytes()) // CHUNK
+    writer.flush(everything=True)  # the stream paused: every byte that arrived, in the file
+    assert writer.data_path.read_bytes() == first + second + more
+    assert _crcs_in_file(writer) == len(first + second + more) // CHUNK
+    writer.write(more)  # and writing goes on from there
     dest = rbw.parent / "finalized"
     dest.mkdir()
     replica = _finalize(writer, dest)
-    assert _read(replica, 0, replica.num_bytes) == first + second + more
-    assert replica.data_path.read_bytes() == first + second + more
+    assert _read(replica, 0, replica.num_bytes) == first + second + more + more
+    assert replica.data_path.read_bytes() == first + second + more + more
 
 
 def test_a_write_past_the_first_buffer_breaks_and_keeps_every_staged_byte(rbw: Path) -> None:

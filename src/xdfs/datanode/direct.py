@@ -173,7 +173,7 @@ class StagedWriter:
             self._buffer = aligned_buffer(STAGE_BYTES)
         self._fill = 0
         self._written = 0  # bytes handed to writes (done or in flight): the next one's offset
-        self._flushed = 0  # staged bytes a flush already put in the file (first buffer)
+        self._flushed = 0  # staged bytes a flush already put in the file (after _written)
         #: Writes in flight, oldest first: (their future, buffer, offset).
         self._pending: deque[tuple[Future[None], mmap.mmap, int]] = deque()
         #: Large buffers whose write is done, for the next ones to fill.
@@ -192,7 +192,7 @@ class StagedWriter:
         may be written: ``ReplicaWriter.flush``)."""
         if self._pending:
             return self._pending[0][2]
-        return self._written or self._flushed
+        return self._written + self._flushed
 
     def kernel_write(self) -> tuple[int, int]:
         """For a replica staged whole (:attr:`untouched`) whose direct write the caller
@@ -238,14 +238,15 @@ class StagedWriter:
             if self._fill == size:
                 buffer = self._write_full()
 
-    def flush(self) -> None:
-        """Within the first buffer, put what arrived since the last flush in the file,
-        buffered, and keep it staged: the replica may end small (then it stays buffered);
-        should the buffer fill, its direct write replaces those bytes (the kernel writes
-        back and drops their cached pages first). Past it, the bytes stay staged until
-        their buffer is full (large direct writes; what is lost with the process was not
-        acknowledged) and only the writes done are taken note of (:attr:`bytes_in_file`)."""
-        if self._written:
+    def flush(self, everything: bool = False) -> None:
+        """Within the first buffer (or with ``everything``), put every staged byte in the
+        file, the unaligned rest buffered, and keep the rest staged: the replica may end
+        small (then it stays buffered); should the buffer fill, its direct write replaces
+        those bytes (the kernel writes back and drops their cached pages first). Past the
+        first buffer, the bytes otherwise stay staged until their buffer is full (large
+        direct writes; what is lost with the process was not acknowledged) and only the
+        writes done are taken note of (:attr:`bytes_in_file`)."""
+        if self._written and not everything:
             while self._pending and self._pending[0][0].done():
                 self._reap(len(self._pending) - 1)
             return

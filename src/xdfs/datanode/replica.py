@@ -275,11 +275,12 @@ class ReplicaWriter:
         if not defer_checksums:
             self._flush_meta(None if self._staged is None else self._staged.bytes_in_file)
 
-    def flush(self) -> None:
-        """Everything written so far into the files (bytes a direct writer staged, the
-        checksums of the chunks completed)."""
+    def flush(self, everything: bool = False) -> None:
+        """What was written so far into the files, with the checksums of the chunks
+        completed in them: a direct writer's staged bytes only within its first buffer,
+        unless ``everything`` (``direct.StagedWriter.flush``)."""
         if self._staged is not None:
-            self._staged.flush()
+            self._staged.flush(everything)
             self._flush_meta(self._staged.bytes_in_file)
         else:
             self._flush_meta()
