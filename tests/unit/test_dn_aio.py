@@ -568,3 +568,37 @@ async def test_small_direct_io_off_keeps_small_replicas_in_the_page_cache(
         assert read_back(replica) == data
     finally:
         storage.close()
+
+
+async def test_a_paused_stream_has_every_byte_it_brought_in_the_rbw_file(
+    storage: DataStorage, syncs: KernelSyncs
+) -> None:
+    """A large replica's writer keeps bytes staged between batches (to write them in large
+    pieces); once the sender pauses (``transfer.PAUSE_S``) they are in the rbw file with
+    their checksums, as a block recovery after a client's crash expects; the stream then
+    goes on and ends as usual."""
+    proto = _Quiet(RpcConfig())
+    receiver = StreamReceiver(proto, 1, window_chunks=8)
+    data = os.urandom(3 * direct.STAGE_BYTES + 5000)
+    pieces = [data[at : at + direct.STAGE_BYTES] for at in range(0, len(data),
+                                                                   direct.STAGE_BYTES)]
+    for seq, piece in enumerate(pieces[:-1]):
+        receiver.on_chunk(Chunk(seq, crc32c.crc32c(piece), memoryview(piece)))
+    storage.claim(7)
+    writing = asyncio.ensure_future(transfer.receive_replica(
+        storage, 7, 1, receiver, lambda _kept: None, None, syncs))
+    rbw_file = storage.rbw / "blk_7"
+    sent = 3 * direct.STAGE_BYTES
+    await eventually(lambda: rbw_file.exists() and rbw_file.stat().st_size == sent,
+                     what="the staged bytes in the rbw file")
+    meta = storage.rbw / "blk_7_1.meta"
+    assert meta.stat().st_size == 16 + 4 * (sent // CHUNK)  # header + every chunk's CRC
+    assert rbw_file.read_bytes() == data[:sent]
+    receiver.on_chunk(Chunk(len(pieces) - 1, crc32c.crc32c(pieces[-1]),
+                            memoryview(pieces[-1])))
+    receiver.on_tail(Tail(len(pieces), len(data)))
+    try:
+        replica = await writing
+    finally:
+        storage.release(7)
+    assert replica.num_bytes == len(data) and read_back(replica) == data

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from xdfs.common.files import fsync_dir
-from xdfs.datanode import direct
+from xdfs.datanode import checksums, direct
 from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
 from xdfs.testing.page_cache import cached_pages
 
@@ -102,20 +102,52 @@ def test_a_broken_write_keeps_every_byte_it_staged(rbw: Path) -> None:
     assert _read(kept, 0, len(data)) == data
 
 
+def _crcs_in_file(writer: ReplicaWriter) -> int:
+    return (writer.meta_path.stat().st_size - checksums.META_HEADER.size) // checksums.CRC_BYTES
+
+
 def test_flush_puts_what_arrived_in_the_file_and_writing_goes_on(rbw: Path) -> None:
     writer = ReplicaWriter(1, 1, rbw, CHUNK, direct_io=True)
     writer.open()
     first, second = os.urandom(10_000), os.urandom(3 * STAGE // 2)
     writer.write(first)
-    writer.flush()  # a batch ended: an rbw reader (or recovery) sees what arrived
+    writer.flush()  # a batch ended: within the first buffer, what arrived is in the file
     assert writer.data_path.read_bytes() == first
     writer.write(second)
     writer.flush()
-    assert writer.data_path.read_bytes() == first + second
+    # past the first buffer the bytes stay staged until a large buffer is full: the file
+    # holds the first buffer, and the checksum file never covers more than the data file
+    on_disk = writer.data_path.read_bytes()
+    assert len(on_disk) >= STAGE and (first + second).startswith(on_disk)
+    assert 0 < _crcs_in_file(writer) <= len(on_disk) // CHUNK
+    more = os.urandom(3 * direct.LARGE_STAGE_BYTES + 5)  # large buffers written meanwhile
+    writer.write(more)
+    writer.flush()
+    assert STAGE < len(writer.data_path.read_bytes()) <= len(first + second + more)
+    assert _crcs_in_file(writer) <= len(writer.data_path.read_bytes()) // CHUNK
+    writer.flush(everything=True)  # the stream paused: every byte that arrived, in the file
+    assert writer.data_path.read_bytes() == first + second + more
+    assert _crcs_in_file(writer) == len(first + second + more) // CHUNK
+    writer.write(more)  # and writing goes on from there
     dest = rbw.parent / "finalized"
     dest.mkdir()
     replica = _finalize(writer, dest)
-    assert _read(replica, 0, replica.num_bytes) == first + second
+    assert _read(replica, 0, replica.num_bytes) == first + second + more + more
+    assert replica.data_path.read_bytes() == first + second + more + more
+
+
+def test_a_write_past_the_first_buffer_breaks_and_keeps_every_staged_byte(rbw: Path) -> None:
+    """A stream broken while large buffers are staged and written: every byte received
+    is kept (the writer waits for the writes in flight, then writes the rest)."""
+    data = os.urandom(2 * direct.LARGE_STAGE_BYTES + STAGE + 12_345)
+    writer = ReplicaWriter(1, 1, rbw, CHUNK, direct_io=True)
+    writer.open()
+    for at in range(0, len(data), 1 << 20):
+        writer.write(data[at : at + (1 << 20)], defer_checksums=True)
+        writer.flush()
+    kept = writer.keep()
+    assert kept is not None and kept.num_bytes == len(data)
+    assert kept.data_path.read_bytes() == data and _read(kept, 0, len(data)) == data
 
 
 def test_a_file_system_refusing_o_direct_is_written_buffered(
@@ -134,9 +166,16 @@ def test_a_file_system_refusing_o_direct_is_written_buffered(
             raise OSError(errno.EINVAL, "Invalid argument")
         return real_write(fd, data)
 
+    def pwrite(fd: int, data: bytes | memoryview, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    real_pwrite = os.pwrite
     monkeypatch.setattr(os, "open", open_)
     monkeypatch.setattr(os, "write", write)
-    data = os.urandom(2 * STAGE + 333)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    data = os.urandom(2 * direct.LARGE_STAGE_BYTES + 333)  # large buffers refused too
     assert _write(rbw, data, 65_536).data_path.read_bytes() == data
     refuse["open"] = False
     (rbw.parent / "finalized" / "blk_1").unlink()
@@ -204,8 +243,11 @@ def test_small_replicas_stay_buffered_larger_ones_go_direct(
     for at in range(0, size, 100_000):
         writer.write(data[at : at + 100_000])
         if flushed:
-            writer.flush()  # a batch ended (an rbw reader sees what arrived)
-            assert _on_disk(writer.data_path) == data[: at + 100_000]  # leaves no cache
+            writer.flush()  # a batch ended: within the first buffer, what arrived is in
+            on_disk = _on_disk(writer.data_path)  # the file (past it: whole buffers)
+            assert on_disk == data[: at + 100_000] if at + 100_000 <= SMALL - 1 or (
+                size < SMALL) else (
+                len(on_disk) >= SMALL and data.startswith(on_disk))  # leaves no cache
     dest = rbw.parent / "finalized"
     dest.mkdir()
     replica = _finalize(writer, dest)
@@ -266,3 +308,34 @@ def test_appends_across_the_threshold_keep_every_byte_on_disk(rbw: Path, first: 
     again = _append(appended, rbw, b"x" * 777)
     assert _on_disk(again.data_path) == data + more + b"x" * 777
     assert _read(again, 0, again.num_bytes) == data + more + b"x" * 777
+
+
+def test_large_direct_reads_borrow_pooled_buffers_and_give_back_unviewed_ones(
+    rbw: Path,
+) -> None:
+    """A large replica's direct reader reads into two pooled buffers (fresh ones cost a
+    page fault per page); closed, it gives back those no piece still views."""
+    if not _accepts_o_direct(rbw):
+        pytest.fail("this test needs a file system taking O_DIRECT (tmp_path's does not)")
+    data = os.urandom(3 * direct.LARGE_STAGE_BYTES + 5)
+    replica = _write(rbw, data, 1 << 20)
+    direct._large_pool.clear()
+    reader = ReplicaReader(replica, 0, len(data), direct.READ_PIECE_BYTES, True)
+    lent = [id(buffer) for buffer in reader._buffers]  # (no reference: it would count)
+    first = reader.read_piece()
+    assert first is not None and bytes(first) == data[: len(first)]
+    reader.close()
+    # the other one only: the first piece still views its own
+    assert [id(buffer) for buffer in direct._large_pool] == [lent[1]]
+    del first
+    again = ReplicaReader(replica, 0, len(data), direct.READ_PIECE_BYTES, True)
+    try:
+        assert id(again._buffers[0]) == lent[1]  # reused, not mapped afresh
+        parts = []
+        while (piece := again.read_piece()) is not None:
+            parts.append(bytes(piece))
+        del piece
+        assert b"".join(parts) == data
+    finally:
+        again.close()
+    assert len(direct._large_pool) == 2

@@ -10,11 +10,13 @@ was slower than a direct one, and would only fill the cache with data we do not 
 
 Direct I/O needs the buffer, the file offset and the length aligned (:data:`ALIGN`, which
 covers the 512-byte and 4 KiB logical blocks of common disks). Received bytes are copied
-into an aligned buffer and written in aligned pieces; the unaligned end of a replica is
-written through the page cache (``O_DIRECT`` cleared) just before the fdatasync that makes
-the whole file durable, exactly as without direct I/O. A direct read has no kernel
-read-ahead behind it: the DataNode reads larger pieces (:data:`READ_PIECE_BYTES`), each in
-parts read at once, so the disk has several requests queued. A file system that refuses
+into an aligned buffer and written in aligned pieces (a large replica's in 4 MiB writes
+by writer threads while the next buffer fills: :class:`StagedWriter`); the unaligned end
+of a replica is written through the page cache (``O_DIRECT`` cleared) just before the
+fdatasync that makes the whole file durable, exactly as without direct I/O. A direct read
+has no kernel read-ahead behind it: the DataNode reads larger pieces
+(:data:`READ_PIECE_BYTES`, into pooled buffers), each in parts read at once, so the disk
+has several requests queued. A file system that refuses
 ``O_DIRECT`` (tmpfs, some FUSE mounts) is written and read buffered, silently.
 
 Small replicas (:data:`BUFFERED_MAX_BYTES`): one whose whole stream is in hand is staged
@@ -33,6 +35,7 @@ against the checksums either way.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -40,10 +43,10 @@ import mmap
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from xdfs.common.files import write_all
 from xdfs.errors import StorageError
 
 #: Alignment of direct I/O buffers, offsets and lengths.
@@ -87,19 +90,23 @@ def borrow_buffer() -> mmap.mmap:
 
 
 def give_back(buffer: mmap.mmap, held: int = 0) -> None:
-    """Return a buffer of :func:`borrow_buffer` to the pool, unless something other than
-    the caller's ``held`` references (and the argument) still views it: a piece of it
-    handed out may still be read, and the next borrower would overwrite it."""
-    if len(buffer) != STAGE_BYTES or sys.getrefcount(buffer) > _UNSHARED_REFS + held:
+    """Return a buffer of :func:`borrow_buffer` or :func:`borrow_large` to its pool,
+    unless something other than the caller's ``held`` references (and the argument) still
+    views it: a piece of it handed out may still be read, and the next borrower would
+    overwrite it."""
+    if (len(buffer) not in (STAGE_BYTES, LARGE_STAGE_BYTES)
+            or sys.getrefcount(buffer) > _UNSHARED_REFS + held):
         return
     _pool_or_close(buffer)
 
 
 def _pool_or_close(buffer: mmap.mmap) -> None:
-    """Keep ``buffer`` for the next borrower while the pool has room, else unmap it."""
+    """Keep ``buffer`` for the next borrower while its pool has room, else unmap it."""
+    large = len(buffer) == LARGE_STAGE_BYTES
+    pool, room = (_large_pool, _LARGE_POOL_MAX) if large else (_pool, _POOL_MAX)
     with _pool_lock:
-        if len(_pool) < _POOL_MAX:
-            _pool.append(buffer)
+        if len(pool) < room:
+            pool.append(buffer)
             return
     buffer.close()
 
@@ -147,7 +154,15 @@ class StagedWriter:
     aligned buffer and written out a full buffer at a time; :meth:`finish` writes the rest
     (its unaligned end buffered; all of it when the first buffer never filled: a small
     replica stays in the page cache). Used by one thread at a time, as a ReplicaWriter
-    is."""
+    is.
+
+    The first buffer is a pooled one of :data:`STAGE_BYTES`; past it (a large replica) the
+    buffers are of :data:`LARGE_STAGE_BYTES`, and a full one is written by a writer thread
+    (:data:`WRITES_IN_FLIGHT` at once) while the next fills: the disk always has a large
+    write queued while bytes arrive, where one synchronous write of each MiB left it idle
+    while the caller copied and received (docs/benchmarks.md, "The DataNode's write
+    path"). Writes go at explicit offsets, so they may complete in any order;
+    :attr:`bytes_in_file` is the prefix known to be written."""
 
     def __init__(self, fd: int, path: Path | str) -> None:
         self._fd = fd
@@ -157,8 +172,12 @@ class StagedWriter:
         if self._buffer is None:
             self._buffer = aligned_buffer(STAGE_BYTES)
         self._fill = 0
-        self._written = 0  # bytes in the file: where a retried write starts
-        self._flushed = 0  # staged bytes a flush already put in the file (first buffer)
+        self._written = 0  # bytes handed to writes (done or in flight): the next one's offset
+        self._flushed = 0  # staged bytes a flush already put in the file (after _written)
+        #: Writes in flight, oldest first: (their future, buffer, offset).
+        self._pending: deque[tuple[Future[None], mmap.mmap, int]] = deque()
+        #: Large buffers whose write is done, for the next ones to fill.
+        self._free: list[mmap.mmap] = []
         #: Holds the buffer's address for the kernel's direct write (:meth:`kernel_write`).
         self._pin: ctypes.c_char | None = None
 
@@ -166,6 +185,14 @@ class StagedWriter:
     def untouched(self) -> bool:
         """Nothing is in the file yet: every byte written so far is staged."""
         return self._written == 0 and self._flushed == 0
+
+    @property
+    def bytes_in_file(self) -> int:
+        """How many bytes from the start of the file are written (the checksums of those
+        may be written: ``ReplicaWriter.flush``)."""
+        if self._pending:
+            return self._pending[0][2]
+        return self._written + self._flushed
 
     def kernel_write(self) -> tuple[int, int]:
         """For a replica staged whole (:attr:`untouched`) whose direct write the caller
@@ -202,30 +229,34 @@ class StagedWriter:
         buffer = self._buffer
         assert buffer is not None, "write after finish"
         view = memoryview(data).cast("B")
-        size = len(buffer)
         while view:
+            size = len(buffer)
             take = min(len(view), size - self._fill)
             buffer[self._fill : self._fill + take] = view[:take]
             self._fill += take
             view = view[take:]
             if self._fill == size:
-                self._write_out(size)
+                buffer = self._write_full()
 
-    def flush(self) -> None:
-        """Put every staged byte in the file (readers of the rbw file see what arrived):
-        the aligned part direct, the unaligned rest buffered at its place but also kept
-        staged, so the next direct write starts aligned and writes those bytes again.
-        Within the first buffer what arrived since the last flush is written buffered and
-        kept staged: the replica may end small (then it stays buffered); should the buffer
-        fill, its direct write replaces those bytes (the kernel writes back and drops their
-        cached pages first)."""
+    def flush(self, everything: bool = False) -> None:
+        """Within the first buffer (or with ``everything``), put every staged byte in the
+        file, the unaligned rest buffered, and keep the rest staged: the replica may end
+        small (then it stays buffered); should the buffer fill, its direct write replaces
+        those bytes (the kernel writes back and drops their cached pages first). Past the
+        first buffer, the bytes otherwise stay staged until their buffer is full (large
+        direct writes; what is lost with the process was not acknowledged) and only the
+        writes done are taken note of (:attr:`bytes_in_file`)."""
+        if self._written and not everything:
+            while self._pending and self._pending[0][0].done():
+                self._reap(len(self._pending) - 1)
+            return
         if self._write_rest():
             set_direct(self._fd)
         self._flushed = self._fill
 
     def finish(self) -> None:
         """Write every staged byte (the unaligned end through the page cache; all of them
-        when the first buffer never filled) and give the buffer back; the caller's
+        when the first buffer never filled) and give the buffers back; the caller's
         fdatasync then makes the file durable."""
         if self._buffer is None:
             return
@@ -236,12 +267,13 @@ class StagedWriter:
     def _write_rest(self) -> bool:
         """The aligned part of the staged bytes written out direct (past the first buffer
         only), the rest buffered at its place, still staged; returns whether it wrote
-        buffered (the fd is then left buffered)."""
+        buffered (the fd is then left buffered). Waits for the writes in flight first."""
+        self._reap(0)
         start = self._flushed  # within the first buffer: what no flush wrote yet
         if self._written:
             aligned = self._fill - self._fill % ALIGN
             if aligned:
-                self._write_out(aligned)
+                self._write_now(aligned)
             start = 0  # past it: the unaligned rest, less than ALIGN bytes, again
         if self._fill > start:
             assert self._buffer is not None
@@ -253,34 +285,105 @@ class StagedWriter:
         return False
 
     def release(self) -> None:
+        """Give the buffers back (after the writes in flight are done: they use them)."""
         self._pin = None  # (an export of the buffer: it could not be closed)
-        buffer, self._buffer = self._buffer, None
-        if buffer is not None:
+        with contextlib.suppress(StorageError):  # (a broken write: its caller was told)
+            self._reap(0)
+        buffers, self._free = self._free, []
+        if self._buffer is not None:
+            buffers.append(self._buffer)
+            self._buffer = None
+        for buffer in buffers:
             _pool_or_close(buffer)
 
-    def _write_out(self, count: int) -> None:
-        """The first ``count`` staged bytes (aligned) to the file; the rest moves to the
-        front of the buffer."""
+    def _write_full(self) -> mmap.mmap:
+        """The full staging buffer written: the first one at once (the replica turns out
+        large: from now on its checksums follow its writes), a large one by a writer thread
+        once fewer than :data:`WRITES_IN_FLIGHT` are in flight; returns the buffer to fill
+        next."""
+        buffer = self._buffer
+        assert buffer is not None and self._fill == len(buffer)
+        if self._written == 0:
+            self._write_now(self._fill)
+            _pool_or_close(buffer)
+        else:
+            self._reap(WRITES_IN_FLIGHT - 1)
+            self._pending.append((_writers.submit(
+                _write_direct, self._fd, buffer, self._fill, self._written, self._path),
+                buffer, self._written))
+            self._written += self._fill
+            self._flushed = self._fill = 0
+        self._buffer = self._free.pop() if self._free else borrow_large()
+        return self._buffer
+
+    def _reap(self, keep: int) -> None:
+        """Wait for the oldest writes in flight until ``keep`` are left; a failed one
+        raises once all of those waited for are done (none uses a buffer then)."""
+        error: StorageError | None = None
+        while len(self._pending) > keep:
+            future, buffer, _ = self._pending.popleft()
+            try:
+                future.result()
+            except StorageError as exc:
+                if error is None:
+                    error = exc
+                keep = 0  # the writes after a failed one are of no use: wait for all
+            if len(buffer) == LARGE_STAGE_BYTES:
+                self._free.append(buffer)
+            else:
+                _pool_or_close(buffer)
+        if error is not None:
+            raise error
+
+    def _write_now(self, count: int) -> None:
+        """The first ``count`` staged bytes (aligned) to the file, in this thread; the rest
+        moves to the front of the buffer."""
         buffer = self._buffer
         assert buffer is not None and count % ALIGN == 0
-        try:
-            with memoryview(buffer) as view:
-                write_all(self._fd, view[:count], self._path)
-        except StorageError as exc:
-            if not _refused(exc):
-                raise
-            # The file system opened the file direct but refuses direct writes: go on
-            # buffered, from where the refused write started.
-            clear_direct(self._fd)
-            os.lseek(self._fd, self._written, os.SEEK_SET)
-            with memoryview(buffer) as view:
-                write_all(self._fd, view[:count], self._path)
+        _write_direct(self._fd, buffer, count, self._written, self._path)
         self._written += count
         self._flushed = 0
         rest = self._fill - count
         if rest:
             buffer.move(0, count, rest)
         self._fill = rest
+
+
+#: A large replica's staging buffers past the first (:class:`StagedWriter`).
+LARGE_STAGE_BYTES = 4 * 1024 * 1024
+#: Full staging buffers a large replica's writer has being written at once.
+WRITES_IN_FLIGHT = 2
+#: Large staging buffers kept for the next writers (a fresh one costs 1024 page faults).
+_LARGE_POOL_MAX = 8
+_large_pool: list[mmap.mmap] = []
+#: The threads writing full staging buffers: a few large replicas written at once.
+_writers = ThreadPoolExecutor(8, "xdfs-direct-write")
+
+
+def borrow_large() -> mmap.mmap:
+    """A buffer of :data:`LARGE_STAGE_BYTES`, from its pool when it has one (a large
+    replica's staging buffers, a large direct read's pieces: ``give_back`` it)."""
+    with _pool_lock:
+        if _large_pool:
+            return _large_pool.pop()
+    return aligned_buffer(LARGE_STAGE_BYTES)
+
+
+def _write_direct(fd: int, buffer: mmap.mmap, count: int, offset: int,
+                  path: Path | str) -> None:
+    """``buffer[:count]`` (aligned) written at ``offset``; should the file system refuse
+    the direct write though it opened the file direct, the file goes on buffered."""
+    with memoryview(buffer) as view:
+        try:
+            _pwrite_all(fd, view[:count], offset, path)
+        except StorageError as exc:
+            if not _refused(exc):
+                raise
+            try:
+                clear_direct(fd)
+            except OSError as err:
+                raise StorageError(f"cannot write {path} buffered: {err}") from err
+            _pwrite_all(fd, view[:count], offset, path)
 
 
 def _refused(exc: StorageError) -> bool:

@@ -242,10 +242,24 @@ class ReplicaWriter:
         self._meta_out += data
         self.meta_bytes += len(data)
 
-    def _flush_meta(self) -> None:
-        if self._meta_out:
-            write_all(self._meta_fd, self._meta_out, self._meta_file)
+    def _flush_meta(self, data_in_file: int | None = None) -> None:
+        """``data_in_file``: only the checksums of the chunks within the first that many
+        bytes of the data file (a direct writer's bytes still staged or being written
+        have none in the checksum file yet: it never covers more than the data file)."""
+        out = self._meta_out
+        if not out:
+            return
+        take = len(out)
+        if data_in_file is not None:
+            in_file = self.meta_bytes - take
+            covered = checksums.crc_offset(data_in_file // self._builder.bytes_per_checksum)
+            take = min(take, max(0, covered - in_file))
+        if take == len(out):
+            write_all(self._meta_fd, out, self._meta_file)
             self._meta_out = bytearray()
+        elif take:
+            write_all(self._meta_fd, out[:take], self._meta_file)
+            del out[:take]
 
     def write(self, data: bytes | memoryview, *, defer_checksums: bool = False) -> None:
         """``defer_checksums``: the checksums of the chunks ``data`` completes are written
@@ -259,14 +273,17 @@ class ReplicaWriter:
         self.num_bytes += len(data)
         self._write_meta(self._builder.update(data))
         if not defer_checksums:
-            self._flush_meta()
+            self._flush_meta(None if self._staged is None else self._staged.bytes_in_file)
 
-    def flush(self) -> None:
-        """Everything written so far into the files (bytes a direct writer staged, the
-        checksums of the chunks completed)."""
+    def flush(self, everything: bool = False) -> None:
+        """What was written so far into the files, with the checksums of the chunks
+        completed in them: a direct writer's staged bytes only within its first buffer,
+        unless ``everything`` (``direct.StagedWriter.flush``)."""
         if self._staged is not None:
-            self._staged.flush()
-        self._flush_meta()
+            self._staged.flush(everything)
+            self._flush_meta(self._staged.bytes_in_file)
+        else:
+            self._flush_meta()
 
     def sync_and_close(self) -> None:
         """Finalize, step 0 done in a worker thread (``DataStorage.commit``): the last
@@ -360,10 +377,10 @@ class ReplicaWriter:
         data file, the staged rest, unless all of it is staged: :meth:`kernel_write`).
         Only page-cache writes: a small replica's writer does this on the event loop,
         leaving the fsyncs to the kernel's AIO or the worker thread's ``finalize``."""
+        if self._staged is not None and not self._staged.untouched:
+            self._staged.finish()  # the data before their checksums
         self._write_meta(self._builder.finish())
         self._flush_meta()
-        if self._staged is not None and not self._staged.untouched:
-            self._staged.finish()
         self._writes_finished = True
 
     def kernel_write(self) -> tuple[int, int] | None:
@@ -512,6 +529,8 @@ class ReplicaReader:
         if is_direct and not large:  # one piece (the range is shorter than the buffer)
             pooled = direct.borrow_buffer()
             self._buffers, self._pooled = (pooled, pooled), True
+        elif is_direct and size <= direct.LARGE_STAGE_BYTES:  # pooled: no page faults
+            self._buffers, self._pooled = (direct.borrow_large(), direct.borrow_large()), True
         elif is_direct:
             self._buffers = (direct.aligned_buffer(size), direct.aligned_buffer(size))
         else:
@@ -629,7 +648,12 @@ class ReplicaReader:
         self._data_fd = self._meta_fd = -1
         if self._pooled:
             self._pooled = False
-            buffer = self._buffers[0]
+            first, second = self._buffers
             self._buffers = (bytearray(), bytearray())
-            assert isinstance(buffer, mmap.mmap)
-            direct.give_back(buffer)
+            assert isinstance(first, mmap.mmap) and isinstance(second, mmap.mmap)
+            if second is first:  # (a small replica's one piece: one buffer)
+                del second
+                direct.give_back(first)
+            else:
+                direct.give_back(first)
+                direct.give_back(second)

@@ -28,6 +28,10 @@ from xdfs.rpc.streams import StreamReceiver
 
 log = logging.getLogger(__name__)
 
+#: A stream that brings nothing for this long has paused: what a large replica's writer
+#: staged is written into its rbw file (``_receive_new``).
+PAUSE_S = 0.1
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -194,10 +198,14 @@ async def _receive_new(
     # Batches of what arrived together, each with whether the stream ended with it (the
     # last may be empty: the stream ended with no more data). A stream's own, without an
     # async generator between (a small replica's stream is one or two batches).
-    next_batch = (chunks.next_batch if isinstance(chunks, StreamReceiver)
-                  else _one_by_one(chunks))
+    receiver = chunks if isinstance(chunks, StreamReceiver) else None
+    next_batch = receiver.next_batch if receiver is not None else _one_by_one(chunks)
     ended = False
     while not ended:
+        if not on_loop and receiver is not None and not await receiver.ready(PAUSE_S):
+            # The sender paused: the bytes a large replica's writer keeps staged (to write
+            # them in large pieces) go into the rbw file, as a reader or recovery expects.
+            await in_thread(writer.flush, True)
         batch, ended = await next_batch()
         if on_loop and writer.num_bytes + sum(map(len, batch)) <= storage.loop_write_max_bytes:
             _write_on_loop(writer, batch, ended, stage)

@@ -262,5 +262,19 @@ class StreamReceiver:
             return batch, True
         return batch, False
 
+    async def ready(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for :meth:`next_batch` to have something to return
+        without waiting (a chunk, the end, an error); returns whether it has (a consumer
+        that does something else while the sender pauses)."""
+        if self._queue or self.finished:
+            return True
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
+
     async def read_all(self) -> bytes:
         return b"".join([bytes(part) async for part in self])
