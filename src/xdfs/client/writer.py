@@ -12,14 +12,18 @@ has finalized it, so:
   ``client.block_write_tries`` times;
 * targets that failed are excluded for the rest of the file.
 
-A full block is not waited for before the next one starts: its targets finalize it (the
+A full new block is not waited for before the next one starts: its targets finalize it (the
 last window's write, the fsync, the report to the NameNode: 50-200 ms for a 64 MiB block)
 while the next block streams, so the DataNodes are not left idle at a block boundary.
 At most one block is *behind* like that (so at most two blocks are in memory per open
 file): the next full block, an hflush and the close wait for it first, and its failure
 surfaces there. A block behind is no longer the file's last, so when *every* one of its
 targets fails it cannot be abandoned and resent: the write fails with NotEnoughReplicas
-(a single failed target is replaced as before).
+(a single failed target is replaced as before). A reader of the file meanwhile may find
+the NameNode knows the block's length before its replicas are finalized: its read
+rounds (``rpc.read_rounds``, 0.2 s apart and more) wait that out. A continued block (an
+append, or the block an hflush cut) is still stored before the write goes on: readers of
+the flushed file read its replicas in place.
 
 A DataNode answers a block write only after reporting the replica to the NameNode, so
 ``complete`` normally succeeds at once; it is retried while the NameNode says the last
@@ -298,10 +302,12 @@ class FileWriter:
             buffer.append(kept)
             view = view[len(take) :]
             self.bytes_written += len(take)
-            if self._current.num_bytes >= self.block_size:
-                await self._leave_behind()
-            else:
+            if self._current.num_bytes < self.block_size:
                 await asyncio.sleep(0)  # let the uploads take what arrived
+            elif self._current.append_to is None:
+                await self._leave_behind()
+            else:  # a continued block: its replicas' new length is what readers of a
+                await self._finish_block()  # flushed file see, so only once stored
         return len(data)
 
     async def hflush(self) -> None:
@@ -452,12 +458,16 @@ class FileWriter:
         if behind is not None:
             behind.cancel()
             await asyncio.gather(behind, return_exceptions=True)
+        await self._drop_current()
+        await self._stop()
+
+    async def _drop_current(self) -> None:
+        """Stop the uploads of the block being written (the write is given up)."""
         if self._current is not None:
             for task in self._current.uploads.values():
                 task.cancel()
             await asyncio.gather(*self._current.uploads.values(), return_exceptions=True)
             self._current = None
-        await self._stop()
 
     async def _stop(self) -> None:
         self._end()
@@ -524,13 +534,15 @@ class FileWriter:
         self._behind = asyncio.get_running_loop().create_task(self._settle(block))
 
     async def _settle_behind(self) -> None:
-        """Wait for the block behind, if any (its failure is raised here)."""
-        behind = self._behind
+        """Wait for the block behind, if any. Its failure is raised here, and fails the
+        write: the uploads of the block being written are stopped."""
+        behind, self._behind = self._behind, None
         if behind is not None:
             try:
                 await behind
-            finally:
-                self._behind = None
+            except BaseException:
+                await self._drop_current()
+                raise
 
     async def _settle(self, block: _BlockWrite) -> list[str]:
         """Wait for the targets of a block left behind (no longer the file's last: it
