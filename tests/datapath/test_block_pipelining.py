@@ -11,6 +11,8 @@ import pytest
 
 from tests.datapath.conftest import BLOCK_BYTES, Cluster, digest, payload
 from xdfs.client.writer import FileWriter
+from xdfs.datanode import handlers
+from xdfs.datanode.transfer import receive_replica
 from xdfs.errors import NotEnoughReplicas, XdfsError
 from xdfs.rpc.client import RpcClient
 
@@ -74,3 +76,27 @@ async def test_a_block_behind_whose_targets_all_fail_fails_the_write(
     held.release(fail=True)
     with pytest.raises(NotEnoughReplicas, match="after the next block had started"):
         await writer.close()
+
+
+async def test_a_reader_of_the_open_file_waits_for_the_block_behind(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The NameNode learns a full block's length when the next block is added, before
+    the DataNodes (slow here: 1.5 s, more than the 3 default read rounds wait) report it;
+    a reader of the open file waits that out."""
+    slow: set[int] = set()
+
+    async def late(storage: Any, block_id: int, *args: Any, **kwargs: Any) -> Any:
+        if not slow or block_id in slow:  # the file's first block, on every target
+            slow.add(block_id)
+            await asyncio.sleep(1.5)
+        return await receive_replica(storage, block_id, *args, **kwargs)
+
+    monkeypatch.setattr(handlers, "receive_replica", late)
+    data = payload(BLOCK_BYTES + 100, seed=7)
+    writer = await cluster.client.open_write("/tailed", block_size=BLOCK_BYTES)
+    await writer.write(data)  # the first block behind, the second started
+    assert (await cluster.client.stat("/tailed")).length == BLOCK_BYTES
+    assert await cluster.client.read_file("/tailed") == data[:BLOCK_BYTES]
+    await writer.close()
+    assert await cluster.client.read_file("/tailed") == data
