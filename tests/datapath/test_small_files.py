@@ -162,6 +162,29 @@ async def test_fsspec_sends_a_small_file_from_the_callers_thread(
         await asyncio.to_thread(fs.client.close)
 
 
+async def test_fsspec_opens_a_file_for_reading_from_the_callers_thread(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block locations come from the caller's thread; only the data is read on the
+    loop (one hop per read, none for the open)."""
+    fs = await asyncio.to_thread(_fs, cluster.mc.namenodes[0].address, True)
+    data = payload(200 * 1024, seed=4)
+    await cluster.client.write_file("/small/read", data)
+    hops = count_hops(monkeypatch)
+
+    def read() -> bytes:
+        with fs.open("/small/read", "rb") as fh:
+            body: bytes = fh.read()
+        return body
+
+    try:
+        assert await asyncio.to_thread(read) == data
+        assert "AsyncClient.open_read" not in hops
+        assert hops and all(hop == "FileReader.read_at" for hop in hops)
+    finally:
+        await asyncio.to_thread(fs.client.close)
+
+
 async def test_a_target_failing_under_an_inline_small_file_is_replaced(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

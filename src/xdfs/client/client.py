@@ -490,7 +490,13 @@ class Client:
         return self._loop.run(coroutine)
 
     def open_reader(self, path: str) -> SyncReader:
-        return SyncReader(self._loop, self._loop.run(self._async.open_read(path)))
+        """A blocking reader; its block locations (``AsyncClient.open_read``: unary calls
+        only) are fetched from the calling thread with ``client.inline_calls``, one hop to
+        the loop's thread and back fewer per file opened (the data is streamed on the
+        loop)."""
+        inline = self._async.config.client.inline_calls
+        run = self._loop.run_inline if inline else self._loop.run
+        return SyncReader(self._loop, run(self._async.open_read(path)))
 
     def open_writer(self, path: str, **options: Any) -> SyncWriter:
         """A blocking writer (options as :meth:`AsyncClient.open_write`). With

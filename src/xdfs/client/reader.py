@@ -5,7 +5,10 @@ DataNodes verify their checksum files before sending and every stream chunk carr
 CRC32C, so bytes that reach the caller are the bytes that were written. When a replica is
 corrupt (reported to the NameNode at once), dead or slow, the read resumes at the same
 offset on the next replica; after a round over all of them, the locations are fetched again
-(the NameNode may have re-replicated the block), up to ``client.read_rounds`` rounds.
+(the NameNode may have re-replicated the block), up to ``client.read_rounds`` rounds, and
+:data:`OPEN_FILE_EXTRA_ROUNDS` more for a file being written (its writer goes on with the
+next block while the targets of a full one still finalize it: the NameNode knows that
+block's length before its replicas are reported, a second or so under load).
 
 Reads from the cursor (:meth:`FileReader.read`, behind ``Client.open(path, "rb")`` and the
 fsspec file) keep one DataNode stream per block open between calls, as HDFS's
@@ -31,6 +34,10 @@ from xdfs.rpc.client import RpcClient
 
 log = logging.getLogger(__name__)
 
+#: Read rounds beyond ``client.read_rounds`` for a file open for writing (0.2 s more
+#: backoff each: 0.6 + 0.8 + 1.0 + 1.2 s), see the module docstring.
+OPEN_FILE_EXTRA_ROUNDS = 4
+
 
 class FileReader:
     """Random access to one file (positional reads and a file-like cursor)."""
@@ -49,6 +56,7 @@ class FileReader:
         self.path = path
         self.length = located.file_length
         self.blocks = list(located.blocks)
+        self.under_construction = located.under_construction
         self.position = 0
         # The sequential stream: where it is in the file, and a piece it already delivered
         # that the last read did not take.
@@ -142,7 +150,10 @@ class FileReader:
         self, index: int, offset: int, length: int
     ) -> AsyncGenerator[bytes | memoryview, None]:
         failures: list[str] = []
-        for round_number in range(self.config.read_rounds):
+        rounds = self.config.read_rounds
+        if self.under_construction:
+            rounds += OPEN_FILE_EXTRA_ROUNDS
+        for round_number in range(rounds):
             if round_number:
                 await asyncio.sleep(0.2 * round_number)
                 await self._refresh(index)

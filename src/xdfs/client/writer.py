@@ -3,14 +3,27 @@
 The client sends each block to all of its targets at once (one upload stream per target,
 each flow-controlled by the DataNode's credit) rather than through a DataNode pipeline: on
 one machine or a fast LAN the client's CPU, not its link, limits a write, and a failed
-target then never stalls the others. The block's bytes stay in memory (at most one block
-per open file) until every target has finalized it, so:
+target then never stalls the others. The block's bytes stay in memory until every target
+has finalized it, so:
 
 * a target that fails mid-block is dropped; when the block is done, the NameNode is asked
   for a replacement (``additional_datanode``) and the block is sent to it from memory;
 * when every target failed, the block is abandoned and re-sent to fresh targets, up to
   ``client.block_write_tries`` times;
 * targets that failed are excluded for the rest of the file.
+
+A full new block is not waited for before the next one starts: its targets finalize it (the
+last window's write, the fsync, the report to the NameNode: 50-200 ms for a 64 MiB block)
+while the next block streams, so the DataNodes are not left idle at a block boundary.
+At most one block is *behind* like that (so at most two blocks are in memory per open
+file): the next full block, an hflush and the close wait for it first, and its failure
+surfaces there. A block behind is no longer the file's last, so when *every* one of its
+targets fails it cannot be abandoned and resent: the write fails with NotEnoughReplicas
+(a single failed target is replaced as before). A reader of the file meanwhile may find
+the NameNode knows the block's length before its replicas are finalized: its read
+rounds (``rpc.read_rounds``, 0.2 s apart and more) wait that out. A continued block (an
+append, or the block an hflush cut) is still stored before the write goes on: readers of
+the flushed file read its replicas in place.
 
 A DataNode answers a block write only after reporting the replica to the NameNode, so
 ``complete`` normally succeeds at once; it is retried while the NameNode says the last
@@ -234,6 +247,9 @@ class FileWriter:
         self.bytes_written = 0
         self.closed = False
         self._current: _BlockWrite | None = None
+        #: The last full block, its targets still finalizing it (see the module docstring):
+        #: the task that waits for them (and replaces a failed one).
+        self._behind: asyncio.Task[list[str]] | None = None
         #: A partial last block (reopened by append, or cut by hflush) the next write
         #: continues on the replicas that hold it: where they are, and what they hold.
         self._continue: tuple[p.LocatedBlock, BlockRecord] | None = None
@@ -286,10 +302,12 @@ class FileWriter:
             buffer.append(kept)
             view = view[len(take) :]
             self.bytes_written += len(take)
-            if self._current.num_bytes >= self.block_size:
-                await self._finish_block()
-            else:
+            if self._current.num_bytes < self.block_size:
                 await asyncio.sleep(0)  # let the uploads take what arrived
+            elif self._current.append_to is None:
+                await self._leave_behind()
+            else:  # a continued block: its replicas' new length is what readers of a
+                await self._finish_block()  # flushed file see, so only once stored
         return len(data)
 
     async def hflush(self) -> None:
@@ -298,6 +316,7 @@ class FileWriter:
         NameNode learns that length; the next write continues the block there."""
         if self.closed:
             raise ValueError("hflush of a closed xdfs file")
+        await self._settle_behind()
         block = self._current
         if block is not None:
             stored = await self._finish_block()
@@ -342,7 +361,7 @@ class FileWriter:
 
     def _nothing_in_flight(self) -> bool:
         """No block is being written (its uploads are tasks of the loop)."""
-        return self._current is None and self._continue is None
+        return self._current is None and self._continue is None and self._behind is None
 
     def _fits_first_chunk(self, size: int) -> bool:
         return self._first is not None and size <= min(
@@ -423,6 +442,7 @@ class FileWriter:
         if self.closed:
             raise ValueError("xdfs file already closed")
         try:
+            await self._settle_behind()
             if self._current is not None:
                 await self._finish_block()
             if self._first is not None:  # an empty file: its block goes unused
@@ -434,12 +454,20 @@ class FileWriter:
 
     async def abort(self) -> None:
         """Stop writing; the file stays open until its lease expires (as in HDFS)."""
+        behind, self._behind = self._behind, None
+        if behind is not None:
+            behind.cancel()
+            await asyncio.gather(behind, return_exceptions=True)
+        await self._drop_current()
+        await self._stop()
+
+    async def _drop_current(self) -> None:
+        """Stop the uploads of the block being written (the write is given up)."""
         if self._current is not None:
             for task in self._current.uploads.values():
                 task.cancel()
             await asyncio.gather(*self._current.uploads.values(), return_exceptions=True)
             self._current = None
-        await self._stop()
 
     async def _stop(self) -> None:
         self._end()
@@ -493,6 +521,49 @@ class FileWriter:
             node.upload(WRITE_BLOCK, request, block.buffer.replay())
         )
 
+    async def _leave_behind(self) -> None:
+        """The current block is full: its targets finalize it while the next block starts
+        (once the block behind before it has settled, see the module docstring)."""
+        block = self._current
+        assert block is not None
+        block.buffer.close()
+        await self._settle_behind()
+        record = block.located.block
+        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
+        self._current = None
+        self._behind = asyncio.get_running_loop().create_task(self._settle(block))
+
+    async def _settle_behind(self) -> None:
+        """Wait for the block behind, if any. Its failure is raised here, and fails the
+        write: the uploads of the block being written are stopped."""
+        behind, self._behind = self._behind, None
+        if behind is not None:
+            try:
+                await behind
+            except BaseException:
+                await self._drop_current()
+                raise
+
+    async def _settle(self, block: _BlockWrite) -> list[str]:
+        """Wait for the targets of a block left behind (no longer the file's last: it
+        cannot be abandoned and resent) and replace the ones that failed."""
+        stored = await self._wait_uploads(block)
+        if not stored:
+            raise NotEnoughReplicas(
+                f"{self.path}: every target of block {block.located.block.block_id} failed "
+                f"after the next block had started (excluded: "
+                f"{', '.join(sorted(self._excluded))})"
+            )
+        return stored + await self._replace_some(block, stored)
+
+    async def _replace_some(self, block: _BlockWrite, stored: list[str]) -> list[str]:
+        """Replacements of the block's failed targets, when the configuration asks for
+        them and the block can be sent whole (not one continued from earlier bytes)."""
+        if (len(stored) < len(block.located.locations) and self.config.replace_failed_target
+                and block.append_to is None):  # a replacement needs the whole block
+            return await self._replace_failed(block, stored)
+        return []
+
     async def _finish_block(self) -> list[str]:
         """Store the current block; returns the addresses that hold it."""
         block = self._current
@@ -519,9 +590,7 @@ class FileWriter:
                     f"on any DataNode (excluded: {', '.join(sorted(self._excluded))})"
                 )
             block = await self._resend(block)
-        if (len(stored) < len(block.located.locations) and self.config.replace_failed_target
-                and block.append_to is None):  # a replacement needs the whole block
-            stored += await self._replace_failed(block, stored)
+        stored += await self._replace_some(block, stored)
         record = block.located.block
         self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
         self._current = None
