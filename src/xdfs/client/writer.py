@@ -21,7 +21,7 @@ surfaces there. A block behind is no longer the file's last, so when *every* one
 targets fails it cannot be abandoned and resent: the write fails with NotEnoughReplicas
 (a single failed target is replaced as before). A reader of the file meanwhile may find
 the NameNode knows the block's length before its replicas are finalized: its read
-rounds (``rpc.read_rounds``, 0.2 s apart and more) wait that out. A continued block (an
+rounds (``client.read_rounds``, 0.2 s apart and more) wait that out. A continued block (an
 append, or the block an hflush cut) is still stored before the write goes on: readers of
 the flushed file read its replicas in place.
 
