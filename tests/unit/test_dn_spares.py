@@ -189,11 +189,14 @@ async def test_spares_then_leaves_are_made_ahead_only_while_idle(tmp_path: Path)
         return await asyncio.to_thread(job)
 
     finalized = tmp_path / "dn" / "current" / "finalized"
-    task = asyncio.create_task(work_while_idle(storage, run, period_s=0.01, duty=1.0))
+    task = asyncio.create_task(
+        work_while_idle(storage, run, period_s=0.01, duty=1.0, quiet_s=0.3))
     try:
         await asyncio.sleep(0.1)
         assert len(storage.spares) == 0
         storage.release(9)
+        await asyncio.sleep(0.1)  # released, but not quiet for long enough yet
+        assert len(storage.spares) == 0
         for _ in range(1000):
             last = finalized / f"subdir{LEAVES_DEPTH}"
             if last.is_dir() and len(os.listdir(last)) == 256:

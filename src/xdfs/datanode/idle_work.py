@@ -2,7 +2,10 @@
 leaf directories of finalized/ its next replicas go to (``DataStorage.idle_job``), so the
 write path allocates no inode for them.
 
-One job at a time in a worker thread, each short (``SPARES_BATCH`` creates, or one
+Idle means no block claimed for ``quiet_s`` (1 s): a node busy with a stream of small
+files has short gaps between replicas, and a job started in one of them would take CPU
+from the writes (on a 2-CPU machine, 10% of a CPU per DataNode). One job at a time in a
+worker thread, each short (``SPARES_BATCH`` creates, or one
 first-level directory's 257 mkdirs), jobs paced to about ``duty`` of a CPU: a create or
 mkdir cost ~35 us in a quiet ext4 block group and ~1 ms after deletions nearby, so a fresh
 node is stocked in seconds or in a minute, never hogging a small machine, and a write that
@@ -30,14 +33,14 @@ LEAVES_DEPTH = 8
 async def work_while_idle(
     storage: DataStorage,
     in_thread: Callable[[Callable[[], object]], Awaitable[object]],
-    period_s: float = 0.25, duty: float = 0.1,
+    period_s: float = 0.25, duty: float = 0.1, quiet_s: float = 1.0,
 ) -> None:
     """Run until cancelled; a failure (a full disk) is logged and tried again later."""
     pause_s = period_s
     while True:
         await asyncio.sleep(pause_s)
         pause_s = period_s
-        if not storage.idle():
+        if not storage.idle(quiet_s):
             continue
         job = storage.idle_job(SPARES_BATCH, LEAVES_DEPTH)
         if job is None:

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -74,6 +75,8 @@ class DataStorage:
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
         self._busy: set[int] = set()
+        #: When a block was last claimed or released (monotonic s): see :meth:`idle`.
+        self._last_activity_s = time.monotonic()
         self._lock = DirLock(root)
         # Directory creation in finalized/ happens in worker threads: one at a time, so a
         # writer never finds a directory that exists but whose entry is not yet durable.
@@ -308,16 +311,19 @@ class DataStorage:
         if block_id in self._busy:
             raise AlreadyExists(f"block {block_id} is being written or deleted right now")
         self._busy.add(block_id)
+        self._last_activity_s = time.monotonic()
 
     def release(self, block_id: int) -> None:
         self._busy.discard(block_id)
+        self._last_activity_s = time.monotonic()
 
     def is_busy(self, block_id: int) -> bool:
         return block_id in self._busy
 
-    def idle(self) -> bool:
-        """No block is being written, deleted or recovered (spares are made then)."""
-        return not self._busy
+    def idle(self, quiet_s: float = 0.0) -> bool:
+        """No block is being written, deleted or recovered, nor was for ``quiet_s``
+        (spares are made then: a node between two of a client's writes is not idle)."""
+        return not self._busy and time.monotonic() - self._last_activity_s >= quiet_s
 
     def new_writer(self, block_id: int, genstamp: int) -> ReplicaWriter:
         """A writer in rbw/ (files opened by ``writer.open()``, in a worker thread)."""
