@@ -419,9 +419,7 @@ class FileWriter:
         self, block: _BlockWrite, uploads: InlineUploads[WriteBlockResponse]
     ) -> p.FileStatus:
         """``complete`` with the block as one target stored it, then the other answers."""
-        record = block.located.block
-        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
-        self._current = None
+        self._block_done(block)
         try:
             status = await self._complete()
             outcomes = uploads.all()
@@ -528,9 +526,7 @@ class FileWriter:
         assert block is not None
         block.buffer.close()
         await self._settle_behind()
-        record = block.located.block
-        self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
-        self._current = None
+        self._block_done(block)
         self._behind = asyncio.get_running_loop().create_task(self._settle(block))
 
     async def _settle_behind(self) -> None:
@@ -551,8 +547,7 @@ class FileWriter:
         if not stored:
             raise NotEnoughReplicas(
                 f"{self.path}: every target of block {block.located.block.block_id} failed "
-                f"after the next block had started (excluded: "
-                f"{', '.join(sorted(self._excluded))})"
+                f"after the next block had started (excluded: {self._excluded_list})"
             )
         return stored + await self._replace_some(block, stored)
 
@@ -577,8 +572,7 @@ class FileWriter:
                 # its first bytes are on the DataNodes only: there is nothing to resend
                 raise NotEnoughReplicas(
                     f"{self.path}: no DataNode could continue block "
-                    f"{block.located.block.block_id} (excluded: "
-                    f"{', '.join(sorted(self._excluded))})"
+                    f"{block.located.block.block_id} (excluded: {self._excluded_list})"
                 )
             log.warning(
                 "%s: every target of block %d failed (try %d of %d)",
@@ -587,14 +581,22 @@ class FileWriter:
             if attempt == self.config.block_write_tries:
                 raise NotEnoughReplicas(
                     f"{self.path}: block {block.located.block.block_id} could not be stored "
-                    f"on any DataNode (excluded: {', '.join(sorted(self._excluded))})"
+                    f"on any DataNode (excluded: {self._excluded_list})"
                 )
             block = await self._resend(block)
         stored += await self._replace_some(block, stored)
+        self._block_done(block)
+        return stored
+
+    def _block_done(self, block: _BlockWrite) -> None:
+        """``block`` is the file's newest block with its length; none is being written."""
         record = block.located.block
         self.blocks.append(BlockRecord(record.block_id, record.genstamp, block.num_bytes))
         self._current = None
-        return stored
+
+    @property
+    def _excluded_list(self) -> str:
+        return ", ".join(sorted(self._excluded))
 
     async def _wait_uploads(self, block: _BlockWrite) -> list[str]:
         """Addresses that stored the block; the others are excluded from now on."""

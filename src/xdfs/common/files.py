@@ -59,14 +59,20 @@ def make_dirs(path: Path) -> None:
         fsync_dir(directory.parent)  # also when another thread just made it: cheap, safe
 
 
-def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path | str) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview, path: Path | str,
+              offset: int | None = None) -> None:
+    """All of ``data`` written at the file position, or at ``offset`` (pwrite)."""
     view = memoryview(data)
-    offset = 0
+    done = 0
     try:
-        while offset < len(view):
-            offset += os.write(fd, view[offset:])
+        while done < len(view):
+            if offset is None:
+                done += os.write(fd, view[done:])
+            else:
+                done += os.pwrite(fd, view[done:], offset + done)
     except OSError as exc:
-        raise StorageError(f"write to {path} failed at byte {offset}: {exc}") from exc
+        raise StorageError(
+            f"write to {path} failed at byte {(offset or 0) + done}: {exc}") from exc
     finally:
         view.release()
 

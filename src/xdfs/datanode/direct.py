@@ -47,6 +47,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from xdfs.common.files import write_all
 from xdfs.errors import StorageError
 
 #: Alignment of direct I/O buffers, offsets and lengths.
@@ -212,7 +213,7 @@ class StagedWriter:
         if aligned < size:
             clear_direct(self._fd)
             with memoryview(buffer) as view:
-                _pwrite_all(self._fd, view[aligned:size], aligned, self._path)
+                write_all(self._fd, view[aligned:size], self._path, aligned)
             set_direct(self._fd)  # (it was direct when opened)
         self._pin = ctypes.c_char.from_buffer(buffer)
         return ctypes.addressof(self._pin), aligned
@@ -223,7 +224,7 @@ class StagedWriter:
         assert self._buffer is not None
         clear_direct(self._fd)
         with memoryview(self._buffer) as view:
-            _pwrite_all(self._fd, view[: self._fill - self._fill % ALIGN], 0, self._path)
+            write_all(self._fd, view[: self._fill - self._fill % ALIGN], self._path, 0)
 
     def write(self, data: bytes | memoryview) -> None:
         buffer = self._buffer
@@ -279,8 +280,8 @@ class StagedWriter:
             assert self._buffer is not None
             clear_direct(self._fd)
             with memoryview(self._buffer) as view:
-                _pwrite_all(self._fd, view[start : self._fill], self._written + start,
-                            self._path)
+                write_all(self._fd, view[start : self._fill], self._path,
+                          self._written + start)
             return True
         return False
 
@@ -375,7 +376,7 @@ def _write_direct(fd: int, buffer: mmap.mmap, count: int, offset: int,
     the direct write though it opened the file direct, the file goes on buffered."""
     with memoryview(buffer) as view:
         try:
-            _pwrite_all(fd, view[:count], offset, path)
+            write_all(fd, view[:count], path, offset)
         except StorageError as exc:
             if not _refused(exc):
                 raise
@@ -383,7 +384,7 @@ def _write_direct(fd: int, buffer: mmap.mmap, count: int, offset: int,
                 clear_direct(fd)
             except OSError as err:
                 raise StorageError(f"cannot write {path} buffered: {err}") from err
-            _pwrite_all(fd, view[:count], offset, path)
+            write_all(fd, view[:count], path, offset)
 
 
 def _refused(exc: StorageError) -> bool:
@@ -435,12 +436,3 @@ def _read_parts(fd: int, view: memoryview, offset: int) -> int:
         if count < min(READ_PART_BYTES, len(view) - at):
             break
     return total
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path | str) -> None:
-    done = 0
-    try:
-        while done < len(data):
-            done += os.pwrite(fd, data[done:], offset + done)
-    except OSError as exc:
-        raise StorageError(f"write to {path} failed at byte {offset + done}: {exc}") from exc

@@ -1,19 +1,22 @@
 """What an RPC handler sees and gives back (the server's side of a call, without the
 server): the call's context and principal, its retry-cache key, the markers that choose how
-a handler runs (:func:`eager`, :func:`deferring`), and the answers other than a plain
-response (:class:`Download`, :class:`Deferred`). See :mod:`xdfs.rpc.server` for dispatch.
+a handler runs (:func:`eager`, :func:`deferring`) and the route they give a method
+(:class:`Route`, :func:`routes_of`), and the answers other than a plain response
+(:class:`Download`, :class:`Deferred`). See :mod:`xdfs.rpc.server` for dispatch.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+import inspect
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import msgspec
 
 from xdfs.rpc.messages import Hello
+from xdfs.rpc.service import Method, MethodKind, Service, method_table
 
 #: (client id, call number) of the call a handler task runs, when the client sent both: the
 #: key of a retry cache (as HDFS's Server.getClientId/getCallId). Set in each async call's
@@ -98,6 +101,34 @@ def deferring(handler: PlainT) -> PlainT:
     or a :class:`Deferred`, and its context carries the call's number (:func:`call_key`)."""
     handler.xdfs_deferring = True  # type: ignore[attr-defined]
     return handler
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the server runs the handler of one method."""
+
+    method: Method[Any, Any]
+    handler: Callable[..., Any]
+    is_async: bool
+    eager: bool = False
+    #: A plain ``def`` unary handler: answered inline by
+    #: :meth:`ServerConnection._call_inline`, the per-call fast path.
+    inline: bool = False
+    #: An inline handler marked :func:`deferring`: it may return a Deferred.
+    deferring: bool = False
+
+
+def routes_of(service: Service, impl: object) -> Iterator[tuple[str, Route]]:
+    """Each method of ``service`` routed to the same-named method of ``impl``."""
+    for name, method in method_table([service]).items():
+        handler = getattr(impl, name, None)
+        assert callable(handler), f"{type(impl).__name__} lacks handler {name}"
+        is_async = inspect.iscoroutinefunction(handler)
+        assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
+        eager_start = is_async and getattr(handler, "xdfs_eager", False)
+        inline = not is_async and method.kind is MethodKind.UNARY
+        deferrable = inline and getattr(handler, "xdfs_deferring", False)
+        yield name, Route(method, handler, is_async, eager_start, inline, deferrable)
 
 
 def call_key(ctx: CallContext) -> CallKey | None:

@@ -39,11 +39,9 @@ import time
 from collections import deque
 from collections.abc import (
     Awaitable,
-    Callable,
     Coroutine,
     Generator,
 )
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -70,7 +68,9 @@ from xdfs.rpc.handling import (
     Deferred,
     Download,
     Principal,
+    Route,
     TrustingAuthenticator,
+    routes_of,
 )
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
@@ -88,7 +88,7 @@ from xdfs.rpc.messages import (
     InEnvelope,
     Welcome,
 )
-from xdfs.rpc.service import Method, MethodKind, Service, method_table
+from xdfs.rpc.service import MethodKind, Service, method_table
 from xdfs.rpc.streams import StreamReceiver, StreamSender
 
 if TYPE_CHECKING:
@@ -107,19 +107,6 @@ _STREAM_KINDS = (K_CHUNK, K_TAIL, K_CREDIT)
 
 #: How long RpcServer.close() lets peers take their last replies before dropping them.
 _CLOSE_GRACE_S = 1.0
-
-
-@dataclass(frozen=True)
-class _Route:
-    method: Method[Any, Any]
-    handler: Callable[..., Any]
-    is_async: bool
-    eager: bool = False
-    #: A plain ``def`` unary handler: answered inline by
-    #: :meth:`ServerConnection._call_inline`, the per-call fast path.
-    inline: bool = False
-    #: An inline handler marked :func:`deferring`: it may return a Deferred.
-    deferring: bool = False
 
 
 class RpcServer:
@@ -146,7 +133,7 @@ class RpcServer:
         self.authenticator: Authenticator = authenticator or TrustingAuthenticator()
         self.ssl_context = ssl_context
         self.started_at_s = time.time()
-        self._routes: dict[str, _Route] = {}
+        self._routes: dict[str, Route] = {}
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[ServerConnection] = set()
@@ -155,24 +142,16 @@ class RpcServer:
 
     def add_service(self, service: Service, impl: object) -> None:
         """Route every method of ``service`` to the same-named method of ``impl``."""
-        for name, method in method_table([service]).items():
+        for name, route in routes_of(service, impl):
             assert name not in self._routes, f"method {name} registered twice"
-            handler = getattr(impl, name, None)
-            assert callable(handler), f"{type(impl).__name__} lacks handler {name}"
-            is_async = inspect.iscoroutinefunction(handler)
-            assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
-            eager_start = is_async and getattr(handler, "xdfs_eager", False)
-            inline = not is_async and method.kind is MethodKind.UNARY
-            deferrable = inline and getattr(handler, "xdfs_deferring", False)
-            self._routes[name] = _Route(method, handler, is_async, eager_start, inline,
-                                        deferrable)
+            self._routes[name] = route
 
     def remove_service(self, service: Service) -> None:
         """Stop routing ``service``'s methods (calls to them get UnknownMethod)."""
         for name in method_table([service]):
             self._routes.pop(name, None)
 
-    def route(self, name: str) -> _Route | None:
+    def route(self, name: str) -> Route | None:
         return self._routes.get(name)
 
     @property
@@ -432,7 +411,7 @@ class ServerConnection(RpcProtocol):
         else:
             raise ProtocolError(f"unexpected frame kind {kind} from a client")
 
-    def _call_inline(self, envelope: InEnvelope, route: _Route) -> None:
+    def _call_inline(self, envelope: InEnvelope, route: Route) -> None:
         """A plain ``def`` unary call, answered now: what :meth:`_resolve` and
         :meth:`_on_request` do for it, in one step (most calls of a NameNode are these)."""
         call_id = envelope.id
@@ -464,7 +443,7 @@ class ServerConnection(RpcProtocol):
         self._observe(route, started, request)
 
     def _defer(
-        self, envelope: InEnvelope, route: _Route, request: Any, started: float,
+        self, envelope: InEnvelope, route: Route, request: Any, started: float,
         deferred: Deferred,
     ) -> None:
         """A plain handler's answer that comes later: from a task running its awaitable,
@@ -534,8 +513,8 @@ class ServerConnection(RpcProtocol):
         self.send(K_WELCOME, 0, "", welcome)
 
     def _resolve(
-        self, envelope: InEnvelope, kind: MethodKind, route: _Route | None
-    ) -> tuple[_Route, Any] | None:
+        self, envelope: InEnvelope, kind: MethodKind, route: Route | None
+    ) -> tuple[Route, Any] | None:
         """The route (``route``: the method's, None when there is none) and decoded request
         of a call, or None after answering with an error."""
         if route is None:
@@ -573,7 +552,7 @@ class ServerConnection(RpcProtocol):
             CURRENT_CALL.set((self.client_id, call))
         return self._context(call)
 
-    def _on_request(self, envelope: InEnvelope, route: _Route | None) -> None:
+    def _on_request(self, envelope: InEnvelope, route: Route | None) -> None:
         resolved = self._resolve(envelope, MethodKind.UNARY, route)
         if resolved is None:
             return
@@ -655,7 +634,7 @@ class ServerConnection(RpcProtocol):
         self._parked.extend(parked)
         self._update_reading()
 
-    def _start_unary(self, envelope: InEnvelope, route: _Route, request: Any) -> None:
+    def _start_unary(self, envelope: InEnvelope, route: Route, request: Any) -> None:
         """Run an async unary call's first step now, in a context of its own; a task
         carries it on only when it has to wait (a mutation, for its sync). A call answered
         without waiting costs no task, and one that waits does its work in this loop turn
@@ -705,7 +684,7 @@ class ServerConnection(RpcProtocol):
         if sender is not None:
             sender.fail(Cancelled(f"call {call_id} cancelled by the client"))
 
-    def _reply_error(self, call_id: int, route: _Route, exc: BaseException) -> None:
+    def _reply_error(self, call_id: int, route: Route, exc: BaseException) -> None:
         if isinstance(exc, XdfsError):
             error: XdfsError = exc
         elif isinstance(exc, asyncio.CancelledError):
@@ -716,7 +695,7 @@ class ServerConnection(RpcProtocol):
         self.send_error(call_id, error)
         self.server.metrics.rpc.call_failed(route.method.name, error.code)
 
-    def _observe(self, route: _Route, started: float, request: Any) -> None:
+    def _observe(self, route: Route, started: float, request: Any) -> None:
         """A finished call (answered or failed): its method's count and latency; a slow
         one is kept for the Slow operations page, unless it was a long poll (a request
         with ``wait_s``: waiting is what it asked for)."""
@@ -728,7 +707,7 @@ class ServerConnection(RpcProtocol):
             rpc.slow(time.time(), route.method.name, seconds, user, self.peer)
 
     async def _run_unary(
-        self, call_id: int, call: int, route: _Route, request: Any, started: float,
+        self, call_id: int, call: int, route: Route, request: Any, started: float,
         awaitable: Awaitable[Any] | None = None,
     ) -> None:
         """``awaitable``: what a plain handler deferred to a task (:meth:`_defer`)."""
@@ -746,7 +725,7 @@ class ServerConnection(RpcProtocol):
             self._observe(route, started, request)
 
     async def _run_upload(
-        self, call_id: int, call: int, route: _Route, request: Any, receiver: StreamReceiver,
+        self, call_id: int, call: int, route: Route, request: Any, receiver: StreamReceiver,
         started: float,
     ) -> None:
         try:
@@ -763,7 +742,7 @@ class ServerConnection(RpcProtocol):
             self._observe(route, started, request)
 
     async def _run_download(
-        self, call_id: int, route: _Route, request: Any, sender: StreamSender, started: float
+        self, call_id: int, route: Route, request: Any, sender: StreamSender, started: float
     ) -> None:
         try:
             download = route.handler(self._context(), request)
