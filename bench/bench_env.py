@@ -52,6 +52,29 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def child_pids(pid: int) -> list[int]:
+    """The children of a process (Linux: each of its threads' ``children`` list)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children
+
+
+def pids_with_argument(argument: bytes) -> list[int]:
+    """Processes whose command line has ``argument`` as one of its arguments."""
+    found: list[int] = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if argument in cmdline.read_bytes().split(b"\0")[1:]:
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 def file_create_cpu_us(directory: Path, files: int = 100) -> float:
     """CPU microseconds one empty-file create costs this process in ``directory`` (made;
     the files are left for the caller's cleanup: deleting them would itself slow later

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_env import pids_with_argument
+
 _BINARIES = ("mfsmaster", "mfsmetalogger", "mfschunkserver", "mfsmount", "mfscli", "mfssetgoal")
 _EMPTY_METADATA = Path("/var/lib/mfs/metadata.mfs.empty")
 _PACKAGES = "moosefs-master moosefs-chunkserver moosefs-client moosefs-metalogger moosefs-cli"
@@ -92,6 +94,13 @@ class MooseFS:
             cfg = self._cfg / f"{daemon}.cfg"
             if cfg.exists():
                 _run_quietly(daemon, "-c", str(cfg), "stop")
+
+    def pids(self) -> list[int]:
+        """The running daemons and the mount's FUSE process."""
+        arguments = [self._cfg / f"{daemon}.cfg" for daemon in ("mfsmaster", "mfsmetalogger")]
+        arguments += sorted(self._cfg.glob("mfschunkserver*.cfg"))
+        arguments.append(self.mount)
+        return [pid for argument in arguments for pid in pids_with_argument(str(argument).encode())]
 
     def __enter__(self) -> MooseFS:
         return self

@@ -49,7 +49,7 @@ from pathlib import Path
 import fsspec
 from fsspec import AbstractFileSystem
 
-from bench_env import file_create_cpu_us, load_average, machine
+from bench_env import child_pids, file_create_cpu_us, load_average, machine, proc_cpu_s
 from moosefs_peer import MooseFS, available
 from xdfs.common.process import ServerProcess
 
@@ -75,43 +75,69 @@ class System:
     name: str
     fs: AbstractFileSystem
     root: str
+    #: The system's own processes (for xdfs its NameNode and DataNodes; for MooseFS its
+    #: master, metalogger, chunkservers and the FUSE daemon ``mfsmount``).
+    server_pids: Callable[[], list[int]]
+
+
+class Meter:
+    """CPU seconds of this (client) process and of a system's processes since made."""
+
+    def __init__(self, system: System) -> None:
+        self._pids = system.server_pids()
+        self._client = time.process_time()
+        self._servers = self._servers_s()
+
+    def _servers_s(self) -> float:
+        return sum(proc_cpu_s(pid) for pid in self._pids)
+
+    def per_op_us(self, ops: float) -> tuple[float, float]:
+        """(client, servers) CPU microseconds per op since made."""
+        return ((time.process_time() - self._client) / ops * 1e6,
+                (self._servers_s() - self._servers) / ops * 1e6)
 
 
 @dataclass
 class Results:
     rates: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    #: CPU microseconds of this (client) process per op, where measured (metadata).
+    #: CPU microseconds per op (per MiB for the large file) of this (client) process and
+    #: of the system's own processes.
     cpu_us: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    server_cpu_us: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     #: Conditions of the run worth reading beside the figures (printed under the table).
     notes: list[str] = field(default_factory=list)
 
-    def add(self, system: str, figure: str, rate: float, cpu_us: float | None = None) -> None:
-        self.rates.setdefault((figure, system), []).append(rate)
-        cpu = ""
-        if cpu_us is not None:
-            self.cpu_us.setdefault((figure, system), []).append(cpu_us)
-            cpu = f"   (client CPU {cpu_us:,.0f} us/op)"
-        print(f"  {system:<8} {figure:<34} {rate:>12,.1f}{cpu}", file=sys.stderr, flush=True)
+    def add(self, system: str, figure: str, rate: float, cpu_us: tuple[float, float]) -> None:
+        key = (figure, system)
+        self.rates.setdefault(key, []).append(rate)
+        self.cpu_us.setdefault(key, []).append(cpu_us[0])
+        self.server_cpu_us.setdefault(key, []).append(cpu_us[1])
+        print(f"  {system:<8} {figure:<34} {rate:>12,.1f}   (CPU us/op: client "
+              f"{cpu_us[0]:,.0f}, servers {cpu_us[1]:,.0f})", file=sys.stderr, flush=True)
 
     def median(self, figure: str, system: str) -> float | None:
         values = self.rates.get((figure, system))
         return statistics.median(values) if values else None
 
-    def _cpu(self, figure: str) -> str:
-        cells = [self.cpu_us.get((figure, system)) for system in ("moosefs", "xdfs")]
-        if not any(cells):
-            return "-"
+    @staticmethod
+    def _cpu(table: dict[tuple[str, str], list[float]], figure: str) -> str:
+        cells = [table.get((figure, system)) for system in ("moosefs", "xdfs")]
         return " / ".join(f"{statistics.median(c):,.0f}" if c else "-" for c in cells)
 
     def markdown(self) -> str:
         figures = list(dict.fromkeys(figure for figure, _ in self.rates))
-        lines = ["| figure | MooseFS | xdfs | xdfs / MooseFS | client CPU us/op, MooseFS / xdfs |",
-                 "|---|---|---|---|---|"]
+        lines = ["| figure | MooseFS | xdfs | xdfs / MooseFS | CPU us/op* of the client, "
+                 "MooseFS / xdfs | of the servers, MooseFS / xdfs |",
+                 "|---|---|---|---|---|---|"]
         for figure in figures:
             mfs, xdfs = self.median(figure, "moosefs"), self.median(figure, "xdfs")
             ratio = f"**{xdfs / mfs:.2f}**" if mfs and xdfs else "-"
             lines.append(f"| {figure} | {_cell(mfs)} | {_cell(xdfs)} | {ratio} "
-                         f"| {self._cpu(figure)} |")
+                         f"| {self._cpu(self.cpu_us, figure)} "
+                         f"| {self._cpu(self.server_cpu_us, figure)} |")
+        lines.append("\n\\* per MiB for the large file; the client is this Python process "
+                     "(fsspec, and xdfs's client library), MooseFS's servers include its "
+                     "FUSE daemon.")
         return "\n".join(lines)
 
 
@@ -122,17 +148,14 @@ def _cell(value: float | None) -> str:
 # -- the workload --------------------------------------------------------------------------
 
 
-def in_threads(threads: int, work: Callable[[int], int]) -> float:
-    """Run ``work(thread_index)`` on ``threads`` threads; the ops per second of all of them."""
-    return timed_in_threads(threads, work)[0]
-
-
-def timed_in_threads(threads: int, work: Callable[[int], int]) -> tuple[float, float]:
-    """:func:`in_threads`, and the CPU microseconds this process spent per op."""
-    started, cpu = time.perf_counter(), time.process_time()
+def in_threads(system: System, threads: int,
+               work: Callable[[int], int]) -> tuple[float, tuple[float, float]]:
+    """Run ``work(thread_index)`` on ``threads`` threads: the ops per second of all of them,
+    and the CPU microseconds per op of this process and of the system's."""
+    started, meter = time.perf_counter(), Meter(system)
     with ThreadPoolExecutor(threads) as pool:
         ops = sum(pool.map(work, range(threads)))
-    return ops / (time.perf_counter() - started), (time.process_time() - cpu) / ops * 1e6
+    return ops / (time.perf_counter() - started), meter.per_op_us(ops)
 
 
 def settle(s: Settings) -> None:
@@ -168,7 +191,7 @@ def metadata(system: System, s: Settings, threads: int, run: int, results: Resul
 
     for op, work in (("mkdir", mkdir), ("stat", stat), ("rename", rename)):
         results.add(system.name, f"{op}/s, {threads} thread{'s' * (threads > 1)}",
-                    *timed_in_threads(threads, work))
+                    *in_threads(system, threads, work))
     system.fs.rm(top, recursive=True)
 
 
@@ -177,19 +200,21 @@ def big_file(system: System, s: Settings, run: int, results: Results) -> None:
     chunk = os.urandom(WRITE_BYTES)
     count = s.file_mib * 1024 * 1024 // WRITE_BYTES
     settle(s)
-    started = time.perf_counter()
+    started, meter = time.perf_counter(), Meter(system)
     with system.fs.open(path, "wb") as fh:
         for _ in range(count):
             fh.write(chunk)
     results.add(system.name, f"{s.file_mib} MiB write, MB/s",
-                count * WRITE_BYTES / 1e6 / (time.perf_counter() - started))
+                count * WRITE_BYTES / 1e6 / (time.perf_counter() - started),
+                meter.per_op_us(s.file_mib))
     settle(s)
-    started = time.perf_counter()
+    started, meter = time.perf_counter(), Meter(system)
     with system.fs.open(path, "rb") as fh:
         while fh.read(WRITE_BYTES):
             pass
     results.add(system.name, f"{s.file_mib} MiB read, MB/s",
-                count * WRITE_BYTES / 1e6 / (time.perf_counter() - started))
+                count * WRITE_BYTES / 1e6 / (time.perf_counter() - started),
+                meter.per_op_us(s.file_mib))
 
 
 def small_files(system: System, s: Settings, run: int, results: Results) -> None:
@@ -216,9 +241,9 @@ def small_files(system: System, s: Settings, run: int, results: Results) -> None
     create_us = file_create_cpu_us(s.base / f"create-probe-{system.name}-{run}")
     results.notes.append(f"run {run}, {system.name}: an empty-file create next to the data "
                          f"cost {create_us:,.0f} us of CPU before the small-file writes")
-    results.add(system.name, f"{label} write/s, 8 threads", in_threads(threads, write))
+    results.add(system.name, f"{label} write/s, 8 threads", *in_threads(system, threads, write))
     settle(s)
-    results.add(system.name, f"{label} read/s, 8 threads", in_threads(threads, read))
+    results.add(system.name, f"{label} read/s, 8 threads", *in_threads(system, threads, read))
 
 
 # -- the two systems -----------------------------------------------------------------------
@@ -236,7 +261,7 @@ def xdfs_dev(base: Path) -> Iterator[System]:
     try:
         fs = fsspec.filesystem("xdfs", skip_instance_cache=True, fs=uri, user=USER,
                                password=PASSWORD)
-        yield System("xdfs", fs, "/bench")
+        yield System("xdfs", fs, "/bench", lambda: [proc.pid, *child_pids(proc.pid)])
     finally:
         proc.terminate()
 
@@ -261,7 +286,8 @@ def moosefs(base: Path) -> Iterator[System | None]:
             return
         root = peer.mount / "bench"
         root.mkdir(exist_ok=True)
-        yield System("moosefs", fsspec.filesystem("file", skip_instance_cache=True), str(root))
+        yield System("moosefs", fsspec.filesystem("file", skip_instance_cache=True), str(root),
+                     peer.pids)
     finally:
         peer.stop()
 
