@@ -135,38 +135,6 @@ async def test_files_and_directories_are_synced_and_errors_reported(
             os.close(fd)
 
 
-async def test_a_directory_fsync_is_shared_by_the_callers_that_came_while_one_ran(
-    syncs: KernelSyncs, tmp_path: Path
-) -> None:
-    """A caller asks for an fsync that starts after its call (its rename is before it):
-    the first starts one, those that come while it runs all share the next one."""
-    answered: list[tuple[int, list[int]]] = []
-
-    def answer(caller: int) -> Callable[[list[int]], None]:
-        return lambda results: answered.append((caller, results))
-
-    for caller in range(5):
-        syncs.sync_directory(str(tmp_path), answer(caller))
-    assert answered == []  # (answered from the loop, once the kernel is done)
-    await eventually(lambda: len(answered) == 5, what="every caller answered")
-    assert answered == [(c, [0]) for c in range(5)]
-    assert (syncs.directory_syncs_asked, syncs.directory_syncs_done) == (5, 2)
-    syncs.sync_directory(str(tmp_path / "gone"), answer(9))
-    assert answered[-1] == (9, [-errno.ENOENT])  # (the open failed: no fsync)
-
-
-async def test_small_replicas_finalized_together_in_a_leaf_share_its_fsyncs(
-    storage: DataStorage, syncs: KernelSyncs
-) -> None:
-    data = os.urandom(SMALL)
-    await receive(storage, 1, data, syncs)  # (the leaf made)
-    asked, done = syncs.directory_syncs_asked, syncs.directory_syncs_done
-    replicas = await asyncio.gather(*(receive(storage, b, data, syncs) for b in range(2, 10)))
-    assert all(read_back(r) == data and storage.get(r.block_id) is r for r in replicas)
-    assert syncs.directory_syncs_asked - asked == 8
-    assert syncs.directory_syncs_done - done < 8
-
-
 async def test_a_file_without_fsync_turns_aio_off(syncs: KernelSyncs) -> None:
     read_end, write_end = os.pipe()  # a pipe has no fsync: the kernel says EINVAL
     try:

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import ctypes
 import errno
-import functools
 import logging
 import os
 import platform
@@ -121,18 +120,6 @@ class _Batch:
             done.set_result(self.results)
 
 
-class _DirectoryGroup:
-    """One fsync of a directory in flight (:meth:`KernelSyncs.sync_directory`): its fd,
-    the callers it answers, and those that came while it ran (the next fsync's)."""
-
-    __slots__ = ("fd", "next", "waiters")
-
-    def __init__(self, fd: int, waiters: list[Callable[[list[int]], None]]) -> None:
-        self.fd = fd
-        self.waiters = waiters
-        self.next: list[Callable[[list[int]], None]] = []
-
-
 class KernelSyncs:
     """An AIO context whose completions wake the event loop ``loop`` (one per DataNode;
     :meth:`close` it when the node stops)."""
@@ -166,11 +153,6 @@ class KernelSyncs:
             block.resfd = self._eventfd
         #: False once the kernel refused a request: callers use threads from then on.
         self.enabled = True
-        #: Directory -> its fsync in flight (:meth:`sync_directory`).
-        self._directories: dict[str, _DirectoryGroup] = {}
-        #: Directory fsyncs asked for and those submitted (the rest shared one; metrics).
-        self.directory_syncs_asked = 0
-        self.directory_syncs_done = 0
 
     def available(self, count: int) -> bool:
         """Whether ``count`` more requests may be submitted now."""
@@ -213,46 +195,6 @@ class KernelSyncs:
         loop as soon as the last completion is reaped (no loop turn in between)."""
         assert 0 < len(requests) <= _SUBMIT_MAX
         self._submit(_Batch(done, len(requests)), requests)
-
-    def sync_directory(self, directory: str, done: Callable[[list[int]], None]) -> None:
-        """An fsync of ``directory`` that starts after this call, ``done`` called with its
-        result (``[0]`` or ``[-errno]``, as :meth:`start_calling`'s callables), shared:
-        while one fsync of the directory is in flight, the callers that come meanwhile
-        wait for the next, submitted once it is done, one for all of them (a group
-        commit: replicas finalized together in a leaf, 256 consecutive block ids, cost
-        one fsync of it and one open of it). The directory is opened for each fsync,
-        never kept open: a directory replaced meanwhile is the new one that is synced."""
-        self.directory_syncs_asked += 1
-        group = self._directories.get(directory)
-        if group is not None:
-            group.next.append(done)
-            return
-        self._start_directory(directory, [done])
-
-    def _start_directory(self, directory: str,
-                         waiters: list[Callable[[list[int]], None]]) -> None:
-        try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as exc:
-            for waiter in waiters:
-                waiter([-(exc.errno or errno.EIO)])
-            return
-        group = self._directories[directory] = _DirectoryGroup(fd, waiters)
-        self.directory_syncs_done += 1
-        self.start_calling([sync_request(fd, data_only=False)],
-                           functools.partial(self._directory_synced, directory, group))
-
-    def _directory_synced(self, directory: str, group: _DirectoryGroup,
-                          results: list[int]) -> None:
-        os.close(group.fd)
-        del self._directories[directory]
-        if group.next:  # (they renamed while this fsync ran: it may not cover them)
-            self._start_directory(directory, group.next)
-        for waiter in group.waiters:
-            try:
-                waiter(results)
-            except Exception:  # one commit's bug must not leave the others waiting
-                log.exception("AIO completion callback failed")
 
     def _submit(self, batch: _Batch, requests: Sequence[Request]) -> None:
         first = self._next_id

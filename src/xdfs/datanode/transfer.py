@@ -267,6 +267,7 @@ class KernelCommit:
         self._syncs = syncs
         self._steps = storage.commit_steps(writer, replaced)
         self._storage = storage
+        self._dir_fd = -1
         self._advance(None)
 
     def _advance(self, answer: Path | None) -> None:
@@ -302,14 +303,9 @@ class KernelCommit:
 
     def _on(self, requests: list[Request], then: Callable[[list[int]], None],
             fallback: Callable[..., None], *args: object) -> None:
-        """``requests`` submitted; ``then`` gets their results (see :meth:`_settled`)."""
-        self._syncs.start_calling(requests, self._settled(then, fallback, *args))
-
-    def _settled(self, then: Callable[[list[int]], None], fallback: Callable[..., None],
-                 *args: object) -> Callable[[list[int]], None]:
-        """``then`` for requests' results: an OSError it raises (a failed fsync) fails the
-        commit, or runs ``fallback`` in a thread if it was the kernel refusing AIO fsyncs
-        (``fallback(*args)``)."""
+        """``requests`` submitted; ``then`` gets their results. An OSError it raises (a
+        failed fsync) fails the commit, or runs ``fallback`` in a thread if it was the
+        kernel refusing AIO fsyncs (``fallback(*args)``)."""
         def settled(results: list[int]) -> None:
             try:
                 then(results)
@@ -322,7 +318,7 @@ class KernelCommit:
                     self._in_thread(fallback, *args)
             except Exception as exc:
                 self._fail(exc)
-        return settled
+        self._syncs.start_calling(requests, settled)
 
     def _durable(self) -> None:
         writer = self._writer
@@ -358,15 +354,29 @@ class KernelCommit:
         self._advance(None)
 
     def _sync_dir(self, directory: Path) -> None:
-        """``fsync_dir`` through the kernel's AIO, shared with the commits finalized in
-        the same leaf meanwhile (``KernelSyncs.sync_directory``; in a thread if the
-        kernel refuses)."""
-        self._syncs.sync_directory(os.fspath(directory),
-                                   self._settled(self._dir_synced, fsync_dir, directory))
+        """``fsync_dir`` through the kernel's AIO (in a thread if it refuses)."""
+        try:
+            self._dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise StorageError(f"cannot open directory {directory} to fsync it: "
+                               f"{exc}") from exc
 
-    def _dir_synced(self, results: list[int]) -> None:
-        self._syncs.check_sync(results[0])
-        self._advance(None)
+        def synced(results: list[int]) -> None:
+            self._close_dir()
+            self._syncs.check_sync(results[0])
+            self._advance(None)
+
+        try:
+            self._on([sync_request(self._dir_fd, data_only=False)], synced, fsync_dir,
+                     directory)
+        except BaseException:
+            self._close_dir()
+            raise
+
+    def _close_dir(self) -> None:
+        fd, self._dir_fd = self._dir_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 async def _keep_or_abort(
