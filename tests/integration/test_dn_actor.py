@@ -137,7 +137,7 @@ async def test_delete_command_removes_the_replica_and_reports_it(
     assert sorted(stub.deleted(node_id)) == [31, 999]
     assert node.storage.get(31) is None and node.storage.get(32) is not None
     assert replica_files(node.data_dir)["finalized"] == [
-        "subdir0/subdir32/blk_32", "subdir0/subdir32/blk_32_1.meta"
+        "subdir0/subdir0/blk_32", "subdir0/subdir0/blk_32_1.meta"
     ]
     assert node.storage.used_bytes == used - (31 % 5 + 1) * 4 - 16 - 4
 

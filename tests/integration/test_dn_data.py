@@ -140,7 +140,7 @@ async def test_repeated_write_of_a_finalized_block_is_idempotent(
         await put(client, stub, 10, b"stale", genstamp=1)
     assert (await read_block(client, newer, stub.token(10)))[1] == b"generation two"
     assert replica_files(dn.data_dir)["finalized"] == [
-        "subdir0/subdir10/blk_10", "subdir0/subdir10/blk_10_2.meta"
+        "subdir0/subdir0/blk_10", "subdir0/subdir0/blk_10_2.meta"
     ]
 
 

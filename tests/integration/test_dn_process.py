@@ -134,7 +134,7 @@ async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix
     finalized, partial_replicas = await wait_for_full_report(stub, node_id, reports)
     assert finalized == [kept]
     files = replica_files(data_dir)
-    assert files["finalized"] == ["subdir0/subdir1/blk_1", "subdir0/subdir1/blk_1_1.meta"]
+    assert files["finalized"] == ["subdir0/subdir0/blk_1", "subdir0/subdir0/blk_1_1.meta"]
     again = minicluster.client(address)
     assert (await read_block(again, kept, stub.token(1, "r")))[1] == whole
     if crash_site.power_loss:  # nothing of the unfinished block was synced: it may be gone
@@ -260,7 +260,7 @@ async def test_kill_9_mid_recycle_of_a_deleted_replica(
         assert finalized == [kept]
         assert set(spare_sizes(data_dir)) == {0}
     files = replica_files(data_dir)
-    assert "subdir0/subdir2/blk_2" not in files["finalized"] or crash_site.power_loss
+    assert "subdir0/subdir0/blk_2" not in files["finalized"] or crash_site.power_loss
     got = await read_block(minicluster.client(address), kept, stub.token(1, "r"))
     assert got[1] == kept_data
     assert proc.terminate() == 0

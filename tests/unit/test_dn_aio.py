@@ -18,7 +18,7 @@ import crc32c
 import pytest
 
 from xdfs.config import RpcConfig
-from xdfs.datanode import direct, layout, transfer
+from xdfs.datanode import direct, transfer
 from xdfs.datanode.aio import KernelSyncs, Request, open_kernel_syncs
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
@@ -153,31 +153,36 @@ async def test_a_small_replica_needs_no_worker_thread(
     data = os.urandom(SMALL)
     replica = await receive(storage, 7, data, syncs)
     assert replica.finalized and replica.num_bytes == SMALL
-    assert replica.data_path.parent == storage.finalized / "subdir0" / "subdir7"
+    assert replica.data_path.parent == storage.finalized / "subdir0" / "subdir0"
     assert read_back(replica) == data and storage.get(7) is replica
     assert list(storage.rbw.iterdir()) == []
     assert hops == ["finalized_dir"]  # the leaf's first replica makes the directories
-    await receive(storage, 8, data, syncs)  # a sibling leaf, made with the first
+    await receive(storage, 8, data, syncs)  # the same leaf (256 consecutive ids share it)
     assert hops == ["finalized_dir"]
 
 
-async def test_the_next_directories_are_made_ahead_of_the_writes(
+async def test_the_next_directory_is_made_ahead_of_the_writes(
     storage: DataStorage, syncs: KernelSyncs
 ) -> None:
-    """Once a replica is written, the leaves of the next first-level directory (block ids
-    256 further) are made in the background, so the write that first lands there does
-    not make 257 directories; the ones made are remembered, and made only once."""
+    """Once a replica is written, the next leaf (block ids 256 further) is made in the
+    background, so the write that first lands there makes no directory; the ones made
+    are remembered, and made only once."""
     data = os.urandom(SMALL)
     await receive(storage, 7, data, syncs)
-    ahead = storage.finalized / "subdir1"
+    first = storage.finalized / "subdir0"
     await eventually(lambda: storage.made_finalized_dir(256 + 7) is not None,
-                     what="leaves of subdir1 made")
-    assert sorted(os.listdir(ahead)) == sorted(layout.LEAF_NAMES)
-    assert storage.leaves_ahead(9) is None  # made: nothing more to do
+                     what="leaf subdir0/subdir1 made")
+    assert sorted(os.listdir(first)) == ["subdir0", "subdir1"]  # one leaf ahead, no more
+    assert storage.leaf_ahead(9) is None  # made: nothing more to do
     replica = await receive(storage, 256 + 9, data, syncs)
-    assert replica.data_path.parent == ahead / "subdir9"
+    assert replica.data_path.parent == first / "subdir1"
     await eventually(lambda: storage.made_finalized_dir(512) is not None,
-                     what="leaves of subdir2 made")
+                     what="leaf subdir0/subdir2 made")
+    # the last leaf of a first-level directory: the next one's first leaf, parent and all
+    await receive(storage, 0xFFFF, data, syncs)
+    await eventually(lambda: storage.made_finalized_dir(0x10000) is not None,
+                     what="leaf subdir1/subdir0 made")
+    assert (storage.finalized / "subdir1" / "subdir0").is_dir()
 
 
 async def test_directories_not_made_ahead_are_made_by_the_write_needing_them(
@@ -194,12 +199,12 @@ async def test_directories_not_made_ahead_are_made_by_the_write_needing_them(
 
     monkeypatch.setattr(storage, "finalized_dir", failing)
     await receive(storage, 7, data, syncs)  # written all the same
-    await eventually(lambda: "cannot make the directories of block 263" in caplog.text,
+    await eventually(lambda: "cannot make the directory of block 263" in caplog.text,
                      what="the failure logged")
     assert storage.made_finalized_dir(263) is None
     monkeypatch.setattr(storage, "finalized_dir", make)
     replica = await receive(storage, 263, data, syncs)
-    assert replica.data_path.parent == storage.finalized / "subdir1" / "subdir7"
+    assert replica.data_path.parent == storage.finalized / "subdir0" / "subdir1"
 
 
 async def test_without_aio_the_small_replica_is_committed_in_a_thread(

@@ -78,13 +78,22 @@ def test_first_bad_chunk_finds_a_flipped_byte() -> None:
 
 @pytest.mark.parametrize(
     ("block_id", "dirs"),
-    [(0, ("subdir0", "subdir0")), (0x12345, ("subdir35", "subdir69")),
-     (0xFFFF, ("subdir255", "subdir255")), (0x10000, ("subdir0", "subdir0"))],
+    [(0, ("subdir0", "subdir0")), (0xFF, ("subdir0", "subdir0")),
+     (0x12345, ("subdir1", "subdir35")), (0xFFFF, ("subdir0", "subdir255")),
+     (0x10000, ("subdir1", "subdir0")), (0x1_00_00_00, ("subdir0", "subdir0"))],
 )
 def test_block_ids_map_to_a_256_by_256_tree(block_id: int, dirs: tuple[str, str]) -> None:
+    """HDFS's order: 256 consecutive block ids share a leaf."""
     assert layout.subdirs(block_id) == dirs
     path = layout.finalized_dir(PurePath("/f"), block_id)
     assert str(path) == f"/f/{dirs[0]}/{dirs[1]}"
+    assert layout.leaf_key(block_id) == int(dirs[0][6:]) << 8 | int(dirs[1][6:])
+
+
+def test_a_block_has_a_home_of_each_layout() -> None:
+    assert layout.legacy_subdirs(0x12345) == ("subdir35", "subdir69")
+    assert [str(p) for p in layout.homes(PurePath("/f"), 0x12345)] == [
+        "/f/subdir1/subdir35", "/f/subdir35/subdir69"]
 
 
 def test_file_names_round_trip() -> None:
@@ -100,9 +109,11 @@ def test_file_names_round_trip() -> None:
 def test_version_round_trip() -> None:
     info = layout.DataNodeVersion("0123456789abcdef0123456789abcdef", "", 1_700_000_000_000)
     text = layout.format_version(info)
-    assert "storageType=DATA_NODE\n" in text and "layoutVersion=1\n" in text
+    assert "storageType=DATA_NODE\n" in text and "layoutVersion=2\n" in text
     assert "clusterID=\n" in text
     assert layout.parse_version(text) == info
+    older = layout.parse_version(text.replace("layoutVersion=2", "layoutVersion=1"))
+    assert older.layout_version == 1  # read (then upgraded: DataStorage._upgrade)
     joined = info.with_cluster("CID-1")
     assert layout.parse_version(layout.format_version(joined)).cluster_id == "CID-1"
 

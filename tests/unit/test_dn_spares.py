@@ -12,7 +12,7 @@ import pytest
 
 from tests.unit.test_dn_storage import CHUNK, NOW_MS, read_all, store
 from xdfs.common.faults import FAULTS
-from xdfs.datanode.idle_work import LEAVES_DEPTH, work_while_idle
+from xdfs.datanode.idle_work import work_while_idle
 from xdfs.datanode.spares import Spares
 from xdfs.datanode.storage import DataStorage
 
@@ -178,11 +178,11 @@ def test_make_stops_at_the_bound(tmp_path: Path) -> None:
     assert spares.give(tmp_path / "missing") is False  # full: the caller unlinks
 
 
-async def test_spares_then_leaves_are_made_ahead_only_while_idle(tmp_path: Path) -> None:
+async def test_spares_are_made_ahead_only_while_idle(tmp_path: Path) -> None:
     storage = open_storage(tmp_path / "dn")
     store(storage, 5, 1, os.urandom(100))
     storage.close()
-    storage = open_storage(tmp_path / "dn", spares_max=100)  # newest block: 5 (found)
+    storage = open_storage(tmp_path / "dn", spares_max=100)
     storage.claim(9)  # busy: nothing is made
 
     async def run(job: Callable[[], object]) -> object:
@@ -198,17 +198,13 @@ async def test_spares_then_leaves_are_made_ahead_only_while_idle(tmp_path: Path)
         await asyncio.sleep(0.1)  # released, but not quiet for long enough yet
         assert len(storage.spares) == 0
         for _ in range(1000):
-            last = finalized / f"subdir{LEAVES_DEPTH}"
-            if last.is_dir() and len(os.listdir(last)) == 256:
+            if storage.idle_job(64) is None:
                 break
             await asyncio.sleep(0.01)
         assert len(storage.spares) == 100 == len(spare_names(tmp_path / "dn"))
-        # the first-level directories 2..LEAVES_DEPTH after block 5's, every leaf made
-        # (the next one is made once a write lands: DataStorage.leaves_ahead)
-        for first in range(2, LEAVES_DEPTH + 1):
-            assert len(os.listdir(finalized / f"subdir{first}")) == 256
-        assert not (finalized / f"subdir{LEAVES_DEPTH + 1}").exists()
-        assert storage.idle_job(64, LEAVES_DEPTH) is None  # all done
+        # no directory made ahead while idle (layout 2: the writes make the next leaf)
+        assert os.listdir(finalized) == ["subdir0"]
+        assert os.listdir(finalized / "subdir0") == ["subdir0"]
         assert storage.replicas.keys() == {5}
     finally:
         task.cancel()

@@ -12,7 +12,9 @@ import crc32c
 import pytest
 
 from xdfs.common.faults import FAULTS
+from xdfs.config.datanode import DataNodeConfig
 from xdfs.datanode import layout
+from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.replica import Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import AlreadyExists, BlockNotFound, CorruptReplica, StorageError
@@ -138,7 +140,7 @@ def test_finalized_replica_layout_and_meta_format(storage: DataStorage) -> None:
     block_id = 0x1_02_03
     data = os.urandom(2 * CHUNK + 100)
     replica = store(storage, block_id, 1007, data)
-    leaf = storage.finalized / "subdir2" / "subdir3"
+    leaf = storage.finalized / "subdir1" / "subdir2"  # (block_id >> 16, block_id >> 8)
     assert replica.data_path == leaf / f"blk_{block_id}"
     assert replica.meta_path == leaf / f"blk_{block_id}_1007.meta"
     assert replica.data_path.read_bytes() == data
@@ -258,19 +260,115 @@ def test_names_left_in_rbw_by_a_finalize_are_dropped_at_restart(tmp_path: Path) 
     assert read_all(again.get(7)) == b"seven"  # type: ignore[arg-type]
 
 
-def test_a_new_leaf_directory_brings_its_siblings_under_one_fsync(
+def test_a_new_leaf_directory_is_durable_before_its_first_replica_moves_in(
     storage: DataStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     synced: list[Path] = []
     monkeypatch.setattr("xdfs.datanode.storage.fsync_dir", synced.append)
-    store(storage, 0x1_05_00, 1, b"first")
+    store(storage, 0x05_01_00, 1, b"first")
     first = storage.finalized / "subdir5"
-    assert sorted(os.listdir(first)) == sorted(layout.LEAF_NAMES)
-    # the new first level, then its leaves, then (the commit) the replica's leaf
-    assert synced == [storage.finalized, first, first / "subdir0"]
+    assert os.listdir(first) == ["subdir1"]  # that leaf only: it takes 256 block ids
+    # the new first level, then the leaf, then (the commit) the replica's leaf
+    assert synced == [storage.finalized, first, first / "subdir1"]
     synced.clear()
-    store(storage, 0x1_05_01, 1, b"next")  # its leaf exists: no directory made
+    store(storage, 0x05_01_FF, 1, b"next")  # its leaf exists: no directory made
     assert synced == [first / "subdir1"]  # (only the commit's fsync)
+    synced.clear()
+    store(storage, 0x05_02_00, 1, b"next leaf")  # a new leaf in an existing first level
+    assert synced == [first, first / "subdir2"]
+
+
+def to_layout_1(root: Path) -> list[int]:
+    """Turn a data dir into one written by layout version 1 (before session k): each
+    finalized replica's files moved to ``subdir<id >> 8 & 0xFF>/subdir<id & 0xFF>``, the
+    leaves it leaves empty removed, ``VERSION`` saying 1. Returns the block ids moved."""
+    finalized = root / "current" / "finalized"
+    moved = []
+    for path in sorted(finalized.glob("*/*/blk_*")):
+        parsed = layout.parse_data_name(path.name) or layout.parse_meta_name(path.name)
+        block_id = parsed[0] if isinstance(parsed, tuple) else parsed
+        assert block_id is not None
+        first, second = layout.legacy_subdirs(block_id)
+        (finalized / first / second).mkdir(parents=True, exist_ok=True)
+        path.rename(finalized / first / second / path.name)
+        moved.append(block_id)
+    for leaf in finalized.glob("*/*"):
+        if not any(leaf.iterdir()):
+            leaf.rmdir()
+    version = root / "current" / "VERSION"
+    version.write_text(version.read_text().replace("layoutVersion=2", "layoutVersion=1"))
+    return sorted(set(moved))
+
+
+def test_a_data_dir_of_layout_1_keeps_its_replicas_where_they_are(tmp_path: Path) -> None:
+    """A DataNode of layout 2 opening a dir written by layout 1 (replicas in other leaves)
+    loads, reports, reads, replaces and deletes every replica there, writes new ones in
+    the new leaves, and records layout 2 (a DataNode of layout 1 then refuses the dir)."""
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    blocks = {block_id: os.urandom(100 + block_id % 7) for block_id in (1, 2, 300, 0x1_02_03)}
+    for block_id, data in blocks.items():
+        store(storage, block_id, 1, data)
+    storage.close()
+    assert to_layout_1(root) == sorted(blocks)
+    assert (root / "current" / "finalized" / "subdir2" / "subdir3" / "blk_66051").exists()
+    storage = open_storage(root)
+    try:
+        assert [r.block_id for r in storage.report_records()] == sorted(blocks)
+        for block_id, data in blocks.items():
+            replica = storage.get(block_id)
+            assert replica is not None and read_all(replica) == data
+            first, second = layout.legacy_subdirs(block_id)
+            assert replica.data_path.parent == storage.finalized / first / second
+        assert storage.used_bytes == sum(r.disk_bytes for r in storage.replicas.values())
+        assert "layoutVersion=2\n" in (root / "current" / "VERSION").read_text()
+        old = storage.get(300)
+        assert old is not None
+        replaced = store(storage, 300, 2, b"newer")  # the old files go, the new ones in place
+        assert not old.data_path.exists() and not old.meta_path.exists()
+        assert replaced.data_path.parent == storage.finalized / "subdir0" / "subdir1"
+        gone = storage.take(2)
+        assert gone is not None
+        storage.delete_files([gone])
+        assert not gone.data_path.exists() and not gone.meta_path.exists()
+        store(storage, 0x1_02_04, 1, b"new")  # a new block: the new layout
+    finally:
+        storage.close()
+    again = reopened(storage)
+    assert sorted(again.replicas) == [1, 300, 0x1_02_03, 0x1_02_04]
+    assert read_all(again.replicas[300]) == b"newer"
+    assert again.replicas[0x1_02_04].data_path.parent == again.finalized / "subdir1" / "subdir2"
+    assert again.replicas[0x1_02_03].data_path.parent == again.finalized / "subdir2" / "subdir3"
+
+
+async def test_the_directory_scanner_keeps_and_adopts_replicas_of_layout_1(
+    tmp_path: Path,
+) -> None:
+    """Replicas where layout 1 put them are neither missing nor strangers to the directory
+    scanner: one the map lost is adopted again from there."""
+    root = tmp_path / "dn"
+    storage = open_storage(root)
+    for block_id in (1, 300):
+        store(storage, block_id, 1, b"x" * block_id)
+    storage.close()
+    to_layout_1(root)
+    storage = open_storage(root)
+    missing: list[Replica] = []
+    found: list[Replica] = []
+
+    async def on_missing(replicas: list[Replica]) -> None:
+        missing.extend(replicas)
+
+    scanner = DirectoryScanner(storage, DataNodeConfig(), on_missing, found.extend)
+    try:
+        result = await scanner.scan_once()
+        assert result.missing == [] and result.added == [] and missing == []
+        lost = storage.take(300)
+        assert lost is not None
+        result = await scanner.scan_once()
+        assert result.added == [300] and storage.get(300) == lost
+    finally:
+        storage.close()
 
 
 def test_crash_before_finalize_leaves_no_finalized_replica(tmp_path: Path) -> None:

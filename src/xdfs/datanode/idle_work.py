@@ -1,15 +1,15 @@
-"""Work a DataNode does ahead while it writes nothing: spare files (``spares.py``) and the
-leaf directories of finalized/ its next replicas go to (``DataStorage.idle_job``), so the
-write path allocates no inode for them.
+"""Work a DataNode does ahead while it writes nothing: spare files (``spares.py``,
+``DataStorage.idle_job``), so the write path allocates no inode for its replicas' files.
 
 Idle means no block claimed for ``quiet_s`` (1 s): a node busy with a stream of small
 files has short gaps between replicas, and a job started in one of them would take CPU
 from the writes (on a 2-CPU machine, 10% of a CPU per DataNode). One job at a time in a
-worker thread, each short (``SPARES_BATCH`` creates, or one
-first-level directory's 257 mkdirs), jobs paced to about ``duty`` of a CPU: a create or
-mkdir cost ~35 us in a quiet ext4 block group and ~1 ms after deletions nearby, so a fresh
-node is stocked in seconds or in a minute, never hogging a small machine, and a write that
-starts meanwhile finds at most one job under way.
+worker thread, each short (``SPARES_BATCH`` creates), jobs paced to about ``duty`` of a
+CPU: a create costs ~35 us in a quiet ext4 block group and ~1 ms after deletions nearby, so
+a fresh node is stocked in seconds or in a minute, never hogging a small machine, and a
+write that starts meanwhile finds at most one job under way. (The leaf directories of
+finalized/ need no such work since layout version 2: one per 256 block ids, made one
+ahead by the writes, ``DataStorage.leaf_ahead``.)
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ log = logging.getLogger(__name__)
 
 #: Spares one job makes.
 SPARES_BATCH = 64
-#: First-level directories of finalized/ made ahead of the newest block's.
-LEAVES_DEPTH = 8
 
 
 async def work_while_idle(
@@ -42,14 +40,14 @@ async def work_while_idle(
         pause_s = period_s
         if not storage.idle(quiet_s):
             continue
-        job = storage.idle_job(SPARES_BATCH, LEAVES_DEPTH)
+        job = storage.idle_job(SPARES_BATCH)
         if job is None:
             continue
         started = time.monotonic()
         try:
             await in_thread(job)
         except (OSError, StorageError) as exc:
-            log.warning("cannot make spare files or directories ahead in %s: %s",
+            log.warning("cannot make spare files ahead in %s: %s",
                         storage.current, exc)
             pause_s = 120 * period_s
             continue

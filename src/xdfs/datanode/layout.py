@@ -10,8 +10,13 @@
                 blk_<id>                  block data
                 blk_<id>_<gs>.meta        checksums (xdfs.datanode.checksums)
 
-``a = (block_id >> 8) & 0xFF`` and ``b = block_id & 0xFF``: the two-level 256 x 256 tree of
-seed 003, so no directory grows huge and consecutive block ids spread over directories.
+``a = (block_id >> 16) & 0xFF`` and ``b = (block_id >> 8) & 0xFF`` (HDFS's order): the
+two-level 256 x 256 tree of seed 003, so no directory grows huge, and 256 consecutive block
+ids share a leaf, so a node makes one leaf directory per 256 block ids (block ids are
+allocated in sequence: consecutive replicas land in one directory). Layout version 1 (before
+2026-11-25) put a block in ``a = (block_id >> 8) & 0xFF``, ``b = block_id & 0xFF``; a data
+dir of version 1 is taken as is (its ``VERSION`` rewritten to 2) and a replica found where
+version 1 put it stays there (:func:`homes`): nothing moves at startup.
 
 ``VERSION``: ``storageType=DATA_NODE``, ``layoutVersion``, ``nodeID`` (uuid4 hex, created
 once: the node's identity across restarts), ``clusterID`` (empty until the first
@@ -28,7 +33,9 @@ from xdfs.common.files import parse_key_values
 from xdfs.errors import StorageError
 
 STORAGE_TYPE = "DATA_NODE"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
+#: Layout versions this DataNode opens (1: the leaves of ``legacy_subdirs``).
+READABLE_LAYOUT_VERSIONS = (1, 2)
 CURRENT = "current"
 VERSION_FILE = "VERSION"
 FINALIZED = "finalized"
@@ -39,13 +46,23 @@ _DATA_RE = re.compile(r"^blk_(-?\d+)$")
 _META_RE = re.compile(r"^blk_(-?\d+)_(\d+)\.meta$")
 
 
+#: The names of the directories of each level.
+SUBDIR_NAMES = tuple(f"subdir{index}" for index in range(256))
+
+
 def subdirs(block_id: int) -> tuple[str, str]:
     """The two directory levels under ``finalized/`` that hold ``block_id``."""
-    return f"subdir{(block_id >> 8) & 0xFF}", LEAF_NAMES[block_id & 0xFF]
+    return SUBDIR_NAMES[(block_id >> 16) & 0xFF], SUBDIR_NAMES[(block_id >> 8) & 0xFF]
 
 
-#: The names of the leaf directories under each first-level one.
-LEAF_NAMES = tuple(f"subdir{second}" for second in range(256))
+def leaf_key(block_id: int) -> int:
+    """The leaf of ``block_id`` as a number (``a << 8 | b``): 256 consecutive ids share it."""
+    return (block_id >> 8) & 0xFFFF
+
+
+def legacy_subdirs(block_id: int) -> tuple[str, str]:
+    """Where layout version 1 put ``block_id`` (replicas written before the upgrade)."""
+    return SUBDIR_NAMES[(block_id >> 8) & 0xFF], SUBDIR_NAMES[block_id & 0xFF]
 
 
 def data_name(block_id: int) -> str:
@@ -59,6 +76,13 @@ def meta_name(block_id: int, genstamp: int) -> str:
 def finalized_dir(finalized_root: PurePath, block_id: int) -> PurePath:
     first, second = subdirs(block_id)
     return finalized_root / first / second
+
+
+def homes(finalized_root: PurePath, block_id: int) -> tuple[PurePath, PurePath]:
+    """The directories a replica of ``block_id`` may be found in: where it is written now
+    and where layout version 1 wrote it (kept there: a replica is never moved to upgrade)."""
+    first, second = legacy_subdirs(block_id)
+    return finalized_dir(finalized_root, block_id), finalized_root / first / second
 
 
 def parse_data_name(name: str) -> int | None:
@@ -120,7 +144,7 @@ def parse_version(text: str, source: str = VERSION_FILE) -> DataNodeVersion:
         )
     except ValueError as exc:
         raise StorageError(f"{source}: bad number: {exc}") from None
-    if info.layout_version != LAYOUT_VERSION:
+    if info.layout_version not in READABLE_LAYOUT_VERSIONS:
         raise StorageError(
             f"{source}: layoutVersion {info.layout_version} is not supported "
             f"(this DataNode writes {LAYOUT_VERSION})"

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
@@ -81,16 +81,11 @@ class DataStorage:
         # Directory creation in finalized/ happens in worker threads: one at a time, so a
         # writer never finds a directory that exists but whose entry is not yet durable.
         self._mkdir_lock = threading.Lock()
-        #: Leaves of finalized/ (``block_id & 0xFFFF``) known to exist durably: no stat
-        #: of its directory per replica written.
-        self._leaves_made: set[int] = set()
-        self._first_paths: dict[str, Path] = {}  # finalized/subdir<a>, by name
-        #: First-level directories of finalized/ (``block_id >> 8 & 0xFF``) whose leaves are
-        #: being made ahead of the writes (``leaves_ahead``).
+        #: Leaves of finalized/ known to exist durably, by ``layout.leaf_key``: no stat of
+        #: its directory per replica written.
+        self._leaves: dict[int, Path] = {}
+        #: Leaves being made ahead of the writes (``leaf_ahead``), by ``layout.leaf_key``.
         self._leaves_ahead: set[int] = set()
-        #: The highest block id written since startup or found at it (-1: none): the
-        #: leaves after it are made while idle (:meth:`idle_job`).
-        self._newest_block = -1
         #: Empty files for new replicas' files, deleted ones' files recycled (``spares.py``).
         self.spares = Spares(self.current / layout.SPARES, spare_files_max)
         #: At startup: inode numbers of the spares (:meth:`Spares.scan`) and those of them
@@ -131,12 +126,26 @@ class DataStorage:
                 text = path.read_text()
             except OSError as exc:
                 raise StorageError(f"cannot read {path}: {exc}") from exc
-            return layout.parse_version(text, str(path))
+            version = layout.parse_version(text, str(path))
+            if version.layout_version != layout.LAYOUT_VERSION:
+                version = self._upgrade(version)
+            return version
         self.current.mkdir(parents=True, exist_ok=True)
         version = DataNodeVersion(node_id=uuid.uuid4().hex, cluster_id="", ctime_ms=now_ms)
         atomic_write(path, layout.format_version(version).encode())
         fsync_dir(self.root)
         log.info("new data dir %s: node id %s", self.root, version.node_id)
+        return version
+
+    def _upgrade(self, old: DataNodeVersion) -> DataNodeVersion:
+        """A data dir of an older layout version taken as it is: its replicas stay where
+        they are (``layout.homes``); the new version is recorded so that a DataNode of
+        the older layout, which would not find the replicas written from now on, refuses
+        the dir instead of reporting it nearly empty."""
+        version = replace(old, layout_version=layout.LAYOUT_VERSION)
+        atomic_write(self.current / layout.VERSION_FILE, layout.format_version(version).encode())
+        log.info("data dir %s: layout version %d upgraded to %d (replicas left in place)",
+                 self.root, old.layout_version, version.layout_version)
         return version
 
     @property
@@ -208,8 +217,9 @@ class DataStorage:
                 continue
             for second in sorted(os.scandir(first.path), key=lambda e: e.name):
                 if second.is_dir():
-                    leftovers += self._load_dir(Path(second.path))
-                    self._note_leaf(first.name, second.name)
+                    leaf = Path(second.path)
+                    leftovers += self._load_dir(leaf)
+                    self._note_leaf(first.name, second.name, leaf)
         if leftovers:
             log.warning("removed %d half-written file(s) from %s: %s",
                         len(leftovers), self.finalized, ", ".join(leftovers))
@@ -221,12 +231,12 @@ class DataStorage:
         if self._spare_inodes and entry.inode() in self._spare_inodes:
             self._shared_inodes.append(entry.inode())
 
-    def _note_leaf(self, first: str, second: str) -> None:
+    def _note_leaf(self, first: str, second: str, path: Path) -> None:
         """A leaf found at startup is taken as made, as ``_ensure_dir`` takes a directory
         it finds: no check before its next replica."""
         a, b = first.removeprefix("subdir"), second.removeprefix("subdir")
         if a.isdigit() and b.isdigit() and int(a) < 256 and int(b) < 256:
-            self._leaves_made.add(int(a) << 8 | int(b))
+            self._leaves[int(a) << 8 | int(b)] = path
 
     def _load_dir(self, directory: Path) -> list[str]:
         """Load the replicas of one leaf directory; returns the leftovers it removed."""
@@ -253,23 +263,35 @@ class DataStorage:
                 continue
             genstamp, meta = keep
             entry = data.pop(block_id)
-            if directory != layout.finalized_dir(self.finalized, block_id):
+            if directory not in layout.homes(self.finalized, block_id):
                 log.warning("ignoring %s: block %d belongs in another directory",
                             entry.path, block_id)
+                continue
+            if self._found_twice(block_id, genstamp, entry.path):
                 continue
             size = entry.stat().st_size
             replica = Replica(block_id, genstamp, size, Path(entry.path), Path(meta.path),
                               meta.stat().st_size)
             self._drop_finalized_rbw(replica)
-            self.replicas[block_id] = replica
-            self.used_bytes += replica.disk_bytes
-            self._newest_block = max(self._newest_block, block_id)
+            self.add(replica)
         for entry in data.values():  # data files without any checksum file
             removed.append(entry.name)
             unlink_quietly(Path(entry.path))
         if removed:
             fsync_dir(directory)
         return [str(directory.relative_to(self.finalized) / name) for name in removed]
+
+    def _found_twice(self, block_id: int, genstamp: int, path: str) -> bool:
+        """A finalized replica of ``block_id`` loaded already, from its other home (one of
+        layout version 1 never deleted): the one of the newer genstamp is kept, the other
+        ignored (left on disk, as any replica found out of place). True: ignore this one."""
+        loaded = self.replicas.get(block_id)
+        if loaded is None or not loaded.finalized:
+            return False
+        older = genstamp <= loaded.genstamp
+        log.warning("block %d found twice, in %s and %s: ignoring the older (genstamp %d)",
+                    block_id, loaded.data_path, path, min(genstamp, loaded.genstamp))
+        return older
 
     def _drop_finalized_rbw(self, finalized: Replica) -> None:
         """Names in rbw/ of a replica finalized since: a finalize syncs the directory the
@@ -388,59 +410,31 @@ class DataStorage:
     def made_finalized_dir(self, block_id: int) -> Path | None:
         """The directory of ``block_id`` in finalized/ if it is known to exist durably
         (no I/O); None: :meth:`finalized_dir` makes it."""
-        if block_id & 0xFFFF not in self._leaves_made:
-            return None
-        # One join per replica (consecutive blocks go to different leaves: a leaf's Path
-        # is rarely used twice) onto its first-level directory's, kept (256 at most).
-        first, second = layout.subdirs(block_id)
-        parent = self._first_paths.get(first)
-        if parent is None:
-            parent = self._first_paths[first] = self.finalized / first
-        return parent / second
+        return self._leaves.get(layout.leaf_key(block_id))
 
-    def leaves_ahead(self, block_id: int) -> int | None:
-        """A block id of the first-level directory of finalized/ after ``block_id``'s
-        when its leaves are neither made nor being made: the caller makes them now
-        (:meth:`finalized_dir` in a worker thread, then :meth:`leaves_ahead_done`), while
-        block ids (allocated in sequence) still fill the current one, so no write waits
-        for 257 mkdirs (a fresh DataNode's writes stalled for them every 256 blocks)."""
-        self._newest_block = max(self._newest_block, block_id)
-        return self._leaves_to_make(block_id + 256)
-
-    def _leaves_to_make(self, ahead: int) -> int | None:
-        first = ahead >> 8 & 0xFF
-        if ahead & 0xFFFF in self._leaves_made or first in self._leaves_ahead:
+    def leaf_ahead(self, block_id: int) -> int | None:
+        """A block id of the leaf of finalized/ after ``block_id``'s when that leaf is
+        neither made nor being made: the caller makes it now (:meth:`finalized_dir` in a
+        worker thread, then :meth:`leaf_ahead_done`), while block ids (allocated in
+        sequence) still fill the current one, so no write waits for a mkdir."""
+        ahead = block_id + 256
+        key = layout.leaf_key(ahead)
+        if key in self._leaves or key in self._leaves_ahead:
             return None
-        self._leaves_ahead.add(first)
+        self._leaves_ahead.add(key)
         return ahead
 
-    def idle_job(self, spares_batch: int, leaves_depth: int) -> Callable[[], object] | None:
+    def leaf_ahead_done(self, block_id: int) -> None:
+        """The making started by :meth:`leaf_ahead` ended (made, or failed: a write that
+        needs it makes it then)."""
+        self._leaves_ahead.discard(layout.leaf_key(block_id))
+
+    def idle_job(self, spares_batch: int) -> Callable[[], object] | None:
         """Work for a worker thread while the node is idle (``idle_work.py``), or None:
-        up to ``spares_batch`` spare files while the stock is short (``spares.py``), else
-        the leaves of the first not yet made of the ``leaves_depth`` first-level
-        directories of finalized/ after the newest block's (a fresh node's first 256 x
-        ``leaves_depth`` replicas then make no directory while they are written: a mkdir
-        costs what a create does)."""
+        up to ``spares_batch`` spare files while the stock is short (``spares.py``)."""
         if self.spares.wanted:
             return functools.partial(self.spares.make, min(spares_batch, self.spares.wanted))
-        if self._newest_block < 0:
-            return None
-        for step in range(2, leaves_depth + 1):  # (the next one: ``leaves_ahead``)
-            ahead = self._leaves_to_make(self._newest_block + 256 * step)
-            if ahead is not None:
-                return functools.partial(self._make_leaves, ahead)
         return None
-
-    def _make_leaves(self, block_id: int) -> None:
-        try:
-            self.finalized_dir(block_id)
-        finally:
-            self.leaves_ahead_done(block_id)
-
-    def leaves_ahead_done(self, block_id: int) -> None:
-        """The making started by :meth:`leaves_ahead` ended (made, or failed: a write
-        that needs them makes them then)."""
-        self._leaves_ahead.discard(block_id >> 8 & 0xFF)
 
     def unlink_replaced(self, replaced: Replica | None) -> None:
         """Before a new replica of the same block is finalized (``commit``)."""
@@ -462,26 +456,17 @@ class DataStorage:
         # Checked under the lock too: a directory another writer just made is durable
         # only once that writer's fsync of its parent is done, which the lock waits for.
         with self._mkdir_lock:
-            if dest.is_dir():
-                self._leaves_made.add(block_id & 0xFFFF)
-                return
-            parent = dest.parent
-            # Every missing leaf of the parent at once, under one fsync of it: block ids
-            # are allocated in sequence and each leaf holds every 256th, so the blocks that
-            # follow land in the siblings made now (one directory fsync per 256 blocks
-            # instead of one per block while a fresh DataNode fills its leaves).
-            leaves = (parent / name for name in layout.LEAF_NAMES)
-            made = [d for d in (parent, *leaves) if not d.is_dir()]
-            for directory in made:
-                try:
-                    directory.mkdir()
-                except OSError as exc:
-                    raise StorageError(f"cannot create {directory}: {exc}") from exc
-                if directory is parent:
-                    fsync_dir(parent.parent)
-            fsync_dir(parent)
-            first = block_id & 0xFF00  # every leaf of the parent exists now
-            self._leaves_made.update(range(first, first + 256))
+            if not dest.is_dir():
+                # Each new directory durable in its parent before anything goes into it.
+                for directory in (dest.parent, dest):
+                    if directory.is_dir():
+                        continue
+                    try:
+                        directory.mkdir()
+                    except OSError as exc:
+                        raise StorageError(f"cannot create {directory}: {exc}") from exc
+                    fsync_dir(directory.parent)
+            self._leaves[layout.leaf_key(block_id)] = dest
 
     def add(self, replica: Replica) -> None:
         """Put a just-finalized replica in the map (replacing an older one of its id)."""

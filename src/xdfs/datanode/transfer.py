@@ -125,22 +125,22 @@ async def receive_replica(
         else:
             await _keep_or_abort(storage, writer, disk_failed, on_kept)
     assert writer.finalized is not None
-    _make_leaves_ahead(storage, block_id)
+    _make_leaf_ahead(storage, block_id)
     return writer.finalized
 
 
-def _make_leaves_ahead(storage: DataStorage, block_id: int) -> None:
-    """The leaves of the next first-level directory of finalized/ made in a worker thread
-    in the background (``DataStorage.leaves_ahead``), if not made yet."""
-    ahead = storage.leaves_ahead(block_id)
+def _make_leaf_ahead(storage: DataStorage, block_id: int) -> None:
+    """The next leaf of finalized/ made in a worker thread in the background
+    (``DataStorage.leaf_ahead``), if not made yet."""
+    ahead = storage.leaf_ahead(block_id)
     if ahead is None:
         return
 
     def done(work: asyncio.Future[Path]) -> None:
-        storage.leaves_ahead_done(ahead)
+        storage.leaf_ahead_done(ahead)
         if not work.cancelled() and work.exception() is not None:
-            log.warning("cannot make the directories of block %d ahead (a write needing "
-                        "them makes them): %s", ahead, work.exception())
+            log.warning("cannot make the directory of block %d ahead (a write needing "
+                        "it makes it): %s", ahead, work.exception())
 
     making = asyncio.get_running_loop().run_in_executor(None, storage.finalized_dir, ahead)
     making.add_done_callback(done)
