@@ -5,15 +5,18 @@ Imported by the scripts beside it (``python bench/X.py`` puts this folder on sys
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+
+from xdfs.common.process import ServerProcess
 
 
 def load_average() -> str:
@@ -52,15 +55,36 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def child_pids(pid: int) -> list[int]:
-    """The children of a process (Linux: each of its threads' ``children`` list)."""
-    children: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return children
+@dataclass(frozen=True)
+class DevCluster:
+    """A running ``xdfs dev``: its URI, its own pid and its servers' (role, pid)s."""
+
+    uri: str
+    pid: int
+    servers: list[tuple[str, int]]
+
+    def pids(self, role: str | None = None) -> list[int]:
+        """The servers' pids (of ``role`` only: "namenode", "datanode" ...), in start order."""
+        return [pid for name, pid in self.servers if role is None or name == role]
+
+
+@contextlib.contextmanager
+def dev_cluster(base: Path, datanodes: int, user: str, password: str) -> Iterator[DevCluster]:
+    """``xdfs dev`` with ``datanodes`` DataNodes in ``base/dev`` (log: ``base/dev.log``), as
+    a new user starts it; stopped on exit."""
+    base.mkdir(parents=True, exist_ok=True)
+    proc = ServerProcess.xdfs(
+        "dev", "--base-dir", str(base / "dev"), "--port", "0", "--datanodes", str(datanodes),
+        log_path=base / "dev.log", ready_pattern=r"xdfs dev cluster ready: (\S+)",
+        env={"XDFS_USER": user, "XDFS_PASSWORD": password},
+    )
+    uri = proc.start(120).group(1)
+    try:
+        described = json.loads((base / "dev" / "cluster.json").read_text())
+        servers = [(str(p["role"]), int(p["pid"])) for p in described["processes"]]
+        yield DevCluster(uri, proc.pid, servers)
+    finally:
+        proc.terminate()
 
 
 def pids_with_argument(argument: bytes) -> list[int]:

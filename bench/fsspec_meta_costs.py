@@ -17,7 +17,6 @@ median of ``--runs``. Nothing here is asserted by the test suite.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -34,9 +33,8 @@ from typing import Any
 import fsspec
 from fsspec import AbstractFileSystem
 
-from bench_env import load_average, machine, proc_cpu_s
+from bench_env import dev_cluster, load_average, machine, proc_cpu_s
 from vs_moosefs import PASSWORD, USER
-from xdfs.common.process import ServerProcess
 from xdfs.rpc.client import RpcClient
 
 MODES = {"inline": "true", "loop": "false"}
@@ -126,23 +124,6 @@ def measure(fs: AbstractFileSystem, nn_pid: int, counter: CallCounter, threads: 
     return out
 
 
-@contextmanager
-def dev_cluster(base: Path) -> Iterator[tuple[str, int]]:
-    """``xdfs dev`` with one DataNode: its URI and the NameNode's pid."""
-    proc = ServerProcess.xdfs(
-        "dev", "--base-dir", str(base / "dev"), "--port", "0", "--datanodes", "1",
-        log_path=base / "dev.log", ready_pattern=r"xdfs dev cluster ready: (\S+)",
-        env={"XDFS_USER": USER, "XDFS_PASSWORD": PASSWORD},
-    )
-    uri = proc.start(120).group(1)
-    try:
-        cluster = json.loads((base / "dev" / "cluster.json").read_text())
-        nn_pid = next(p["pid"] for p in cluster["processes"] if p["role"] == "namenode")
-        yield uri, nn_pid
-    finally:
-        proc.terminate()
-
-
 FIELDS = (("rate", "ops/s", ",.0f"), ("client_cpu_us", "client CPU us", ",.0f"),
           ("nn_cpu_us", "NameNode CPU us", ",.0f"), ("rpcs", "RPCs", ".2f"),
           ("switches", "context switches", ".1f"))
@@ -173,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     counter = CallCounter()
     results: dict[tuple[str, int, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="xdfs-fsspec-meta-") as tmp, \
-            dev_cluster(Path(tmp)) as (uri, nn_pid), counter.installed():
+            dev_cluster(Path(tmp), 1, USER, PASSWORD) as cluster, counter.installed():
+        uri, nn_pid = cluster.uri, cluster.pids("namenode")[0]
         systems = {mode: filesystem(uri, flag, Path(tmp)) for mode, flag in MODES.items()}
         for run in range(args.runs):
             order = list(MODES) if run % 2 == 0 else list(MODES)[::-1]

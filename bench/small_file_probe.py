@@ -37,8 +37,7 @@ from pathlib import Path
 
 import fsspec
 
-from bench_env import child_pids, load_average, machine
-from xdfs.common.process import ServerProcess
+from bench_env import dev_cluster, load_average, machine
 
 USER, PASSWORD = "probe", "probe-pw"
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -149,22 +148,16 @@ def write_all(args: argparse.Namespace, fs: fsspec.AbstractFileSystem) -> int:
 
 
 def probe(args: argparse.Namespace, base: Path) -> None:
-    proc = ServerProcess.xdfs(
-        "dev", "--base-dir", str(base / "dev"), "--port", "0", "--datanodes", "3",
-        log_path=base / "dev.log", ready_pattern=r"xdfs dev cluster ready: (\S+)",
-        env={"XDFS_USER": USER, "XDFS_PASSWORD": PASSWORD},
-    )
-    uri = proc.start(120).group(1)
-    try:
-        fs = fsspec.filesystem("xdfs", skip_instance_cache=True, fs=uri, user=USER,
+    with dev_cluster(base, 3, USER, PASSWORD) as cluster:
+        fs = fsspec.filesystem("xdfs", skip_instance_cache=True, fs=cluster.uri, user=USER,
                                password=PASSWORD)
         fs.mkdir("/w")
         for i in range(100):
             with fs.open(f"/w/warm-{i}", "wb") as fh:
                 fh.write(b"x" * 4096)
         time.sleep(args.idle_s)
-        kids = sorted(child_pids(proc.pid))  # the NameNode is started first
-        roles = {pid: ("namenode" if i == 0 else f"datanode{i}") for i, pid in enumerate(kids)}
+        roles = {pid: role + (str(i) if role == "datanode" else "")
+                 for i, (role, pid) in enumerate(cluster.servers)}
         tools = start_tools(args, roles)
         spares = spare_counts(base)
         before = {pid: Usage.of(pid) for pid in roles}
@@ -187,8 +180,6 @@ def probe(args: argparse.Namespace, base: Path) -> None:
         for pid, role in roles.items():
             print(after[pid].row(before[pid], role, files))
         print(mine_after.row(mine, "client (this process)", files))
-    finally:
-        proc.terminate()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

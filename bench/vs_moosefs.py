@@ -49,9 +49,8 @@ from pathlib import Path
 import fsspec
 from fsspec import AbstractFileSystem
 
-from bench_env import child_pids, file_create_cpu_us, load_average, machine, proc_cpu_s
+from bench_env import dev_cluster, file_create_cpu_us, load_average, machine, proc_cpu_s
 from moosefs_peer import MooseFS, available
-from xdfs.common.process import ServerProcess
 
 USER, PASSWORD = "bench", "bench-pw"
 WRITE_BYTES = 4 * 1024 * 1024
@@ -251,19 +250,10 @@ def small_files(system: System, s: Settings, run: int, results: Results) -> None
 
 @contextmanager
 def xdfs_dev(base: Path) -> Iterator[System]:
-    dev_dir = base / "xdfs-dev"
-    env = {"XDFS_USER": USER, "XDFS_PASSWORD": PASSWORD}
-    proc = ServerProcess.xdfs(
-        "dev", "--base-dir", str(dev_dir), "--port", "0", "--datanodes", "3",
-        log_path=base / "xdfs-dev.log", ready_pattern=r"xdfs dev cluster ready: (\S+)", env=env,
-    )
-    uri = proc.start(120).group(1)
-    try:
-        fs = fsspec.filesystem("xdfs", skip_instance_cache=True, fs=uri, user=USER,
+    with dev_cluster(base / "xdfs", 3, USER, PASSWORD) as cluster:
+        fs = fsspec.filesystem("xdfs", skip_instance_cache=True, fs=cluster.uri, user=USER,
                                password=PASSWORD)
-        yield System("xdfs", fs, "/bench", lambda: [proc.pid, *child_pids(proc.pid)])
-    finally:
-        proc.terminate()
+        yield System("xdfs", fs, "/bench", lambda: [cluster.pid, *cluster.pids()])
 
 
 @contextmanager
