@@ -58,7 +58,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_env import Table, load_average, machine, percentile, proc_cpu_s
+from bench_env import Table, load_average, machine, percentile, proc_cpu_s, scratch_parent
 from xdfs.client.client import AsyncClient
 from xdfs.common.images import image_chunks
 from xdfs.common.process import ServerProcess
@@ -603,7 +603,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         image_inodes=args.image_inodes or (100_000 if q else 1_000_000),
         image_runs=args.image_runs or (2 if q else 3),
         only=tuple(args.only),
-        workdir=args.dir,
+        workdir=scratch_parent(args.dir),
     )
     if min(s.runs, s.files, s.lag_runs, s.writers, s.catchup_edits, s.catchup_rounds,
            s.image_inodes, s.image_runs, *s.batches) <= 0 or s.sample_s <= 0:

@@ -19,6 +19,13 @@ from pathlib import Path
 from xdfs.common.process import ServerProcess
 
 
+def scratch_parent(directory: str | None) -> str | None:
+    """A ``--dir`` option's value, the directory made if missing (None: the temp dir)."""
+    if directory is not None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 def load_average() -> str:
     try:
         return " / ".join(f"{load:.2f}" for load in os.getloadavg())

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_env import scratch_parent
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
 from xdfs.config import MiB, XdfsConfig
@@ -448,7 +449,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
                         help="200 KiB files of part (g) (1000; --quick 200)")
     args = parser.parse_args(argv)
     quick = args.quick
-    base = Path(tempfile.mkdtemp(prefix="xdfs-bench-", dir=args.dir or Path.cwd()))
+    base = Path(tempfile.mkdtemp(prefix="xdfs-bench-", dir=scratch_parent(args.dir) or Path.cwd()))
     return Settings(
         file_mib=args.file_mib or (256 if quick else 1024),
         small_files=args.small_files or (1000 if quick else 5000),

@@ -69,7 +69,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_env import load_average, machine, proc_cpu_s
+from bench_env import load_average, machine, proc_cpu_s, scratch_parent
 from xdfs.client.client import AsyncClient
 from xdfs.common import collector, native
 from xdfs.common.process import ServerProcess
@@ -703,7 +703,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         sample_files=20_000 if q else 50_000,
         image_runs=2 if q else 3,
         only=tuple(args.only),
-        workdir=args.dir,
+        workdir=scratch_parent(args.dir),
         vs_moosefs=args.vs_moosefs,
         pure=args.pure,
     )

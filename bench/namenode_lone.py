@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench_env import load_average, proc_cpu_s
+from bench_env import load_average, proc_cpu_s, scratch_parent
 from namenode import SUPER_PASSWORD, SUPERUSER, start_rpc_namenode
 from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
@@ -143,7 +143,7 @@ def main() -> int:
     parser.add_argument("--ops", type=int, default=2000, help="calls per kind (2000)")
     parser.add_argument("--dir", default=None, help="where the name dir goes (a temp dir)")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="xdfs-lone-", dir=args.dir))
+    base = Path(tempfile.mkdtemp(prefix="xdfs-lone-", dir=scratch_parent(args.dir)))
     try:
         asyncio.run(measure(base, args.ops))
     finally:

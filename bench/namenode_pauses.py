@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from bench_env import load_average, machine, percentile, proc_cpu_s
+from bench_env import load_average, machine, percentile, proc_cpu_s, scratch_parent
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
 from xdfs.config import XdfsConfig
@@ -178,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         *(sys.argv[1:] if argv is None else argv)])
     load_before = load_average()
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="xdfs-pauses-", dir=args.workdir) as tmp:
+    parent = scratch_parent(args.workdir)
+    with tempfile.TemporaryDirectory(prefix="xdfs-pauses-", dir=parent) as tmp:
         rows = asyncio.run(bench(args, Path(tmp)))
     print(f"\ncommand: {command}")
     print(f"machine: {machine()}")

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import fsspec
 
-from bench_env import dev_cluster, load_average, machine
+from bench_env import dev_cluster, load_average, machine, scratch_parent
 
 USER, PASSWORD = "probe", "probe-pw"
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -184,7 +184,7 @@ def probe(args: argparse.Namespace, base: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    base = Path(tempfile.mkdtemp(prefix="small-file-probe-", dir=args.dir))
+    base = Path(tempfile.mkdtemp(prefix="small-file-probe-", dir=scratch_parent(args.dir)))
     try:
         probe(args, base)
     finally:
