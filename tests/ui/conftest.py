@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.datapath.test_dev_cluster import ENV, PASSWORD, READY, USER, _client, _gone
@@ -102,7 +103,22 @@ def log_in(browser: webdriver.Chrome, dev: DevCluster, user: str = USER,
     button.click()
     # the click does not wait for the answer: the form going stale means the next page
     # (the one asked for, or the form again with an error) has replaced it
-    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(button))
+    WebDriverWait(browser, 60).until(lambda _driver: replaced(button))
+
+
+def replaced(element: WebElement) -> bool:
+    """Whether ``element``'s page has been replaced. Mid-navigation chromedriver may answer
+    "Node with given id does not belong to the document" instead of a stale reference
+    (seen once in a full run); that too means the old document is gone."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def screenshot(browser: webdriver.Chrome, dev: DevCluster, name: str) -> Path:

@@ -14,10 +14,9 @@ import pytest
 import requests
 from selenium import webdriver
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests.ui.conftest import DevCluster, log_in, screenshot, text
+from tests.ui.conftest import DevCluster, log_in, replaced, screenshot, text
 from xdfs.testing.poll import eventually
 
 pytestmark = pytest.mark.slow
@@ -87,7 +86,7 @@ def test_the_browser_lists_files_blocks_and_downloads_with_hostile_names_escaped
     link = browser.find_element(By.LINK_TEXT, HOSTILE)
     screenshot(browser, dev, "browse")
     link.click()
-    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(link))
+    WebDriverWait(browser, 60).until(lambda _driver: replaced(link))
     assert browser.find_element(By.TAG_NAME, "h1").text == f"File {path}"
     blocks = rows(browser, "blocks")
     assert [int(row[0]) for row in blocks] == [b.block.block_id for b in located.blocks]
