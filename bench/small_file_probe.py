@@ -6,6 +6,7 @@
     .venv/bin/python bench/small_file_probe.py --spy datanode      # py-spy --gil profiles
     .venv/bin/python bench/small_file_probe.py --strace namenode   # strace -c -f counts
     .venv/bin/python bench/small_file_probe.py --perf datanode     # perf record -g
+    .venv/bin/python bench/small_file_probe.py --phases            # where a file waits
 
 Starts ``xdfs dev`` (a NameNode and three DataNodes, replication 2) in ``--dir``, writes 100
 small warm-up files, waits ``--idle-s`` seconds (the DataNodes make spare files while idle:
@@ -16,12 +17,16 @@ user and system, and minor page faults per file. The cluster's directory is remo
 end: a next run's creates then follow deletions (see docs/benchmarks.md, "Against
 MooseFS"). Profiles and counts go to ``--out`` (py-spy: ``spy-<process>.txt``, raw format
 with ``--gil``; strace: ``strace-<process>.txt``; perf: ``perf-<process>.data``, read with
-``perf report -i FILE --no-children --sort sym --stdio``). Nothing is asserted.
+``perf report -i FILE --no-children --sort sym --stdio``). ``--phases`` times each small
+file's steps in the client (the open, which creates it at the NameNode; the close's send
+to its DataNodes, their first answer, ``complete``, the other answers) and prints their
+percentiles. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -29,11 +34,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import fsspec
 
@@ -83,6 +90,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--spy", choices=(*choices, "client"), help="py-spy every such process")
     parser.add_argument("--strace", choices=choices, help="strace -c -f the first such process")
     parser.add_argument("--perf", choices=choices, help="perf record -g the first such process")
+    parser.add_argument("--phases", action="store_true",
+                        help="time each small file's steps in the client (percentiles)")
     parser.add_argument("--out", default=".", help="where profiles and counts go (.)")
     parser.add_argument("--dir", default=None,
                         help="parent of the cluster's directory (default: the temp dir)")
@@ -139,12 +148,83 @@ def write_all(args: argparse.Namespace, fs: fsspec.AbstractFileSystem) -> int:
 
     def write(thread: int) -> None:
         for i in range(per_thread):
-            with fs.open(f"/w/t{thread}-{i}", "wb") as fh:
+            with Phases.file(), fs.open(f"/w/t{thread}-{i}", "wb") as fh:
+                Phases.mark("open")
                 fh.write(body)
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(write, range(threads)))
     return per_thread * threads
+
+
+class Phases:
+    """Timestamps of each small file's steps in the writing thread (``--phases``): the
+    client's methods that end a step are wrapped to mark it (:meth:`install`)."""
+
+    ORDER = ("open", "sent", "first answer", "complete", "all answers", "closed")
+    enabled = False
+    files: list[dict[str, float]] = []
+    _local = threading.local()
+
+    @classmethod
+    @contextlib.contextmanager
+    def file(cls) -> Iterator[None]:
+        if not cls.enabled:
+            yield
+            return
+        cls._local.marks = {"start": time.perf_counter()}
+        yield
+        cls.mark("closed")
+        cls.files.append(cls._local.marks)
+
+    @classmethod
+    def mark(cls, step: str) -> None:
+        marks: dict[str, float] | None = getattr(cls._local, "marks", None)
+        if cls.enabled and marks is not None and step not in marks:
+            marks[step] = time.perf_counter()
+
+    @classmethod
+    def install(cls) -> None:
+        """Wrap the steps' methods (the writer's inline store, its answers, complete)."""
+        from xdfs.client import datanodes, writer
+
+        def after(owner: Any, name: str, step: str) -> None:
+            plain = getattr(owner, name)
+
+            def marked(*args: Any, **kwargs: Any) -> Any:
+                result = plain(*args, **kwargs)
+                cls.mark(step)
+                return result
+            setattr(owner, name, marked)
+
+        after(writer.FileWriter, "_store_inline", "sent")
+        after(datanodes.InlineUploads, "next", "first answer")
+        after(datanodes.InlineUploads, "all", "all answers")
+        name = "_complete"
+        complete = getattr(writer.FileWriter, name)
+
+        async def marked_complete(self: Any) -> Any:
+            result = await complete(self)
+            cls.mark("complete")
+            return result
+        setattr(writer.FileWriter, name, marked_complete)
+        cls.enabled = True
+
+    @classmethod
+    def report(cls) -> None:
+        """Milliseconds per step (from the previous step's end), percentiles over files."""
+        print("| step (ms from the previous) | p10 | p50 | p90 | p99 |")
+        print("|---|---:|---:|---:|---:|")
+        for previous, step in zip(("start", *cls.ORDER), cls.ORDER, strict=False):
+            spans = sorted((marks[step] - marks[previous]) * 1e3 for marks in cls.files
+                           if step in marks and previous in marks)
+            if spans:
+                at = [spans[min(len(spans) - 1, int(q * len(spans)))]
+                      for q in (0.1, 0.5, 0.9, 0.99)]
+                print(f"| {step} | " + " | ".join(f"{v:.2f}" for v in at) + " |")
+        totals = sorted((m["closed"] - m["start"]) * 1e3 for m in cls.files)
+        print(f"| whole file | {totals[len(totals) // 10]:.2f} | {totals[len(totals) // 2]:.2f}"
+              f" | {totals[len(totals) * 9 // 10]:.2f} | {totals[len(totals) * 99 // 100]:.2f} |")
 
 
 def probe(args: argparse.Namespace, base: Path) -> None:
@@ -159,6 +239,8 @@ def probe(args: argparse.Namespace, base: Path) -> None:
         roles = {pid: role + (str(i) if role == "datanode" else "")
                  for i, (role, pid) in enumerate(cluster.servers)}
         tools = start_tools(args, roles)
+        if args.phases:
+            Phases.install()
         spares = spare_counts(base)
         before = {pid: Usage.of(pid) for pid in roles}
         mine = Usage.mine()
@@ -180,6 +262,8 @@ def probe(args: argparse.Namespace, base: Path) -> None:
         for pid, role in roles.items():
             print(after[pid].row(before[pid], role, files))
         print(mine_after.row(mine, "client (this process)", files))
+        if Phases.files:
+            Phases.report()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -361,12 +361,14 @@ async def test_a_corrupt_cached_replica_fails_its_read_on_the_loop(
 
 @pytest.fixture
 def submissions(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
-    """The opcodes of each submission to the kernel's AIO."""
+    """The opcodes of each submission to the kernel's AIO (a write with ``RWF_DSYNC``:
+    DSYNC_WRITE)."""
     seen: list[list[int]] = []
     real = KernelSyncs.start_calling
 
     def counted(self: KernelSyncs, requests: list[Request], done: Any) -> None:
-        seen.append([request[0] for request in requests])
+        seen.append([DSYNC_WRITE if request[5] & os.RWF_DSYNC else request[0]
+                     for request in requests])
         real(self, requests, done)
 
     monkeypatch.setattr(KernelSyncs, "start_calling", counted)
@@ -374,6 +376,7 @@ def submissions(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
 
 
 FDSYNC, FSYNC, PREAD, PWRITE = 3, 2, 0, 1
+DSYNC_WRITE = 101
 
 
 @pytest.mark.parametrize("size", [SMALL, 200 * 1024, 100, 0])
@@ -381,9 +384,10 @@ async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
     storage: DataStorage, syncs: KernelSyncs, hops: list[str],
     submissions: list[list[int]], size: int,
 ) -> None:
-    """Data written direct in the submission that fdatasyncs the checksum file, then the
-    data file fdatasynced (with its unaligned end, written through the page cache), then
-    the directory."""
+    """Where the file system is not known to honour RWF_DSYNC: data written direct in the
+    submission that fdatasyncs the checksum file, then the data file fdatasynced (with
+    its unaligned end, written through the page cache), then the directory."""
+    storage.dsync_direct_writes = False
     data = os.urandom(size)
     replica = await receive_whole(storage, 50, data, syncs)
     # only the unaligned end went through the page cache
@@ -393,6 +397,35 @@ async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
     aligned = size - size % direct.ALIGN
     syncs_data = [[PWRITE, FDSYNC], [FDSYNC]] if aligned else [[FDSYNC, FDSYNC]]
     assert submissions == [*syncs_data, [FSYNC]]
+
+
+@pytest.mark.parametrize("size", [SMALL, 200 * 1024, 100])
+async def test_a_direct_write_made_durable_by_the_kernel_needs_no_fdatasync_of_its_own(
+    storage: DataStorage, syncs: KernelSyncs, submissions: list[list[int]], size: int,
+) -> None:
+    """On ext4 (the tests' file system): the direct write carries RWF_DSYNC, the checksum
+    file's fdatasync (and the unaligned end's) go in the same submission, and the next
+    step is the directory's fsync."""
+    assert storage.dsync_direct_writes, "the tests run on ext4, xfs or btrfs"
+    data = os.urandom(size)
+    replica = await receive_whole(storage, 52, data, syncs)
+    assert replica.finalized and replica.num_bytes == size and read_back(replica) == data
+    if size < direct.ALIGN:  # nothing to write direct: both files fdatasynced
+        assert submissions == [[FDSYNC, FDSYNC], [FSYNC]]
+    else:
+        tail = [FDSYNC] if size % direct.ALIGN else []
+        assert submissions == [[DSYNC_WRITE, FDSYNC, *tail], [FSYNC]]
+
+
+def test_the_file_system_of_a_path_is_its_longest_mount_point_s() -> None:
+    mountinfo = ("22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+                 "40 22 0:35 / /mnt/lazy\\040fs rw,nosuid - fuse.lazyfs lazyfs rw\n"
+                 "41 22 0:36 / /mnt/lazy rw master:2 - xfs /dev/sdb rw\n")
+    assert direct.file_system_type("/mnt/lazy fs/dn", mountinfo) == "fuse.lazyfs"
+    assert direct.file_system_type("/mnt/lazy/dn", mountinfo) == "xfs"
+    assert direct.file_system_type("/mnt/lazyx", mountinfo) == "ext4"
+    assert direct.file_system_type("/x", "") == ""
+    assert "fuse.lazyfs" not in direct.DSYNC_FILE_SYSTEMS
 
 
 async def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(

@@ -70,6 +70,9 @@ with contextlib.suppress(OSError, TypeError, AttributeError):
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
+#: ``RWF_DSYNC`` (linux/fs.h): a write durable when it completes, as with ``O_DSYNC``.
+_RWF_DSYNC: int = getattr(os, "RWF_DSYNC", 2)
+
 #: One request: (opcode, fd, buffer address, byte count, file offset, rw_flags).
 Request = tuple[int, int, int, int, int, int]
 
@@ -79,14 +82,17 @@ def sync_request(fd: int, *, data_only: bool) -> Request:
     return (_IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC, fd, 0, 0, 0, 0)
 
 
-def write_request(fd: int, address: int, count: int, offset: int) -> Request:
+def write_request(fd: int, address: int, count: int, offset: int, *, dsync: bool = False
+                  ) -> Request:
     """A write of ``count`` bytes at ``address`` to ``fd`` at ``offset``. Asynchronous only
     for an ``O_DIRECT`` fd whose file already extends past the range (ext4 completes a
     direct write that extends a file within ``io_submit``); the memory must stay untouched
-    until the request is done. Not durable by itself: an fdatasync follows once it is done
-    (``RWF_DSYNC`` would do, but FUSE ignores it in direct writes that complete
-    asynchronously: a power cut of LazyFS lost such replicas)."""
-    return (_IOCB_CMD_PWRITE, fd, address, count, offset, 0)
+    until the request is done. Not durable by itself unless ``dsync`` (``RWF_DSYNC``: the
+    kernel fdatasyncs the range once written, before the completion), which only a file
+    system that honours it in asynchronous direct writes may be given
+    (``direct.dsync_writes_durable``: FUSE ignores it, and a power cut of LazyFS lost such
+    replicas); otherwise an fdatasync follows once the write is done."""
+    return (_IOCB_CMD_PWRITE, fd, address, count, offset, _RWF_DSYNC if dsync else 0)
 
 
 def read_request(fd: int, address: int, count: int, offset: int) -> Request:

@@ -24,7 +24,7 @@ from enum import Enum
 from pathlib import Path
 
 from xdfs.common.files import DirLock, atomic_write, fsync_dir, make_dirs
-from xdfs.datanode import layout
+from xdfs.datanode import direct, layout
 from xdfs.datanode.layout import DataNodeVersion
 from xdfs.datanode.rbw import load_rbw, rewrite_for_recovery
 from xdfs.datanode.replica import Replica, ReplicaWriter, move_files, unlink_quietly
@@ -71,6 +71,9 @@ class DataStorage:
         self.loop_write_max_bytes = loop_write_max_bytes
         #: Small replicas written (and read) direct by the kernel's AIO (``transfer.py``).
         self.small_direct_io = small_direct_io
+        #: Whether the data dir's file system makes a direct write with ``RWF_DSYNC``
+        #: durable (``direct.dsync_writes_durable``; known once :meth:`open` ran).
+        self.dsync_direct_writes = False
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
         self.used_bytes = 0
@@ -102,6 +105,7 @@ class DataStorage:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
                 make_dirs(directory)
+            self.dsync_direct_writes = direct.dsync_writes_durable(self.current)
             self._spare_inodes = self.spares.scan()
             rbw_removed = self._load_rbw()
             rbw_kept = len(self.replicas)

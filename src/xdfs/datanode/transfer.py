@@ -254,7 +254,10 @@ class KernelCommit:
     the outcome (the replica is ``writer.finalized``); the steps go on to the end whoever
     waits. A replica staged whole (``ReplicaWriter.kernel_write``) has its data written
     direct by the kernel, in the submission that fdatasyncs the checksum file, and the
-    data file fdatasynced once that write is done (a buffered write of fresh page-cache
+    data file fdatasynced once that write is done, or, where the file system honours it
+    (``DataStorage.dsync_direct_writes``), made durable by that write itself
+    (``RWF_DSYNC``: one disk step and one AIO round trip fewer per replica, its unaligned
+    end fdatasynced in the same submission) (a buffered write of fresh page-cache
     pages cost ~0.6 ms of kernel CPU per 200 KiB here, the direct one a tenth); otherwise
     both fdatasyncs at once. Should the kernel refuse AIO fsyncs (``syncs.enabled`` turns
     false), the step is done in a worker thread instead."""
@@ -330,13 +333,21 @@ class KernelCommit:
                      self._synced, self._writer.sync_and_close)
             return
         address, aligned = staged
-        self._on([write_request(data_fd, address, aligned, 0),
-                  sync_request(meta_fd, data_only=True)],
-                 functools.partial(self._written, aligned), self._writer.sync_and_close)
+        dsync = self._storage.dsync_direct_writes
+        requests = [write_request(data_fd, address, aligned, 0, dsync=dsync),
+                    sync_request(meta_fd, data_only=True)]
+        if dsync and aligned < writer.num_bytes:  # its unaligned end, in the page cache
+            requests.append(sync_request(data_fd, data_only=True))
+        self._on(requests, functools.partial(self._written, aligned, dsync),
+                 self._writer.sync_and_close)
 
-    def _written(self, aligned: int, results: list[int]) -> None:
-        wrote, synced = results
-        self._syncs.check_sync(synced)
+    def _written(self, aligned: int, dsync: bool, results: list[int]) -> None:
+        """The direct write done (durable too with ``dsync``: ``RWF_DSYNC``, the unaligned
+        end fdatasynced beside it, so the data file needs no step of its own), the
+        checksum file durable."""
+        wrote, *synced = results
+        for result in synced:
+            self._syncs.check_sync(result)
         writer = self._writer
         if wrote == -errno.EINVAL:  # the file system opened the file direct but refuses
             writer.write_aligned_buffered()
@@ -344,6 +355,9 @@ class KernelCommit:
             code = -wrote if wrote < 0 else errno.EIO  # (a short write: out of space)
             raise StorageError(f"direct write of block {writer.block_id} in "
                                f"{writer.rbw_dir} failed: {os.strerror(code)}")
+        elif dsync:
+            self._synced([])
+            return
         self._on([sync_request(writer.sync_fds[0], data_only=True)], self._synced,
                  self._writer.sync_and_close)
 
