@@ -90,7 +90,7 @@ def write_request(fd: int, address: int, count: int, offset: int, *, dsync: bool
     until the request is done. Not durable by itself unless ``dsync`` (``RWF_DSYNC``: the
     kernel fdatasyncs the range once written, before the completion), which only a file
     system that honours it in asynchronous direct writes may be given
-    (``direct.dsync_writes_durable``: FUSE ignores it, and a power cut of LazyFS lost such
+    (``direct.DSYNC_FILE_SYSTEMS``: FUSE ignores it, and a power cut of LazyFS lost such
     replicas); otherwise an fdatasync follows once the write is done."""
     return (_IOCB_CMD_PWRITE, fd, address, count, offset, _RWF_DSYNC if dsync else 0)
 

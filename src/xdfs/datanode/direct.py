@@ -101,12 +101,6 @@ def file_system_type(path: Path | str, mountinfo: str | None = None) -> str:
     return kind
 
 
-def dsync_writes_durable(path: Path | str) -> bool:
-    """Whether direct writes to files under ``path`` may be made durable by ``RWF_DSYNC``
-    (:data:`DSYNC_FILE_SYSTEMS`)."""
-    return file_system_type(path) in DSYNC_FILE_SYSTEMS
-
-
 def round_up(count: int) -> int:
     return -(-count // ALIGN) * ALIGN
 

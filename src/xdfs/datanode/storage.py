@@ -72,7 +72,7 @@ class DataStorage:
         #: Small replicas written (and read) direct by the kernel's AIO (``transfer.py``).
         self.small_direct_io = small_direct_io
         #: Whether the data dir's file system makes a direct write with ``RWF_DSYNC``
-        #: durable (``direct.dsync_writes_durable``; known once :meth:`open` ran).
+        #: durable (``direct.DSYNC_FILE_SYSTEMS``; known once :meth:`open` ran).
         self.dsync_direct_writes = False
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
@@ -105,7 +105,12 @@ class DataStorage:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
                 make_dirs(directory)
-            self.dsync_direct_writes = direct.dsync_writes_durable(self.current)
+            kind = direct.file_system_type(self.current)
+            self.dsync_direct_writes = kind in direct.DSYNC_FILE_SYSTEMS
+            log.info("data dir %s is on %s: a small replica's direct write is made durable "
+                     "%s", self.root, kind or "an unknown file system",
+                     "by the write itself (RWF_DSYNC)" if self.dsync_direct_writes
+                     else "by an fdatasync after it")
             self._spare_inodes = self.spares.scan()
             rbw_removed = self._load_rbw()
             rbw_kept = len(self.replicas)
