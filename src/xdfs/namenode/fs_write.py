@@ -441,26 +441,31 @@ class WriteOps(LeaseOps):
     ) -> tuple[INodesInPath, FileInode, Callable[[], Plan[FileStatus]]]:
         """The file a complete closes, checked now, and the plan that checks it again."""
         resolved = self.ns.resolve(path)
+        node = self._closable_file(user, client, blocks, resolved)
 
-        def check(iip: INodesInPath) -> FileInode:
-            node = self._writable_file(user, client, iip)
-            if [b.block_id for b in blocks] != [b.block_id for b in node.blocks]:
-                raise InvalidArgument(
-                    f"complete {iip.path}: block list differs from the NameNode's")
-            if any(b.num_bytes < 0 for b in blocks):
-                raise InvalidArgument("block lengths must be >= 0")
-            return node
-
-        node = check(resolved)
-
+        # (check is a method, not a closure plan shares: in the compiled build two nested
+        # functions that refer to each other make a reference cycle per call, garbage only
+        # the cyclic collector frees)
         def plan() -> Plan[FileStatus]:
             iip = self.ns.fresh(resolved)
-            check(iip)
+            self._closable_file(user, client, blocks, iip)
             now = self.now_ms()
             return Plan([CloseFileOp(iip.path, now, now, tuple(blocks))],
                         lambda: self.ns.stat(iip), (iip,))
 
         return resolved, node, plan
+
+    def _closable_file(
+        self, user: str, client: str, blocks: list[BlockRecord], iip: INodesInPath
+    ) -> FileInode:
+        """The file ``complete`` closes, if ``client`` may close it with ``blocks``."""
+        node = self._writable_file(user, client, iip)
+        if [b.block_id for b in blocks] != [b.block_id for b in node.blocks]:
+            raise InvalidArgument(
+                f"complete {iip.path}: block list differs from the NameNode's")
+        if any(b.num_bytes < 0 for b in blocks):
+            raise InvalidArgument("block lengths must be >= 0")
+        return node
 
     async def _wait_for_replicas(
         self, path: str, replication: int, blocks: list[BlockRecord]
