@@ -23,6 +23,7 @@ DEPTH_MAX = 1000
 SPLIT_CACHE_ENTRIES = 65536
 
 _BAD_CHARACTER = re.compile(r"[\x00-\x1f\x7f/]")
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @functools.lru_cache(maxsize=SPLIT_CACHE_ENTRIES)
@@ -30,7 +31,9 @@ def split_path(path: str) -> tuple[str, ...]:
     """``"/a/b"`` -> ``("a", "b")``; ``"/"`` -> ``()``. Raises InvalidPath."""
     if not isinstance(path, str) or not path.startswith("/"):
         raise InvalidPath(f"path must be absolute: {path!r}")
-    if len(path.encode("utf-8", "surrogatepass")) > PATH_BYTES_MAX:
+    ascii_only = path.isascii()
+    size = len(path) if ascii_only else len(path.encode("utf-8", "surrogatepass"))
+    if size > PATH_BYTES_MAX:
         raise InvalidPath(f"path longer than {PATH_BYTES_MAX} bytes")
     if path == "/":
         return ()
@@ -38,28 +41,48 @@ def split_path(path: str) -> tuple[str, ...]:
     parts = tuple(body.split("/"))
     if len(parts) > DEPTH_MAX:
         raise InvalidPath(f"path deeper than {DEPTH_MAX} components")
-    for name in parts:
-        check_name(name, path)
+    if not ascii_only or _may_be_refused(body, parts):
+        for name in parts:
+            check_name(name, path)
     return parts
 
 
+def _may_be_refused(body: str, parts: tuple[str, ...]) -> bool:
+    """Whether a name of an ASCII path may break a rule: the whole path tested at once
+    (every path of a create is new to the cache), :func:`check_name` then says which."""
+    return (
+        "" in parts or "." in parts or ".." in parts
+        or _CONTROL_CHARACTER.search(body) is not None
+        or max(map(len, parts)) > NAME_BYTES_MAX
+    )
+
+
 def check_name(name: str, path: str = "") -> None:
-    where = f" in {path!r}" if path else ""
+    """InvalidPath unless ``name`` may be a path component (``path``: where, for the
+    message)."""
+    problem = _name_problem(name)
+    if problem is not None:
+        raise InvalidPath(f"{problem} in {path!r}" if path else problem)
+
+
+def _name_problem(name: str) -> str | None:
+    """What makes ``name`` unfit for a path component, None when nothing does."""
     if not name:
-        raise InvalidPath(f"empty path component{where}")
+        return "empty path component"
     if name in (".", ".."):
-        raise InvalidPath(f"'{name}' is not allowed as a path component{where}")
+        return f"'{name}' is not allowed as a path component"
     bad = _BAD_CHARACTER.search(name)
     if bad is not None:
         if bad.group() == "/":
-            raise InvalidPath(f"'/' inside a name{where}")
-        raise InvalidPath(f"control character (NUL, newline ...) in a name{where}")
+            return "'/' inside a name"
+        return "control character (NUL, newline ...) in a name"
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidPath(f"name is not valid UTF-8{where}") from None
+        return "name is not valid UTF-8"
     if len(encoded) > NAME_BYTES_MAX:
-        raise InvalidPath(f"name longer than {NAME_BYTES_MAX} bytes{where}")
+        return f"name longer than {NAME_BYTES_MAX} bytes"
+    return None
 
 
 def normalize(path: str) -> str:
