@@ -17,6 +17,7 @@ from typing import Any
 import crc32c
 import pytest
 
+from xdfs.common import files
 from xdfs.config import RpcConfig
 from xdfs.datanode import direct, transfer
 from xdfs.datanode.aio import KernelSyncs, Request, open_kernel_syncs
@@ -421,11 +422,11 @@ def test_the_file_system_of_a_path_is_its_longest_mount_point_s() -> None:
     mountinfo = ("22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
                  "40 22 0:35 / /mnt/lazy\\040fs rw,nosuid - fuse.lazyfs lazyfs rw\n"
                  "41 22 0:36 / /mnt/lazy rw master:2 - xfs /dev/sdb rw\n")
-    assert direct.file_system_type("/mnt/lazy fs/dn", mountinfo) == "fuse.lazyfs"
-    assert direct.file_system_type("/mnt/lazy/dn", mountinfo) == "xfs"
-    assert direct.file_system_type("/mnt/lazyx", mountinfo) == "ext4"
-    assert direct.file_system_type("/x", "") == ""
-    assert "fuse.lazyfs" not in direct.DSYNC_FILE_SYSTEMS
+    assert files.file_system_type("/mnt/lazy fs/dn", mountinfo) == "fuse.lazyfs"
+    assert files.file_system_type("/mnt/lazy/dn", mountinfo) == "xfs"
+    assert files.file_system_type("/mnt/lazyx", mountinfo) == "ext4"
+    assert files.file_system_type("/x", "") == ""
+    assert "fuse.lazyfs" not in files.DSYNC_FILE_SYSTEMS
 
 
 async def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(

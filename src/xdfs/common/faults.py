@@ -22,7 +22,7 @@ log = logging.getLogger("xdfs.faults")
 #: Every named persist point, with what has (and has not) happened when it fires.
 FAULT_POINTS: dict[str, str] = {
     "editlog.before_write": "a flush batch is about to be written to a segment",
-    "editlog.before_fsync": "a batch is written (page cache) but not yet fsynced",
+    "editlog.before_fsync": "a batch is written but not yet fsynced (an RWF_DSYNC write: synced)",
     "editlog.after_fsync": "a batch is durable but no waiter has been told",
     "editlog.segment_created": "a new in-progress segment exists with its header",
     "editlog.before_finalize": "a segment is complete and about to be renamed",

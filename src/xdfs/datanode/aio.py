@@ -30,6 +30,8 @@ import platform
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from xdfs.common.files import RWF_DSYNC
+
 log = logging.getLogger(__name__)
 
 #: System call numbers of io_setup, io_destroy, io_getevents, io_submit.
@@ -70,8 +72,6 @@ with contextlib.suppress(OSError, TypeError, AttributeError):
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
-#: ``RWF_DSYNC`` (linux/fs.h): a write durable when it completes, as with ``O_DSYNC``.
-_RWF_DSYNC: int = getattr(os, "RWF_DSYNC", 2)
 
 #: One request: (opcode, fd, buffer address, byte count, file offset, rw_flags).
 Request = tuple[int, int, int, int, int, int]
@@ -90,9 +90,9 @@ def write_request(fd: int, address: int, count: int, offset: int, *, dsync: bool
     until the request is done. Not durable by itself unless ``dsync`` (``RWF_DSYNC``: the
     kernel fdatasyncs the range once written, before the completion), which only a file
     system that honours it in asynchronous direct writes may be given
-    (``direct.DSYNC_FILE_SYSTEMS``: FUSE ignores it, and a power cut of LazyFS lost such
+    (``common.files.DSYNC_FILE_SYSTEMS``: FUSE ignores it, and a power cut of LazyFS lost such
     replicas); otherwise an fdatasync follows once the write is done."""
-    return (_IOCB_CMD_PWRITE, fd, address, count, offset, _RWF_DSYNC if dsync else 0)
+    return (_IOCB_CMD_PWRITE, fd, address, count, offset, RWF_DSYNC if dsync else 0)
 
 
 def read_request(fd: int, address: int, count: int, offset: int) -> Request:

@@ -41,7 +41,6 @@ import errno
 import fcntl
 import mmap
 import os
-import re
 import sys
 import threading
 from collections import deque
@@ -71,34 +70,6 @@ _UNSHARED_REFS = 3
 #: written through the page cache: only where that end's page holds no byte of the direct
 #: part (pages of ALIGN bytes), so the direct write never touches a cached page.
 KERNEL_WRITES = bool(O_DIRECT) and mmap.PAGESIZE == ALIGN
-
-
-#: File systems that make a direct write given ``RWF_DSYNC`` durable before its AIO
-#: completion (``aio.write_request``); on others (FUSE ignores the flag) the data file is
-#: fdatasynced after the write instead.
-DSYNC_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
-
-
-def file_system_type(path: Path | str, mountinfo: str | None = None) -> str:
-    """The type of the file system ``path`` is on, from ``/proc/self/mountinfo`` (or the
-    ``mountinfo`` text given): that of the longest mount point containing it; "" when
-    unknown (no procfs)."""
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return ""
-    target = os.path.realpath(path)
-    best, kind = "", ""
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields[6:] or len(fields) < 5:
-            continue
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, kind = point, fields[fields.index("-", 6) + 1]
-    return kind
 
 
 def round_up(count: int) -> int:

@@ -23,8 +23,15 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 
-from xdfs.common.files import DirLock, atomic_write, fsync_dir, make_dirs
-from xdfs.datanode import direct, layout
+from xdfs.common.files import (
+    DSYNC_FILE_SYSTEMS,
+    DirLock,
+    atomic_write,
+    file_system_type,
+    fsync_dir,
+    make_dirs,
+)
+from xdfs.datanode import layout
 from xdfs.datanode.layout import DataNodeVersion
 from xdfs.datanode.rbw import load_rbw, rewrite_for_recovery
 from xdfs.datanode.replica import Replica, ReplicaWriter, move_files, unlink_quietly
@@ -72,7 +79,7 @@ class DataStorage:
         #: Small replicas written (and read) direct by the kernel's AIO (``transfer.py``).
         self.small_direct_io = small_direct_io
         #: Whether the data dir's file system makes a direct write with ``RWF_DSYNC``
-        #: durable (``direct.DSYNC_FILE_SYSTEMS``; known once :meth:`open` ran).
+        #: durable (``common.files.DSYNC_FILE_SYSTEMS``; known once :meth:`open` ran).
         self.dsync_direct_writes = False
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
@@ -105,8 +112,8 @@ class DataStorage:
             self.version = self._load_or_create_version(now_ms)
             for directory in (self.finalized, self.rbw):
                 make_dirs(directory)
-            kind = direct.file_system_type(self.current)
-            self.dsync_direct_writes = kind in direct.DSYNC_FILE_SYSTEMS
+            kind = file_system_type(self.current)
+            self.dsync_direct_writes = kind in DSYNC_FILE_SYSTEMS
             log.info("data dir %s is on %s: a small replica's direct write is made durable "
                      "%s", self.root, kind or "an unknown file system",
                      "by the write itself (RWF_DSYNC)" if self.dsync_direct_writes

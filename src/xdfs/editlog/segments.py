@@ -44,7 +44,15 @@ from typing import Any, BinaryIO, Literal, TypeVar
 import crc32c
 
 from xdfs.common.faults import fault_point
-from xdfs.common.files import TXID_DIGITS, datasync, fsync_dir, write_all
+from xdfs.common.files import (
+    TXID_DIGITS,
+    datasync,
+    file_system_type,
+    fsync_dir,
+    honours_dsync_writes,
+    write_all,
+    write_durably,
+)
 from xdfs.editlog.framing import (
     CRC,
     CRC_BYTES,
@@ -447,6 +455,13 @@ class FileJournal:
         #: The open segment's file (for messages: a flush does not build it again).
         self._path: Path | None = None
         self._io: IoThread | None = None
+        #: Whether a batch is written and synced by one ``pwritev`` with ``RWF_DSYNC``
+        #: (the directory's file system honours it) instead of a write and an fdatasync.
+        self._dsync_writes = honours_dsync_writes(self.current)
+        log.info("edits in %s are on %s: each flush is %s", self.current,
+                 file_system_type(self.current) or "an unknown file system",
+                 "one write durable when it returns (RWF_DSYNC)" if self._dsync_writes
+                 else "a write then an fdatasync")
 
     @property
     def name(self) -> str:
@@ -523,10 +538,14 @@ class FileJournal:
             # records, a torn one, zeros; never the old contents of a block the size took in.
             self._zero_fill(fd, path, end)
             self._sync(fd, path)
-        write_all(fd, data, path)
+        if self._dsync_writes:
+            write_durably(fd, data, self._end_bytes, path, dsync=True)
+        else:
+            write_all(fd, data, path, self._end_bytes)
         self._end_bytes = end
-        fault_point("editlog.before_fsync")
-        self._sync(fd, path)
+        fault_point("editlog.before_fsync")  # (after a write that synced itself: durable)
+        if not self._dsync_writes:
+            self._sync(fd, path)
         fault_point("editlog.after_fsync")
 
     @staticmethod
