@@ -56,27 +56,19 @@ def segment_records(current: Path, count: int) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(offsets)]
 
 
-@pytest.mark.skipif(not hasattr(os, "pwritev") or files.RWF_DSYNC == 0,
-                    reason="RWF_DSYNC is Linux's")
-def test_a_flush_on_a_file_system_that_honours_rwf_dsync_is_one_write(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("honoured", "flush"), [
+    pytest.param(True, "pwritev+dsync", id="one RWF_DSYNC write where honoured",
+                 marks=pytest.mark.skipif(not hasattr(os, "pwritev"), reason="Linux's")),
+    pytest.param(False, "fdatasync", id="a write then an fdatasync elsewhere"),
+])
+def test_a_flush_is_made_durable_as_its_file_system_allows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, honoured: bool, flush: str
 ) -> None:
-    monkeypatch.setattr(segments, "honours_dsync_writes", lambda path: True)
+    monkeypatch.setattr(segments, "honours_dsync_writes", lambda path: honoured)
     calls = SyncCalls(monkeypatch)
     records = write_records(tmp_path, 5)
-    flushes = calls.calls[-5:]
-    assert flushes == ["pwritev+dsync"] * 5, calls.calls
-    assert segment_records(tmp_path, 5) == records
-
-
-def test_a_flush_elsewhere_is_a_write_then_an_fdatasync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(segments, "honours_dsync_writes", lambda path: False)
-    calls = SyncCalls(monkeypatch)
-    records = write_records(tmp_path, 5)
-    assert calls.calls[-5:] == ["fdatasync"] * 5, calls.calls
-    assert "pwritev+dsync" not in calls.calls
+    assert calls.calls[-5:] == [flush] * 5, calls.calls
+    assert ("pwritev+dsync" in calls.calls) == honoured
     assert segment_records(tmp_path, 5) == records
 
 
