@@ -36,8 +36,8 @@ from typing import Any
 import fsspec
 
 from xdfs.client.client import AsyncClient
+from xdfs.common.aio import KernelSyncs
 from xdfs.config import XdfsConfig
-from xdfs.datanode.aio import KernelSyncs
 from xdfs.rpc import server as rpc_server
 from xdfs.rpc.sync import LoopThread
 from xdfs.testing.minicluster import MiniCluster

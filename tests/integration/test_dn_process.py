@@ -156,7 +156,7 @@ async def test_kill_9_mid_write_never_finalizes_and_keeps_the_checksummed_prefix
     [("datanode.before_finalize", False), ("datanode.after_finalize", True)],
 )
 # a large replica is finalized by a worker thread; a small one on the event loop, its
-# fsyncs through the kernel's AIO (datanode/aio.py)
+# fsyncs through the kernel's AIO (common/aio.py)
 @pytest.mark.parametrize("size", [2 * MiB + 1, 200 * 1024 + 1], ids=["large", "small"])
 async def test_crash_at_a_finalize_fault_point(
     minicluster: MiniCluster,

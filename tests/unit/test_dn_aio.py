@@ -1,5 +1,5 @@
 """Small replicas without worker threads. Written on the event loop and fsynced through the
-kernel's AIO (``datanode/aio.py``, ``transfer.receive_replica``): durable files, the thread
+kernel's AIO (``common/aio.py``, ``transfer.receive_replica``): durable files, the thread
 fallback, a cancelled writer whose finalize still completes. Read on the loop when the page
 cache holds them (``PieceStream``, ``ReplicaReader.read_piece(cached_only=True)``), in a
 thread when it does not."""
@@ -17,10 +17,10 @@ from typing import Any
 import crc32c
 import pytest
 
-from xdfs.common import files
+from xdfs.common import aio, files
+from xdfs.common.aio import KernelSyncs, Request, open_kernel_syncs
 from xdfs.config import RpcConfig
 from xdfs.datanode import direct, transfer
-from xdfs.datanode.aio import KernelSyncs, Request, open_kernel_syncs
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader
 from xdfs.datanode.storage import DataStorage
 from xdfs.errors import CorruptReplica, StorageError
@@ -392,10 +392,10 @@ async def test_a_small_replica_in_hand_is_written_direct_by_the_kernel(
     data = os.urandom(size)
     replica = await receive_whole(storage, 50, data, syncs)
     # only the unaligned end went through the page cache
-    assert cached_pages(replica.data_path, max(size, 1)) == (1 if size % direct.ALIGN else 0)
+    assert cached_pages(replica.data_path, max(size, 1)) == (1 if size % aio.ALIGN else 0)
     assert replica.finalized and replica.num_bytes == size and read_back(replica) == data
     assert list(storage.rbw.iterdir()) == [] and hops == ["finalized_dir"]
-    aligned = size - size % direct.ALIGN
+    aligned = size - size % aio.ALIGN
     syncs_data = [[PWRITE, FDSYNC], [FDSYNC]] if aligned else [[FDSYNC, FDSYNC]]
     assert submissions == [*syncs_data, [FSYNC]]
 
@@ -411,10 +411,10 @@ async def test_a_direct_write_made_durable_by_the_kernel_needs_no_fdatasync_of_i
     data = os.urandom(size)
     replica = await receive_whole(storage, 52, data, syncs)
     assert replica.finalized and replica.num_bytes == size and read_back(replica) == data
-    if size < direct.ALIGN:  # nothing to write direct: both files fdatasynced
+    if size < aio.ALIGN:  # nothing to write direct: both files fdatasynced
         assert submissions == [[FDSYNC, FDSYNC], [FSYNC]]
     else:
-        tail = [FDSYNC] if size % direct.ALIGN else []
+        tail = [FDSYNC] if size % aio.ALIGN else []
         assert submissions == [[DSYNC_WRITE, FDSYNC, *tail], [FSYNC]]
 
 
@@ -602,7 +602,7 @@ async def test_small_direct_io_off_keeps_small_replicas_in_the_page_cache(
     try:
         data = os.urandom(SMALL)
         replica = await receive_whole(storage, 57, data, syncs)
-        assert cached_pages(replica.data_path, SMALL) == -(-SMALL // direct.ALIGN)
+        assert cached_pages(replica.data_path, SMALL) == -(-SMALL // aio.ALIGN)
         assert submissions == [[FDSYNC, FDSYNC], [FSYNC]]  # no direct write
         assert read_back(replica) == data
     finally:

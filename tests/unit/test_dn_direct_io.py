@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from xdfs.common import aio
 from xdfs.common.files import fsync_dir
 from xdfs.datanode import checksums, direct
 from xdfs.datanode.replica import Replica, ReplicaReader, ReplicaWriter
@@ -212,7 +213,7 @@ def _evict(path: Path) -> None:
 def _on_disk(path: Path) -> bytes:
     """The file's bytes as the disk holds them (a direct read: no page cache)."""
     size = path.stat().st_size
-    buffer = mmap.mmap(-1, direct.round_up(max(size, 1)))
+    buffer = mmap.mmap(-1, aio.round_up(max(size, 1)))
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
         got = os.preadv(fd, [buffer], 0)

@@ -30,7 +30,7 @@ RWF_DSYNC: int = getattr(os, "RWF_DSYNC", 2)
 
 #: File systems that make a write given ``RWF_DSYNC`` durable before it completes: a
 #: buffered ``pwritev`` (the kernel syncs the written range in the same call) and a direct
-#: write through Linux AIO (``datanode.aio.write_request``). On others an explicit
+#: write through Linux AIO (``common.aio.write_request``). On others an explicit
 #: fdatasync follows the write: FUSE's daemons may not see the flag (a power cut of LazyFS
 #: lost direct writes that carried it).
 DSYNC_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})

@@ -47,11 +47,10 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from xdfs.common.aio import ALIGN, O_DIRECT, round_up
 from xdfs.common.files import write_all
 from xdfs.errors import StorageError
 
-#: Alignment of direct I/O buffers, offsets and lengths.
-ALIGN = 4096
 #: A writer's staging buffer: received bytes are written out whenever it is full.
 STAGE_BYTES = 1024 * 1024
 #: Replicas shorter than this (the first staging buffer) are written and read through the
@@ -62,7 +61,6 @@ _POOL_MAX = 32
 _pool: list[mmap.mmap] = []
 _pool_lock = threading.Lock()
 
-O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 #: ``sys.getrefcount(buffer)`` in :func:`give_back` when only its caller's variable and
 #: the argument refer to the buffer.
 _UNSHARED_REFS = 3
@@ -70,10 +68,6 @@ _UNSHARED_REFS = 3
 #: written through the page cache: only where that end's page holds no byte of the direct
 #: part (pages of ALIGN bytes), so the direct write never touches a cached page.
 KERNEL_WRITES = bool(O_DIRECT) and mmap.PAGESIZE == ALIGN
-
-
-def round_up(count: int) -> int:
-    return -(-count // ALIGN) * ALIGN
 
 
 def aligned_buffer(size: int) -> mmap.mmap:

@@ -33,7 +33,7 @@ from xdfs.rpc.messages import Empty
 from xdfs.rpc.streams import StreamReceiver
 
 if TYPE_CHECKING:
-    from xdfs.datanode.aio import KernelSyncs
+    from xdfs.common.aio import KernelSyncs
     from xdfs.datanode.block_recovery import BlockRecovery
     from xdfs.datanode.offer import NameNodeOffer
     from xdfs.datanode.replica import ReplicaReader

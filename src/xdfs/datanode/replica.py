@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from xdfs.common import aio
 from xdfs.common.faults import FAULTS, fault_point
 from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
 from xdfs.datanode import checksums, direct
@@ -524,7 +525,7 @@ class ReplicaReader:
         # cache, unless ``kernel_reads``), when the chunks are aligned: pieces start at one.
         large = direct.reads_direct(replica.num_bytes)
         is_direct = (direct_io and (large or kernel_reads)
-                     and step % direct.ALIGN == 0 and direct.set_direct(self._data_fd))
+                     and step % aio.ALIGN == 0 and direct.set_direct(self._data_fd))
         self._buffers: tuple[bytearray | mmap.mmap, bytearray | mmap.mmap]
         if is_direct and not large:  # one piece (the range is shorter than the buffer)
             pooled = direct.borrow_buffer()
@@ -619,7 +620,7 @@ class ReplicaReader:
         assert isinstance(buffer, mmap.mmap) and self._pos < self._end
         count = min(len(buffer), self._verify_end - self._pos)
         return (self._data_fd, ctypes.c_char.from_buffer(buffer),
-                min(len(buffer), direct.round_up(count)), self._pos)
+                min(len(buffer), aio.round_up(count)), self._pos)
 
     def kernel_read_done(self, result: int) -> memoryview:
         """The piece :meth:`kernel_read` asked for, verified, once the kernel read

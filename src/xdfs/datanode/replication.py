@@ -19,8 +19,8 @@ from xdfs.datanode.transfer import PieceStream
 from xdfs.protocol.datanode import WRITE_BLOCK, ReplicateTask, WriteBlockRequest
 
 if TYPE_CHECKING:
+    from xdfs.common.aio import KernelSyncs
     from xdfs.config.datanode import DataNodeConfig
-    from xdfs.datanode.aio import KernelSyncs
     from xdfs.datanode.replica import ReplicaReader
     from xdfs.datanode.storage import DataStorage
     from xdfs.datanode.transfer import Transfers

@@ -20,11 +20,11 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from xdfs.common.aio import KernelSyncs, open_kernel_syncs
 from xdfs.common.tokens import BlockKey, check_block_token
 from xdfs.config import XdfsConfig
 from xdfs.datanode import direct
 from xdfs.datanode.actor import NameNodeActor
-from xdfs.datanode.aio import KernelSyncs, open_kernel_syncs
 from xdfs.datanode.block_recovery import BlockRecovery
 from xdfs.datanode.directory_scanner import DirectoryScanner
 from xdfs.datanode.handlers import DataNodeHandlers

@@ -18,9 +18,9 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from xdfs.common.aio import KernelSyncs, Request, read_request, sync_request, write_request
 from xdfs.common.files import fsync_dir
 from xdfs.datanode import direct
-from xdfs.datanode.aio import KernelSyncs, Request, read_request, sync_request, write_request
 from xdfs.datanode.replica import NotCached, Replica, ReplicaReader, ReplicaWriter
 from xdfs.datanode.storage import CommitStep, DataStorage
 from xdfs.errors import CorruptReplica, StorageError

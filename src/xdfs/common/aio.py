@@ -1,16 +1,18 @@
 """fsyncs and direct reads and writes the event loop hands to the kernel (Linux native
-AIO), without a worker thread.
+AIO), without a worker thread: a DataNode's small replicas (``datanode/transfer.py``) and
+the NameNode's edits flushes (``editlog/direct_appends.py``).
 
 Why: a small replica's write is three fsyncs (data, checksum file, directory) and little
 else. Handed to a worker thread, every system call of that thread (each fsync, close,
 rename) gave the GIL back and took it again against the busy event loop: measured ~30
 context switches and ~80 futex calls per replica, a large part of the DataNode's CPU per
-small file (docs/benchmarks.md). Linux's AIO runs ``IOCB_CMD_FDSYNC`` / ``IOCB_CMD_FSYNC``
+small file (docs/benchmarks.md); an edits flush handed to a thread waited for the GIL
+longer than for the disk. Linux's AIO runs ``IOCB_CMD_FDSYNC`` / ``IOCB_CMD_FSYNC``
 in a kernel worker (since 4.18) and signals completion through an eventfd the loop
 watches, so the loop thread does the renames itself and no Python thread is involved.
 ``IOCB_CMD_PWRITE`` / ``IOCB_CMD_PREAD`` on an ``O_DIRECT`` fd are asynchronous too: a
 small replica's data go to and come from the disk without the page cache, whose fresh
-pages cost more kernel CPU than the rest of the write (``direct.py``).
+pages cost more kernel CPU than the rest of the write (``datanode/direct.py``).
 
 :func:`open_kernel_syncs` returns None where this is unavailable (another OS or CPU, a
 kernel or sandbox refusing ``io_setup``); :class:`KernelSyncs` turns itself off when the
@@ -41,6 +43,10 @@ _IOCB_CMD_PWRITE = 1
 _IOCB_CMD_FSYNC = 2
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
+#: Alignment of direct I/O (``O_DIRECT``) buffers, file offsets and lengths: covers the
+#: 512-byte and 4 KiB logical blocks of common disks.
+ALIGN = 4096
+O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 #: Requests in flight at once; past it, callers use a worker thread.
 DEPTH = 256
 #: Requests one :meth:`KernelSyncs.sync` submits at most.
@@ -71,6 +77,11 @@ with contextlib.suppress(OSError, TypeError, AttributeError):
     _syscall.restype = ctypes.c_long
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
+
+
+def round_up(count: int) -> int:
+    """``count`` rounded up to a whole number of :data:`ALIGN` blocks."""
+    return -(-count // ALIGN) * ALIGN
 
 
 #: One request: (opcode, fd, buffer address, byte count, file offset, rw_flags).
