@@ -77,6 +77,13 @@ class RpcConfig:
         "handing it back to the kernel (a fresh page costs a page fault: see "
         "xdfs.common.memory); 0 keeps glibc's defaults. Clients are never changed.",
     )
+    frames_per_turn: int = setting(
+        8,
+        "Frames of one read a server hands on in one event-loop turn; the rest wait for "
+        "the next turn, reading paused meanwhile (0: all at once). A busy client's read "
+        "can bring dozens of calls: handled in one go, they kept an edits flush's "
+        "completion, and every other connection, waiting behind them.",
+    )
     request_batch_bytes: int = setting(
         1 * KiB,
         "A client's requests made in one loop turn (callers woken by one batch of answers) "
@@ -112,6 +119,7 @@ class RpcConfig:
         require(self.loop_lag_interval_s > 0, "rpc.loop_lag_interval_s must be > 0")
         require(self.gc_young_objects >= 0, "rpc.gc_young_objects must be >= 0")
         require(self.request_batch_bytes >= 0, "rpc.request_batch_bytes must be >= 0")
+        require(self.frames_per_turn >= 0, "rpc.frames_per_turn must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,8 @@ class RpcProtocol(asyncio.BufferedProtocol):
         #: Receivers opened during this read whose window grant waits for its end: a
         #: stream whose tail came in the same read needs none (see :meth:`grant_window`).
         self._grants: list[StreamReceiver] = []
+        #: Frames one read may hand on in one loop turn (0: all of them; see _dispatch).
+        self.frames_per_turn = 0
 
     @property
     def buffer_bytes_held(self) -> int:
@@ -170,13 +172,22 @@ class RpcProtocol(asyncio.BufferedProtocol):
         return self._reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._dispatch(nbytes)
+
+    def _dispatch(self, nbytes: int, held: list[memoryview] | None = None) -> None:
+        """Decode and hand on the frames the last ``nbytes`` read completed (or those
+        ``held`` from an earlier read), at most ``frames_per_turn`` of them in this loop
+        turn: the rest wait (:meth:`hold`)."""
         self._receiving = True
-        reader = self._reader
         try:
-            payloads = reader.feed(nbytes)
-            shared = reader.shared_buffer
+            payloads = self._reader.feed(nbytes) if held is None else held
+            shared = self._reader.shared_buffer
             transport = self.transport
             assert transport is not None  # set before the first read, never unset
+            limit = self.frames_per_turn
+            if limit and len(payloads) > limit:
+                self.hold(payloads[limit:])
+                payloads = payloads[:limit]
             for payload in payloads:
                 if transport.is_closing():
                     return
@@ -198,6 +209,11 @@ class RpcProtocol(asyncio.BufferedProtocol):
                 self._send_grants()
             self._receiving = False
             self.flush()
+
+    def hold(self, payloads: list[memoryview]) -> None:
+        """Keep frames of this read for a later loop turn (a subclass with a
+        ``frames_per_turn`` pauses reading meanwhile: they view the receive buffer)."""
+        raise NotImplementedError
 
     def eof_received(self) -> bool | None:
         return None  # close our side too

@@ -256,6 +256,10 @@ class ServerConnection(RpcProtocol):
         self._rpc_metrics = server.metrics.rpc
         #: The context of every plain-``def`` call (they carry no call number): made once.
         self._inline_context: CallContext | None = None
+        self.frames_per_turn = self.config.frames_per_turn
+        #: Frames of a read beyond frames_per_turn, dispatched in a later loop turn (they
+        #: view the receive buffer: reading is paused until they are gone).
+        self._held: list[memoryview] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -297,6 +301,20 @@ class ServerConnection(RpcProtocol):
         elif self.frame_started_s is None and self._reader.buffered_bytes:
             self.frame_started_s = now
 
+    def hold(self, payloads: list[memoryview]) -> None:
+        # A busy peer's read can bring dozens of calls: dispatching them all in one loop
+        # turn would keep every completion waiting for the loop (an edits flush's, other
+        # connections' reads) behind them.
+        self._held = payloads
+        self._update_reading()
+        self._loop.call_soon(self._dispatch_held)
+
+    def _dispatch_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self.is_closing:
+            self._dispatch(0, held)
+        self._update_reading()
+
     def replies_may_follow(self) -> bool:
         # The call answering now is still counted (it leaves when its task is done).
         return len(self._calls) + len(self._deferred) > 1
@@ -306,7 +324,7 @@ class ServerConnection(RpcProtocol):
         anonymous session left idle."""
         config = self.config
         started = self.frame_started_s
-        reading = not (self._parked or self._paused_for_writes)
+        reading = not (self._parked or self._paused_for_writes or self._held)
         if reading and started is not None and now - started > config.partial_frame_timeout_s:
             self.abort_with(ProtocolError(
                 f"frame incomplete after {config.partial_frame_timeout_s:g} s"
@@ -357,7 +375,7 @@ class ServerConnection(RpcProtocol):
     def _update_reading(self) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        if self._parked or self._paused_for_writes:
+        if self._parked or self._paused_for_writes or self._held:
             self.transport.pause_reading()
         else:
             if self.frame_started_s is not None:
