@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from tests.rpc.test_write_batching import RecordingTransport
 from xdfs.config import RpcConfig
 from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.handling import CallContext, Principal
@@ -35,10 +36,12 @@ class Handlers:
         return request
 
 
-class Transport:
-    """What a ServerConnection does with its socket: writes, and reading paused or not."""
+class Transport(RecordingTransport):
+    """What a ServerConnection does with its socket: the ids of the frames it writes, and
+    reading paused or not."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.replies: list[int] = []
         self.reading = True
 
@@ -59,15 +62,6 @@ class Transport:
 
     def resume_reading(self) -> None:
         self.reading = True
-
-    def is_closing(self) -> bool:
-        return False
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-    def get_extra_info(self, name: str) -> Any:
-        return ("127.0.0.1", 1)
 
 
 def connection(server: RpcServer) -> tuple[ServerConnection, Transport]:
