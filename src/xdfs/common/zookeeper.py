@@ -89,6 +89,23 @@ def server_mode(address: str, timeout_s: float = 2.0) -> str:
     return ""
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state (Linux's /proc; True where
+    that cannot be read, for the caller not to wait for nothing)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # (a thread that just ended)
+        if stat.rpartition(")")[2].split()[0] not in ("T", "t"):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class ServerPorts:
     client: int
@@ -214,8 +231,14 @@ class ZooKeeperServer:
         if self.process is not None and self.process.proc is not None:
             self.process.terminate(timeout_s)
 
-    def pause(self) -> None:
+    def pause(self, timeout_s: float = 5.0) -> None:
+        """SIGSTOP, and return once every thread of the server is stopped: the signal
+        takes effect asynchronously, and a JVM thread already running may still answer a
+        request for a moment (seen: ``srvr`` answered right after the kill)."""
         os.kill(self.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout_s
+        while not _all_threads_stopped(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def resume(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
