@@ -138,3 +138,15 @@ def test_replayed_ops_rebuild_the_first_answers() -> None:
     assert deleted is not None and deleted.value == ""
     assert len(cache) == 4
 
+
+def test_a_full_cache_of_running_calls_keeps_them_all() -> None:
+    cache = RetryCache(2, 600.0)
+    keys = [(b"r" * 16, call) for call in range(1, 5)]
+    for key in keys:
+        assert cache.begin(key, 0.0) is None
+    assert len(cache) == 4  # over the bound: none could go
+    assert all(cache.get(key, 1.0) is not None for key in keys)
+    cache.succeed(keys[0], "done", 1)
+    cache.begin((b"n" * 16, 1), 2.0)  # the first finished one makes room
+    assert cache.get(keys[0], 3.0) is None
+    assert all(cache.get(key, 3.0) is not None for key in keys[1:])

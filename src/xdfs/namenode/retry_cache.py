@@ -186,16 +186,14 @@ class RetryCache:
                     break
                 del entries[key]
         excess = len(entries) - self.entries_max + 1
-        if excess <= 0:
-            return  # room left: the common case, no scan
-        victims: list[CallKey] = []
-        for key, entry in entries.items():  # oldest first; stops as soon as it has enough
-            if len(victims) >= excess:
-                break
-            if entry.state is not State.RUNNING:
-                victims.append(key)
-        for key in victims:
-            del entries[key]
+        looked = 0
+        while excess > 0 and looked < len(entries):  # (full: one entry out per insert)
+            key, oldest = entries.popitem(last=False)
+            looked += 1
+            if oldest.state is State.RUNNING:
+                entries[key] = oldest  # kept (a retry must find it), as the youngest
+            else:
+                excess -= 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -256,6 +256,9 @@ class ServerConnection(RpcProtocol):
         self._rpc_metrics = server.metrics.rpc
         #: The context of every plain-``def`` call (they carry no call number): made once.
         self._inline_context: CallContext | None = None
+        #: Per-call constants of the deferred calls' path, looked up once.
+        self._inflight_max = self.config.inflight_per_connection_max
+        self._on_deferred_done = self._deferred_done
         self.frames_per_turn = self.config.frames_per_turn
         #: Frames of a read beyond frames_per_turn, dispatched in a later loop turn (they
         #: view the receive buffer: reading is paused until they are gone).
@@ -440,9 +443,11 @@ class ServerConnection(RpcProtocol):
             self.send_error(call_id, decode_error(exc, BadRequest, envelope.method))
             return
         if route.deferring:
-            if not self._admit(envelope):
+            if (len(self._calls) + len(self._deferred) >= self._inflight_max
+                    and not self._admit(envelope)):
                 return
-            context = self._context(envelope.call)  # (its number: the call's retry key)
+            assert self.principal is not None  # (the call's number: its retry key)
+            context = CallContext(self.principal, self.peer, self, envelope.call)
         else:
             shared = self._inline_context
             if shared is None:
@@ -455,26 +460,26 @@ class ServerConnection(RpcProtocol):
             self._reply_error(call_id, route, exc)
         else:
             if type(response) is Deferred:
-                self._defer(envelope, route, request, started, response)
+                if response.awaitable is not None:
+                    self._defer_to_task(envelope, route, request, started, response.awaitable)
+                else:
+                    # answered when its producer settles it, with no task (the reply goes
+                    # out with the others settled in that loop turn: RpcProtocol.send)
+                    self._deferred[call_id] = response
+                    response.listen(self._on_deferred_done, (call_id, route, request, started))
                 return
             self.send(K_RESPONSE, call_id, "", response)
         self._observe(route, started, request)
 
-    def _defer(
+    def _defer_to_task(
         self, envelope: InEnvelope, route: Route, request: Any, started: float,
-        deferred: Deferred,
+        awaitable: Awaitable[Any],
     ) -> None:
-        """A plain handler's answer that comes later: from a task running its awaitable,
-        or, with no task, when its producer settles it (then the reply goes out with the
-        others settled in that loop turn: :meth:`RpcProtocol.send`)."""
+        """A plain handler's answer that ``awaitable`` gives, awaited in a task."""
         call_id = envelope.id
-        if deferred.awaitable is not None:
-            self._unary_calls.add(call_id)
-            self._spawn(call_id, self._run_unary(
-                call_id, envelope.call, route, request, started, deferred.awaitable))
-            return
-        self._deferred[call_id] = deferred
-        deferred.listen(self._deferred_done, (call_id, route, request, started))
+        self._unary_calls.add(call_id)
+        self._spawn(call_id, self._run_unary(
+            call_id, envelope.call, route, request, started, awaitable))
 
     def _deferred_done(self, done: Deferred) -> None:
         call_id, route, request, started = done._call
@@ -728,7 +733,7 @@ class ServerConnection(RpcProtocol):
         self, call_id: int, call: int, route: Route, request: Any, started: float,
         awaitable: Awaitable[Any] | None = None,
     ) -> None:
-        """``awaitable``: what a plain handler deferred to a task (:meth:`_defer`)."""
+        """``awaitable``: what a plain handler deferred to a task (:meth:`_defer_to_task`)."""
         try:
             context = self._enter_call(call)
             response = await (route.handler(context, request) if awaitable is None
