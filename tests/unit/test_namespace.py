@@ -576,6 +576,24 @@ def test_first_matching_class_decides(perms: Namespace) -> None:
         perms.check_access("carol", "/p/o", access=2)
 
 
+@pytest.mark.parametrize(("mode", "searchers"), [
+    (0o755, {"alice", "bob", "carol"}),  # every class may search: decided by the mode alone
+    (0o011, {"bob", "carol"}),  # the owner's class has no x, though the others do
+    (0o101, {"alice", "bob"}),  # the group's member is refused, though others may search
+    (0o110, {"alice", "carol"}),
+])
+def test_traverse_uses_the_first_matching_class(
+    perms: Namespace, mode: int, searchers: set[str]
+) -> None:
+    perms.apply(SetPermissionOp("/p", mode))  # owner alice, carol in its group, bob other
+    for user in ("alice", "bob", "carol"):
+        if user in searchers:
+            perms.check_access(user, "/p/o")
+        else:
+            with pytest.raises(AccessDenied):
+                perms.check_access(user, "/p/o")
+
+
 def test_denial_messages(perms: Namespace) -> None:
     with pytest.raises(AccessDenied) as info:
         perms.check_access("carol", "/p/new", parent_access=2)

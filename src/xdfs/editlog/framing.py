@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from typing import Final
 
 import crc32c
 
@@ -35,16 +36,16 @@ SEGMENT_MAGIC = b"XDFSEDIT"
 SEGMENT_HEADER = struct.Struct(">8sIQ")
 SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size  # 20
 
-RECORD_HEAD = struct.Struct(">IBQ")  # length, opcode, txid
-RECORD_HEAD_BYTES = RECORD_HEAD.size  # 13
-CRC = struct.Struct(">I")
-CRC_BYTES = 4
+RECORD_HEAD: Final = struct.Struct(">IBQ")  # length, opcode, txid
+RECORD_HEAD_BYTES: Final = RECORD_HEAD.size  # 13
+CRC: Final = struct.Struct(">I")
+CRC_BYTES: Final = 4
 #: length counts opcode + txid + payload, so it is never below this.
-LENGTH_MIN = 9
+LENGTH_MIN: Final = 9
 #: Upper bound on one record's length field; anything larger is corruption.
-RECORD_BYTES_MAX = 64 * 1024 * 1024
+RECORD_BYTES_MAX: Final = 64 * 1024 * 1024
 
-_crc = crc32c.crc32c
+_crc: Final = crc32c.crc32c
 
 Buffer = bytes | bytearray | memoryview
 

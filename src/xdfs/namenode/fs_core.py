@@ -33,7 +33,7 @@ import contextvars
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Final, Generic, Protocol, TypeVar, cast
 
 from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
@@ -62,7 +62,10 @@ from xdfs.rpc.handling import CallKey, current_call
 T = TypeVar("T")
 U = TypeVar("U")
 
-R, W, X = 4, 2, 1
+# Access bits (permissions.READ, WRITE, EXECUTE) by short names.
+R: Final = 4
+W: Final = 2
+X: Final = 1
 
 
 class EditSink(Protocol):

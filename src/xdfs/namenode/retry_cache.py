@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Final
 
 import msgspec.structs
 
@@ -45,10 +46,10 @@ from xdfs.protocol.namenode import FileStatus
 from xdfs.rpc.handling import CallKey
 
 #: The ops that carry a call's key: the last op of each at-most-once mutation.
-KEYED_OPS = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp, AppendOp)
+KEYED_OPS: Final = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp, AppendOp)
 
 #: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
-KEYED_DURABLE = "namenode.keyed_call_durable"
+KEYED_DURABLE: Final = "namenode.keyed_call_durable"
 assert KEYED_DURABLE in FAULT_POINTS
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
 
 from xdfs.protocol.blocks import BlockRecord
@@ -43,7 +45,7 @@ class ContentSummary(msgspec.Struct, gc=False):
 
 
 #: Mode value meaning "the default for this kind of inode".
-DEFAULT_MODE = -1
+DEFAULT_MODE: Final = -1
 
 
 class LoginRequest(msgspec.Struct):

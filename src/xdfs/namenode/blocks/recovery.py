@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from xdfs.namenode.blocks.blockmap import REPORTED_BAD, Replica
 from xdfs.protocol.blocks import BlockRecord
 
 #: The lease holder of files under recovery (HDFS: "HDFS_NameNode"); no client may use it.
-RECOVERY_HOLDER = "xdfs-namenode-lease-recovery"
+RECOVERY_HOLDER: Final = "xdfs-namenode-lease-recovery"
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,14 @@ ints (mode, block size) shared, so a million files refer to the same few objects
 from __future__ import annotations
 
 import bisect
+from typing import Final
 
 import msgspec
 
 from xdfs.protocol.blocks import BlockRecord
 
-ROOT_ID = 1
-FIRST_INODE_ID = 2
+ROOT_ID: Final = 1
+FIRST_INODE_ID: Final = 2
 
 
 class Inode(msgspec.Struct, gc=False, eq=False):

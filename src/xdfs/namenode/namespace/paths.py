@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Final
 
 from xdfs.errors import InvalidPath
 
-NAME_BYTES_MAX = 255
-PATH_BYTES_MAX = 8000
-DEPTH_MAX = 1000
+NAME_BYTES_MAX: Final = 255
+PATH_BYTES_MAX: Final = 8000
+DEPTH_MAX: Final = 1000
 #: Paths recently split, by text: every operation splits its path several times, and
 #: validating each character in Python was the largest CPU cost of a create (bench).
 SPLIT_CACHE_ENTRIES = 65536
 
 _BAD_CHARACTER = re.compile(r"[\x00-\x1f\x7f/]")
-_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_CHARACTER: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @functools.lru_cache(maxsize=SPLIT_CACHE_ENTRIES)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from xdfs.errors import InvalidArgument, IsADirectory, LeaseError
 from xdfs.namenode.namespace import quota
@@ -44,7 +44,7 @@ _OpT = TypeVar("_OpT", bound=Op)
 _SelfT = TypeVar("_SelfT", bound="NamespaceBase")
 _Handler = Callable[[Any, Any, Sequence[INodesInPath]], tuple[int, ...]]
 #: Op type -> the method that applies it (filled by @handles in every tree module).
-HANDLERS: dict[type[Op], _Handler] = {}
+HANDLERS: Final[dict[type[Op], _Handler]] = {}
 _Method = Callable[[_SelfT, _OpT, Sequence[INodesInPath]], tuple[int, ...]]
 
 
@@ -210,8 +210,9 @@ class NamespaceBase:
         node: Inode = self._root
         inodes = [node]
         append = inodes.append
+        directory = DirInode  # (compiled: one lookup of the global, not one per name)
         for name in parts:
-            if type(node) is not DirInode:
+            if type(node) is not directory:
                 break
             child = node.children.get(name)
             if child is None:
