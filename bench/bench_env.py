@@ -8,8 +8,10 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,19 @@ def scratch_parent(directory: str | None) -> str | None:
     if directory is not None:
         Path(directory).mkdir(parents=True, exist_ok=True)
     return directory
+
+
+@contextlib.contextmanager
+def scratch_run(prefix: str, directory: str | None) -> Iterator[Path]:
+    """A scratch directory for one run (under ``--dir``, else the temp dir), removed after
+    it; the command line and the load are printed last, to go with the table."""
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_parent(directory)))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"\ncommand: {' '.join([Path(sys.executable).name, *sys.argv])}; "
+          f"load average after: {load_average()}")
 
 
 def load_average() -> str:

@@ -368,7 +368,9 @@ async def inproc_small_files(node: NameNode, n: int) -> Timing:
 
 
 
-def start_rpc_namenode(base: Path) -> ServerProcess:
+def start_rpc_namenode(base: Path, *settings: str) -> ServerProcess:
+    """A NameNode process on a fresh name dir; ``settings``: ``key=value`` configuration
+    overrides (``-D``)."""
     name_dir = base / "rpc-nn"
     env = {"XDFS_USER": SUPERUSER, "XDFS_PASSWORD": SUPER_PASSWORD}
     fmt = ServerProcess.xdfs(
@@ -378,8 +380,9 @@ def start_rpc_namenode(base: Path) -> ServerProcess:
     fmt.start(deadline_s=60)
     assert fmt.proc is not None
     fmt.proc.wait(60)
+    overrides = [arg for setting in settings for arg in ("-D", setting)]
     nn = ServerProcess.xdfs(
-        "--log-level", "WARNING", "namenode", "--name-dir", str(name_dir),
+        *overrides, "--log-level", "WARNING", "namenode", "--name-dir", str(name_dir),
         "--rpc-address", "127.0.0.1:0",
         log_path=base / "rpc-nn.log", ready_pattern=READY, env=env,
     )

@@ -19,12 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench_env import load_average, proc_cpu_s, scratch_parent
+from bench_env import proc_cpu_s, scratch_run
 from namenode import SUPER_PASSWORD, SUPERUSER, start_rpc_namenode
 from xdfs.client.client import AsyncClient
 from xdfs.config import XdfsConfig
@@ -143,13 +142,8 @@ def main() -> int:
     parser.add_argument("--ops", type=int, default=2000, help="calls per kind (2000)")
     parser.add_argument("--dir", default=None, help="where the name dir goes (a temp dir)")
     args = parser.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="xdfs-lone-", dir=scratch_parent(args.dir)))
-    try:
+    with scratch_run("xdfs-lone-", args.dir) as base:
         asyncio.run(measure(base, args.ops))
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-    print(f"\ncommand: {' '.join([Path(sys.executable).name, *sys.argv])}; "
-          f"load average after: {load_average()}")
     return 0
 
 
