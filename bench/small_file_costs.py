@@ -38,7 +38,7 @@ import fsspec
 from xdfs.client.client import AsyncClient
 from xdfs.common.aio import KernelSyncs
 from xdfs.config import XdfsConfig
-from xdfs.rpc import server as rpc_server
+from xdfs.rpc import server_connection as rpc_server
 from xdfs.rpc.sync import LoopThread
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually

@@ -32,7 +32,7 @@ from xdfs.errors import (
 from xdfs.protocol import namenode as p
 from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.messages import LENGTH_PREFIX, Kind
-from xdfs.rpc.server import UNAUTHENTICATED_BUFFER_BYTES
+from xdfs.rpc.server_connection import UNAUTHENTICATED_BUFFER_BYTES
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
 

@@ -13,7 +13,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.handling import CallContext, CallKey, current_call
 from xdfs.rpc.messages import PROTOCOL_VERSION, Chunk, Hello, InEnvelope, Kind
-from xdfs.rpc.server import ServerConnection
+from xdfs.rpc.server_connection import ServerConnection
 from xdfs.rpc.service import Method, Service
 from xdfs.testing.minicluster import MiniCluster
 

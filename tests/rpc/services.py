@@ -13,7 +13,7 @@ from xdfs.errors import CorruptReplica, InvalidArgument, NotActive, Overloaded, 
 from xdfs.protocol.system import SinkResult, SourceHead, SourceRequest
 from xdfs.rpc.handling import CallContext, CallKey, Download, current_call, eager
 from xdfs.rpc.messages import Empty
-from xdfs.rpc.server import ServerConnection
+from xdfs.rpc.server_connection import ServerConnection
 from xdfs.rpc.service import Method, MethodKind, Service
 from xdfs.rpc.streams import StreamReceiver
 

@@ -10,7 +10,8 @@ import pytest
 from tests.rpc.services import EAGER, Count, SlowRequest, TestHandlers
 from xdfs.errors import RpcTimeout
 from xdfs.rpc.client import RpcClient
-from xdfs.rpc.server import RpcServer, _Resume
+from xdfs.rpc.server import RpcServer
+from xdfs.rpc.server_connection import _Resume
 from xdfs.testing.poll import eventually
 
 

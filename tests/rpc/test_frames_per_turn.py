@@ -15,7 +15,8 @@ from xdfs.config import RpcConfig
 from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.handling import CallContext, Principal
 from xdfs.rpc.messages import K_REQUEST, LENGTH_PREFIX, InEnvelope
-from xdfs.rpc.server import RpcServer, ServerConnection
+from xdfs.rpc.server import RpcServer
+from xdfs.rpc.server_connection import ServerConnection
 from xdfs.rpc.service import Method, Service
 
 

@@ -94,7 +94,7 @@ def test_a_failed_durable_write_is_a_storage_error_naming_the_file(
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         with pytest.raises(StorageError, match=r"write to .*f failed at byte 7: .*Input/output"):
-            files.write_durably(fd, b"abc", 7, path, dsync=True)
+            files.write_dsync(fd, b"abc", 7, path)
     finally:
         os.close(fd)
 
@@ -117,7 +117,7 @@ def test_a_short_dsync_write_is_finished_and_synced(
     path = tmp_path / "f"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        files.write_durably(fd, b"abcdef", 3, path, dsync=True)
+        files.write_dsync(fd, b"abcdef", 3, path)
     finally:
         os.close(fd)
     assert path.read_bytes() == b"\0\0\0abcdef"

@@ -78,7 +78,6 @@ with contextlib.suppress(OSError, TypeError, AttributeError):
 _long = ctypes.c_long  # every argument of syscall(2) is read as a long
 
 
-
 def round_up(count: int) -> int:
     """``count`` rounded up to a whole number of :data:`ALIGN` blocks."""
     return -(-count // ALIGN) * ALIGN

@@ -58,32 +58,35 @@ def file_system_type(path: Path | str, mountinfo: str | None = None) -> str:
     return kind
 
 
-def honours_dsync_writes(path: Path | str) -> bool:
-    """Whether a write given ``RWF_DSYNC`` to a file under ``path`` is durable when it
-    returns (:data:`DSYNC_FILE_SYSTEMS`, and a platform with ``pwritev``)."""
-    return hasattr(os, "pwritev") and file_system_type(path) in DSYNC_FILE_SYSTEMS
+def honours_dsync_writes(file_system: str) -> bool:
+    """Whether a write given ``RWF_DSYNC`` to a file on ``file_system`` (a type, as
+    :func:`file_system_type` gives) is durable when it returns (:data:`DSYNC_FILE_SYSTEMS`,
+    and a platform with ``pwritev``)."""
+    return hasattr(os, "pwritev") and file_system in DSYNC_FILE_SYSTEMS
 
 
-def write_durably(fd: int, data: bytes | bytearray | memoryview, offset: int, path: Path | str,
-                  *, dsync: bool) -> None:
-    """All of ``data`` at ``offset``, durable when this returns (as a write then an
-    fdatasync). ``dsync`` (the file system :func:`honours_dsync_writes`): one ``pwritev``
-    with ``RWF_DSYNC``, which syncs the range it wrote in the same call; in this project's
-    VMs half the CPU and wait of a write and an fdatasync (docs/benchmarks.md)."""
+def write_dsync(fd: int, data: bytes | bytearray | memoryview, offset: int,
+                path: Path | str) -> None:
+    """All of ``data`` at ``offset``, durable when this returns, on a file system that
+    :func:`honours_dsync_writes`: one ``pwritev`` with ``RWF_DSYNC``, which syncs the range
+    it wrote in the same call (in this project's VMs half the CPU and wait of a write and
+    an fdatasync: docs/benchmarks.md); a short write's rest written, then fdatasynced."""
     view = memoryview(data)
     try:
-        if dsync:
-            try:
-                done = os.pwritev(fd, [view], offset, RWF_DSYNC)
-            except OSError as exc:
-                raise StorageError(f"write to {path} failed at byte {offset}: {exc}") from exc
-            if done == len(view):
-                return
-            write_all(fd, view[done:], path, offset + done)  # (a short write: the rest)
-        else:
-            write_all(fd, view, path, offset)
+        try:
+            done = os.pwritev(fd, [view], offset, RWF_DSYNC)
+        except OSError as exc:
+            raise StorageError(f"write to {path} failed at byte {offset}: {exc}") from exc
+        if done == len(view):
+            return
+        write_all(fd, view[done:], path, offset + done)
     finally:
         view.release()
+    sync_data(fd, path)
+
+
+def sync_data(fd: int, path: Path | str) -> None:
+    """fdatasync ``fd`` (the file at ``path``, for the message): StorageError on failure."""
     try:
         datasync(fd)
     except OSError as exc:

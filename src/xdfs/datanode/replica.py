@@ -21,7 +21,7 @@ from pathlib import Path
 
 from xdfs.common import aio
 from xdfs.common.faults import FAULTS, fault_point
-from xdfs.common.files import atomic_write, datasync, fsync_dir, write_all
+from xdfs.common.files import atomic_write, fsync_dir, sync_data, write_all
 from xdfs.datanode import checksums, direct
 from xdfs.datanode.layout import data_name, meta_name
 from xdfs.datanode.spares import Spares
@@ -71,13 +71,6 @@ class Replica:
 #: one per block being finalized at once, never waiting on each other, so a bound only
 #: queues a burst; as many as asyncio's default executor (the callers' threads) has.
 _SYNCS = ThreadPoolExecutor(min(32, (os.cpu_count() or 1) + 4), "xdfs-meta-sync")
-
-
-def _sync_file(fd: int, path: Path | str) -> None:
-    try:
-        datasync(fd)
-    except OSError as exc:
-        raise StorageError(f"fsync of {path} failed: {exc}") from exc
 
 
 def _open(path: Path | str, flags: int) -> int:
@@ -410,11 +403,11 @@ class ReplicaWriter:
         if not self._writes_finished:
             self._write_meta(self._builder.finish())
         self._flush_meta()
-        meta = _SYNCS.submit(_sync_file, self._meta_fd, self._meta_file)
+        meta = _SYNCS.submit(sync_data, self._meta_fd, self._meta_file)
         try:
             if self._staged is not None:  # its last bytes go out while the checksums sync
                 self._staged.finish()
-            _sync_file(self._data_fd, self._data_file)
+            sync_data(self._data_fd, self._data_file)
         finally:
             meta.result()  # waited for even when the data file failed: it closes the fd
         self._close()

@@ -42,6 +42,7 @@ from xdfs.errors import StorageError
 
 log = logging.getLogger("xdfs.editlog")
 
+
 class DirectAppends:
     """The direct writes of one journal's open segment (see the module). Its owner calls
     :meth:`segment_started` and :meth:`advanced` for what it writes itself, so the tail
@@ -83,14 +84,13 @@ class DirectAppends:
         return self.enabled and round_up(end + count) <= allocated
 
     async def append(self, path: Path, end: int, data: bytes | bytearray) -> bool:
-        """Write ``data`` at byte ``end`` of the segment at ``path``, durable when this
-        returns; False when the kernel cannot (nothing written: the caller writes it another
-        way, and so will every later append). StorageError when the write failed."""
+        """Write ``data`` at byte ``end`` of the segment at ``path`` (:meth:`ready` said it
+        may), durable when this returns; False when the kernel refused (nothing written:
+        the caller writes it another way, and so will every later append). StorageError
+        when the write failed."""
         if self._pending is not None:
             await asyncio.shield(self._pending)  # (only after a cancelled append)
-        if not self.ready(path):
-            return False
-        assert self._kernel is not None and self._fd is not None
+        assert self._kernel is not None and self._fd is not None, "append before ready()"
         tail = self._tail
         start, size = end - len(tail), round_up(len(tail) + len(data))
         buffer = self._buffer_of(size)

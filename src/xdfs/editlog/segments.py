@@ -51,8 +51,9 @@ from xdfs.common.files import (
     file_system_type,
     fsync_dir,
     honours_dsync_writes,
+    sync_data,
     write_all,
-    write_durably,
+    write_dsync,
 )
 from xdfs.editlog.direct_appends import DirectAppends
 from xdfs.editlog.framing import (
@@ -459,13 +460,14 @@ class FileJournal:
         self._io: IoThread | None = None
         #: Whether a batch is written and synced by one ``pwritev`` with ``RWF_DSYNC``
         #: (the directory's file system honours it) instead of a write and an fdatasync.
-        self._dsync_writes = honours_dsync_writes(self.current)
+        file_system = file_system_type(self.current)
+        self._dsync_writes = honours_dsync_writes(file_system)
         #: A flush's write handed to the kernel (direct_appends.py): where the write makes
         #: itself durable and the segment is preallocated in whole blocks.
         self._direct = DirectAppends(
             self._dsync_writes and preallocate_bytes > 0 and preallocate_bytes % ALIGN == 0)
         log.info("edits in %s are on %s: each flush is %s", self.current,
-                 file_system_type(self.current) or "an unknown file system",
+                 file_system or "an unknown file system",
                  "a direct write durable when it completes (RWF_DSYNC, Linux AIO)"
                  if self._direct.enabled else
                  "one write durable when it returns (RWF_DSYNC)" if self._dsync_writes
@@ -547,24 +549,17 @@ class FileJournal:
             # The zeros are durable before a record lands on them: a crash then leaves
             # records, a torn one, zeros; never the old contents of a block the size took in.
             self._zero_fill(fd, path, end)
-            self._sync(fd, path)
+            sync_data(fd, path)
         if self._dsync_writes:
-            write_durably(fd, data, self._end_bytes, path, dsync=True)
+            write_dsync(fd, data, self._end_bytes, path)
         else:
             write_all(fd, data, path, self._end_bytes)
         self._end_bytes = end
         self._direct.advanced(data, end)
         fault_point("editlog.before_fsync")  # (after a write that synced itself: durable)
         if not self._dsync_writes:
-            self._sync(fd, path)
+            sync_data(fd, path)
         fault_point("editlog.after_fsync")
-
-    @staticmethod
-    def _sync(fd: int, path: Path) -> None:
-        try:
-            datasync(fd)
-        except OSError as exc:
-            raise StorageError(f"fsync of {path} failed: {exc}") from exc
 
     def _zero_fill(self, fd: int, path: Path, end: int) -> None:
         """Extend the open segment with zeros past ``end`` (whole steps of

@@ -1,6 +1,6 @@
 """Frame I/O, write flow control and stream bookkeeping shared by both ends of a connection.
 
-Subclasses (:class:`~xdfs.rpc.server.ServerConnection`,
+Subclasses (:class:`~xdfs.rpc.server_connection.ServerConnection`,
 :class:`~xdfs.rpc.client_connection.ClientConnection`) implement :meth:`RpcProtocol.on_envelope`.
 Anything wrong with what the peer sent either fails that one call (wrong body type, unknown
 method) or, when the byte stream itself can no longer be trusted (oversized or undecodable

@@ -2,7 +2,7 @@
 server): the call's context and principal, its retry-cache key, the markers that choose how
 a handler runs (:func:`eager`, :func:`deferring`) and the route they give a method
 (:class:`Route`, :func:`routes_of`), and the answers other than a plain response
-(:class:`Download`, :class:`Deferred`). See :mod:`xdfs.rpc.server` for dispatch.
+(:class:`Download`, :class:`Deferred`). See :mod:`xdfs.rpc.server_connection` for dispatch.
 """
 
 from __future__ import annotations
