@@ -12,15 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from xdfs.errors import FrameTooLarge
+from xdfs.rpc.buffer_pool import BUFFER_STEP_BYTES, LARGE_BUFFERS, BufferPool
 from xdfs.rpc.connection import encode_frame
-from xdfs.rpc.framing import (
-    BUFFER_STEP_BYTES,
-    LARGE_BUFFERS,
-    OWN_BUFFER_MIN_BYTES,
-    BufferPool,
-    FrameReader,
-    frame,
-)
+from xdfs.rpc.framing import OWN_BUFFER_MIN_BYTES, FrameReader, frame
 from xdfs.rpc.messages import LENGTH_PREFIX, Chunk, InEnvelope, Kind, Tail
 
 

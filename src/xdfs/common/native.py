@@ -37,7 +37,10 @@ from types import ModuleType
 #: buffer, the record framing, the edit codec and EditLog: every mutation's append and
 #: sync, ~35 interpreted calls per create + complete before). Not compiled: the block
 #: walks off the loop (fsck, the block-map export, balancing), which are not on a call's
-#: path, the edits segments' file I/O (in its own thread), and the RPC layer.
+#: path, and the edits segments' file I/O. The RPC layer's per-call path (framing, a
+#: connection's dispatch and replies, the server's side of a call, handling) is compiled
+#: too: every process runs it (the client's connection subclasses RpcProtocol in Python,
+#: as tests do); its pool of large buffers is not (reference counts: xdfs.rpc.buffer_pool).
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
     "xdfs.namenode.namespace.permissions",
@@ -71,6 +74,10 @@ NATIVE_MODULES = (
     "xdfs.editlog.framing",
     "xdfs.namenode.editlog.codec",
     "xdfs.namenode.editlog.editlog",
+    "xdfs.rpc.framing",
+    "xdfs.rpc.connection",
+    "xdfs.rpc.server_connection",
+    "xdfs.rpc.handling",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"

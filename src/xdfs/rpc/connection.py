@@ -16,6 +16,7 @@ import struct
 from typing import Any, cast
 
 import msgspec
+from mypy_extensions import mypyc_attr
 
 from xdfs.config import RpcConfig
 from xdfs.errors import ConnectionLost, InternalError, InvalidArgument, ProtocolError, XdfsError
@@ -116,6 +117,8 @@ def _immutable(data: memoryview) -> bool:
     return isinstance(data.obj, bytes) and data.c_contiguous
 
 
+# Compiled (xdfs.common.native): the client's connection and tests subclass it in Python.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RpcProtocol(asyncio.BufferedProtocol):
     def __init__(
         self, config: RpcConfig, *, frame_bytes_max: int = 0, buffer_bytes: int = 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import msgspec
+from mypy_extensions import mypyc_attr
 
 from xdfs.rpc.messages import Hello
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
@@ -32,6 +33,7 @@ def current_call() -> CallKey | None:
     return CURRENT_CALL.get()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True)
 class Principal:
     """Who is on the other end of a connection, as the authenticator established it."""
