@@ -41,6 +41,7 @@ from types import ModuleType
 #: connection's dispatch and replies, the server's side of a call, handling) is compiled
 #: too: every process runs it (the client's connection subclasses RpcProtocol in Python,
 #: as tests do); its pool of large buffers is not (reference counts: xdfs.rpc.buffer_pool).
+#: So are the NameNode's client and admin handlers, the first code each call runs.
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
     "xdfs.namenode.namespace.permissions",
@@ -78,6 +79,7 @@ NATIVE_MODULES = (
     "xdfs.rpc.connection",
     "xdfs.rpc.server_connection",
     "xdfs.rpc.handling",
+    "xdfs.namenode.handlers.client",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"

@@ -85,13 +85,19 @@ class TrustingAuthenticator:
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Awaitable[Any]])
 
+#: The handlers marked :func:`eager` and :func:`deferring`, as their classes hold them. A
+#: set rather than an attribute on each: a method of a class compiled with mypyc is a
+#: method descriptor, which takes no attributes (xdfs.common.native).
+_EAGER: set[object] = set()
+_DEFERRING: set[object] = set()
+
 
 def eager(handler: HandlerT) -> HandlerT:
     """Mark an async unary handler to start at once, in the loop turn its request arrived
     in, a task taking over only when it has to wait (:meth:`ServerConnection._start_unary`).
     Only for handlers that need no task before their first wait: no ``current_task()``,
     ``asyncio.timeout`` or ``TaskGroup`` until they have awaited something pending."""
-    handler.xdfs_eager = True  # type: ignore[attr-defined]
+    _EAGER.add(handler)
     return handler
 
 
@@ -101,7 +107,7 @@ PlainT = TypeVar("PlainT", bound=Callable[..., Any])
 def deferring(handler: PlainT) -> PlainT:
     """Mark a plain ``def`` unary handler that may answer later: it returns the response,
     or a :class:`Deferred`, and its context carries the call's number (:func:`call_key`)."""
-    handler.xdfs_deferring = True  # type: ignore[attr-defined]
+    _DEFERRING.add(handler)
     return handler
 
 
@@ -125,11 +131,12 @@ def routes_of(service: Service, impl: object) -> Iterator[tuple[str, Route]]:
     for name, method in method_table([service]).items():
         handler = getattr(impl, name, None)
         assert callable(handler), f"{type(impl).__name__} lacks handler {name}"
+        declared = getattr(type(impl), name, None)  # what a marker saw (None: not a method)
         is_async = inspect.iscoroutinefunction(handler)
         assert is_async or method.kind is not MethodKind.UPLOAD, f"{name} must be async"
-        eager_start = is_async and getattr(handler, "xdfs_eager", False)
+        eager_start = is_async and declared in _EAGER
         inline = not is_async and method.kind is MethodKind.UNARY
-        deferrable = inline and getattr(handler, "xdfs_deferring", False)
+        deferrable = inline and declared in _DEFERRING
         yield name, Route(method, handler, is_async, eager_start, inline, deferrable)
 
 
