@@ -15,16 +15,20 @@ pool of warm ones (:mod:`xdfs.rpc.buffer_pool`).
 
 from __future__ import annotations
 
+from typing import Final
+
 from xdfs.errors import FrameTooLarge
 from xdfs.rpc.buffer_pool import LARGE_BUFFERS, buffer_bytes_for
 from xdfs.rpc.messages import LENGTH_PREFIX
 
-_PREFIX = LENGTH_PREFIX.size
+# (Final: in the compiled module, C statics instead of a dict lookup per frame.)
+_LENGTH_PREFIX: Final = LENGTH_PREFIX
+_PREFIX: Final = LENGTH_PREFIX.size
 
 #: Frames of at least this many bytes get a buffer of their own even when they would fit
 #: the shared receive buffer: cut from it they are copied out into fresh memory by the
 #: connection (the next receive overwrites it), a pooled buffer is warm and handed on.
-OWN_BUFFER_MIN_BYTES = 64 * 1024
+OWN_BUFFER_MIN_BYTES: Final = 64 * 1024
 
 
 class FrameReader:
@@ -103,7 +107,7 @@ class FrameReader:
         self._end += nbytes
         frames: list[memoryview] = []
         while self._end - self._start >= _PREFIX:
-            (length,) = LENGTH_PREFIX.unpack_from(self._buf, self._start)
+            (length,) = _LENGTH_PREFIX.unpack_from(self._buf, self._start)
             if length > self.frame_bytes_max:
                 raise FrameTooLarge(
                     f"frame of {length} bytes exceeds the limit of {self.frame_bytes_max}"

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 #: Bumped on any incompatible change to framing, envelopes or the handshake.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION: Final = 1
 
 LENGTH_PREFIX = struct.Struct(">I")
 
@@ -35,9 +35,17 @@ class Kind(IntEnum):
 
 #: The kinds as plain ints, for the per-frame paths: comparing with an ``IntEnum`` member
 #: looks the member up on its class each time (~0.1 us), and msgspec encodes a member
-#: through its slow path.
-K_HELLO, K_WELCOME, K_REQUEST, K_RESPONSE, K_ERROR = 1, 2, 3, 4, 5
-K_HEAD, K_CHUNK, K_TAIL, K_CREDIT, K_CANCEL = 6, 7, 8, 9, 10
+#: through its slow path. (Final: compiled modules use the literal, with no lookup.)
+K_HELLO: Final = 1
+K_WELCOME: Final = 2
+K_REQUEST: Final = 3
+K_RESPONSE: Final = 4
+K_ERROR: Final = 5
+K_HEAD: Final = 6
+K_CHUNK: Final = 7
+K_TAIL: Final = 8
+K_CREDIT: Final = 9
+K_CANCEL: Final = 10
 assert [int(kind) for kind in Kind] == [
     K_HELLO, K_WELCOME, K_REQUEST, K_RESPONSE, K_ERROR, K_HEAD, K_CHUNK, K_TAIL, K_CREDIT, K_CANCEL]
 
@@ -75,7 +83,7 @@ class InEnvelope(msgspec.Struct, array_like=True, gc=False):
 
 
 #: Length of a client id (random bytes, as HDFS's 16-byte UUID clientId).
-CLIENT_ID_BYTES = 16
+CLIENT_ID_BYTES: Final = 16
 
 
 class Hello(msgspec.Struct, forbid_unknown_fields=True):

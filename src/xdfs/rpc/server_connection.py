@@ -33,7 +33,7 @@ from collections.abc import (
     Coroutine,
     Generator,
 )
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
@@ -85,14 +85,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_HELLO = msgspec.msgpack.Decoder(Hello)
+_HELLO: Final = msgspec.msgpack.Decoder(Hello)
 
 #: Receive buffer of a connection until it authenticates (its frames are small: a HELLO, a
 #: login); larger ones, up to rpc.unauthenticated_frame_bytes_max, get a buffer of their own.
 #: Thousands of idle or half-open peers then cost a few KiB each, not a full buffer.
-UNAUTHENTICATED_BUFFER_BYTES = 4096
+UNAUTHENTICATED_BUFFER_BYTES: Final = 4096
 
-_STREAM_KINDS = (K_CHUNK, K_TAIL, K_CREDIT)
+_STREAM_KINDS: Final = (K_CHUNK, K_TAIL, K_CREDIT)
 
 
 class ConnectionOwner(Protocol):

@@ -36,7 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from xdfs.editlog.buffer import DoubleBuffer, FlushBatch
 from xdfs.editlog.framing import SEGMENT_HEADER_BYTES, Frame, parse_frame, record_bounds
@@ -130,9 +130,13 @@ SyncCallback = Callable[[BaseException | None], None]
 Waiter = asyncio.Future[None] | SyncCallback
 
 
+#: (Final: a C static in the compiled module, not a module attribute read per waiter.)
+_FUTURE: Final = asyncio.Future
+
+
 def _release(waiter: Waiter, error: BaseException | None) -> None:
     """Tell one waiter of a flush its outcome: ``error`` None when it is durable."""
-    if isinstance(waiter, asyncio.Future):
+    if isinstance(waiter, _FUTURE):
         if not waiter.done():
             if error is None:
                 waiter.set_result(None)

@@ -24,7 +24,8 @@ DEPTH_MAX: Final = 1000
 SPLIT_CACHE_ENTRIES = 65536
 
 _BAD_CHARACTER = re.compile(r"[\x00-\x1f\x7f/]")
-_CONTROL_CHARACTER: Final = re.compile(r"[\x00-\x1f\x7f]")
+#: Names that are never a path component (the empty one: ``//``).
+_REFUSED_NAMES: Final = frozenset(("", ".", ".."))
 
 
 @functools.lru_cache(maxsize=SPLIT_CACHE_ENTRIES)
@@ -50,11 +51,12 @@ def split_path(path: str) -> tuple[str, ...]:
 
 def _may_be_refused(body: str, parts: tuple[str, ...]) -> bool:
     """Whether a name of an ASCII path may break a rule: the whole path tested at once
-    (every path of a create is new to the cache), :func:`check_name` then says which."""
+    (every path of a create is new to the cache), :func:`check_name` then says which.
+    (An ASCII string is printable when it has no control character.)"""
     return (
-        "" in parts or "." in parts or ".." in parts
-        or _CONTROL_CHARACTER.search(body) is not None
-        or max(map(len, parts)) > NAME_BYTES_MAX
+        not _REFUSED_NAMES.isdisjoint(parts)
+        or not body.isprintable()
+        or (len(body) > NAME_BYTES_MAX and max(map(len, parts)) > NAME_BYTES_MAX)
     )
 
 
