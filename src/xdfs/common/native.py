@@ -41,7 +41,8 @@ from types import ModuleType
 #: connection's dispatch and replies, the server's side of a call, handling) is compiled
 #: too: every process runs it (the client's connection subclasses RpcProtocol in Python,
 #: as tests do); its pool of large buffers is not (reference counts: xdfs.rpc.buffer_pool).
-#: So are the NameNode's client and admin handlers, the first code each call runs.
+#: So are the NameNode's client and admin handlers, the first code each call runs, the
+#: per-call RPC figures and the fault points (a check on every keyed mutation).
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
     "xdfs.namenode.namespace.permissions",
@@ -80,6 +81,8 @@ NATIVE_MODULES = (
     "xdfs.rpc.server_connection",
     "xdfs.rpc.handling",
     "xdfs.namenode.handlers.client",
+    "xdfs.metrics.rpc_calls",
+    "xdfs.common.faults",
 )
 #: In the ``xdfs`` package: {module: length and CRC-32 of the source compiled}.
 MANIFEST_NAME = "_native_manifest.json"

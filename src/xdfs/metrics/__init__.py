@@ -12,13 +12,10 @@ read only when scraped, by a collector, never maintained per operation."""
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import itertools
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import (
@@ -28,81 +25,36 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-#: RPC latency buckets (seconds): in-memory metadata calls take tens of microseconds,
-#: synced mutations milliseconds, block streams up to seconds.
-RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+from xdfs.metrics.rpc_calls import RPC_BUCKETS_S, RpcCalls
+from xdfs.metrics.rpc_calls import SlowCall as SlowCall  # (the slow-call pages use it)
 
 Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
 
-class SlowCall(NamedTuple):
-    """One call slower than rpc.slow_call_s, as the Slow operations page lists it."""
-
-    at_s: float  # wall clock when it finished
-    method: str
-    seconds: float
-    user: str
-    peer: str
-
-
-class _MethodStats:
-    """Latency buckets (not cumulative: one increment per call) and total seconds."""
-
-    __slots__ = ("buckets", "seconds")
-
-    def __init__(self) -> None:
-        self.buckets = [0] * (len(RPC_BUCKETS_S) + 1)  # the last: above every bound
-        self.seconds = 0.0
-
-
 class RpcMetrics(Collector):
-    """Calls, latency and errors of one RPC server, by method (and by error code).
+    """The Prometheus families of a server's :class:`RpcCalls`, made when scraped."""
 
-    Kept as plain counts on the event loop (every call and every scrape run there) and
-    turned into Prometheus families only when scraped: a call costs a dict lookup, a
-    bisect and two additions (prometheus_client's own Counter and Histogram take a lock
-    and walk the buckets in Python: about six times the cost per call, measured)."""
-
-    def __init__(self, slow_call_s: float = 1.0, slow_calls_kept: int = 100) -> None:
-        self.slow_call_s = slow_call_s
-        #: The most recent slow calls, oldest first.
-        self.slow_calls: deque[SlowCall] = deque(maxlen=slow_calls_kept)
-        self._stats: dict[str, _MethodStats] = {}
-        self._errors: dict[tuple[str, int], int] = {}
-
-    def call_done(self, method: str, seconds: float) -> None:
-        stats = self._stats.get(method)
-        if stats is None:
-            stats = self._stats[method] = _MethodStats()
-        stats.buckets[bisect.bisect_left(RPC_BUCKETS_S, seconds)] += 1
-        stats.seconds += seconds
-
-    def call_failed(self, method: str, code: int) -> None:
-        key = (method, code)
-        self._errors[key] = self._errors.get(key, 0) + 1
-
-    def slow(self, at_s: float, method: str, seconds: float, user: str, peer: str) -> None:
-        self.slow_calls.append(SlowCall(at_s, method, seconds, user, peer))
+    def __init__(self, calls: RpcCalls) -> None:
+        self.calls = calls
 
     def collect(self) -> Iterator[Family]:
-        calls = CounterMetricFamily("xdfs_rpc_calls", "RPC calls finished, by method",
-                                    labels=["method"])
+        totals = CounterMetricFamily("xdfs_rpc_calls", "RPC calls finished, by method",
+                                     labels=["method"])
         latency = HistogramMetricFamily(
             "xdfs_rpc_latency_seconds", "Time from a call's arrival to its reply (to the "
             "end of its stream), by method", labels=["method"])
         bounds = [repr(float(bound)) for bound in RPC_BUCKETS_S] + ["+Inf"]
-        for method, stats in sorted(self._stats.items()):
+        for method, stats in sorted(self.calls.by_method.items()):
             cumulative = list(itertools.accumulate(stats.buckets))
-            calls.add_metric([method], cumulative[-1])
+            totals.add_metric([method], cumulative[-1])
             latency.add_metric([method], list(zip(bounds, cumulative, strict=True)),
                                stats.seconds)
         errors = CounterMetricFamily(
             "xdfs_rpc_errors", "RPC calls answered with an error, by method and xdfs error "
             "code", labels=["method", "code"])
-        for (method, code), count in sorted(self._errors.items()):
+        for (method, code), count in sorted(self.calls.errors.items()):
             errors.add_metric([method, str(code)], count)
-        yield from (calls, latency, errors)
+        yield from (totals, latency, errors)
 
 
 class LoopLag:
@@ -163,8 +115,8 @@ class ServerMetrics:
                  slow_calls_kept: int = 100) -> None:
         self.role = role
         self.registry = CollectorRegistry(auto_describe=False)
-        self.rpc = RpcMetrics(slow_call_s, slow_calls_kept)
-        self.registry.register(self.rpc)
+        self.rpc = RpcCalls(slow_call_s, slow_calls_kept)
+        self.registry.register(RpcMetrics(self.rpc))
         self.loop_lag = LoopLag(self.registry, loop_lag_interval_s)
         info = Gauge("xdfs_server_info", "1, labelled with the server's role and version",
                      ["role", "version"], registry=self.registry)

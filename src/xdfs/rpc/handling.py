@@ -53,13 +53,21 @@ class Caller(Protocol):
     client_id: bytes
 
 
-@dataclass
 class CallContext:
-    principal: Principal
-    peer: str
-    connection: Caller
-    #: The client's number for this logical call (the same on each retry), 0 when unsent.
-    call: int = 0
+    """What a handler knows of its call. (A plain class: compiled, its ``__init__`` is
+    native, where a dataclass's is generated Python, run for every call.)"""
+
+    __slots__ = ("call", "connection", "peer", "principal")
+
+    def __init__(self, principal: Principal, peer: str, connection: Caller, call: int = 0) -> None:
+        self.principal = principal
+        self.peer = peer
+        self.connection = connection
+        #: The client's number for this logical call (the same on each retry), 0 when unsent.
+        self.call = call
+
+    def __repr__(self) -> str:
+        return f"CallContext({self.principal!r}, {self.peer!r}, call={self.call})"
 
 
 @dataclass(frozen=True)

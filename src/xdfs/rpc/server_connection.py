@@ -51,6 +51,7 @@ from xdfs.errors import (
     WrongCluster,
     XdfsError,
 )
+from xdfs.metrics.rpc_calls import RpcCalls
 from xdfs.rpc.connection import DECODE_ERRORS, RpcProtocol, decode_error
 from xdfs.rpc.handling import (
     CURRENT_CALL,
@@ -139,7 +140,7 @@ class ServerConnection(RpcProtocol):
         self._handshake_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
         self._routes = server.routes
-        self._rpc_metrics = server.metrics.rpc
+        self._rpc_metrics: RpcCalls = server.metrics.rpc
         #: The context of every plain-``def`` call (they carry no call number): made once.
         self._inline_context: CallContext | None = None
         #: The listener of every deferred call, bound once.
@@ -599,7 +600,7 @@ class ServerConnection(RpcProtocol):
             log.exception("handler %s failed", route.method.name, exc_info=exc)
             error = InternalError(f"{route.method.name}: {exc!r}")
         self.send_error(call_id, error)
-        self.server.metrics.rpc.call_failed(route.method.name, error.code)
+        self._rpc_metrics.call_failed(route.method.name, error.code)
 
     def _observe(self, route: Route, started: float, request: Any) -> None:
         """A finished call (answered or failed): its method's count and latency; a slow
