@@ -5,6 +5,7 @@ twice; a new call number runs again (and shows what the retry would otherwise ha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.client_connection import ClientConnection
+from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.service import Method
 from xdfs.testing.minicluster import MiniCluster
@@ -140,23 +142,22 @@ async def test_the_rpc_client_numbers_calls_and_keeps_the_number_on_retries(
     await client.call(p.CREATE, p.CreateRequest("/tmp/r", "w"))
     with pytest.raises(AlreadyExists):
         await client.call(p.CREATE, p.CreateRequest("/tmp/r", "w"))
-    # the server runs the rename, then loses the connection instead of answering
+    # the server runs the rename, then loses the connection instead of answering (its
+    # route replaced: the connection's own methods are compiled, not patchable)
     assert nn.server is not None
     (server_conn,) = nn.server.connections
-    original_send = server_conn.send
+    route = nn.server.routes["rename"]
     lost: list[int] = []
 
-    def lose_the_answer(
-        kind: int, call_id: int, method: str, body: Any, logical_call: int = 0
-    ) -> None:
-        if isinstance(body, p.RenameResponse) and not lost:
-            lost.append(call_id)
+    def rename_and_lose_the_answer(ctx: CallContext, req: p.RenameRequest) -> Any:
+        answer = route.handler(ctx, req)  # the rename is made (its sync under way)
+        if not lost:
+            lost.append(ctx.call)
             assert server_conn.transport is not None
             server_conn.transport.abort()
-            return
-        original_send(kind, call_id, method, body, logical_call)
+        return answer
 
-    server_conn.send = lose_the_answer  # type: ignore[method-assign]
+    nn.server.routes["rename"] = dataclasses.replace(route, handler=rename_and_lose_the_answer)
     answer = await client.call(p.RENAME, p.RenameRequest("/tmp/r", "/tmp/s"))
     assert lost  # the first answer never left
     # a second execution would have failed (/tmp/s exists now): this is the first outcome

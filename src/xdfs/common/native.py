@@ -45,6 +45,7 @@ from types import ModuleType
 #: per-call RPC figures and the fault points (a check on every keyed mutation).
 NATIVE_MODULES = (
     "xdfs.namenode.namespace.paths",
+    "xdfs.namenode.namespace.children",
     "xdfs.namenode.namespace.permissions",
     "xdfs.namenode.namespace.resolved",
     "xdfs.namenode.namespace.quota",

@@ -1,5 +1,5 @@
-"""Inode objects of the in-memory namespace tree (pure data, plus the two helpers that keep
-a directory's sorted-name cache in step with its children).
+"""Inode objects of the in-memory namespace tree (pure data; :mod:`.children` keeps a
+directory's sorted-name cache in step with its children).
 
 Memory is the point of this module: a NameNode holds every inode of the file system, so the
 bytes per inode are a tracked figure (docs/benchmarks.md). Hence:
@@ -21,7 +21,6 @@ ints (mode, block size) shared, so a million files refer to the same few objects
 
 from __future__ import annotations
 
-import bisect
 from typing import Final
 
 import msgspec
@@ -57,36 +56,3 @@ class DirInode(Inode, gc=False, eq=False):
     # change makes patching it too costly; None when not built. Paging a directory of 1M
     # entries must not sort it on every page.
     sorted_names: list[str] | None = None
-
-
-def link(parent: DirInode, node: Inode, patch_max: int) -> None:
-    """Add ``node`` under ``parent``; a sorted-name cache longer than ``patch_max`` is
-    dropped rather than patched (the next listing sorts again)."""
-    name = node.name
-    assert name not in parent.children, name
-    parent.children[name] = node
-    names = parent.sorted_names
-    if names is None:
-        return
-    if not names or name > names[-1]:
-        names.append(name)  # the common case of files created in name order
-    elif len(names) <= patch_max:
-        bisect.insort(names, name)
-    else:
-        parent.sorted_names = None
-
-
-def unlink(parent: DirInode, name: str, patch_max: int) -> None:
-    """Remove ``name`` from ``parent`` (the cache rule of :func:`link`)."""
-    del parent.children[name]
-    names = parent.sorted_names
-    if names is None:
-        return
-    if names[-1] == name:
-        names.pop()
-    elif len(names) <= patch_max:
-        index = bisect.bisect_left(names, name)
-        assert names[index] == name, name
-        del names[index]
-    else:
-        parent.sorted_names = None

@@ -18,7 +18,7 @@ existed load with an empty one (no key: nothing to remember).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import msgspec
 
@@ -314,12 +314,13 @@ ALL_OPS: tuple[type[Op], ...] = (
 OPS_BY_CODE: dict[int, type[Op]] = {op.OPCODE: op for op in ALL_OPS}
 assert len(OPS_BY_CODE) == len(ALL_OPS), "duplicate opcode"
 
-_ENCODER = msgspec.msgpack.Encoder()
+#: The encoder of every op's payload (msgpack).
+OP_ENCODER: Final = msgspec.msgpack.Encoder()
 _DECODERS = {code: msgspec.msgpack.Decoder(cls) for code, cls in OPS_BY_CODE.items()}
 
 
 def encode_op(op: Op) -> bytes:
-    return _ENCODER.encode(op)
+    return OP_ENCODER.encode(op)
 
 
 def decode_op(opcode: int, payload: bytes | memoryview) -> Op:

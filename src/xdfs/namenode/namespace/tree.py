@@ -29,7 +29,8 @@ from collections.abc import Iterable, Iterator
 from xdfs.errors import AlreadyExists, InvalidArgument, IsADirectory
 from xdfs.namenode.namespace import image_codec, quota
 from xdfs.namenode.namespace import permissions as perm
-from xdfs.namenode.namespace.inodes import DirInode, FileInode, Inode, link, unlink
+from xdfs.namenode.namespace.children import link, unlink
+from xdfs.namenode.namespace.inodes import DirInode, FileInode, Inode
 from xdfs.namenode.namespace.ops import (
     ALL_OPS,
     AddFileOp,

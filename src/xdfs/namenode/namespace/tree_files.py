@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from xdfs.errors import InvalidArgument, IsADirectory, LeaseError
 from xdfs.namenode.namespace import quota
-from xdfs.namenode.namespace.inodes import FileInode, unlink
+from xdfs.namenode.namespace.children import unlink
+from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.ops import (
     AddBlockOp,
     AppendOp,
