@@ -211,7 +211,7 @@ class WriteOps(LeaseOps):
             if not create_parents and len(iip.inodes) < depth:
                 raise NotFound(f"parent directory {iip.prefix(depth - 1)} does not exist")
             self._check_parent_not_a_file(iip)
-            self.ns.check_access(user, iip, ancestor_access=W | X)
+            self.ns.check_access(user, iip, ancestor_access=W | X, traversed=True)
             dir_mode = self._default_mode(True, DEFAULT_MODE)
             ops = self._mkdir_ops(iip, depth - 1, user, dir_mode, dir_mode)
             first = ops[0] if ops else None

@@ -146,7 +146,7 @@ class Namesystem(AppendOps):
                 if isinstance(iip.last, DirInode) and parents:
                     return Plan((), lambda: self.ns.stat(iip), (iip,))
                 raise AlreadyExists(f"{iip.path} already exists")
-            self.ns.check_access(user, iip, ancestor_access=W | X)
+            self.ns.check_access(user, iip, ancestor_access=W | X, traversed=True)
             final_mode = self._default_mode(True, mode)
             ops = self._mkdir_ops(iip, len(iip.parts), user,
                                   self._default_mode(True, DEFAULT_MODE), final_mode)

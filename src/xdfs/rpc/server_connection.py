@@ -322,7 +322,7 @@ class ServerConnection(RpcProtocol):
         """A plain ``def`` unary call, answered now: what :meth:`_resolve` and
         :meth:`_on_request` do for it, in one step (most calls of a NameNode are these)."""
         call_id = envelope.id
-        self._check_call_numbers(envelope)
+        self._check_call_numbers(call_id, envelope.call)
         try:
             request = route.method.request_decoder.decode(envelope.body)
         except DECODE_ERRORS as exc:
@@ -434,7 +434,7 @@ class ServerConnection(RpcProtocol):
                 envelope.id, BadRequest(f"{envelope.method} is a {route.method.kind.value} call")
             )
             return None
-        self._check_call_numbers(envelope)
+        self._check_call_numbers(envelope.id, envelope.call)
         try:
             request = route.method.request_decoder.decode(envelope.body)
         except DECODE_ERRORS as exc:
@@ -442,11 +442,12 @@ class ServerConnection(RpcProtocol):
             return None
         return route, request
 
-    def _check_call_numbers(self, envelope: InEnvelope) -> None:
-        if envelope.id <= 0 or envelope.id in self._calls or envelope.id in self._deferred:
-            raise ProtocolError(f"call id {envelope.id} is invalid or already in use")
-        if envelope.call < 0:
-            raise ProtocolError(f"call number {envelope.call} is negative")
+    def _check_call_numbers(self, call_id: int, call: int) -> None:
+        """A new call's id (``call_id``) and number (``call``), as its envelope has them."""
+        if call_id <= 0 or call_id in self._calls or call_id in self._deferred:
+            raise ProtocolError(f"call id {call_id} is invalid or already in use")
+        if call < 0:
+            raise ProtocolError(f"call number {call} is negative")
 
     def _context(self, call: int = 0) -> CallContext:
         assert self.principal is not None

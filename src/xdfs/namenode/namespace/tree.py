@@ -487,9 +487,12 @@ class Namespace(UserOps):
         sub_access: int = 0,
         owner: bool = False,
         parent_owner_sticky: bool = False,
+        traversed: bool = False,
     ) -> None:
         """POSIX checks in the order of HDFS's FSPermissionChecker; raises AccessDenied
-        (or NotFound/NotADirectory when an inode the check needs is missing)."""
+        (or NotFound/NotADirectory when an inode the check needs is missing).
+        ``traversed``: the caller checked the traversal of this same ``path`` (an
+        INodesInPath) in this same step, with nothing changed since: not walked again."""
         if isinstance(path, str):
             split_path(path)  # a bad path is InvalidPath for every user, superusers too
         asked = access | parent_access | ancestor_access | sub_access
@@ -505,7 +508,7 @@ class Namespace(UserOps):
             return
         iip = self._at(path)
         parts, chain = iip.parts, iip.inodes
-        may_traverse = perm.may_traverse(user, groups, chain, len(parts))
+        may_traverse = traversed or perm.may_traverse(user, groups, chain, len(parts))
         if may_traverse and not (asked or parent_owner_sticky or owner):
             return  # the common case: nothing to check but the walk, and it passed
         checker = perm.AccessCheck(user, groups, parts, chain, self._walk_sorted)
