@@ -98,3 +98,14 @@ async def test_a_fatal_edits_error_fails_every_waiting_call(
     # NameNode answers from its edits), an error reply at most
     assert all(isinstance(r, StorageError | ConnectionLost) for r in results), results
     assert isinstance(nn.fatal, StorageError)
+
+
+async def test_the_one_step_handlers_keep_their_marks_in_either_build(nn: NameNode) -> None:
+    # A compiled handler's method takes no attribute: rpc.handling.deferring keeps the
+    # marked methods in a set, which must find them whether the handlers are compiled.
+    assert nn.server is not None
+    routes = nn.server.routes
+    one_step = {"mkdirs", "create", "create_with_block", "complete", "delete", "rename"}
+    assert {name for name, route in routes.items() if route.deferring} == one_step
+    assert all(routes[name].inline for name in one_step)
+    assert routes["add_block"].is_async and not routes["add_block"].inline
