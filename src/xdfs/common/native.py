@@ -39,8 +39,8 @@ from types import ModuleType
 #: walks off the loop (fsck, the block-map export, balancing), which are not on a call's
 #: path, and the edits segments' file I/O. The RPC layer's per-call path (framing, a
 #: connection's dispatch and replies, the server's side of a call, handling) is compiled
-#: too: every process runs it (the client's connection subclasses RpcProtocol in Python,
-#: as tests do); its pool of large buffers is not (reference counts: xdfs.rpc.buffer_pool).
+#: too, with the client's connection: every process runs it (tests subclass RpcProtocol in
+#: Python); its pool of large buffers is not (reference counts: xdfs.rpc.buffer_pool).
 #: So are the NameNode's client and admin handlers, the first code each call runs, the
 #: per-call RPC figures and the fault points (a check on every keyed mutation).
 NATIVE_MODULES = (
@@ -81,6 +81,7 @@ NATIVE_MODULES = (
     "xdfs.rpc.connection",
     "xdfs.rpc.server_connection",
     "xdfs.rpc.handling",
+    "xdfs.rpc.client_connection",
     "xdfs.namenode.handlers.client",
     "xdfs.metrics.rpc_calls",
     "xdfs.common.faults",
