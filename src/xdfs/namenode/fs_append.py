@@ -13,10 +13,12 @@ from xdfs.errors import (
     RecoveryInProgress,
 )
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, RecoverBlock
-from xdfs.namenode.fs_core import Plan, W, X
+from xdfs.namenode.fs_core import Plan
 from xdfs.namenode.fs_write import WriteOps
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.ops import AppendOp, ConcatOp, TruncateOp
+from xdfs.namenode.namespace.permissions import EXECUTE as X
+from xdfs.namenode.namespace.permissions import WRITE as W
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.retry_cache import ReplayedAppend
 from xdfs.protocol.blocks import BlockRecord

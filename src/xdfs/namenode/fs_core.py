@@ -33,7 +33,7 @@ import contextvars
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Generic, Protocol, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
@@ -52,6 +52,7 @@ from xdfs.namenode.namespace import paths
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.leases import LeaseManager
 from xdfs.namenode.namespace.ops import AddBlockOp, MkdirOp, Op
+from xdfs.namenode.namespace.permissions import WRITE as W
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.retry_cache import KEYED_DURABLE, RetryCache, State, with_key
@@ -62,10 +63,6 @@ from xdfs.rpc.handling import CallKey, current_call
 T = TypeVar("T")
 U = TypeVar("U")
 
-# Access bits (permissions.READ, WRITE, EXECUTE) by short names.
-R: Final = 4
-W: Final = 2
-X: Final = 1
 
 
 class EditSink(Protocol):

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 
 from xdfs.errors import AlreadyExists, InvalidArgument, IsADirectory
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER, Attempt, CloseNow
-from xdfs.namenode.fs_core import NamesystemCore, Plan, W, X
+from xdfs.namenode.fs_core import NamesystemCore, Plan
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.ops import CloseFileOp, Op, ReassignLeaseOp
+from xdfs.namenode.namespace.permissions import EXECUTE as X
+from xdfs.namenode.namespace.permissions import WRITE as W
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.protocol.blocks import BlockRecord
 

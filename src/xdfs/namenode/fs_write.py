@@ -17,7 +17,7 @@ from xdfs.errors import (
 )
 from xdfs.namenode.blocks.datanodes import DataNode
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER
-from xdfs.namenode.fs_core import Pending, Plan, W, X
+from xdfs.namenode.fs_core import Pending, Plan
 from xdfs.namenode.fs_leases import LeaseOps
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.ops import (
@@ -28,6 +28,8 @@ from xdfs.namenode.namespace.ops import (
     Op,
     UpdateBlocksOp,
 )
+from xdfs.namenode.namespace.permissions import EXECUTE as X
+from xdfs.namenode.namespace.permissions import WRITE as W
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import DEFAULT_MODE, CreateBlockResponse, FileStatus, LocatedBlock

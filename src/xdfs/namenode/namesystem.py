@@ -28,7 +28,7 @@ from xdfs.errors import (
     NotFound,
 )
 from xdfs.namenode.fs_append import AppendOps
-from xdfs.namenode.fs_core import Pending, Plan, R, W, X
+from xdfs.namenode.fs_core import Pending, Plan
 from xdfs.namenode.namespace import paths, trash
 from xdfs.namenode.namespace.inodes import DirInode
 from xdfs.namenode.namespace.ops import (
@@ -41,6 +41,9 @@ from xdfs.namenode.namespace.ops import (
     SetReplicationOp,
     SetTimesOp,
 )
+from xdfs.namenode.namespace.permissions import EXECUTE as X
+from xdfs.namenode.namespace.permissions import READ as R
+from xdfs.namenode.namespace.permissions import WRITE as W
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.protocol.namenode import (
     DEFAULT_MODE,

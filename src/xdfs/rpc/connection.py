@@ -27,6 +27,7 @@ from xdfs.rpc.messages import (
     K_RESPONSE,
     K_TAIL,
     LENGTH_PREFIX,
+    LENGTH_PREFIX_BYTES,
     Chunk,
     Credit,
     ErrorInfo,
@@ -71,8 +72,7 @@ def encode_frame(
     return buf
 
 
-_PREFIX_BYTES: Final = LENGTH_PREFIX.size
-_ZERO_PREFIX: Final = bytes(_PREFIX_BYTES)
+_ZERO_PREFIX: Final = bytes(LENGTH_PREFIX_BYTES)
 
 
 def append_frame(
@@ -87,8 +87,8 @@ def append_frame(
         if logical_call
         else OutEnvelope(kind, call_id, method, body)
     )
-    _ENCODER.encode_into(envelope, buf, start + _PREFIX_BYTES)
-    _LENGTH_PREFIX.pack_into(buf, start, len(buf) - start - _PREFIX_BYTES)
+    _ENCODER.encode_into(envelope, buf, start + LENGTH_PREFIX_BYTES)
+    _LENGTH_PREFIX.pack_into(buf, start, len(buf) - start - LENGTH_PREFIX_BYTES)
 
 
 _NO_DATA = memoryview(b"")

@@ -19,11 +19,10 @@ from typing import Final
 
 from xdfs.errors import FrameTooLarge
 from xdfs.rpc.buffer_pool import LARGE_BUFFERS, buffer_bytes_for
-from xdfs.rpc.messages import LENGTH_PREFIX
+from xdfs.rpc.messages import LENGTH_PREFIX, LENGTH_PREFIX_BYTES
 
-# (Final: in the compiled module, C statics instead of a dict lookup per frame.)
+# (Final: in the compiled module, a C static instead of a dict lookup per frame.)
 _LENGTH_PREFIX: Final = LENGTH_PREFIX
-_PREFIX: Final = LENGTH_PREFIX.size
 
 #: Frames of at least this many bytes get a buffer of their own even when they would fit
 #: the shared receive buffer: cut from it they are copied out into fresh memory by the
@@ -106,15 +105,15 @@ class FrameReader:
             return [frame]
         self._end += nbytes
         frames: list[memoryview] = []
-        while self._end - self._start >= _PREFIX:
+        while self._end - self._start >= LENGTH_PREFIX_BYTES:
             (length,) = _LENGTH_PREFIX.unpack_from(self._buf, self._start)
             if length > self.frame_bytes_max:
                 raise FrameTooLarge(
                     f"frame of {length} bytes exceeds the limit of {self.frame_bytes_max}"
                 )
-            body_start = self._start + _PREFIX
+            body_start = self._start + LENGTH_PREFIX_BYTES
             available = self._end - body_start
-            if length >= OWN_BUFFER_MIN_BYTES or _PREFIX + length > len(self._buf):
+            if length >= OWN_BUFFER_MIN_BYTES or LENGTH_PREFIX_BYTES + length > len(self._buf):
                 if available >= length:  # whole already: handed on from a pooled buffer
                     frames.append(self._pooled_frame(length, body_start))
                     continue

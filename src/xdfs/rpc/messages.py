@@ -18,6 +18,9 @@ import msgspec
 PROTOCOL_VERSION: Final = 1
 
 LENGTH_PREFIX = struct.Struct(">I")
+#: Its size (Final: compiled modules use the literal).
+LENGTH_PREFIX_BYTES: Final = 4
+assert LENGTH_PREFIX.size == LENGTH_PREFIX_BYTES
 
 
 class Kind(IntEnum):
