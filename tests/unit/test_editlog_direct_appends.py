@@ -27,6 +27,7 @@ from xdfs.editlog.segments import (
 )
 from xdfs.errors import StorageError
 from xdfs.namenode.editlog.codec import encode_record
+from xdfs.namenode.editlog.editlog import EditLog, read_dir_edits
 from xdfs.namenode.namespace.ops import LAYOUT_VERSION, MkdirOp
 
 STEP_BYTES = 4 * aio.ALIGN  # a small preallocation step: flushes cross it often
@@ -45,20 +46,19 @@ class Kernel:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.writes: list[tuple[int, int]] = []  # (offset, length) of each direct write
         self.refuse = False
-        start = aio.KernelSyncs.start
+        start_calling = aio.KernelSyncs.start_calling
 
-        def recording_start(kernel: aio.KernelSyncs, requests: Any) -> Any:
+        def recording_start(kernel: aio.KernelSyncs, requests: Any, done: Any) -> None:
             for _opcode, _fd, _address, count, offset, flags in requests:
                 assert flags & files.RWF_DSYNC, "a direct append must carry RWF_DSYNC"
                 assert offset % aio.ALIGN == 0 and count % aio.ALIGN == 0
                 self.writes.append((offset, count))
-            if self.refuse:
-                done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-                done.set_result([-errno.EINVAL] * len(requests))
-                return done
-            return start(kernel, requests)
+            if self.refuse:  # refused as the kernel's completion would say it, a turn later
+                asyncio.get_running_loop().call_soon(done, [-errno.EINVAL] * len(requests))
+                return
+            start_calling(kernel, requests, done)
 
-        monkeypatch.setattr(aio.KernelSyncs, "start", recording_start)
+        monkeypatch.setattr(aio.KernelSyncs, "start_calling", recording_start)
 
 
 @pytest.fixture
@@ -173,12 +173,54 @@ async def test_a_failed_direct_write_is_a_storage_error_and_writes_nothing_more(
     await journal.start_segment(1)
     await journal.write(record(1), 1, 1)
 
-    def failing_start(_kernel: aio.KernelSyncs, requests: Any) -> Any:
-        done: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        done.set_result([-errno.EIO])
-        return done
+    def failing_start(_kernel: aio.KernelSyncs, requests: Any, done: Any) -> None:
+        asyncio.get_running_loop().call_soon(done, [-errno.EIO])
 
-    monkeypatch.setattr(aio.KernelSyncs, "start", failing_start)
+    monkeypatch.setattr(aio.KernelSyncs, "start_calling", failing_start)
     with pytest.raises(StorageError, match=r"write to .* failed at byte \d+: Input/output"):
         await journal.write(record(2), 2, 2)
     assert records_on_disk(tmp_path, 1, 2) == [record(1)]
+
+
+async def test_a_write_whose_waiter_is_cancelled_still_moves_the_end_when_it_lands(
+    tmp_path: Path, kernel: Kernel, journal: FileJournal
+) -> None:
+    await journal.start_segment(1)
+    first = asyncio.ensure_future(journal.write(record(1), 1, 1))
+    await asyncio.sleep(0)  # its first step hands it to the kernel
+    assert kernel.writes and not first.done()
+    first.cancel()
+    await journal.write(record(2), 2, 2)  # after the first lands, not over it
+    assert records_on_disk(tmp_path, 1, 2) == [record(1), record(2)]
+
+
+async def test_the_edits_logs_waiters_are_answered_in_the_kernels_completion(
+    tmp_path: Path, kernel: Kernel, monkeypatch: pytest.MonkeyPatch, journal: FileJournal
+) -> None:
+    """A flush written direct tells its waiters from the reaping of the write itself: no
+    loop turn between (each turn is a round of frames read on every connection)."""
+    reaping: list[bool] = []
+    start_calling = aio.KernelSyncs.start_calling  # (the recording one)
+
+    def marking_start(kernel_: aio.KernelSyncs, requests: Any, done: Any) -> None:
+        def reaped(results: list[int]) -> None:
+            reaping.append(True)
+            try:
+                done(results)
+            finally:
+                reaping.pop()
+        start_calling(kernel_, requests, reaped)
+
+    monkeypatch.setattr(aio.KernelSyncs, "start_calling", marking_start)
+    log = EditLog([journal])
+    await log.open_for_write(1)
+    told: list[tuple[int, bool]] = []
+    for txid in range(1, 6):
+        appended = log.append(MkdirOp(f"/d{txid}", 100 + txid, 0o755, "alice", "staff", txid))
+        log.when_synced(appended, lambda error, t=appended: told.append((t, bool(reaping))))
+        await log.sync(appended)
+    assert told == [(txid, True) for txid in range(1, 6)]
+    assert len(kernel.writes) == 5
+    await log.close()
+    assert [edit[1].path for edit in read_dir_edits(tmp_path, 1)] == [
+        f"/d{txid}" for txid in range(1, 6)]

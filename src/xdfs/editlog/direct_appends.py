@@ -9,6 +9,9 @@ kernel, but a median ~270 us (p90 1.4 ms) passed between the hand-over and the t
 start, and ~250 us more before it was done; a flush took 1.2 ms from swap to durable, and
 half the calls in flight waited for it while the NameNode ran out of work.
 
+The completion calls back the journal from the loop's reaping of it (:meth:`start_append`),
+no task in between: the flush's waiters are answered in that same loop turn.
+
 How: direct I/O writes whole aligned blocks, so a flush writes from the last ``ALIGN``
 boundary before the segment's end: the bytes already there (the tail, kept here), the new
 records, then zeros up to the next boundary, over the zeros the segment was preallocated
@@ -28,6 +31,7 @@ import errno
 import logging
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from xdfs.common.aio import (
@@ -41,6 +45,10 @@ from xdfs.common.aio import (
 from xdfs.errors import StorageError
 
 log = logging.getLogger("xdfs.editlog")
+
+#: How a direct append ended: True durable, False refused by the kernel (nothing written),
+#: or the error of a failed write.
+Appended = bool | StorageError
 
 
 class DirectAppends:
@@ -58,7 +66,8 @@ class DirectAppends:
         self._buffer: mmap.mmap | None = None
         #: The write in flight: a later one waits for it (they overlap on the tail block),
         #: and the buffer stays pinned for the kernel until it is done.
-        self._pending: asyncio.Future[list[int]] | None = None
+        self._pending: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._pinned: ctypes.c_char | None = None
 
     def segment_started(self, header: bytes | bytearray) -> None:
@@ -83,14 +92,26 @@ class DirectAppends:
         covers lies inside the segment's preallocated zeros (``allocated`` bytes)."""
         return self.enabled and round_up(end + count) <= allocated
 
-    async def append(self, path: Path, end: int, data: bytes | bytearray) -> bool:
+    def busy(self) -> bool:
+        """Whether a write is still in flight (the next waits for :meth:`settled`)."""
+        return self._pending is not None
+
+    async def settled(self) -> None:
+        """Wait until no write is in flight (one whose waiter was cancelled may be)."""
+        while self._pending is not None:
+            await asyncio.shield(self._pending)
+
+    def start_append(self, path: Path, end: int, data: bytes | bytearray,
+                     done: Callable[[Appended], None]) -> None:
         """Write ``data`` at byte ``end`` of the segment at ``path`` (:meth:`ready` said it
-        may), durable when this returns; False when the kernel refused (nothing written:
-        the caller writes it another way, and so will every later append). StorageError
-        when the write failed."""
-        if self._pending is not None:
-            await asyncio.shield(self._pending)  # (only after a cancelled append)
+        may, nothing :meth:`busy`): ``done`` is called from the loop's reaping of the
+        kernel's completion, no loop turn later, with True once the data is durable (the
+        tail then includes it), False when the kernel refused (nothing written: the caller
+        writes it another way, and so will every later append), or the StorageError of a
+        failed write. The outcome does not depend on anyone awaiting it: a write whose
+        waiter went away still advances the tail when it lands."""
         assert self._kernel is not None and self._fd is not None, "append before ready()"
+        assert self._pending is None and self._loop is not None, "one append at a time"
         tail = self._tail
         start, size = end - len(tail), round_up(len(tail) + len(data))
         buffer = self._buffer_of(size)
@@ -99,22 +120,28 @@ class DirectAppends:
         buffer[len(tail) : filled] = data
         buffer[filled:size] = bytes(size - filled)  # (the zeros already on the disk)
         self._pinned = ctypes.c_char.from_buffer(buffer)  # until the kernel is done with it
-        pending = self._pending = self._kernel.start([write_request(
-            self._fd, ctypes.addressof(self._pinned), size, start, dsync=True)])
-        pending.add_done_callback(self._write_done)
-        [result] = await asyncio.shield(pending)
+        self._pending = self._loop.create_future()
+
+        def completed(results: list[int]) -> None:
+            pending, self._pending, self._pinned = self._pending, None, None
+            if pending is not None:
+                pending.set_result(None)
+            done(self._outcome(path, results[0], start, size, data, end))
+
+        self._kernel.start_calling(
+            [write_request(self._fd, ctypes.addressof(self._pinned), size, start, dsync=True)],
+            completed)
+
+    def _outcome(self, path: Path, result: int, start: int, size: int,
+                 data: bytes | bytearray, end: int) -> Appended:
         if result == -errno.EINVAL:
             self._disable(path, "the kernel refused a direct write")
             return False
         if result != size:
             reason = os.strerror(-result) if result < 0 else f"{result} of {size} bytes written"
-            raise StorageError(f"write to {path} failed at byte {start}: {reason}")
+            return StorageError(f"write to {path} failed at byte {start}: {reason}")
         self.advanced(data, end + len(data))
         return True
-
-    def _write_done(self, _done: asyncio.Future[list[int]]) -> None:
-        self._pending = None
-        self._pinned = None
 
     def ready(self, path: Path) -> bool:
         """Whether appends to the segment at ``path`` may go direct: the kernel's AIO and
@@ -122,7 +149,8 @@ class DirectAppends:
         if not self.enabled:
             return False
         if self._kernel is None:
-            self._kernel = open_kernel_syncs(asyncio.get_running_loop())
+            self._loop = asyncio.get_running_loop()
+            self._kernel = open_kernel_syncs(self._loop)
             if self._kernel is None:
                 self._disable(path, "no Linux AIO")
                 return False
@@ -155,8 +183,7 @@ class DirectAppends:
 
     async def close(self) -> None:
         """Wait for a write still in flight, then release the kernel's context."""
-        if self._pending is not None:
-            await asyncio.shield(self._pending)
+        await self.settled()
         self.segment_closed()
         if self._kernel is not None:
             self._kernel.close()

@@ -55,7 +55,7 @@ from xdfs.common.files import (
     write_all,
     write_dsync,
 )
-from xdfs.editlog.direct_appends import DirectAppends
+from xdfs.editlog.direct_appends import Appended, DirectAppends
 from xdfs.editlog.framing import (
     CRC,
     CRC_BYTES,
@@ -617,17 +617,46 @@ class FileJournal:
     async def start_segment(self, first_txid: int) -> None:
         await self._run(self.start_segment_sync, first_txid)
 
-    async def write(self, data: bytes | bytearray, first_txid: int, last_txid: int) -> None:
+    def start_write(self, data: bytes | bytearray, first_txid: int, last_txid: int,
+                    done: Callable[[BaseException | None], None]) -> bool:
+        """Start a batch's write without a task: ``done(None)`` once it is durable, or
+        ``done(error)``, called from the loop's reaping of the kernel's completion (the
+        flush's waiters answered in the same loop turn). False when this batch cannot go
+        that way (not a direct append, or one still in flight): :meth:`write` it instead.
+        The journal's end moves when the write lands, whoever still waits for it."""
         path, end = self._path, self._end_bytes
         direct = self._direct
-        if (path is not None and direct.fits(end, len(data), self._allocated_bytes)
-                and direct.ready(path)):
-            fault_point("editlog.before_write")
-            if await direct.append(path, end, data):
-                self._end_bytes = end + len(data)
+        if (path is None or not direct.fits(end, len(data), self._allocated_bytes)
+                or direct.busy() or not direct.ready(path)):
+            return False
+        fault_point("editlog.before_write")
+
+        def appended(outcome: Appended) -> None:
+            if outcome is False:  # the kernel refused: through the I/O thread, as before
+                _call_when_done(asyncio.ensure_future(self._run(self.write_sync, data)), done)
+                return
+            if outcome is not True:
+                done(outcome)
+                return
+            self._end_bytes = end + len(data)
+            try:
                 fault_point("editlog.before_fsync")  # (a write durable by itself: synced)
                 fault_point("editlog.after_fsync")
+            except Exception as exc:  # an armed fault: the flush fails as a crash test asks
+                done(exc)
                 return
+            done(None)
+
+        direct.start_append(path, end, data, appended)
+        return True
+
+    async def write(self, data: bytes | bytearray, first_txid: int, last_txid: int) -> None:
+        await self._direct.settled()
+        written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.start_write(data, first_txid, last_txid,
+                            lambda error: _settle(written, None, error)):
+            await written
+            return
         await self._run(self.write_sync, data)
 
     async def finalize_segment(self, first_txid: int, last_txid: int) -> None:
@@ -684,8 +713,16 @@ _Call = tuple[Callable[..., Any], tuple[object, ...], asyncio.AbstractEventLoop,
               asyncio.Future[Any]]
 
 
+def _call_when_done(task: asyncio.Future[None],
+                    done: Callable[[BaseException | None], None]) -> None:
+    """``done(None)`` or ``done(error)`` once ``task`` ends (cancelled: CancelledError)."""
+    def ended(_task: asyncio.Future[None]) -> None:
+        done(asyncio.CancelledError() if task.cancelled() else task.exception())
+    task.add_done_callback(ended)
+
+
 def _settle(future: asyncio.Future[Any], result: object, error: BaseException | None) -> None:
-    if future.cancelled():
+    if future.done():
         return
     if error is not None:
         future.set_exception(error)

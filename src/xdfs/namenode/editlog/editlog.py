@@ -102,6 +102,12 @@ class Journal(Protocol):
 
     async def write(self, data: bytes | bytearray, first_txid: int, last_txid: int) -> None: ...
 
+    def start_write(self, data: bytes | bytearray, first_txid: int, last_txid: int,
+                    done: Callable[[BaseException | None], None]) -> bool:
+        """Start :meth:`write` without a task, ``done(None)`` or ``done(error)`` called
+        from the loop when it ends; False when the journal cannot (then :meth:`write`)."""
+        ...
+
     async def finalize_segment(self, first_txid: int, last_txid: int) -> None: ...
 
     async def close(self) -> None: ...
@@ -484,11 +490,43 @@ class EditLog:
             if not fut.done():
                 fut.set_result(None)
         started = time.perf_counter()
-        ok = await self._each(
-            "write", lambda j: j.write(batch.data, batch.first_txid, batch.last_txid)
-        )
-        if not ok:
+        journals = self.journals
+        if len(journals) == 1 and await self._write_without_task(journals[0], batch, started):
             return
+        if await self._each(
+            "write", lambda j: j.write(batch.data, batch.first_txid, batch.last_txid)
+        ):
+            self._flushed(batch, started)
+
+    async def _write_without_task(self, journal: Journal, batch: FlushBatch,
+                                  started: float) -> bool:
+        """Write ``batch`` to a lone journal that can tell its end by a callback; its
+        waiters are then answered in the loop turn that reaps the write (an await of the
+        write would answer them one or two turns later, each turn a round of frames read
+        on every connection). False when the journal cannot: nothing was written."""
+        assert self._loop is not None
+        done: asyncio.Future[None] = self._loop.create_future()
+
+        def written(error: BaseException | None) -> None:
+            if error is None:
+                self._flushed(batch, started)
+            else:
+                self._go_fatal(journal, "write", error)
+            if not done.done():
+                done.set_result(None)
+
+        try:
+            if not journal.start_write(batch.data, batch.first_txid, batch.last_txid, written):
+                return False
+        except Exception as exc:  # (an armed fault point before the write)
+            self._go_fatal(journal, "write", exc)
+            return True
+        await done  # the syncer's next flush, or a roll, waits for this one
+        return True
+
+    def _flushed(self, batch: FlushBatch, started: float) -> None:
+        """``batch`` is durable on every journal: count it and answer its waiters."""
+        buffer = self._buffer
         self.flush_count += 1
         if self.on_flushed is not None:
             self.on_flushed(time.perf_counter() - started, batch.count)

@@ -213,6 +213,10 @@ class QuorumEditsJournal:
         # bytes: a slow JournalNode may still be sending after the buffer is reused
         await self.shared.writer.write(bytes(data), first_txid, last_txid)
 
+    def start_write(self, data: bytes | bytearray, first_txid: int, last_txid: int,
+                    done: Callable[[BaseException | None], None]) -> bool:
+        return False  # a quorum's answers come to a task: :meth:`write`
+
     async def finalize_segment(self, first_txid: int, last_txid: int) -> None:
         await self.shared.writer.finalize_segment(first_txid, last_txid)
 
