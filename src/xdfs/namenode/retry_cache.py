@@ -45,13 +45,18 @@ from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import FileStatus
 from xdfs.rpc.handling import CallKey
 
-#: The ops that carry a call's key: the last op of each at-most-once mutation.
-KEYED_OPS: Final = (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp, AppendOp)
+#: The ops that carry a call's key: the last op of each at-most-once mutation. (A set of
+#: the exact types: one hash probe per mutation, where ``isinstance`` with a tuple tried
+#: each class in turn; ops are never subclassed.)
+KEYED_OPS: Final = frozenset(
+    (MkdirOp, AddFileOp, CloseFileOp, DeleteOp, RenameOp, ConcatOp, AppendOp))
 
 #: Fault point (crash tests): a keyed call's ops are durable, its caller not yet answered.
 KEYED_DURABLE: Final = "namenode.keyed_call_durable"
 assert KEYED_DURABLE in FAULT_POINTS
 
+
+_replace: Final = msgspec.structs.replace
 
 #: How often (at most) inserting drops expired entries.
 _SWEEP_INTERVAL_S = 1.0
@@ -219,9 +224,9 @@ def key_of(op: Op) -> CallKey | None:
 
 def with_key(op: Op, key: CallKey) -> Op:
     """``op`` carrying ``key``; ops that cannot carry one are returned as they are."""
-    if not isinstance(op, KEYED_OPS):
+    if type(op) not in KEYED_OPS:
         return op
-    return msgspec.structs.replace(op, rpc_client_id=key[0], rpc_call=key[1])
+    return _replace(op, rpc_client_id=key[0], rpc_call=key[1])
 
 
 def answer_of(op: Op, ns: Namespace) -> object:
