@@ -295,17 +295,19 @@ class NamesystemCore:
         if key is None:
             return run()
         cache = self.retry_cache
-        if cache.begin(key, self.clock()) is not None:
+        now_s = self.clock()
+        if cache.get(key, now_s) is not None:
             return None  # a retry: run_once answers it (waits for the first try)
+        # No entry while it runs: nothing between here and its end awaits, so no retry
+        # can come in meanwhile to find it running.
         try:
             pending = run()
         except BaseException as exc:
-            cache.fail(key, exc)
+            cache.begin(key, now_s)
+            cache.fail(key, exc)  # remembered as run_once would (or forgotten)
             raise
-        if pending is None:
-            cache.forget(key)  # not run: the async path begins it again
-            return None
-        cache.succeed(key, pending.answer, pending.txid)
+        if pending is not None:  # (None: not run; the async path begins it)
+            cache.add_succeeded(key, pending.answer, pending.txid, now_s)
         return pending
 
     async def at_most_once(self, run: Callable[[], Awaitable[T]]) -> T:

@@ -159,20 +159,17 @@ class RetryCache:
         entry.error = error
         entry._settle(State.FAILED)
 
-    def forget(self, key: CallKey) -> None:
-        """Drop the running entry of a try that did not run after all (a one-step call
-        that must take the async path: that begins the call again)."""
-        entry = self._entries.get(key)
-        if entry is not None and entry.state is State.RUNNING:
-            del self._entries[key]
-            entry._settle(State.FAILED)
-
     def add_applied(self, key: CallKey, value: object, txid: int, now_s: float) -> None:
         """A call whose ops were applied from the edits (startup replay, a standby's
         tailing): a retry of it gets ``value``."""
-        entry = Entry(now_s + self.expiry_s, State.SUCCEEDED, value, None, txid)
         self._entries.pop(key, None)
-        self._insert(key, entry, now_s)
+        self.add_succeeded(key, value, txid, now_s)
+
+    def add_succeeded(self, key: CallKey, value: object, txid: int, now_s: float) -> None:
+        """A call with no entry (:meth:`get` said so) that ran to its end with no await
+        in between (a one-step call): no retry could have seen it running, so its entry
+        goes in finished, one insert instead of begin's and succeed's two steps."""
+        self._insert(key, Entry(now_s + self.expiry_s, State.SUCCEEDED, value, None, txid), now_s)
 
     def _insert(self, key: CallKey, entry: Entry, now_s: float) -> None:
         self._evict(now_s)
