@@ -10,7 +10,7 @@ import asyncio
 import errno
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -215,12 +215,17 @@ async def test_the_edits_logs_waiters_are_answered_in_the_kernels_completion(
     log = EditLog([journal])
     await log.open_for_write(1)
     told: list[tuple[int, bool]] = []
-    for txid in range(1, 6):
-        appended = log.append(MkdirOp(f"/d{txid}", 100 + txid, 0o755, "alice", "staff", txid))
-        log.when_synced(appended, lambda error, t=appended: told.append((t, bool(reaping))))
+
+    def telling(txid: int) -> Callable[[BaseException | None], None]:
+        return lambda _error: told.append((txid, bool(reaping)))
+
+    ops = [MkdirOp(f"/d{txid}", 100 + txid, 0o755, "alice", "staff", txid)
+           for txid in range(1, 6)]
+    for op in ops:
+        appended = log.append(op)
+        log.when_synced(appended, telling(appended))
         await log.sync(appended)
     assert told == [(txid, True) for txid in range(1, 6)]
     assert len(kernel.writes) == 5
     await log.close()
-    assert [edit[1].path for edit in read_dir_edits(tmp_path, 1)] == [
-        f"/d{txid}" for txid in range(1, 6)]
+    assert [edit[1] for edit in read_dir_edits(tmp_path, 1)] == ops
