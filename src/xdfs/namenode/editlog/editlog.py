@@ -508,12 +508,14 @@ class EditLog:
         done: asyncio.Future[None] = self._loop.create_future()
 
         def written(error: BaseException | None) -> None:
-            if error is None:
-                self._flushed(batch, started)
-            else:
-                self._go_fatal(journal, "write", error)
-            if not done.done():
-                done.set_result(None)
+            try:
+                if error is None:
+                    self._flushed(batch, started)
+                else:
+                    self._go_fatal(journal, "write", error)
+            finally:  # (the syncer must never wait for a flush that is over)
+                if not done.done():
+                    done.set_result(None)
 
         try:
             if not journal.start_write(batch.data, batch.first_txid, batch.last_txid, written):
