@@ -39,7 +39,7 @@ SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size  # 20
 RECORD_HEAD: Final = struct.Struct(">IBQ")  # length, opcode, txid
 RECORD_HEAD_BYTES: Final = RECORD_HEAD.size  # 13
 CRC: Final = struct.Struct(">I")
-_LENGTH: Final = struct.Struct(">I")  # RECORD_HEAD in parts, for frame_record
+_LENGTH: Final = CRC  # a record's length field: the same big-endian u32 (frame_record)
 _OPCODE_TXID: Final = struct.Struct(">BQ")
 CRC_BYTES: Final = 4
 #: length counts opcode + txid + payload, so it is never below this.

@@ -64,7 +64,6 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-
 class EditSink(Protocol):
     """What the namesystem needs of the edits log."""
 
