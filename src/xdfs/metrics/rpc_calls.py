@@ -3,14 +3,13 @@ slow calls.
 
 Kept as plain counts on the event loop (every call and every scrape run there) and turned
 into Prometheus families only when scraped (:class:`xdfs.metrics.RpcMetrics`): a call
-costs a dict lookup, a bisect and two additions (prometheus_client's own Counter and
-Histogram take a lock and walk the buckets in Python: about six times the cost per call,
-measured). Compiled with mypyc (xdfs.common.native): every call of every server ends here.
+costs a dict lookup, a short scan of the bounds and two additions (prometheus_client's own
+Counter and Histogram take a lock and walk the buckets in Python: about six times the cost
+per call, measured). Compiled with mypyc (xdfs.common.native): every call of every server ends here.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from typing import Final, NamedTuple
 
@@ -52,7 +51,14 @@ class RpcCalls:
         stats = self.by_method.get(method)
         if stats is None:
             stats = self.by_method[method] = MethodStats()
-        stats.buckets[bisect.bisect_left(RPC_BUCKETS_S, seconds)] += 1
+        # The first bound at or above seconds (bisect_left), compared as native floats:
+        # most calls end in the first few buckets.
+        index = 0
+        for bound in RPC_BUCKETS_S:
+            if seconds <= bound:
+                break
+            index += 1
+        stats.buckets[index] += 1
         stats.seconds += seconds
 
     def call_failed(self, method: str, code: int) -> None:

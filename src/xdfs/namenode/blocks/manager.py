@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from xdfs.common import tokens
 from xdfs.config import NameNodeConfig
@@ -69,6 +69,11 @@ from xdfs.protocol.datanode import RecoverBlockTask, ReplicateTask, StorageRepor
 #: A block report batch may be this many times the configured batch size before it is
 #: refused (DataNodes of another configuration are tolerated, runaway ones are not).
 REPORT_BATCH_SLACK = 10
+
+
+#: The ops whose blocks are looked at again once durable (:meth:`BlockManager.affected_blocks`;
+#: ops are final msgspec types, never subclassed).
+_AFFECTING_OPS: Final = frozenset({CloseFileOp, UpdateBlocksOp, SetReplicationOp, ConcatOp})
 
 
 class Commands(NamedTuple):
@@ -415,6 +420,8 @@ class BlockManager:
     def affected_blocks(self, op: Op, at: Sequence[INodesInPath] = ()) -> tuple[int, ...]:
         """Blocks to look at again once ``op`` (just applied) is durable. Computed at apply
         time: a later op may rename or delete the path before the sync completes."""
+        if type(op) not in _AFFECTING_OPS:
+            return ()  # (most ops: one set probe, not four isinstance checks)
         if isinstance(op, CloseFileOp):
             return tuple(b.block_id for b in op.blocks)
         if isinstance(op, UpdateBlocksOp):

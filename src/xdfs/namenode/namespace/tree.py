@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import sys
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from xdfs.errors import AlreadyExists, InvalidArgument, IsADirectory
 from xdfs.namenode.namespace import image_codec, quota
@@ -300,15 +301,19 @@ class Namespace(UserOps):
         return self._status(iip.get(), iip.path)
 
     def _status(self, node: Inode, path: str) -> FileStatus:
+        # The fields go from inode to status as the objects they are (read through Any):
+        # typed, the compiled build would unbox each int and box it again, a fresh
+        # allocation for every large one (times, ids, the block size).
+        same: Any = node
         if isinstance(node, DirInode):
             return FileStatus(
-                path, True, 0, 0, 0, node.mtime_ms, node.atime_ms, node.mode, node.owner,
-                node.group, node.id, len(node.children), False,
+                path, True, 0, 0, 0, same.mtime_ms, same.atime_ms, same.mode, same.owner,
+                same.group, same.id, len(node.children), False,
             )
         assert isinstance(node, FileInode)
         return FileStatus(
-            path, False, file_length(node), node.replication, node.block_size, node.mtime_ms,
-            node.atime_ms, node.mode, node.owner, node.group, node.id, 0, node in self._uc,
+            path, False, file_length(node), same.replication, same.block_size, same.mtime_ms,
+            same.atime_ms, same.mode, same.owner, same.group, same.id, 0, node in self._uc,
         )
 
     def list_dir(
