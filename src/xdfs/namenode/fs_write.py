@@ -430,11 +430,12 @@ class WriteOps(LeaseOps):
         reported already; None when it must wait for them (the async path)."""
 
         def run() -> Pending[FileStatus] | None:
-            _resolved, node, plan = self._complete_plan(user, client, path, blocks)
+            resolved, node, _plan = self._complete_plan(user, client, path, blocks)
             needed = min(self.config.min_replication, node.replication)
             if any(self.blocks.replicas_matching(b) < needed for b in blocks):
                 return None
-            return self.apply_now("complete", plan, key)
+            # Checked just now, in this same step: the plan need not check again.
+            return self.apply_now("complete", lambda: self._close_plan(resolved, blocks), key)
 
         return self.once_now(key, run)
 
@@ -451,11 +452,15 @@ class WriteOps(LeaseOps):
         def plan() -> Plan[FileStatus]:
             iip = self.ns.fresh(resolved)
             self._closable_file(user, client, blocks, iip)
-            now = self.now_ms()
-            return Plan([CloseFileOp(iip.path, now, now, tuple(blocks))],
-                        lambda: self.ns.stat(iip), (iip,))
+            return self._close_plan(iip, blocks)
 
         return resolved, node, plan
+
+    def _close_plan(self, iip: INodesInPath, blocks: list[BlockRecord]) -> Plan[FileStatus]:
+        """The plan of a complete whose file :meth:`_closable_file` has just checked."""
+        now = self.now_ms()
+        return Plan([CloseFileOp(iip.path, now, now, tuple(blocks))],
+                    lambda: self.ns.stat(iip), (iip,))
 
     def _closable_file(
         self, user: str, client: str, blocks: list[BlockRecord], iip: INodesInPath
