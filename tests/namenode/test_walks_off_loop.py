@@ -10,6 +10,7 @@ import errno
 import os
 import shutil
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from xdfs.namenode import server as server_module
 from xdfs.namenode.image import background as background_module
 from xdfs.namenode.image.background import Checkpoint, start_checkpoint
 from xdfs.namenode.image.format import format_namenode
+from xdfs.namenode.image.fsimage import write_checkpoint_files
 from xdfs.namenode.image.recovery import load_namespace, save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.ops import Op
@@ -60,6 +62,11 @@ def _fs(nn: NameNode) -> Namesystem:
 
 def _current(nn: NameNode) -> Path:
     return nn.dirs[0].current
+
+
+def _ckpt_files(nn: NameNode) -> list[str]:
+    """The image files a checkpoint writer left in the name dir (``fsimage.ckpt_<txid>``)."""
+    return [p.name for p in _current(nn).iterdir() if ".ckpt" in p.name]
 
 
 async def _mutate(client: AsyncClient, first: int, last: int) -> None:
@@ -134,22 +141,35 @@ async def test_a_writer_that_fails_leaves_no_image_and_the_namenode_serving(
     minicluster: MiniCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nn = await _big_namenode(minicluster, dirs=10, files_per_dir=10)
-    real_start = start_checkpoint
+    real_start, real_write = start_checkpoint, write_checkpoint_files
+
+    def write_then_hang(*args: Any) -> str:
+        # (in the forked writer) Its files written, it never reports: killed from the
+        # NameNode, it has not finished whatever the scheduling (a small image written
+        # and reported before the kill landed made the save succeed, once).
+        real_write(*args)
+        time.sleep(60)
+        raise AssertionError("the writer was not killed")
 
     def start_killed(*args: Any) -> Checkpoint:
         checkpoint = real_start(*args)
+        deadline = time.monotonic() + 10
+        while not _ckpt_files(nn) and time.monotonic() < deadline:
+            time.sleep(0.002)  # until it has files to leave behind
         os.kill(checkpoint.pid, signal.SIGKILL)
         return checkpoint
 
+    monkeypatch.setattr(background_module, "write_checkpoint_files", write_then_hang)
     monkeypatch.setattr(server_module, "start_checkpoint", start_killed)
     async with connect(nn, ROOT, ROOT_PW) as root:
         await root.mkdirs("/after")
         with pytest.raises(StorageError, match="killed by SIGKILL"):
             await root.save_namespace()
-        assert [p.name for p in _current(nn).iterdir() if ".ckpt" in p.name] == []
+        assert _ckpt_files(nn) == []
         assert nn.dirs[0].images() == [0]
         assert (await root.stat("/after")).is_dir
     monkeypatch.setattr(server_module, "start_checkpoint", real_start)
+    monkeypatch.setattr(background_module, "write_checkpoint_files", real_write)
     async with connect(nn, ROOT, ROOT_PW) as root:
         txid = await root.save_namespace()
     restarted, _ = load_namespace([nn.dirs[0]], Namespace)
@@ -172,7 +192,7 @@ async def test_a_disk_that_fails_under_the_save_gets_a_storage_error_and_the_nam
         await root.mkdirs("/before")  # (a save at the image's txid writes no image)
         with pytest.raises(StorageError, match=r"checkpoint failed: .*connection abort"):
             await root.save_namespace()
-        assert [p.name for p in _current(nn).iterdir() if ".ckpt" in p.name] == []
+        assert _ckpt_files(nn) == []
         await root.mkdirs("/after")
         assert (await root.stat("/after")).is_dir
 
@@ -197,7 +217,7 @@ async def test_a_writer_that_hangs_is_killed_after_its_timeout(
             await root.save_namespace()
         with pytest.raises(ProcessLookupError):  # killed and reaped
             os.kill(writers[0].pid, 0)
-        assert [p.name for p in _current(nn).iterdir() if ".ckpt" in p.name] == []
+        assert _ckpt_files(nn) == []
         assert nn.dirs[0].images() == [0]
         assert (await root.stat("/after")).is_dir
 
