@@ -102,14 +102,18 @@ def main() -> int:
     parser.add_argument("--inflight", type=int, default=256, help="A's calls in flight (256)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every setting (2)")
     parser.add_argument("--dir", default=None, help="where the name dirs go (a temp dir)")
+    parser.add_argument("--values", default=",".join(map(str, SETTINGS)),
+                        help="frames_per_turn values compared, comma-separated "
+                             f"(default {','.join(map(str, SETTINGS))})")
     args = parser.parse_args()
+    values = [int(value) for value in args.values.split(",")]
     print(f"load average before: {load_average()}\n")
     print("| frames_per_turn | A's creates/s | B's stats | B p50 ms | p90 ms | p99 ms | "
           "max ms | NameNode CPU us per file |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     with scratch_run("xdfs-fair-", args.dir) as base:
         for _ in range(args.rounds):
-            for frames_per_turn in SETTINGS:
+            for frames_per_turn in values:
                 print(run_one(base / "nn", frames_per_turn, args.files, args.inflight),
                       flush=True)
     return 0
