@@ -102,9 +102,9 @@ def main() -> int:
     parser.add_argument("--inflight", type=int, default=256, help="A's calls in flight (256)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every setting (2)")
     parser.add_argument("--dir", default=None, help="where the name dirs go (a temp dir)")
-    parser.add_argument("--values", default=",".join(map(str, SETTINGS)),
-                        help="frames_per_turn values compared, comma-separated "
-                             f"(default {','.join(map(str, SETTINGS))})")
+    defaults = ",".join(map(str, SETTINGS))
+    parser.add_argument("--values", default=defaults,
+                        help=f"frames_per_turn values compared, comma-separated ({defaults})")
     args = parser.parse_args()
     values = [int(value) for value in args.values.split(",")]
     print(f"load average before: {load_average()}\n")

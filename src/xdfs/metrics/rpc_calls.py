@@ -5,7 +5,8 @@ Kept as plain counts on the event loop (every call and every scrape run there) a
 into Prometheus families only when scraped (:class:`xdfs.metrics.RpcMetrics`): a call
 costs a dict lookup, a short scan of the bounds and two additions (prometheus_client's own
 Counter and Histogram take a lock and walk the buckets in Python: about six times the cost
-per call, measured). Compiled with mypyc (xdfs.common.native): every call of every server ends here.
+per call, measured). Compiled with mypyc (xdfs.common.native): every call of every server
+ends here.
 """
 
 from __future__ import annotations

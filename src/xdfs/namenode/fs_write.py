@@ -430,7 +430,7 @@ class WriteOps(LeaseOps):
         reported already; None when it must wait for them (the async path)."""
 
         def run() -> Pending[FileStatus] | None:
-            resolved, node, _plan = self._complete_plan(user, client, path, blocks)
+            resolved, node = self._checked_close(user, client, path, blocks)
             needed = min(self.config.min_replication, node.replication)
             if any(self.blocks.replicas_matching(b) < needed for b in blocks):
                 return None
@@ -443,8 +443,7 @@ class WriteOps(LeaseOps):
         self, user: str, client: str, path: str, blocks: list[BlockRecord]
     ) -> tuple[INodesInPath, FileInode, Callable[[], Plan[FileStatus]]]:
         """The file a complete closes, checked now, and the plan that checks it again."""
-        resolved = self.ns.resolve(path)
-        node = self._closable_file(user, client, blocks, resolved)
+        resolved, node = self._checked_close(user, client, path, blocks)
 
         # (check is a method, not a closure plan shares: in the compiled build two nested
         # functions that refer to each other make a reference cycle per call, garbage only
@@ -455,6 +454,13 @@ class WriteOps(LeaseOps):
             return self._close_plan(iip, blocks)
 
         return resolved, node, plan
+
+    def _checked_close(
+        self, user: str, client: str, path: str, blocks: list[BlockRecord]
+    ) -> tuple[INodesInPath, FileInode]:
+        """The file a complete closes, resolved and checked now."""
+        resolved = self.ns.resolve(path)
+        return resolved, self._closable_file(user, client, blocks, resolved)
 
     def _close_plan(self, iip: INodesInPath, blocks: list[BlockRecord]) -> Plan[FileStatus]:
         """The plan of a complete whose file :meth:`_closable_file` has just checked."""
