@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 
 import pytest
 
@@ -23,6 +24,7 @@ from tests.integration.dn_helpers import (
 )
 from xdfs.datanode import layout
 from xdfs.datanode.server import DataNode
+from xdfs.datanode.storage import DataStorage
 from xdfs.errors import AccessDenied, AuthenticationFailed, StorageError, Unavailable, WrongCluster
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import DATANODE_PROTOCOL, HeartbeatResponse, ReplicateTask
@@ -193,6 +195,53 @@ async def test_new_block_keys_from_a_heartbeat_replace_the_old_ones(
     with pytest.raises(AuthenticationFailed):
         await read_block(client, record, old_token)
     assert (await read_block(client, record, make_token(fresh, 51, "r")))[1]
+
+
+async def test_a_write_placed_before_the_keys_are_installed_waits_for_them(
+    minicluster: MiniCluster, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The NameNode places blocks on a DataNode once it has answered its registration; the
+    node installs the keys only after making the cluster id durable. A write in between
+    waits for the keys (it was refused, and a one-DataNode client failed)."""
+    held = threading.Event()
+    persisting = threading.Event()
+    set_cluster_id = DataStorage.set_cluster_id
+
+    def slow_set_cluster_id(storage: DataStorage, cluster_id: str) -> None:
+        persisting.set()
+        held.wait(10)
+        set_cluster_id(storage, cluster_id)
+
+    monkeypatch.setattr(DataStorage, "set_cluster_id", slow_set_cluster_id)
+    stub = await start_stub(minicluster)
+    node = await minicluster.start_datanode("dn0", stub.address)
+    try:
+        await eventually(lambda: persisting.is_set() and len(stub.registrations) == 1)
+        assert not node.block_keys  # registration answered, keys not installed yet
+        client = dn_client(minicluster, node)
+        write = asyncio.create_task(write_block(client, BlockRecord(71, 1, 0), b"x" * 100,
+                                                stub.token(71)))
+        await asyncio.sleep(0.3)
+        assert not write.done()  # waiting, not refused
+        held.set()
+        assert (await write).block == BlockRecord(71, 1, 100)
+    finally:
+        held.set()
+
+
+async def test_a_write_to_a_datanode_that_cannot_register_is_refused_after_the_wait(
+    minicluster: MiniCluster,
+) -> None:
+    stub = await start_stub(minicluster)
+    stub.failures["register_datanode"] = [Unavailable("not yet")] * 100
+    node = await minicluster.start_datanode("dn0", stub.address,
+                                            config=dn_config(registration_wait_s=0.2))
+    client = dn_client(minicluster, node)
+    with pytest.raises(Unavailable, match=r"no block keys yet .* within 0\.2 s"):
+        await write_block(client, BlockRecord(72, 1, 0), b"x", stub.token(72))
+    with pytest.raises(Unavailable, match="no block keys yet"):
+        await read_block(client, BlockRecord(72, 1, 1), stub.token(72, "r"))
+    assert node.storage.get(72) is None
 
 
 async def test_failed_received_report_is_retried_with_the_heartbeats(

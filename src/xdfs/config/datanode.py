@@ -43,6 +43,11 @@ class DataNodeConfig:
         "Deadline of each register, report and heartbeat call; a NameNode that does not "
         "answer in time (paused) is left for the next address, as if its connection broke.",
     )
+    registration_wait_s: float = setting(
+        10.0,
+        "A block read or write that reaches a DataNode before its first registration has "
+        "given it the block keys (it just started) waits this long for them, then is refused.",
+    )
     secret_file: str = setting(
         "",
         "File holding the cluster's DataNode secret (a NameNode writes it to datanode.secret "

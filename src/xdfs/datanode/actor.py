@@ -93,8 +93,6 @@ class ActorNode(Protocol):
     config: XdfsConfig
     storage: DataStorage
     transfers: Transfers
-    #: Block-token keys (key id -> key), replaced as the NameNode rotates them.
-    block_keys: dict[int, BlockKey]
     replicator: Replicator
     block_recovery: BlockRecovery
 
@@ -103,6 +101,7 @@ class ActorNode(Protocol):
     @property
     def http_address(self) -> str: ...
     def joined_cluster(self, cluster_id: str) -> None: ...
+    def install_keys(self, keys: list[BlockKey]) -> None: ...
     def on_fatal(self, error: BaseException) -> None: ...
 
 
@@ -281,7 +280,7 @@ class NameNodeActor:
             node.joined_cluster(response.cluster_id)
         self.settings = response
         if self._obeyed:
-            self._install_keys(response.block_keys)
+            self.node.install_keys(response.block_keys)
         self.registered = True
         self._registered_with = self.rpc.current_address
         self._report_needed = True
@@ -305,11 +304,6 @@ class NameNodeActor:
     @property
     def _obeyed(self) -> bool:
         return self._offer.obeys(self.rpc.current_address)
-
-    def _install_keys(self, keys: list[BlockKey]) -> None:
-        if keys:
-            self.node.block_keys.clear()
-            self.node.block_keys.update((key.key_id, key) for key in keys)
 
     def _full_report_due(self) -> bool:
         assert self.settings is not None
@@ -354,7 +348,7 @@ class NameNodeActor:
                             self._offer.choice.active or "none")
             return
         async with self._offer.commands:
-            self._install_keys(response.block_keys)
+            self.node.install_keys(response.block_keys)
             for task in response.replicate:
                 self.node.replicator.submit(task)
             for recovery in response.recover:

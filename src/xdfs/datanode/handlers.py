@@ -61,7 +61,7 @@ class ServedNode(Protocol):
     def actor(self) -> NameNodeOffer | None: ...
     @property
     def address(self) -> str: ...
-    def check_token(self, token: str, block_id: int, mode: str) -> None: ...
+    async def check_token(self, token: str, block_id: int, mode: str) -> None: ...
     def open_replica(self, replica: Replica, offset: int, length: int) -> ReplicaReader: ...
     def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None: ...
     def on_kept(self, replica: Replica) -> None: ...
@@ -77,7 +77,7 @@ class DataNodeHandlers:
     ) -> WriteBlockResponse:
         node = self.node
         block = request.block
-        node.check_token(request.token, block.block_id, "w")
+        await node.check_token(request.token, block.block_id, "w")
         existing = node.storage.get(block.block_id)
         if request.append_to is not None:
             return await self._receive(ctx, request, chunks, self._appendable(request))
@@ -155,10 +155,10 @@ class DataNodeHandlers:
             storage.take(block_id)
             await in_thread(storage.delete_files, [replica])
 
-    def read_block(self, ctx: CallContext, request: ReadBlockRequest) -> Download:
+    async def read_block(self, ctx: CallContext, request: ReadBlockRequest) -> Download:
         node = self.node
         block = request.block
-        node.check_token(request.token, block.block_id, "r")
+        await node.check_token(request.token, block.block_id, "r")
         replica = node.storage.get(block.block_id)
         if (replica is None or replica.corrupt
                 or not (replica.finalized or replica.appending)
@@ -180,7 +180,7 @@ class DataNodeHandlers:
     async def init_replica_recovery(
         self, ctx: CallContext, request: InitReplicaRecoveryRequest
     ) -> ReplicaRecoveryInfo:
-        self.node.check_token(request.token, request.block.block_id, "w")
+        await self.node.check_token(request.token, request.block.block_id, "w")
         return await self.node.block_recovery.init_replica(
             request.block, request.recovery_genstamp
         )
@@ -188,7 +188,7 @@ class DataNodeHandlers:
     async def update_replica_under_recovery(
         self, ctx: CallContext, request: UpdateReplicaRequest
     ) -> WriteBlockResponse:
-        self.node.check_token(request.token, request.block_id, "w")
+        await self.node.check_token(request.token, request.block_id, "w")
         replica: Replica = await self.node.block_recovery.update_replica(
             request.block_id, request.recovery_genstamp, request.length
         )

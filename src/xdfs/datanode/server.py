@@ -77,6 +77,8 @@ class DataNode:
                                    dn.spare_files_max)
         #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
         self.block_keys: dict[int, BlockKey] = {}
+        #: Set once a registration installed the first keys: data calls wait for it.
+        self._keys_installed = asyncio.Event()
         self.transfers = Transfers()
         #: Block bytes served to readers and stored from writers (xdfs_datanode_*_bytes).
         self.bytes_read = 0
@@ -267,9 +269,30 @@ class DataNode:
 
     # -- used by the data path ----------------------------------------------------------
 
-    def check_token(self, token: str, block_id: int, mode: str) -> None:
+    def install_keys(self, keys: list[BlockKey]) -> None:
+        """The NameNode's block keys, given at registration and as it rotates them."""
+        if keys:
+            self.block_keys.clear()
+            self.block_keys.update((key.key_id, key) for key in keys)
+            self._keys_installed.set()
+
+    async def check_token(self, token: str, block_id: int, mode: str) -> None:
+        """Unavailable or InvalidToken unless ``token`` grants ``mode`` on ``block_id``.
+
+        A call that comes before the first keys waits for them: the NameNode may place a
+        block here as soon as it has answered the registration, while this node is still
+        making that registration durable (an fsync or two), and a client of a restarted
+        node may come before it has registered again."""
         if not self.block_keys:
-            raise Unavailable("this DataNode has no block keys yet (not registered)")
+            wait_s = self.config.datanode.registration_wait_s
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._keys_installed.wait()
+            except TimeoutError:
+                raise Unavailable(
+                    f"this DataNode has no block keys yet (not registered with a NameNode "
+                    f"within {wait_s:g} s)"
+                ) from None
         check_block_token(token, self.block_keys, self.now_ms(), block_id, mode)
 
     def open_replica(self, replica: Replica, offset: int, length: int) -> ReplicaReader:
