@@ -216,6 +216,32 @@ def test_block_tokens_verify_with_the_keys_datanodes_get(h: Harness) -> None:
         tokens.verify_token(token, h.ns.token_keys, now_ms)  # not a login key
 
 
+def test_block_tokens_are_signed_with_a_key_datanodes_had_before_a_rotation(
+    h: Harness,
+) -> None:
+    """A key just added reaches DataNodes only with their next heartbeats: block tokens
+    stay signed with the oldest key that outlives them, and never outlive their key."""
+    lifetime_ms = int(h.config.block_token_lifetime_s * 1000)
+    now_ms = int(h.clock() * 1000)
+    h.ns.apply(AddTokenKeyOp(2, b"n" * 32, now_ms + 3 * HOUR_MS))  # the rotation's new key
+    before = {key.key_id: key for key in h.bm.block_keys() if key.key_id == 1}
+    body = tokens.check_block_token(h.bm.block_token("alice", 7, "w"), before, now_ms, 7, "w")
+    assert body.key_id == 1 and body.expires_ms == now_ms + lifetime_ms
+    h.clock.advance(HOUR_MS / 1000 - lifetime_ms / 2000)  # key 1 ends before a fresh token
+    now_ms = int(h.clock() * 1000)
+    keys = {key.key_id: key for key in h.bm.block_keys()}
+    body = tokens.check_block_token(h.bm.block_token("alice", 7, "w"), keys, now_ms, 7, "w")
+    assert body.key_id == 2 and body.expires_ms == now_ms + lifetime_ms
+
+
+def test_a_block_token_never_outlives_its_key(h: Harness) -> None:
+    h.clock.advance(HOUR_MS / 1000 - 1)  # the only key has one second left
+    now_ms = int(h.clock() * 1000)
+    keys = {key.key_id: key for key in h.bm.block_keys()}
+    body = tokens.check_block_token(h.bm.block_token("alice", 7, "w"), keys, now_ms, 7, "w")
+    assert body.expires_ms == h.ns.token_keys[1].expires_ms
+
+
 def test_targets_exclude_addresses_and_the_safe_counts(h: Harness) -> None:
     h.node("a")
     h.node("b")

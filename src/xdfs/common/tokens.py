@@ -131,6 +131,17 @@ def check_block_token(
 
 
 def newest_key(keys: Mapping[int, K], now_ms: int) -> K | None:
-    """The key new tokens are signed with: the newest that is still valid."""
+    """The key new login tokens are signed with: the newest that is still valid."""
     valid = [key for key in keys.values() if key.expires_ms > now_ms]
     return max(valid, key=lambda key: key.key_id) if valid else None
+
+
+def block_signing_key(keys: Mapping[int, K], now_ms: int, expires_ms: int) -> K | None:
+    """The key a block token valid until ``expires_ms`` is signed with: the oldest that
+    outlives it (else the newest still valid). DataNodes learn a new key only with their
+    next heartbeat, so a key just added would be refused for a while; rotation adds a key
+    a token lifetime before the newest expires, so the oldest is one they have had long."""
+    lasting = [key for key in keys.values() if key.expires_ms >= expires_ms]
+    if lasting:
+        return min(lasting, key=lambda key: key.key_id)
+    return newest_key(keys, now_ms)

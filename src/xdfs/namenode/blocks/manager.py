@@ -266,12 +266,12 @@ class BlockManager:
 
     def block_token(self, user: str, block_id: int, mode: str) -> str:
         now_ms = int(self.clock() * 1000)
-        key = tokens.newest_key(self.ns.token_keys, now_ms)
+        expires_ms = now_ms + int(self.config.block_token_lifetime_s * 1000)
+        key = tokens.block_signing_key(self.ns.token_keys, now_ms, expires_ms)
         if key is None:
             raise InternalError("no valid token key to sign block tokens with")
-        lifetime_ms = int(self.config.block_token_lifetime_s * 1000)
         body = tokens.TokenBody(
-            "block", user, key.key_id, now_ms, now_ms + lifetime_ms,
+            "block", user, key.key_id, now_ms, min(expires_ms, key.expires_ms),
             scope=tokens.block_scope(block_id, mode),
         )
         return tokens.issue_token(body, self._block_key(key))
