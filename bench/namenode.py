@@ -65,9 +65,12 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench_env import load_average, machine, proc_cpu_s, scratch_parent
 from xdfs.client.client import AsyncClient
@@ -86,6 +89,7 @@ from xdfs.protocol.blocks import BlockRecord
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.loop import run
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.testing.net import free_port
 
 SUPERUSER, SUPER_PASSWORD = "root", "rootpw"
 USER, PASSWORD = "bench", "benchpw"
@@ -158,6 +162,8 @@ class Table:
     def __init__(self, s: Settings) -> None:
         self.s = s
         self.rows: dict[tuple[str, str], Row] = {}
+        #: One line per timed RPC trial of a mutation: what bounded it (see EditsFlushes).
+        self.trials: list[str] = []
 
     def wanted(self, part: str) -> bool:
         return not self.s.only or any(word in part for word in self.s.only)
@@ -368,6 +374,37 @@ async def inproc_small_files(node: NameNode, n: int) -> Timing:
 
 
 
+@dataclass(frozen=True)
+class EditsFlushes:
+    """The NameNode's group-commit flushes so far (its /metrics): a mutation is answered
+    only once its flush is durable, so with 64 calls in flight a trial is bounded by the
+    NameNode's CPU (busy near 100%) or by how long a flush takes to reach the disk."""
+
+    count: float
+    seconds: float
+    txns: float
+
+    @staticmethod
+    def scrape(http_address: str) -> EditsFlushes:
+        url = f"http://{http_address}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        samples = {sample.name: sample.value
+                   for family in text_string_to_metric_families(text)
+                   for sample in family.samples}
+        return EditsFlushes(samples["xdfs_namenode_edits_sync_seconds_count"],
+                            samples["xdfs_namenode_edits_sync_seconds_sum"],
+                            samples["xdfs_namenode_edits_sync_batch_txns_sum"])
+
+    def since(self, before: EditsFlushes) -> str:
+        count = self.count - before.count
+        if not count:
+            return "no edits flushed"
+        mean_ms = (self.seconds - before.seconds) / count * 1e3
+        return (f"{count:,.0f} edits flushes of {mean_ms:.2f} ms mean, "
+                f"{(self.txns - before.txns) / count:.0f} txns each")
+
+
 def start_rpc_namenode(base: Path, *settings: str) -> ServerProcess:
     """A NameNode process on a fresh name dir; ``settings``: ``key=value`` configuration
     overrides (``-D``)."""
@@ -390,7 +427,7 @@ def start_rpc_namenode(base: Path, *settings: str) -> ServerProcess:
     return nn
 
 
-async def rpc_part(s: Settings, table: Table, nn: ServerProcess) -> None:
+async def rpc_part(s: Settings, table: Table, nn: ServerProcess, http_address: str) -> None:
     assert nn.match is not None
     uri = f"xdfs://{nn.match.group(1)}"
     config = XdfsConfig()
@@ -427,9 +464,16 @@ async def rpc_part(s: Settings, table: Table, nn: ServerProcess) -> None:
                     ("mkdirs", mkdirs, "ops/s", "-", 0),
                     ("stat", stat, "ops/s", f">= {AIM_RPC_STAT_64:,}/s", AIM_RPC_STAT_64),
                 ):
+                    flushes = EditsFlushes.scrape(http_address)
                     server_cpu = proc_cpu_s(nn.pid)
                     t = await drive(op, n, inflight)
                     server_cpu = proc_cpu_s(nn.pid) - server_cpu
+                    if inflight > 1 and op is not stat:
+                        table.trials.append(
+                            f"- {name}, {inflight} in flight, run {run_number + 1}: "
+                            f"{t.rate:,.0f} {unit}; NN {server_cpu / n * 1e6:,.0f} us/op, "
+                            f"busy {server_cpu / t.wall_s:.0%}; "
+                            f"{EditsFlushes.scrape(http_address).since(flushes)}")
                     aimed = inflight > 1 and check > 0
                     table.add(part, f"{name}, {inflight} in flight", unit, t.rate,
                               server_cpu / n * 1e6, t.cpu_us, aim=aim if aimed else "-",
@@ -668,9 +712,11 @@ async def bench(s: Settings, table: Table, base: Path) -> None:
     if table.wanted("small-files"):
         await small_file_part(s, table, base)
     if table.wanted("RPC"):
-        nn = await asyncio.to_thread(start_rpc_namenode, base)
+        http_address = f"127.0.0.1:{free_port()}"  # its /metrics: the edits flushes
+        nn = await asyncio.to_thread(start_rpc_namenode, base,
+                                     f"namenode.http_address={http_address}")
         try:
-            await rpc_part(s, table, nn)
+            await rpc_part(s, table, nn, http_address)
         finally:
             nn.terminate()
 
@@ -752,6 +798,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if figures:
         print()
         print(figures)
+    if table.trials:
+        print("\nEach RPC trial of a mutation with calls in flight (NN busy near 100%: CPU "
+              "bound; less: waiting for its edits flushes):")
+        print("\n".join(table.trials))
     return 0
 
 
