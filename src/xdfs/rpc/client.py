@@ -171,7 +171,7 @@ class RpcClient:
         call, with the same call number, to the failover above on the loop."""
         deadline = timeout_s or self.config.call_timeout_s
         number = next(self._call_numbers)
-        loop: LoopThread | None = getattr(INLINE, "loop", None)  # inline_loop(), uncalled
+        loop = INLINE.loop  # inline_loop(), uncalled
         if loop is not None:
             return self._call_inline(loop, method, request, deadline, number)
         index = self._preferred

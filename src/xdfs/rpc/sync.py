@@ -12,9 +12,16 @@ from xdfs.rpc.loop import loop_factory
 
 T = TypeVar("T")
 
-#: Per thread: the LoopThread whose coroutine this thread runs inline (run_inline), as
-#: its ``loop`` attribute (RpcClient.call reads it directly: once per call).
-INLINE = threading.local()
+class _Inline(threading.local):
+    """Per thread: the LoopThread whose coroutine this thread runs inline (run_inline);
+    None by default as a class attribute, so reading it where it was never set raises and
+    swallows no AttributeError (``getattr(local, name, None)`` did: ~0.4 us per call)."""
+
+    loop: LoopThread | None = None
+
+
+#: RpcClient.call reads ``INLINE.loop`` directly: once per call.
+INLINE = _Inline()
 
 
 def inline_loop() -> LoopThread | None:
@@ -22,8 +29,7 @@ def inline_loop() -> LoopThread | None:
     (:meth:`LoopThread.run_inline`), or None (an event loop's thread, or plain code).
     :meth:`xdfs.rpc.client.RpcClient.call` then makes its call from this thread over a
     blocking connection instead of awaiting the loop."""
-    loop: LoopThread | None = getattr(INLINE, "loop", None)
-    return loop
+    return INLINE.loop
 
 
 class NotInline(RuntimeError):
@@ -91,7 +97,7 @@ class LoopThread:
         A coroutine that suspends on anything else is closed and :class:`NotInline`
         raised: only ask this of coroutines known not to (a programming error otherwise)."""
         assert threading.current_thread() is not self._thread, "run_inline from its own loop"
-        outer = getattr(INLINE, "loop", None)
+        outer = INLINE.loop
         INLINE.loop = self
         try:
             waited = coro.send(None)
