@@ -126,10 +126,11 @@ class Namespace(UserOps):
         parent = iip.parent_dir()
         name = iip.parts[-1]
         old = parent.children.get(name)
-        if isinstance(old, DirInode):
-            raise IsADirectory(f"{iip.path} is a directory")
-        if old is not None and not op.overwrite:
-            raise AlreadyExists(f"{iip.path} already exists")
+        if old is not None:  # (isinstance(None, DirInode) would take the slow path)
+            if isinstance(old, DirInode):
+                raise IsADirectory(f"{iip.path} is a directory")
+            if not op.overwrite:
+                raise AlreadyExists(f"{iip.path} already exists")
         chain = self._chain(iip, len(iip.parts))
         new_names = 1 if old is None else 0
         quota.check(chain, new_names, 0)
@@ -304,8 +305,10 @@ class Namespace(UserOps):
         # The fields go from inode to status as the objects they are (read through Any):
         # typed, the compiled build would unbox each int and box it again, a fresh
         # allocation for every large one (times, ids, the block size).
+        # isinstance against an inode class that does not match takes the slow path (their
+        # metaclass is msgspec's, not type): most statuses are of files.
         same: Any = node
-        if isinstance(node, DirInode):
+        if type(node) is DirInode:
             return FileStatus(
                 path, True, 0, 0, 0, same.mtime_ms, same.atime_ms, same.mode, same.owner,
                 same.group, same.id, len(node.children), False,
