@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from xdfs.errors import AlreadyExists, Cancelled, NotActive, SafeModeError
+from xdfs.namenode.namespace import ops
 from xdfs.namenode.namespace.ops import (
     AddFileOp,
     DeleteOp,
@@ -14,6 +15,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.retry_cache import (
+    KEYED_OPS,
     RetryCache,
     State,
     key_of,
@@ -150,3 +152,15 @@ def test_a_full_cache_of_running_calls_keeps_them_all() -> None:
     cache.begin((b"n" * 16, 1), 2.0)  # the first finished one makes room
     assert cache.get(keys[0], 3.0) is None
     assert all(cache.get(key, 3.0) is not None for key in keys[1:])
+
+
+def test_keyed_ops_are_exactly_the_ops_that_carry_a_call_key() -> None:
+    """key_of reads the key only from KEYED_OPS: an op class given the fields but not
+    listed would lose its key on replay (and a retry would run twice)."""
+    carrying = {
+        cls for cls in vars(ops).values()
+        if isinstance(cls, type) and issubclass(cls, ops.Op)
+        and "rpc_client_id" in cls.__struct_fields__
+    }
+    assert carrying == set(KEYED_OPS)
+    assert key_of(SetPermissionOp("/f", 0o600)) is None

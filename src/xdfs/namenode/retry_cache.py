@@ -214,6 +214,8 @@ class ReplayedAppend:
 
 def key_of(op: Op) -> CallKey | None:
     """The call key an op was logged with, None when it has none."""
+    if type(op) not in KEYED_OPS:  # one set probe, not two attribute lookups that miss
+        return None
     client_id: bytes = getattr(op, "rpc_client_id", b"")
     call: int = getattr(op, "rpc_call", 0)
     return (client_id, call) if client_id and call else None
