@@ -216,10 +216,12 @@ class WriteOps(LeaseOps):
             self.ns.check_access(user, iip, ancestor_access=W | X, traversed=True)
             dir_mode = self._default_mode(True, DEFAULT_MODE)
             ops = self._mkdir_ops(iip, depth - 1, user, dir_mode, dir_mode)
-            # (isinstance of None against an op class takes the slow path: ops is mostly [])
-            first = ops[0] if ops else None
-            group = (first.group if first is not None and isinstance(first, MkdirOp)
-                     else iip.inodes[depth - 1].group)
+            if ops:  # (tested first: isinstance(None, MkdirOp) takes msgspec's slow path)
+                first = ops[0]
+                assert isinstance(first, MkdirOp)
+                group = first.group  # the new parent's
+            else:
+                group = iip.inodes[depth - 1].group
             ops.append(
                 AddFileOp(
                     iip.path,
