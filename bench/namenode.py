@@ -483,7 +483,7 @@ async def rpc_part(s: Settings, table: Table, nn: ServerProcess, http_address: s
 # -- (e) the NameNode's share of a small-file write ------------------------------------------
 
 SMALL_FILE_BYTES = 200 * 1024
-SMALL_FILE_WRITERS = 8  # as the lead's probe: 8 threads writing 200 KiB files through fsspec
+SMALL_FILE_WRITERS = 8  # as bench/small_file_probe.py: 8 threads writing 200 KiB files
 
 
 async def small_file_part(s: Settings, table: Table, base: Path) -> None:

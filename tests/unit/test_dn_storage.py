@@ -279,7 +279,7 @@ def test_a_new_leaf_directory_is_durable_before_its_first_replica_moves_in(
 
 
 def to_layout_1(root: Path) -> list[int]:
-    """Turn a data dir into one written by layout version 1 (before session k): each
+    """Turn a data dir into one written by layout version 1: each
     finalized replica's files moved to ``subdir<id >> 8 & 0xFF>/subdir<id & 0xFF>``, the
     leaves it leaves empty removed, ``VERSION`` saying 1. Returns the block ids moved."""
     finalized = root / "current" / "finalized"

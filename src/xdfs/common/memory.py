@@ -1,13 +1,13 @@
 """The C allocator of a long-running server process (``rpc.server_malloc_keep_bytes``).
 
 A fresh 4 KiB page costs a page fault the first time it is touched (~5 us each on a
-virtualised host, measured 2026-11-24: 1.25 ms per MiB, more than copying the MiB). glibc's
-malloc hands large freed blocks back to the kernel: a block above its mmap threshold
-(128 KiB at first, raised as such blocks are freed, never above 32 MiB) is unmapped at
-``free``, and the top of a heap is trimmed once more than twice that threshold is free
-there. A server's data path frees and allocates buffers of a few hundred KiB to a few MiB
-all the time (frames, replies, a small file's bytes), so much of what it moved went
-through fresh pages: ~128k page faults in the DataNodes per GiB written.
+virtualised host: 1.25 ms per MiB, more than copying the MiB). glibc's malloc hands large
+freed blocks back to the kernel: a block above its mmap threshold (128 KiB at first, raised
+as such blocks are freed, never above 32 MiB) is unmapped at ``free``, and the top of a heap
+is trimmed once more than twice that threshold is free there. A server's data path frees and
+allocates buffers of a few hundred KiB to a few MiB all the time (frames, replies, a small
+file's bytes), so much of what it moved went through fresh pages: ~128k page faults in the
+DataNodes per GiB written.
 
 :func:`keep_freed_memory` makes glibc keep what a server freed for its next allocations:
 blocks up to the largest mmap threshold come from the heap, and a heap is trimmed only

@@ -1,6 +1,6 @@
 """Direct I/O (``O_DIRECT``) of replica data files (``datanode.direct_io``).
 
-Why: on the machines measured (docs/benchmarks.md, "Data path"), a buffered ``write`` cost
+Why: on the machines measured (docs/benchmarks.md, "The machine"), a buffered ``write`` cost
 3-4 ms of kernel CPU per MiB (page allocation and the page-cache copy), 8-10 times what a
 direct write of the same bytes costs including our own copy into an aligned buffer; the
 DataNode's CPU, not the disk, bounded both the large-file and the small-file write. A
@@ -19,18 +19,17 @@ has no kernel read-ahead behind it: the DataNode reads larger pieces
 has several requests queued. A file system that refuses
 ``O_DIRECT`` (tmpfs, some FUSE mounts) is written and read buffered, silently.
 
-Small replicas (:data:`BUFFERED_MAX_BYTES`): one whose whole stream is in hand is staged
-and written direct by the kernel's AIO (:meth:`StagedWriter.kernel_write`, ``aio.py``), and
-read direct by it into a pooled buffer: a buffered write or read of data not yet cached
-fills fresh page-cache pages, which cost this VM ~0.6 ms of kernel CPU per 200 KiB
-(measured alone: 0.48-0.68 ms buffered against 0.04-0.14 ms direct, 2026-11-24). Without
-AIO a small replica stays buffered: one whose stream ends before the first staging buffer
-fills is written through the page cache, and a replica shorter than that is read through
-it (an earlier measurement here, with threads doing the I/O, found the direct write of a
-200 KiB replica saving little: 0.40-0.43 against 0.47 ms of system time). Mixing both
-kinds on one file is coherent on Linux (a direct write or read first writes back the
-cached pages of its range, a direct write then drops them), and every read is verified
-against the checksums either way.
+Small replicas (:data:`BUFFERED_MAX_BYTES`): one whose whole stream is in hand is staged and
+written direct by the kernel's AIO (:meth:`StagedWriter.kernel_write`, ``aio.py``), and read
+direct by it into a pooled buffer: a buffered write or read of data not yet cached fills
+fresh page-cache pages, which cost this VM ~0.6 ms of kernel CPU per 200 KiB (measured
+alone: 0.48-0.68 ms buffered against 0.04-0.14 ms direct). Without AIO a small replica stays
+buffered: one whose stream ends before the first staging buffer fills is written through the
+page cache, and a replica shorter than that is read through it (with threads doing the I/O,
+the direct write of a 200 KiB replica saves little: 0.40-0.43 against 0.47 ms of system
+time). Mixing both kinds on one file is coherent on Linux (a direct write or read first
+writes back the cached pages of its range, a direct write then drops them), and every read
+is verified against the checksums either way.
 """
 
 from __future__ import annotations

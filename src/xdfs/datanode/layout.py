@@ -13,10 +13,10 @@
 ``a = (block_id >> 16) & 0xFF`` and ``b = (block_id >> 8) & 0xFF`` (HDFS's order): the
 two-level 256 x 256 tree of seed 003, so no directory grows huge, and 256 consecutive block
 ids share a leaf, so a node makes one leaf directory per 256 block ids (block ids are
-allocated in sequence: consecutive replicas land in one directory). Layout version 1 (before
-2026-11-25) put a block in ``a = (block_id >> 8) & 0xFF``, ``b = block_id & 0xFF``; a data
-dir of version 1 is taken as is (its ``VERSION`` rewritten to 2) and a replica found where
-version 1 put it stays there (:func:`homes`): nothing moves at startup.
+allocated in sequence: consecutive replicas land in one directory). Layout version 1 put a
+block in ``a = (block_id >> 8) & 0xFF``, ``b = block_id & 0xFF``; a data dir of version 1
+is taken as is (its ``VERSION`` rewritten to 2) and a replica found where version 1 put it
+stays there (:func:`homes`): nothing moves at startup.
 
 ``VERSION``: ``storageType=DATA_NODE``, ``layoutVersion``, ``nodeID`` (uuid4 hex, created
 once: the node's identity across restarts), ``clusterID`` (empty until the first
