@@ -9,7 +9,7 @@ from typing import Any
 import click
 import msgspec
 
-from xdfs.cli.dfs_base import Args, command, each_path
+from xdfs.cli.dfs_base import Args, command, each_path, expand, one_match
 from xdfs.cli.format import human_size, ls_lines
 from xdfs.common.modes import permission_string
 
@@ -112,7 +112,7 @@ def rm(client: Any, args: Args) -> int:
         else:
             click.echo(f"Deleted {path}")
 
-    return each_path(client, "rm", args.values, remove)
+    return each_path(client, "rm", args.values, remove, missing_ok="-f" in args.flags)
 
 
 @command("-rmdir", "<dir> ...")
@@ -129,7 +129,10 @@ def rmdir(client: Any, args: Args) -> int:
 
 @command("-mv", "<src> ... <dst>", min_args=2)
 def mv(client: Any, args: Args) -> int:
-    *sources, dst = args.values
+    *sources, pattern = args.values
+    dst = one_match(client, "mv", pattern)
+    if dst is None:
+        return 1
     return each_path(client, "mv", sources, lambda src: client.rename(src, dst))
 
 
@@ -233,13 +236,23 @@ def _quota_columns(s: Any, size: Callable[[int], str]) -> str:
 def test(client: Any, args: Args) -> int:
     """0 when true, 1 when not (or the path is missing): -r/-w ask the NameNode whether
     this user may read/write the path (as HDFS's access check)."""
-    from xdfs.errors import AccessDenied, NotFound
+    from xdfs.errors import XdfsError
 
     if len(args.flags) != 1:
         click.echo("Usage: xdfs dfs -test -[defsrwz] <path>", err=True)
         return 2
     flag = next(iter(args.flags))
-    path = args.values[0]
+    try:
+        paths = expand(client, args.values[0])
+    except XdfsError:
+        return 1
+    # as hdfs: true only when it holds for every path a glob names
+    return max(_test_one(client, flag, path) for path in paths)
+
+
+def _test_one(client: Any, flag: str, path: str) -> int:
+    from xdfs.errors import AccessDenied, NotFound
+
     try:
         if flag in ("-r", "-w"):
             client.access(path, 4 if flag == "-r" else 2)

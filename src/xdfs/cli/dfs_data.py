@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from xdfs.cli.dfs_base import Args, PathFailure, command, each_path
+from xdfs.cli.dfs_base import Args, PathFailure, command, each_path, expanded, one_match
 
 TAIL_BYTES = 1024
 TAIL_FOLLOW_INTERVAL_S = 1.0
@@ -22,16 +22,21 @@ def _put(client: Any, args: Args) -> int:
     """As ``hdfs dfs -put``: a missing local source is reported against itself, anything
     else against the destination; the destination's parent must exist. -p keeps each
     file's access and modification times and permission bits."""
-    *sources, dst = args.values
+    *sources, pattern = args.values
     overwrite = "-f" in args.flags
     preserve = "-p" in args.flags
+    dst = one_match(client, "put", pattern)
+    if dst is None:
+        return 1
     return each_path(
-        client, "put", sources, lambda src: upload(client, src, dst, overwrite, preserve)
+        client, "put", sources, lambda src: upload(client, src, dst, overwrite, preserve),
+        glob=False,  # local sources: the local shell expands their globs
     )
 
 
 def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = False) -> None:
     """One source of -put (and -moveFromLocal); see :func:`_put`."""
+    from xdfs.client.transfer import SourceChanged
     from xdfs.errors import AlreadyExists, XdfsError
 
     if not os.path.lexists(src):
@@ -46,6 +51,8 @@ def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = Fa
             _preserve_remote(client, remote, local)
     except AlreadyExists as exc:  # named as hdfs does: the file that exists
         raise PathFailure(_put_target(client, src, dst), exc) from exc
+    except SourceChanged:
+        raise  # the source's fault: reported against it
     except XdfsError as exc:
         raise PathFailure(dst, exc) from exc
 
@@ -65,8 +72,11 @@ def _put_target(client: Any, src: str, dst: str) -> str:
 
 def _get(client: Any, args: Args) -> int:
     """-get; -p keeps each file's access and modification times and permission bits."""
-    *sources, dst = args.values
+    *patterns, dst = args.values
     preserve = "-p" in args.flags
+    sources, failed = expanded(client, "get", patterns)
+    if not sources or not local_destination_ok("get", dst, len(sources)):
+        return 1
 
     def download(src: str) -> None:
         written = client.get(src, dst)
@@ -75,7 +85,22 @@ def _get(client: Any, args: Args) -> int:
                 os.utime(local, ns=(remote.atime_ms * 1_000_000, remote.mtime_ms * 1_000_000))
                 os.chmod(local, remote.mode & 0o7777)
 
-    return each_path(client, "get", sources, download)
+    return each_path(client, "get", sources, download, glob=False) or failed
+
+
+def local_destination_ok(verb: str, dst: str, sources: int) -> bool:
+    """As ``hdfs dfs -get``: several sources need an existing directory, one source a
+    destination whose parent exists (nothing is made); else one line and False."""
+    problem = ""
+    if sources > 1 and not os.path.exists(dst):
+        problem = "No such file or directory"
+    elif sources > 1 and not os.path.isdir(dst):
+        problem = "Is not a directory"
+    elif not os.path.exists(dst) and not os.path.isdir(os.path.dirname(dst) or "."):
+        problem = "No such file or directory"
+    if problem:
+        click.echo(f"{verb}: `{dst}': {problem}", err=True)
+    return not problem
 
 
 command("-put", "[-f] [-p] <localsrc> ... <dst>", "-f -p", min_args=2)(_put)
@@ -144,8 +169,11 @@ def cat(client: Any, args: Args) -> int:
 
 @command("-cp", "[-f] <src> ... <dst>", "-f", min_args=2)
 def cp(client: Any, args: Args) -> int:
-    *sources, dst = args.values
+    *sources, pattern = args.values
     overwrite = "-f" in args.flags
+    dst = one_match(client, "cp", pattern)
+    if dst is None:
+        return 1
     return each_path(client, "cp", sources, lambda src: client.copy(src, dst, overwrite=overwrite))
 
 
@@ -155,7 +183,7 @@ def tail(client: Any, args: Args) -> int:
     path = args.values[0]
     out = sys.stdout.buffer
 
-    def show(_path: str) -> None:
+    def show(path: str) -> None:
         length = client.stat(path).length
         client.copy_to(path, out.write, max(0, length - TAIL_BYTES))
         out.flush()
