@@ -204,6 +204,7 @@ def glob(
     results: list[Status] = []
     for flat in flattened:
         components = [part for part in flat.split("/") if part]
+        wildcard = wildcard or any(map(has_wildcard, components))
         candidates: list[Status] = [_Root()]
         if not components:
             root = stat("/")
@@ -211,9 +212,8 @@ def glob(
         for component in components:
             if not candidates:
                 break
-            literal = not has_wildcard(component)
-            wildcard = wildcard or not literal
-            candidates = _step(candidates, component, literal, stat, list_dir)
+            candidates = _step(candidates, component, not has_wildcard(component), stat,
+                               list_dir)
         results.extend(candidates)
     if not wildcard and not results and len(flattened) <= 1:
         return None
