@@ -7,6 +7,7 @@ operation failed (the message says which path and why), 2 on a usage error.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +56,8 @@ def command(
                 ctx.exit(handler(client, args))
 
         COMMANDS[name] = HdfsCommand(name, usage=usage, prefix="xdfs dfs", min_args=min_args,
-                                     max_args=max_args, params=params, callback=run)
+                                     max_args=max_args, params=params, callback=run,
+                                     description=inspect.getdoc(handler) or "")
         return handler
 
     return register
