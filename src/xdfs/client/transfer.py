@@ -41,6 +41,8 @@ class FileSystemCalls(Protocol):
     async def open_write(self, path: str, **options: Any) -> FileWriter: ...
 
 COPYING_SUFFIX = "._COPYING_"
+#: Told the length of each chunk a transfer moves (a progress bar's update).
+Progress = Callable[[int], object]
 
 
 class SourceChanged(XdfsError, OSError):
@@ -176,7 +178,10 @@ async def put(
     return written
 
 
-async def get(client: FileSystemCalls, src: str, local: str | os.PathLike[str]) -> list[str]:
+async def get(
+    client: FileSystemCalls, src: str, local: str | os.PathLike[str],
+    progress: Progress | None = None,
+) -> list[str]:
     """Copy a file or directory tree out of xdfs; returns the local files written."""
     target = Path(local)
     if await asyncio.to_thread(target.is_dir):
@@ -186,11 +191,11 @@ async def get(client: FileSystemCalls, src: str, local: str | os.PathLike[str]) 
         target.mkdir(parents=True, exist_ok=True)
         written: list[str] = []
         for entry in await client.list_dir(src):
-            written += await get(client, entry.path, target / basename(entry.path))
+            written += await get(client, entry.path, target / basename(entry.path), progress)
         return written
     if target.exists():
         raise AlreadyExists(f"{target} already exists")
-    await download(await client.open_read(src), target)
+    await download(await client.open_read(src), target, progress)
     return [str(target)]
 
 
@@ -233,7 +238,10 @@ async def copy_reader(
     return sent
 
 
-async def copy(client: FileSystemCalls, src: str, dst: str, *, overwrite: bool = False) -> str:
+async def copy(
+    client: FileSystemCalls, src: str, dst: str, *, overwrite: bool = False,
+    progress: Progress | None = None,
+) -> str:
     """Copy a file inside xdfs (the bytes pass through the client, as ``hdfs dfs -cp``)."""
     status = await client.stat(src)
     if status.is_dir:
@@ -241,7 +249,7 @@ async def copy(client: FileSystemCalls, src: str, dst: str, *, overwrite: bool =
     target = await resolve_destination(client, basename(src), dst)
     reader = await client.open_read(src)
     await write_stream(
-        client, target, reader.iter_range(), overwrite=overwrite,
+        client, target, reader.iter_range(), overwrite=overwrite, progress=progress,
         replication=status.replication, block_size=status.block_size,
     )
     return target

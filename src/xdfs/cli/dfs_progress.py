@@ -1,0 +1,58 @@
+"""The progress bar of ``-put``, ``-get`` and ``-cp``: bytes, rate and time left on
+standard error while it is a terminal; nothing at all otherwise (scripts, pipes, logs)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: Transfers smaller than this finish before a bar would tell anything.
+PROGRESS_MIN_BYTES = 1 << 20
+#: Seconds between two redraws of the bar.
+PROGRESS_REDRAW_S = 0.2
+
+
+@contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[int], object] | None]:
+    """A bar for ``total`` bytes, or None (no bar: stderr is no terminal, or the transfer
+    is small); the callable it yields takes the length of each chunk moved, from any
+    thread. The bar is cleared when the transfer ends."""
+    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield None
+        return
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    bar: Any = tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
+                    file=sys.stderr, leave=False, mininterval=PROGRESS_REDRAW_S,
+                    dynamic_ncols=True)
+    with bar:
+        yield bar.update
+
+
+def local_bytes(path: str) -> int:
+    """The bytes of a local file, or of every file of a local tree (0 when missing)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    total = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            full = os.path.join(root, name)
+            if os.path.isfile(full):
+                total += os.path.getsize(full)
+    return total
+
+
+def remote_bytes(client: Any, paths: list[str]) -> int:
+    """The bytes of xdfs files or trees (a missing one counts 0: its error comes later)."""
+    from xdfs.errors import XdfsError
+
+    total = 0
+    for path in paths:
+        try:
+            total += client.content_summary(path).length
+        except XdfsError:
+            continue
+    return total
