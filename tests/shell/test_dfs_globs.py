@@ -14,13 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.datapath.conftest import LiveCluster
-from tests.shell.test_dfs_parity import (  # noqa: F401  (fixtures)
-    ROOT_ENV,
-    Dfs,
-    base,
-    client,
-    dfs,
-)
+from tests.shell.test_dfs_parity import ROOT_ENV, Dfs
 from xdfs.client import transfer
 from xdfs.client.client import Client
 from xdfs.errors import NotFound

@@ -127,13 +127,14 @@ class _Missing(HdfsCommand):
 
     def __init__(self, name: str, usage: str, why: str) -> None:
         super().__init__(name, usage=usage, prefix="xdfs dfs", help=why)
+        self.verb = name.lstrip("-")
         self.why = why
 
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
-        click.echo(f"{self.name[1:]}: {self.why}", err=True)
+        click.echo(f"{self.verb}: {self.why}", err=True)
         raise click.exceptions.Exit(1)
 
 

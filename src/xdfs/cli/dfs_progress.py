@@ -4,6 +4,7 @@ standard error while it is a terminal; nothing at all otherwise (scripts, pipes,
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,9 +26,12 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[[int], object] | N
         return
     from tqdm import tqdm  # type: ignore[import-untyped]
 
+    # the size as shutil sees it: 80x24 on a terminal that tells none (0x0), where tqdm
+    # would draw nothing
+    size = shutil.get_terminal_size()
     bar: Any = tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
                     file=sys.stderr, leave=False, mininterval=PROGRESS_REDRAW_S,
-                    dynamic_ncols=True)
+                    ncols=size.columns, nrows=size.lines)
     with bar:
         yield bar.update
 

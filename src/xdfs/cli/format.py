@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 
 from xdfs.common.modes import permission_string
 from xdfs.protocol.namenode import FileStatus
@@ -39,9 +40,15 @@ def local_time(ms: int) -> str:
 REPLICATED = "Replicated"
 
 
+#: What ``-ls -q`` shows as ``?``, as HDFS: control, format, private use, surrogate and
+#: unassigned characters (Unicode categories).
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
+
+
 def printable(text: str) -> str:
     """``-ls -q``: every character that is not printable shown as ``?``."""
-    return "".join(char if char.isprintable() else "?" for char in text)
+    return "".join("?" if unicodedata.category(char) in _UNPRINTABLE else char
+                   for char in text)
 
 
 def ls_lines(entries: list[FileStatus], human: bool = False, ec: bool = False) -> list[str]:
