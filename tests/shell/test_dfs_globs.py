@@ -189,3 +189,21 @@ def test_get_into_a_missing_local_directory_fails_as_hdfs(
     assert (tmp_path / "f").read_bytes() == b"f"
     with pytest.raises(NotFound):
         client.stat(f"{base}/f._COPYING_")
+
+
+def test_relative_patterns_answer_relative_paths(client: Client, dfs: Dfs, base: str) -> None:
+    home = f"/user/root/g{uuid.uuid4().hex[:8]}"
+    name = home.rsplit("/", 1)[-1]
+    client.write_file(f"{home}/one", b"1")
+    client.write_file(f"{home}/two", b"2")
+    try:
+        results = dfs.run(dfs("-ls", "-C", f"{name}/*"),
+                          dfs("-mkdir", f"{base}/new*"),
+                          dfs("-rm", "-skipTrash", f"{name}/t?o"))
+        assert [code for code, _out, _err in results] == [0, 1, 0], results
+        assert results[0][1].splitlines() == [f"{name}/one", f"{name}/two"]
+        assert results[1][2] == f"mkdir: `{base}/new*': No such file or directory\n"
+        assert client.list_dir(base) == []  # never a directory named "new*"
+        assert results[2][1] == f"Deleted {name}/two\n"
+    finally:
+        client.delete(home, recursive=True, skip_trash=True)

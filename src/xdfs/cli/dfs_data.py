@@ -36,8 +36,7 @@ def _put(client: Any, args: Args) -> int:
     dst = one_match(client, "put", pattern)
     if dst is None:
         return 1
-    total = sum(local_bytes(src) for src in sources)
-    with progress_bar("put", total) as progress:
+    with progress_bar("put", lambda: sum(map(local_bytes, sources))) as progress:
         if threads == 1 or len(sources) == 1:
             return each_path(  # local sources: the local shell expands their globs
                 client, "put", sources,
@@ -100,7 +99,7 @@ def _get(client: Any, args: Args) -> int:
     if not sources or not local_destination_ok("get", dst, len(sources)):
         return 1
 
-    with progress_bar("get", remote_bytes(client, sources)) as progress:
+    with progress_bar("get", lambda: remote_bytes(client, sources)) as progress:
 
         def download(src: str) -> None:
             written = client.get(src, dst, progress)
@@ -205,7 +204,7 @@ def cp(client: Any, args: Args) -> int:
     if dst is None:
         return 1
     sources, failed = expanded(client, "cp", patterns)
-    with progress_bar("cp", remote_bytes(client, sources)) as progress:
+    with progress_bar("cp", lambda: remote_bytes(client, sources)) as progress:
 
         def copy(src: str) -> None:
             target = client.copy(src, dst, overwrite=overwrite, progress=progress)

@@ -17,11 +17,15 @@ PROGRESS_REDRAW_S = 0.2
 
 
 @contextmanager
-def progress_bar(label: str, total: int) -> Iterator[Callable[[int], object] | None]:
-    """A bar for ``total`` bytes, or None (no bar: stderr is no terminal, or the transfer
-    is small); the callable it yields takes the length of each chunk moved, from any
+def progress_bar(
+    label: str, measure: Callable[[], int]
+) -> Iterator[Callable[[int], object] | None]:
+    """A bar for the bytes ``measure()`` counts (called only on a terminal: it may cost
+    calls to the NameNode), or None (no bar: stderr is no terminal, or the transfer is
+    small); the callable it yields takes the length of each chunk moved, from any
     thread. The bar is cleared when the transfer ends."""
-    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+    total = measure() if sys.stderr.isatty() else 0
+    if total < PROGRESS_MIN_BYTES:
         yield None
         return
     from tqdm import tqdm  # type: ignore[import-untyped]
