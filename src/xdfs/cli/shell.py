@@ -118,6 +118,7 @@ class HdfsShell(click.Group):
                     click.echo(f"  {words}")
                     words = ""
                 click.echo(f"  {words:<30}{command.help or ''}".rstrip())
+        click.echo(f"  {'-help CMD, -usage [CMD]':<30}one command's help, usage lines")
 
     def describe(self, word: str, names: list[str]) -> int:
         """``-help NAME ...`` (each command's usage and description) or ``-usage [NAME
