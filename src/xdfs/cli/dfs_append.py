@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from xdfs.cli.dfs_base import Args, command, each_path
+from xdfs.cli.dfs_base import Args, command, each_path, expanded, one_match
 
 TRUNCATE_WAIT_INTERVAL_S = 1.0
 
@@ -20,7 +20,10 @@ def append_to_file(client: Any, args: Args) -> int:
     (as ``hdfs dfs -appendToFile``); every source goes through one append."""
     from xdfs.errors import NotFound
 
-    *sources, dst = args.values
+    *sources, pattern = args.values
+    dst = one_match(client, "appendToFile", pattern)
+    if dst is None:
+        return 1
 
     def append(_dst: str) -> None:
         try:
@@ -39,7 +42,7 @@ def append_to_file(client: Any, args: Args) -> int:
             raise
         writer.close()
 
-    return each_path(client, "appendToFile", [dst], append)
+    return each_path(client, "appendToFile", [dst], append, glob=False)
 
 
 def _copy(source: BinaryIO, writer: Any) -> None:
@@ -73,7 +76,8 @@ def truncate(client: Any, args: Args) -> int:
 
     status = each_path(client, "truncate", paths, cut)
     for path in waiting:
-        status |= each_path(client, "truncate", [path], _wait_for_recovery(client, length))
+        status |= each_path(client, "truncate", [path], _wait_for_recovery(client, length),
+                            glob=False)
     return status
 
 
@@ -93,5 +97,12 @@ def _wait_for_recovery(client: Any, length: int) -> Any:
 def concat(client: Any, args: Args) -> int:
     """Move the blocks of the sources to the end of the target and delete the sources
     (as ``hdfs dfs -concat``: closed files of one directory, one block size)."""
-    target, *sources = args.values
-    return each_path(client, "concat", [target], lambda path: client.concat(path, sources))
+    target, *patterns = args.values
+    sources, failed = expanded(client, "concat", patterns)
+    if failed:
+        return 1
+    destination = one_match(client, "concat", target)
+    if destination is None:
+        return 1
+    return each_path(client, "concat", [destination], lambda path: client.concat(path, sources),
+                     glob=False)

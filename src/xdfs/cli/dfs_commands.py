@@ -9,34 +9,44 @@ from typing import Any
 import click
 import msgspec
 
-from xdfs.cli.dfs_base import Args, command, each_path
-from xdfs.cli.format import human_size, ls_lines
+from xdfs.cli.dfs_base import Args, command, each_path, expand, one_match
+from xdfs.cli.format import human_size, ls_lines, printable
 from xdfs.common.modes import permission_string
 
 
-@command("-ls", "[-d] [-h] [-R] [-t] [-S] [-r] [-u] [<path> ...]", "-d -h -R -t -S -r -u",
-         min_args=0)
+@command("-ls", "[-C] [-d] [-h] [-q] [-R] [-t] [-S] [-r] [-u] [-e] [<path> ...]",
+         "-C -d -h -q -R -t -S -r -u -e", min_args=0)
 def ls(client: Any, args: Args) -> int:
     """As ``hdfs dfs -ls``: no path lists the home directory; the entries of a relative
-    path are shown relative to the home directory. -t sorts by modification time (newest
-    first), -S by size (largest first), -r reverses, -u shows (and -t sorts by) the access
-    time instead."""
-    human = "-h" in args.flags
+    path are shown relative to the home directory. -C shows the paths only, -d a
+    directory itself, -h sizes in binary units, -q non-printable characters as ?, -R the
+    whole tree; -t sorts by modification time (newest first), -S by size (largest
+    first), -r reverses, -u shows (and -t sorts by) the access time instead; -e adds the
+    erasure coding policy (Replicated: xdfs replicates every file)."""
+    lines = _ls_format(args.flags)
 
     def show(path: str) -> None:
-        shown = _shown_as(client, path, "-u" in args.flags)
+        shown = _shown_as(client, path, "-u" in args.flags, "-q" in args.flags)
         status = client.stat(path)
         if not status.is_dir or "-d" in args.flags:
-            _echo_lines(ls_lines([shown(status)], human))
+            _echo_lines(lines([shown(status)]))
             return
         if "-R" in args.flags:
-            _ls_recursive(client, status.path, human, shown, args.flags)
+            _ls_recursive(client, status.path, lines, shown, args.flags)
             return
         entries = _ordered(client.list_dir(status.path), args.flags)
-        click.echo(f"Found {len(entries)} items")
-        _echo_lines(ls_lines([shown(e) for e in entries], human))
+        if "-C" not in args.flags:
+            click.echo(f"Found {len(entries)} items")
+        _echo_lines(lines([shown(e) for e in entries]))
 
     return each_path(client, "ls", args.values or ["."], show)
+
+
+def _ls_format(flags: set[str]) -> Callable[[list[Any]], list[str]]:
+    """The -ls rows of statuses as the flags ask: the paths alone with -C."""
+    if "-C" in flags:
+        return lambda entries: [entry.path for entry in entries]
+    return lambda entries: ls_lines(entries, "-h" in flags, "-e" in flags)
 
 
 def _ordered(entries: list[Any], flags: set[str]) -> list[Any]:
@@ -49,10 +59,17 @@ def _ordered(entries: list[Any], flags: set[str]) -> list[Any]:
     return entries[::-1] if "-r" in flags else entries
 
 
-def _shown_as(client: Any, path: str, atime: bool = False) -> Callable[[Any], Any]:
+def _shown_as(
+    client: Any, path: str, atime: bool = False, quoted: bool = False
+) -> Callable[[Any], Any]:
     """Statuses with the path to print: relative to the home directory when the argument
     was relative (as hdfs prints them), else as they are; ``atime``: with the access time
-    in the place of the modification time (-u)."""
+    in the place of the modification time (-u); ``quoted``: non-printable characters of
+    the path as ? (-q)."""
+    if quoted:
+        plain = _shown_as(client, path, atime)
+        return lambda status: msgspec.structs.replace(
+            plain(status), path=printable(plain(status).path))
     if atime:
         plain = _shown_as(client, path)
         return lambda status: plain(msgspec.structs.replace(status, mtime_ms=status.atime_ms))
@@ -72,15 +89,16 @@ def _shown_as(client: Any, path: str, atime: bool = False) -> Callable[[Any], An
 
 
 def _ls_recursive(
-    client: Any, path: str, human: bool, shown: Callable[[Any], Any], flags: set[str]
+    client: Any, path: str, lines: Callable[[list[Any]], list[str]],
+    shown: Callable[[Any], Any], flags: set[str],
 ) -> None:
     """Depth first, each directory's entries right below it (as ``hdfs dfs -ls -R``);
     columns are sized per directory listing, which is ordered as the flags say."""
     entries = _ordered(client.list_dir(path), flags)
-    for entry, line in zip(entries, ls_lines([shown(e) for e in entries], human), strict=True):
+    for entry, line in zip(entries, lines([shown(e) for e in entries]), strict=True):
         click.echo(line)
         if entry.is_dir:
-            _ls_recursive(client, entry.path, human, shown, flags)
+            _ls_recursive(client, entry.path, lines, shown, flags)
 
 
 def _echo_lines(lines: list[str]) -> None:
@@ -112,7 +130,7 @@ def rm(client: Any, args: Args) -> int:
         else:
             click.echo(f"Deleted {path}")
 
-    return each_path(client, "rm", args.values, remove)
+    return each_path(client, "rm", args.values, remove, missing_ok="-f" in args.flags)
 
 
 @command("-rmdir", "<dir> ...")
@@ -129,7 +147,10 @@ def rmdir(client: Any, args: Args) -> int:
 
 @command("-mv", "<src> ... <dst>", min_args=2)
 def mv(client: Any, args: Args) -> int:
-    *sources, dst = args.values
+    *sources, pattern = args.values
+    dst = one_match(client, "mv", pattern)
+    if dst is None:
+        return 1
     return each_path(client, "mv", sources, lambda src: client.rename(src, dst))
 
 
@@ -142,10 +163,16 @@ def stat(client: Any, args: Args) -> int:
     return each_path(client, "stat", values, lambda p: click.echo(stat_format(fmt, client.stat(p))))
 
 
+def _utc(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def stat_format(fmt: str, status: Any) -> str:
     """hdfs -stat: %b size, %F type, %g group, %n name, %o block size, %r replication,
-    %u owner, %a octal permission, %A symbolic permission, %y mtime, %Y mtime in ms."""
-    mtime = dt.datetime.fromtimestamp(status.mtime_ms / 1000, tz=dt.UTC)
+    %u owner, %a octal permission, %A symbolic permission, %x / %X access time (UTC
+    ``yyyy-MM-dd HH:mm:ss`` / ms since the epoch), %y / %Y modification time, %z / %Z
+    the last change (as GNU stat; xdfs keeps no separate change time: the modification
+    time)."""
     fields = {
         "b": str(status.length),
         "F": "directory"
@@ -158,8 +185,12 @@ def stat_format(fmt: str, status: Any) -> str:
         "u": status.owner,
         "a": f"{status.mode:o}",
         "A": permission_string(status.is_dir, status.mode),
-        "y": mtime.strftime("%Y-%m-%d %H:%M:%S"),
+        "x": _utc(status.atime_ms),
+        "X": str(status.atime_ms),
+        "y": _utc(status.mtime_ms),
         "Y": str(status.mtime_ms),
+        "z": _utc(status.mtime_ms),
+        "Z": str(status.mtime_ms),
         "%": "%",
     }
     out, i = [], 0
@@ -173,9 +204,14 @@ def stat_format(fmt: str, status: Any) -> str:
     return "".join(out)
 
 
-@command("-du", "[-s] [-h] <path> ...", "-s -h")
+@command("-du", "[-s] [-h] [-v] [-x] <path> ...", "-s -h -v -x")
 def du(client: Any, args: Args) -> int:
+    """As ``hdfs dfs -du``: the size of each entry of a directory (-s: of the path
+    itself) and the space it takes with every replica; -h binary units, -v a header line,
+    -x (leave snapshots out) changes nothing: xdfs has no snapshots."""
     human = "-h" in args.flags
+    if "-v" in args.flags:
+        click.echo(f"{'SIZE':<12} {'DISK_SPACE_CONSUMED_WITH_ALL_REPLICAS':<12} FULL_PATH_NAME")
 
     def size(n: int) -> str:
         return human_size(n) if human else str(n)
@@ -192,16 +228,24 @@ def du(client: Any, args: Args) -> int:
     return each_path(client, "du", args.values, show)
 
 
-@command("-count", "[-q] [-h] [-v] <path> ...", "-q -h -v")
+@command("-count", "[-q] [-u] [-h] [-v] [-t [<storage type>]] <path> ...", "-q -u -h -v -t")
 def count(client: Any, args: Args) -> int:
     """As ``hdfs dfs -count``: DIR_COUNT FILE_COUNT CONTENT_SIZE PATHNAME; -q puts the
     quotas first (QUOTA REM_QUOTA SPACE_QUOTA REM_SPACE_QUOTA: ``none``/``inf`` when there
-    is none); -v prints a header line; -h shows sizes in binary units."""
+    is none); -u shows the quotas and the path only; -v prints a header line; -h shows
+    sizes in binary units. -t (quotas by storage type): xdfs has no storage types."""
+    if "-t" in args.flags:
+        click.echo("count: -t: xdfs has no storage types (quotas are per directory: -q)",
+                   err=True)
+        return 1
     human = "-h" in args.flags
-    quotas = "-q" in args.flags
+    quotas = bool({"-q", "-u"} & args.flags)
+    usage_only = "-u" in args.flags
     if "-v" in args.flags:
         head = _QUOTA_HEAD if quotas else ""
-        click.echo(f"{head}{'DIR_COUNT':>12} {'FILE_COUNT':>12} {'CONTENT_SIZE':>18} PATHNAME")
+        counts = "" if usage_only else (
+            f"{'DIR_COUNT':>12} {'FILE_COUNT':>12} {'CONTENT_SIZE':>18} ")
+        click.echo(f"{head}{counts}PATHNAME")
 
     def size(n: int) -> str:
         return human_size(n) if human else str(n)
@@ -209,7 +253,9 @@ def count(client: Any, args: Args) -> int:
     def show(path: str) -> None:
         s = client.content_summary(path)
         head = _quota_columns(s, size) if quotas else ""
-        click.echo(f"{head}{s.directory_count:>12} {s.file_count:>12} {size(s.length):>18} {path}")
+        counts = "" if usage_only else (
+            f"{s.directory_count:>12} {s.file_count:>12} {size(s.length):>18} ")
+        click.echo(f"{head}{counts}{path}")
 
     return each_path(client, "count", args.values, show)
 
@@ -233,13 +279,23 @@ def _quota_columns(s: Any, size: Callable[[int], str]) -> str:
 def test(client: Any, args: Args) -> int:
     """0 when true, 1 when not (or the path is missing): -r/-w ask the NameNode whether
     this user may read/write the path (as HDFS's access check)."""
-    from xdfs.errors import AccessDenied, NotFound
+    from xdfs.errors import XdfsError
 
     if len(args.flags) != 1:
         click.echo("Usage: xdfs dfs -test -[defsrwz] <path>", err=True)
         return 2
     flag = next(iter(args.flags))
-    path = args.values[0]
+    try:
+        paths = expand(client, args.values[0])
+    except XdfsError:
+        return 1
+    # as hdfs: true only when it holds for every path a glob names
+    return max(_test_one(client, flag, path) for path in paths)
+
+
+def _test_one(client: Any, flag: str, path: str) -> int:
+    from xdfs.errors import AccessDenied, NotFound
+
     try:
         if flag in ("-r", "-w"):
             client.access(path, 4 if flag == "-r" else 2)

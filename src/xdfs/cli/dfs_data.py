@@ -7,11 +7,14 @@ import os
 import posixpath
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import click
 
-from xdfs.cli.dfs_base import Args, PathFailure, command, each_path
+from xdfs.cli.dfs_base import Args, PathFailure, command, each_path, expanded, one_match
+from xdfs.cli.dfs_progress import local_bytes, progress_bar, remote_bytes
 
 TAIL_BYTES = 1024
 TAIL_FOLLOW_INTERVAL_S = 1.0
@@ -20,18 +23,40 @@ SETREP_WAIT_INTERVAL_S = 1.0
 
 def _put(client: Any, args: Args) -> int:
     """As ``hdfs dfs -put``: a missing local source is reported against itself, anything
-    else against the destination; the destination's parent must exist. -p keeps each
-    file's access and modification times and permission bits."""
-    *sources, dst = args.values
+    else against the destination; the destination's parent must exist. -f replaces an
+    existing file, -p keeps each file's access and modification times and permission
+    bits, -t N uploads N sources at a time."""
+    *sources, pattern = args.values
     overwrite = "-f" in args.flags
     preserve = "-p" in args.flags
-    return each_path(
-        client, "put", sources, lambda src: upload(client, src, dst, overwrite, preserve)
-    )
+    threads = _threads(args.options.get("-t", "1"))
+    if threads is None:
+        click.echo(f"put: -t: the thread count must be a number >= 1. {PUT_USAGE}", err=True)
+        return 2
+    dst = one_match(client, "put", pattern)
+    if dst is None:
+        return 1
+    with progress_bar("put", lambda: sum(map(local_bytes, sources))) as progress:
+        if threads == 1 or len(sources) == 1:
+            return each_path(  # local sources: the local shell expands their globs
+                client, "put", sources,
+                lambda src: upload(client, src, dst, overwrite, preserve, progress), glob=False)
+        with ThreadPoolExecutor(threads) as pool:
+            uploads = iter([pool.submit(upload, client, src, dst, overwrite, preserve,
+                                        progress) for src in sources])
+            # reported in the order given, whichever finishes first
+            return each_path(client, "put", sources, lambda _src: next(uploads).result(),
+                             glob=False)
 
 
-def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = False) -> None:
+def _threads(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) >= 1 else None
+
+
+def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = False,
+           progress: Callable[[int], object] | None = None) -> None:
     """One source of -put (and -moveFromLocal); see :func:`_put`."""
+    from xdfs.client.transfer import SourceChanged
     from xdfs.errors import AlreadyExists, XdfsError
 
     if not os.path.lexists(src):
@@ -41,11 +66,14 @@ def upload(client: Any, src: str, dst: str, overwrite: bool, preserve: bool = Fa
     if preserve:
         local_stats = {rel: os.stat(path) for rel, path in _local_files(src).items()}
     try:
-        written = client.put(src, dst, overwrite=overwrite, create_parents=False)
+        written = client.put(src, dst, overwrite=overwrite, create_parents=False,
+                             progress=progress)
         for remote, local in _pairs(written, local_stats):
             _preserve_remote(client, remote, local)
     except AlreadyExists as exc:  # named as hdfs does: the file that exists
         raise PathFailure(_put_target(client, src, dst), exc) from exc
+    except SourceChanged:
+        raise  # the source's fault: reported against it
     except XdfsError as exc:
         raise PathFailure(dst, exc) from exc
 
@@ -65,21 +93,44 @@ def _put_target(client: Any, src: str, dst: str) -> str:
 
 def _get(client: Any, args: Args) -> int:
     """-get; -p keeps each file's access and modification times and permission bits."""
-    *sources, dst = args.values
+    *patterns, dst = args.values
     preserve = "-p" in args.flags
+    sources, failed = expanded(client, "get", patterns)
+    if not sources or not local_destination_ok("get", dst, len(sources)):
+        return 1
 
-    def download(src: str) -> None:
-        written = client.get(src, dst)
-        if preserve:
-            for local, remote in _pairs(written, _remote_files(client, src)):
-                os.utime(local, ns=(remote.atime_ms * 1_000_000, remote.mtime_ms * 1_000_000))
-                os.chmod(local, remote.mode & 0o7777)
+    with progress_bar("get", lambda: remote_bytes(client, sources)) as progress:
 
-    return each_path(client, "get", sources, download)
+        def download(src: str) -> None:
+            written = client.get(src, dst, progress)
+            if preserve:
+                for local, remote in _pairs(written, _remote_files(client, src)):
+                    os.utime(local, ns=(remote.atime_ms * 1_000_000,
+                                        remote.mtime_ms * 1_000_000))
+                    os.chmod(local, remote.mode & 0o7777)
+
+        return each_path(client, "get", sources, download, glob=False) or failed
 
 
-command("-put", "[-f] [-p] <localsrc> ... <dst>", "-f -p", min_args=2)(_put)
-command("-copyFromLocal", "[-f] [-p] <localsrc> ... <dst>", "-f -p", min_args=2)(_put)
+def local_destination_ok(verb: str, dst: str, sources: int) -> bool:
+    """As ``hdfs dfs -get``: several sources need an existing directory, one source a
+    destination whose parent exists (nothing is made); else one line and False."""
+    problem = ""
+    if sources > 1 and not os.path.exists(dst):
+        problem = "No such file or directory"
+    elif sources > 1 and not os.path.isdir(dst):
+        problem = "Is not a directory"
+    elif not os.path.exists(dst) and not os.path.isdir(os.path.dirname(dst) or "."):
+        problem = "No such file or directory"
+    if problem:
+        click.echo(f"{verb}: `{dst}': {problem}", err=True)
+    return not problem
+
+
+PUT_ARGS = "[-f] [-p] [-t <thread count>] <localsrc> ... <dst>"
+PUT_USAGE = f"Usage: xdfs dfs -put {PUT_ARGS}"
+command("-put", PUT_ARGS, "-f -p", min_args=2, options="-t")(_put)
+command("-copyFromLocal", PUT_ARGS, "-f -p", min_args=2, options="-t")(_put)
 command("-get", "[-p] <src> ... <localdst>", "-p", min_args=2)(_get)
 command("-copyToLocal", "[-p] <src> ... <localdst>", "-p", min_args=2)(_get)
 
@@ -142,11 +193,31 @@ def cat(client: Any, args: Args) -> int:
     return each_path(client, "cat", args.values, show)
 
 
-@command("-cp", "[-f] <src> ... <dst>", "-f", min_args=2)
+@command("-cp", "[-f] [-p] <src> ... <dst>", "-f -p", min_args=2)
 def cp(client: Any, args: Args) -> int:
-    *sources, dst = args.values
+    """Copy files inside xdfs (the bytes pass through this client); -f replaces an
+    existing file, -p keeps the access and modification times, the owner and group and
+    the permission bits (HDFS's -p with no letters)."""
+    *patterns, pattern = args.values
     overwrite = "-f" in args.flags
-    return each_path(client, "cp", sources, lambda src: client.copy(src, dst, overwrite=overwrite))
+    dst = one_match(client, "cp", pattern)
+    if dst is None:
+        return 1
+    sources, failed = expanded(client, "cp", patterns)
+    with progress_bar("cp", lambda: remote_bytes(client, sources)) as progress:
+
+        def copy(src: str) -> None:
+            target = client.copy(src, dst, overwrite=overwrite, progress=progress)
+            if "-p" in args.flags:
+                _preserve_copy(client, client.stat(src), target)
+
+        return each_path(client, "cp", sources, copy, glob=False) or failed
+
+
+def _preserve_copy(client: Any, source: Any, target: str) -> None:
+    client.set_times(target, source.mtime_ms, source.atime_ms)
+    client.set_owner(target, source.owner, source.group)
+    client.set_permission(target, source.mode & 0o7777)
 
 
 @command("-tail", "[-f] <file>", "-f", max_args=1)
@@ -155,7 +226,7 @@ def tail(client: Any, args: Args) -> int:
     path = args.values[0]
     out = sys.stdout.buffer
 
-    def show(_path: str) -> None:
+    def show(path: str) -> None:
         length = client.stat(path).length
         client.copy_to(path, out.write, max(0, length - TAIL_BYTES))
         out.flush()

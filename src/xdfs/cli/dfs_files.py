@@ -13,8 +13,8 @@ from typing import Any, BinaryIO
 import click
 import crc32c
 
-from xdfs.cli.dfs_base import Args, command, each_path
-from xdfs.cli.dfs_data import upload
+from xdfs.cli.dfs_base import Args, command, each_path, expanded, one_match
+from xdfs.cli.dfs_data import local_destination_ok, upload
 
 HEAD_BYTES = 1024
 #: HDFS's checksum chunk: one CRC32C per 512 bytes of a block.
@@ -168,19 +168,22 @@ def getmerge(client: Any, args: Args) -> int:
                     out.write(b"\n")
 
     status = each_path(client, "getmerge", sources, collect)
-    return each_path(client, "getmerge", [local], merge) or status
+    return each_path(client, "getmerge", [local], merge, glob=False) or status
 
 
 @command("-moveFromLocal", "[-f] <localsrc> ... <dst>", "-f", min_args=2)
 def move_from_local(client: Any, args: Args) -> int:
     """-put, then each local source that was uploaded is deleted."""
-    *sources, dst = args.values
+    *sources, pattern = args.values
+    dst = one_match(client, "moveFromLocal", pattern)
+    if dst is None:
+        return 1
 
     def move(src: str) -> None:
         upload(client, src, dst, "-f" in args.flags)
         _remove_local(src)
 
-    return each_path(client, "moveFromLocal", sources, move)
+    return each_path(client, "moveFromLocal", sources, move, glob=False)
 
 
 def _remove_local(path: str) -> None:
@@ -199,10 +202,13 @@ def _remove_local(path: str) -> None:
 def move_to_local(client: Any, args: Args) -> int:
     """-get, then each source that was downloaded is deleted (to the trash when it is on,
     as -rm would). hdfs answers "not implemented yet"; xdfs does it."""
-    *sources, local = args.values
+    *patterns, local = args.values
+    sources, failed = expanded(client, "moveToLocal", patterns)
+    if not sources or not local_destination_ok("moveToLocal", local, len(sources)):
+        return 1
 
     def move(src: str) -> None:
         client.get(src, local)
         client.delete(src, recursive=True, skip_trash=False)
 
-    return each_path(client, "moveToLocal", sources, move)
+    return each_path(client, "moveToLocal", sources, move, glob=False) or failed

@@ -1,4 +1,6 @@
-"""More metadata commands of ``xdfs dfs``, as ``hdfs dfs`` has them: -find, -df, -touch."""
+"""More metadata commands of ``xdfs dfs``, as ``hdfs dfs`` has them: -find, -df, -touch;
+and the commands of features xdfs lacks (ACLs, extended attributes, snapshots), which say
+so."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 
 import click
 
-from xdfs.cli.dfs_base import Args, command, each_path
+from xdfs.cli.dfs_base import COMMANDS, Args, command, each_path
 from xdfs.cli.format import human_size
+from xdfs.cli.shell import HdfsCommand
 from xdfs.common.addresses import SCHEME
 
 
@@ -116,3 +119,37 @@ def _parse_stamp(text: str) -> int:
         except ValueError:
             continue
     raise ValueError(text)
+
+
+class _Missing(HdfsCommand):
+    """A command of ``hdfs dfs`` for a feature xdfs does not have: it says so in one line
+    (exit status 1), whatever its arguments, rather than "Unknown command"."""
+
+    def __init__(self, name: str, usage: str, why: str) -> None:
+        super().__init__(name, usage=usage, prefix="xdfs dfs", help=why)
+        self.verb = name.lstrip("-")
+        self.why = why
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        click.echo(f"{self.verb}: {self.why}", err=True)
+        raise click.exceptions.Exit(1)
+
+
+_NO_ACLS = "xdfs has no ACLs: permissions are the mode bits and the sticky bit (-chmod)"
+_NO_XATTRS = "xdfs has no extended attributes"
+_NO_SNAPSHOTS = "xdfs has no snapshots"
+MISSING = {
+    "-getfacl": ("[-R] <path>", _NO_ACLS),
+    "-setfacl": ("[-R] [{-b|-k} {-m|-x <acl_spec>} <path>]|[--set <acl_spec> <path>]",
+                 _NO_ACLS),
+    "-getfattr": ("[-R] {-n name | -d} [-e en] <path>", _NO_XATTRS),
+    "-setfattr": ("{-n name [-v value] | -x name} <path>", _NO_XATTRS),
+    "-createSnapshot": ("<snapshotDir> [<snapshotName>]", _NO_SNAPSHOTS),
+    "-deleteSnapshot": ("<snapshotDir> <snapshotName>", _NO_SNAPSHOTS),
+    "-renameSnapshot": ("<snapshotDir> <oldName> <newName>", _NO_SNAPSHOTS),
+}
+for _name, (_usage, _why) in MISSING.items():
+    COMMANDS[_name] = _Missing(_name, _usage, _why)

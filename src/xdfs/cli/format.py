@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 
 from xdfs.common.modes import permission_string
 from xdfs.protocol.namenode import FileStatus
@@ -35,8 +36,24 @@ def local_time(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
 
 
-def ls_lines(entries: list[FileStatus], human: bool = False) -> list[str]:
-    """``-ls`` rows with columns sized to the widest entry, as hdfs prints them."""
+#: What ``-ls -e`` shows in the erasure coding column: xdfs replicates every file.
+REPLICATED = "Replicated"
+
+
+#: What ``-ls -q`` shows as ``?``, as HDFS: control, format, private use, surrogate and
+#: unassigned characters (Unicode categories).
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Co", "Cs", "Cn"})
+
+
+def printable(text: str) -> str:
+    """``-ls -q``: every character that is not printable shown as ``?``."""
+    return "".join("?" if unicodedata.category(char) in _UNPRINTABLE else char
+                   for char in text)
+
+
+def ls_lines(entries: list[FileStatus], human: bool = False, ec: bool = False) -> list[str]:
+    """``-ls`` rows with columns sized to the widest entry, as hdfs prints them; ``ec``:
+    with the erasure coding policy column (-e) before the path."""
     rows = [
         (
             permission_string(e.is_dir, e.mode),
@@ -52,9 +69,10 @@ def ls_lines(entries: list[FileStatus], human: bool = False) -> list[str]:
     if not rows:
         return []
     widths = [max(len(row[i]) for row in rows) for i in range(7)]
+    policy = f"{REPLICATED} " if ec else ""
     return [
         f"{r[0]} {r[1]:>{max(3, widths[1])}} {r[2]:<{widths[2]}} {r[3]:<{widths[3]}} "
-        f"{r[4]:>{widths[4]}} {r[5]} {r[6]}"
+        f"{r[4]:>{widths[4]}} {r[5]} {policy}{r[6]}"
         for r in rows
     ]
 

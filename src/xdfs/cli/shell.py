@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 HELP_WORDS = ("-help", "-h", "--help")
+USAGE_WORD = "-usage"
 #: Where a shell keeps the ``-fs`` URI for its command (click's ``ctx.meta`` is shared).
 FS_KEY = "xdfs.fs"
 
@@ -44,11 +45,14 @@ class HdfsCommand(click.Command):
         min_args: int = 0,
         max_args: int | None = None,
         standalone: bool = False,
+        description: str = "",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("add_help_option", False)
         super().__init__(name, **kwargs)
         self.usage = usage
+        #: What ``-help NAME`` says below the usage (the ``help`` when there is none).
+        self.description = description or (self.help or "")
         self.prefix = prefix  # "xdfs dfs", "xdfs fsck" ...
         self.min_args = min_args
         self.max_args = max_args
@@ -114,12 +118,35 @@ class HdfsShell(click.Group):
                     click.echo(f"  {words}")
                     words = ""
                 click.echo(f"  {words:<30}{command.help or ''}".rstrip())
+        click.echo(f"  {'-help CMD, -usage [CMD]':<30}one command's help, usage lines")
+
+    def describe(self, word: str, names: list[str]) -> int:
+        """``-help NAME ...`` (each command's usage and description) or ``-usage [NAME
+        ...]`` (usage lines; every command's without a name), as ``hdfs dfs``; a name may
+        be written with or without its dash. 1 when a name is no command."""
+        chosen = names or [name for name, command in self.commands.items()
+                           if isinstance(command, HdfsCommand)]
+        status = 0
+        for name in chosen:
+            command = self.commands.get(name if name.startswith("-") else f"-{name}")
+            if not isinstance(command, HdfsCommand):
+                click.echo(f"{word[1:]}: Unknown command: {name}", err=True)
+                status = 1
+            elif word == USAGE_WORD:
+                click.echo(command.usage_line())
+            else:
+                click.echo(f"{command.name} {command.usage} :".replace("  ", " "))
+                for line in command.description.replace("``", "").splitlines() or [""]:
+                    click.echo(f"  {line}".rstrip())
+        return status
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         fs = None
         if len(args) >= 2 and args[0] in ("-fs", "--fs"):
             fs, args = args[1], args[2:]
         ctx.meta[FS_KEY] = fs
+        if args and (args[0] == USAGE_WORD or (args[0] in HELP_WORDS and len(args) > 1)):
+            raise click.exceptions.Exit(self.describe(args[0], args[1:]))
         if not args or args[0] in HELP_WORDS:
             self.print_usage()
             raise click.exceptions.Exit(0 if args else 2)

@@ -265,15 +265,18 @@ class AsyncClient:
         dst = await self.absolute(dst)
         return await transfer.put(self, local, dst, overwrite=overwrite, **options)
 
-    async def get(self, src: str, local: str) -> list[str]:
-        """Download a file or tree to the local file system."""
+    async def get(self, src: str, local: str, progress: transfer.Progress | None = None
+                  ) -> list[str]:
+        """Download a file or tree to the local file system (``progress`` gets the length
+        of each chunk written, as :meth:`put`'s and :meth:`copy`'s)."""
         src = await self.absolute(src)
-        return await transfer.get(self, src, local)
+        return await transfer.get(self, src, local, progress)
 
-    async def copy(self, src: str, dst: str, *, overwrite: bool = False) -> str:
+    async def copy(self, src: str, dst: str, *, overwrite: bool = False,
+                   progress: transfer.Progress | None = None) -> str:
         src = await self.absolute(src)
         dst = await self.absolute(dst)
-        return await transfer.copy(self, src, dst, overwrite=overwrite)
+        return await transfer.copy(self, src, dst, overwrite=overwrite, progress=progress)
 
     async def copy_to(
         self, src: str, sink: Callable[[bytes | memoryview], object], offset: int = 0,

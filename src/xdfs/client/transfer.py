@@ -2,7 +2,10 @@
 
 Uploads are written to ``<dst>._COPYING_`` and renamed into place only once complete (as
 ``hdfs dfs -put`` does), so a failed or interrupted copy never leaves a truncated file under
-the destination name; the temporary file is deleted on failure.
+the destination name; the temporary file is deleted on every failure (a refused overwrite
+or rename included). A local source that changes while it is read (its size or
+modification time) fails the upload before the file is completed: what was read was never
+the file.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +41,13 @@ class FileSystemCalls(Protocol):
     async def open_write(self, path: str, **options: Any) -> FileWriter: ...
 
 COPYING_SUFFIX = "._COPYING_"
+#: Told the length of each chunk a transfer moves (a progress bar's update).
+Progress = Callable[[int], object]
+
+
+class SourceChanged(XdfsError, OSError):
+    """A local file changed (size or modification time) while it was uploaded; nothing was
+    stored. Raised by the client only (never sent over the wire: no code of its own)."""
 
 
 def basename(path: str) -> str:
@@ -71,10 +82,15 @@ async def write_stream(
         raise AlreadyExists(f"{dst} already exists")
     temporary = dst + COPYING_SUFFIX
     await stream_to(client, temporary, chunks, overwrite=True, **options)
-    if overwrite:
-        with contextlib.suppress(NotFound):
-            await client.delete(dst, skip_trash=True)
-    await client.rename(temporary, dst)
+    try:
+        if overwrite:
+            with contextlib.suppress(NotFound):
+                await client.delete(dst, skip_trash=True)
+        await client.rename(temporary, dst)
+    except BaseException:  # a refused delete (the sticky bit) or rename: leave nothing
+        with contextlib.suppress(XdfsError):
+            await client.delete(temporary, skip_trash=True)
+        raise
     return await client.stat(dst)
 
 
@@ -113,13 +129,32 @@ async def local_chunks(path: Path) -> AsyncIterator[bytes]:
     # temporary file) never waits for a slow source (a pipe, a network mount).
     source = await asyncio.to_thread(path.open, "rb")
     try:
+        before = os.fstat(source.fileno())
+        read = 0
         while True:
             chunk = await asyncio.to_thread(source.read, LOCAL_READ_BYTES)
             if not chunk:
+                # checked before the last chunk is acknowledged, so a file that changed is
+                # never completed (stream_to abandons and deletes it)
+                _check_unchanged(path, before, os.fstat(source.fileno()), read)
                 return
+            read += len(chunk)
             yield chunk
     finally:
         asyncio.get_running_loop().run_in_executor(None, source.close)
+
+
+def _check_unchanged(path: Path, before: os.stat_result, after: os.stat_result, read: int
+                     ) -> None:
+    """SourceChanged unless ``read`` bytes were the whole file and it kept its size and
+    modification time while it was read (a pipe or a device has no size to hold to)."""
+    same = read == before.st_size == after.st_size and before.st_mtime_ns == after.st_mtime_ns
+    if same or not stat.S_ISREG(before.st_mode):
+        return
+    what = (f"its size went from {before.st_size} to {after.st_size} bytes"
+            if after.st_size != before.st_size or read != before.st_size
+            else "its modification time changed")
+    raise SourceChanged(f"{path} changed while it was read ({what}): nothing was stored")
 
 
 async def put(
@@ -143,7 +178,10 @@ async def put(
     return written
 
 
-async def get(client: FileSystemCalls, src: str, local: str | os.PathLike[str]) -> list[str]:
+async def get(
+    client: FileSystemCalls, src: str, local: str | os.PathLike[str],
+    progress: Progress | None = None,
+) -> list[str]:
     """Copy a file or directory tree out of xdfs; returns the local files written."""
     target = Path(local)
     if await asyncio.to_thread(target.is_dir):
@@ -153,11 +191,11 @@ async def get(client: FileSystemCalls, src: str, local: str | os.PathLike[str]) 
         target.mkdir(parents=True, exist_ok=True)
         written: list[str] = []
         for entry in await client.list_dir(src):
-            written += await get(client, entry.path, target / basename(entry.path))
+            written += await get(client, entry.path, target / basename(entry.path), progress)
         return written
     if target.exists():
         raise AlreadyExists(f"{target} already exists")
-    await download(await client.open_read(src), target)
+    await download(await client.open_read(src), target, progress)
     return [str(target)]
 
 
@@ -200,7 +238,10 @@ async def copy_reader(
     return sent
 
 
-async def copy(client: FileSystemCalls, src: str, dst: str, *, overwrite: bool = False) -> str:
+async def copy(
+    client: FileSystemCalls, src: str, dst: str, *, overwrite: bool = False,
+    progress: Progress | None = None,
+) -> str:
     """Copy a file inside xdfs (the bytes pass through the client, as ``hdfs dfs -cp``)."""
     status = await client.stat(src)
     if status.is_dir:
@@ -208,7 +249,7 @@ async def copy(client: FileSystemCalls, src: str, dst: str, *, overwrite: bool =
     target = await resolve_destination(client, basename(src), dst)
     reader = await client.open_read(src)
     await write_stream(
-        client, target, reader.iter_range(), overwrite=overwrite,
+        client, target, reader.iter_range(), overwrite=overwrite, progress=progress,
         replication=status.replication, block_size=status.block_size,
     )
     return target
