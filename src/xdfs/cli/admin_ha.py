@@ -136,7 +136,6 @@ async def _refuse_second_active(config: XdfsConfig, target: str) -> None:
 
 
 async def _graceful_failover(config: XdfsConfig, source: str, target: str) -> int:
-    from xdfs.common.coordination import read_zookeeper_secret
     from xdfs.common.secrets import read_secret_file
     from xdfs.protocol.zkfc import GRACEFUL_FAILOVER
     from xdfs.rpc.messages import Empty
@@ -146,7 +145,7 @@ async def _graceful_failover(config: XdfsConfig, source: str, target: str) -> in
 
     ha = config.ha
     secret = read_secret_file(ha.zkfc_secret_file, "ha.zkfc_secret_file")
-    zk_secret = read_zookeeper_secret(ha.zookeeper_secret_file, "ha.zookeeper_secret_file")
+    zk_secret = read_secret_file(ha.zookeeper_secret_file, "ha.zookeeper_secret_file")
     paths = Paths.of(ha.zookeeper_parent, ha.nameservice)
     controller = await asyncio.to_thread(find_controller, ha.zookeeper_quorum, zk_secret,
                                          paths, target, ha.zookeeper_connect_timeout_s)

@@ -24,18 +24,12 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_digest_acl
 
-from xdfs.common.secrets import read_secret_file
 from xdfs.errors import ConfigError, InternalError, Unavailable
 
 log = logging.getLogger(__name__)
 
 #: The digest identity every xdfs session authenticates as (the secret tells clusters apart).
 ZK_USER = "xdfs"
-
-
-def read_zookeeper_secret(path: str, key: str) -> str:
-    """The ZooKeeper secret in ``path``; ConfigError naming the config ``key``."""
-    return read_secret_file(path, key)
 
 
 def xdfs_acl(secret: str) -> list[ACL]:
@@ -79,7 +73,10 @@ def secure_tree(zk: KazooClient, root: str, key: str) -> int:
     ours = list(zk.default_acl or ())
     if not ours:
         raise InternalError("secure_tree needs a session of coordination.new_client")
-    zk.ensure_path(root)
+    try:
+        zk.ensure_path(root)
+    except NoAuthError:  # a parent on the way is someone else's
+        raise _refused(root, key) from None
     if _acl_of(zk, root, key) == ours:
         return 0
     migrated = _migrate(zk, root, ours, key)

@@ -32,7 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from xdfs.common.coordination import new_client, read_zookeeper_secret, secure_tree
+from xdfs.common.coordination import new_client, secure_tree
 from xdfs.common.fencing import parse_methods
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
@@ -146,8 +146,7 @@ class FailoverController:
         if not ha.zookeeper_quorum:
             raise ConfigError("ha.zookeeper_quorum is not set: give the ZooKeeper servers")
         self.secret = read_secret_file(ha.zkfc_secret_file, "ha.zkfc_secret_file")
-        self.zk_secret = read_zookeeper_secret(ha.zookeeper_secret_file,
-                                               "ha.zookeeper_secret_file")
+        self.zk_secret = read_secret_file(ha.zookeeper_secret_file, "ha.zookeeper_secret_file")
         self._loop = asyncio.get_running_loop()
         rpc = self.config.rpc
         self.server = RpcServer("zkfc", rpc, authenticator=SecretAuthenticator(
