@@ -54,6 +54,7 @@ def start_cluster(base: Path, group: ProcessGroup, zk: ZooKeeperEnsemble) -> tup
     nodes = [f"127.0.0.1:{p}" for p in ports]
     instance = f"127.0.0.1:{free_port()}"
     conf = ["-D", f"journalnode.secret_file={secret}", "-D", f"logservice.secret_file={secret}",
+            "-D", f"logservice.zookeeper_secret_file={secret}",
             "-D", f"logservice.zookeeper_quorum={zk.hosts}",
             "-D", f"logservice.storage_nodes={json.dumps(nodes)}",
             "-D", f"logservice.instances={json.dumps([instance])}"]
@@ -122,7 +123,7 @@ async def log_parts(table: Table, address: str, secret: str, args: argparse.Name
 
 async def zookeeper_part(table: Table, hosts: str, args: argparse.Namespace,
                          run_no: int) -> None:
-    zk = connect(hosts, 30.0)
+    zk = connect(hosts, 30.0, "bench-" + "0" * 32)  # its own parent, no xdfs tree
     parent = f"/bench-seq-{run_no}"
     zk.ensure_path(parent)
     payload = b"x" * args.record_bytes

@@ -60,9 +60,14 @@ class HaCluster:
         """Automatic failover through ZooKeeper at ``quorum`` (test-sized timeouts)."""
         secret = self.base / "zkfc.secret"
         new_secret_file(secret)
+        zookeeper_secret = self.base / "zookeeper.secret"
+        new_secret_file(zookeeper_secret)
+        nameservice = f"ns-{self.base.name}-{os.getpid()}"
         self.ha.update({
             "automatic_failover": True, "zookeeper_quorum": quorum,
-            "nameservice": f"ns-{self.base.name}-{os.getpid()}",
+            "nameservice": nameservice, "zookeeper_parent": f"/xdfs-ha-{nameservice}",
+            "zookeeper_secret_file": str(zookeeper_secret),
+            "controllers": {nn_id: f"127.0.0.1:{free_port()}" for nn_id in self.addresses},
             "zookeeper_session_timeout_s": 4.0, "health_check_interval_s": 0.5,
             "health_check_timeout_s": 2.0, "health_failures_max": 3,
             "graceful_fence_timeout_s": 2.0, "retry_after_failure_s": 0.5,

@@ -8,14 +8,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from tests.datapath.test_dev_cluster import ENV, PASSWORD, READY, USER, _gone
+from tests.zkfc.acl import assert_outsiders_locked_out
 from xdfs.client.webhdfs_ha import active_webhdfs, is_standby, webhdfs_filesystem
 from xdfs.common.process import ProcessGroup
+from xdfs.common.secrets import read_secret_file
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +48,22 @@ def test_dev_ha_lists_both_gateways_and_the_active_one_serves(
         fs = webhdfs_filesystem(gateways, user=USER, password=PASSWORD)
         fs.mkdir("/rest")
         assert fs.isdir("/rest")
+
+        # the controllers' znodes are closed to anybody without DIR/zookeeper.secret, and
+        # a graceful failover through client.toml reaches the configured controllers
+        assert settings["ha"]["controllers"] == {
+            nn_id: f"127.0.0.1:{port}" for nn_id, port in layout["controllers"].items()}
+        secret = read_secret_file(base / "zookeeper.secret", "zookeeper secret")
+        checked = assert_outsiders_locked_out(settings["ha"]["zookeeper_quorum"], secret,
+                                              "/xdfs-ha")
+        assert "/xdfs-ha/xdfs/ActiveBreadCrumb" in checked
+        env = {**os.environ, "XDFS_CONF": str(base / "client.toml")}
+        old = next(nn_id for nn_id, gateway in expected.items() if gateway == active)
+        new = "nn2" if old == "nn1" else "nn1"
+        moved = subprocess.run([sys.executable, "-m", "xdfs", "admin", "-failover", old, new],
+                               env=env, capture_output=True, text=True, timeout=180)
+        assert moved.returncode == 0 and f"Failover to NameNode {new} successful" in (
+            moved.stdout), moved
     finally:
         if dev.alive():
             assert dev.proc is not None

@@ -31,6 +31,8 @@ class LogCluster:
     def __post_init__(self) -> None:
         self.secret = self.base / "secret"
         new_secret_file(self.secret)
+        self.zookeeper_secret_file = self.base / "zookeeper.secret"
+        self.zookeeper_secret = new_secret_file(self.zookeeper_secret_file)
         self.storage_ports = [free_port() for _ in range(self.storage_count)]
         self.service_ports = [free_port() for _ in range(self.service_count)]
         self.zookeeper = ZooKeeperServer(self.base / "zk", ServerPorts(free_port()))
@@ -47,6 +49,7 @@ class LogCluster:
         return ["-D", f"journalnode.secret_file={self.secret}",
                 "-D", f"logservice.secret_file={self.secret}",
                 "-D", f"logservice.zookeeper_quorum={self.zookeeper.address}",
+                "-D", f"logservice.zookeeper_secret_file={self.zookeeper_secret_file}",
                 "-D", f"logservice.storage_nodes={json.dumps(self.storage_addresses)}",
                 "-D", "logservice.zookeeper_session_timeout_s=4",
                 "-D", "logservice.add_timeout_s=3",

@@ -5,6 +5,7 @@ engines on them, each test under its own ZooKeeper root."""
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,8 @@ WAIT_S = 60.0
 _roots = itertools.count(1)
 #: Small ledgers so that tests rotate.
 SMALL = m.LogSettings(ledger_entries_max=50)
+#: The ZooKeeper secret of the engines' sessions.
+ZK_SECRET = secrets.token_hex(32)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +98,7 @@ async def engines(zookeeper: ZooKeeperEnsemble, storage: Storage
 
     async def make(address: str = "instance-1", *, nodes: list[str] | None = None,
                    add_timeout_s: float = 5.0) -> LogEngine:
-        store = MetaStore(connect(zookeeper.hosts, 10.0), root)
+        store = MetaStore(connect(zookeeper.hosts, 10.0, ZK_SECRET), root)
         pool = NodePool(XdfsConfig().rpc, storage.hello(), call_timeout_s=5.0)
         engine = LogEngine(store, pool, nodes or storage.addresses, address,
                            m.LogSettings(), add_timeout_s)

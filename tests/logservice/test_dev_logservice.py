@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.zkfc.acl import assert_outsiders_locked_out
 from xdfs.common.process import ProcessGroup
+from xdfs.common.secrets import read_secret_file
 from xdfs.config import load_config
 from xdfs.log.client import LogClient
 
@@ -64,6 +66,12 @@ def test_dev_logservice(tmp_path: Path, flags: list[str], ready: str, fs_roles: 
             listed = subprocess.run([sys.executable, "-m", "xdfs", "log", "list"],
                                     env=run_env, capture_output=True, text=True, timeout=120)
             assert listed.returncode == 0 and "d" in listed.stdout.split(), listed
+            # the instance's znodes (its logs, the keeper's, the writers') are closed to
+            # anybody without DIR/zookeeper.secret
+            zookeeper = next(p for p in listing["processes"] if p["role"] == "zookeeper")
+            secret = read_secret_file(base / "zookeeper.secret", "zookeeper secret")
+            checked = assert_outsiders_locked_out(zookeeper["address"], secret, "/xdfs-log")
+            assert "/xdfs-log/logs/d" in checked
             os.kill(dev.pid, signal.SIGKILL)  # its children go with it
             end = time.monotonic() + 60
             while not all(map(_gone, pids)) and time.monotonic() < end:

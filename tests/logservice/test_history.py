@@ -128,7 +128,8 @@ class Nemesis:
         return action
 
     def keeper_address(self) -> str:
-        zk = connect(self.cluster.zookeeper.address, 10.0)
+        zk = connect(self.cluster.zookeeper.address, 10.0,
+                     self.cluster.zookeeper_secret)
         try:
             return str(zk.get("/xdfs-log/keeper")[0].decode()) if zk.exists(
                 "/xdfs-log/keeper") else ""
@@ -139,7 +140,8 @@ class Nemesis:
     async def second_writer(self, history: History) -> None:
         """A writer opened behind the service's back fences the service's writer; once the
         service takes the log back, this writer's appends must fail and never show."""
-        zk = await asyncio.to_thread(connect, self.cluster.zookeeper.address, 10.0)
+        zk = await asyncio.to_thread(connect, self.cluster.zookeeper.address, 10.0,
+                                     self.cluster.zookeeper_secret)
         secret = self.cluster.secret.read_text().strip()
         pool = NodePool(XdfsConfig().rpc, Hello(PROTOCOL_VERSION, user=JOURNAL_USER,
                                                 password=secret), 3.0)

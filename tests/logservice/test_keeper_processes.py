@@ -45,7 +45,7 @@ class Look:
 
     def __init__(self, cluster: LogCluster) -> None:
         self.cluster = cluster
-        self.zk = connect(cluster.zookeeper.address, 10.0)
+        self.zk = connect(cluster.zookeeper.address, 10.0, cluster.zookeeper_secret)
         self.store = MetaStore(self.zk, "/xdfs-log")
         secret = cluster.secret.read_text().strip()
         self.pool = NodePool(XdfsConfig().rpc,

@@ -21,6 +21,7 @@ import pytest
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.common.secrets import new_secret_file
 from xdfs.common.zookeeper import ZooKeeperEnsemble
+from xdfs.testing.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 #: ZooKeeper tick for the tests: sessions of 4 s are within its [2, 20] ticks.
@@ -64,6 +65,8 @@ class HaPair:
     namenodes: dict[str, ServerProcess] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)
     controllers: dict[str, ServerProcess] = field(default_factory=dict)
+    #: Where each NameNode's controller serves (ha.controllers), chosen once.
+    controller_addresses: dict[str, str] = field(default_factory=dict)
     conf: Path = Path()
 
     def start_namenodes(self, *ids: str) -> None:
@@ -83,12 +86,24 @@ class HaPair:
     def unhealthy_file(self, nn_id: str) -> Path:
         return self.base / f"{nn_id}.unhealthy"
 
+    @property
+    def zookeeper_secret_file(self) -> Path:
+        return self.base / "zookeeper.secret"
+
     def write_conf(self) -> None:
         secret = self.base / "zkfc.secret"
-        if not secret.exists():
-            new_secret_file(secret)
+        for path in (secret, self.zookeeper_secret_file):
+            if not path.exists():
+                new_secret_file(path)
+        for nn_id in self.addresses:
+            self.controller_addresses.setdefault(nn_id, f"127.0.0.1:{free_port()}")
+        nameservice = f"ns{next(_nameservices)}-{os.getpid()}"
         ha = {
-            "nameservice": f"ns{next(_nameservices)}-{os.getpid()}",
+            "nameservice": nameservice,
+            # one ZooKeeper secret per parent: each test's pair has its own of both
+            "zookeeper_parent": f"/xdfs-ha-{nameservice}",
+            "zookeeper_secret_file": str(self.zookeeper_secret_file),
+            "controllers": self.controller_addresses,
             "namenodes": self.addresses,
             "automatic_failover": self.automatic,
             "zookeeper_quorum": self.quorum,

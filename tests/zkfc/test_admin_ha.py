@@ -92,6 +92,7 @@ def test_zkfc_refuses_to_run_without_what_it_needs(pair_factory, tmp_path: Path)
     _said(zkfc(), "zkfc cannot start: ConfigError: ha.automatic_failover is off")
     on = ("-D", "ha.automatic_failover=true")
     _said(zkfc(*on, "-D", "ha.zkfc_secret_file="), "ha.zkfc_secret_file is not set")
+    _said(zkfc(*on, "-D", "ha.zookeeper_secret_file="), "ha.zookeeper_secret_file is not set")
     _said(zkfc(*on, "-D", "ha.zookeeper_quorum="), "ha.zookeeper_quorum is not set")
     _said(zkfc(*on, "-D", "ha.zookeeper_connect_timeout_s=1"),
           "Unavailable: no ZooKeeper session with 127.0.0.1:1 within 1.0 s")

@@ -15,6 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from tests.zkfc.conftest import TICK_S
+from xdfs.common.coordination import new_client
 from xdfs.common.zookeeper import ZooKeeperEnsemble, four_letter_word, server_mode
 from xdfs.errors import Unavailable
 from xdfs.protocol.zkfc import ControllerIdentity
@@ -23,6 +24,7 @@ from xdfs.zkfc import znodes
 ME = ControllerIdentity("ns", "nn1", "h1:8020", "h1:8019")
 OTHER = ControllerIdentity("ns", "nn2", "h2:8020", "h2:8019")
 PATHS = znodes.Paths.of("/xdfs-ha", "ns")
+SECRET = "ab" * 32
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def standalone(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
 def clients(standalone: ZooKeeperEnsemble) -> Iterator[list[KazooClient]]:
     made = []
     for _ in range(2):
-        client = KazooClient(standalone.hosts, timeout=3.0)
+        client = new_client(standalone.hosts, SECRET, 3.0)
         client.start(30)
         made.append(client)
     yield made
@@ -90,7 +92,7 @@ def test_a_dead_holders_breadcrumb_names_it_to_the_next_winner(
     standalone: ZooKeeperEnsemble, clients: list[KazooClient]
 ) -> None:
     _, theirs = clients
-    doomed = KazooClient(standalone.hosts, timeout=3.0)
+    doomed = new_client(standalone.hosts, SECRET, 3.0)
     doomed.start(30)
     assert znodes.try_acquire(doomed, PATHS, ME, lambda event: None).won
     znodes.write_breadcrumb(doomed, PATHS, ME)
@@ -107,9 +109,9 @@ def test_registration_replaces_a_predecessors_and_is_found_by_admin(
     znodes.register(old, PATHS, ME)
     moved = ControllerIdentity("ns", "nn1", "h1:8020", "h1:9999")
     znodes.register(new, PATHS, moved)  # a restarted controller, before the old session ends
-    assert znodes.find_controller(standalone.hosts, PATHS, "nn1", 10.0) == moved
+    assert znodes.find_controller(standalone.hosts, SECRET, PATHS, "nn1", 10.0) == moved
     with pytest.raises(Unavailable, match="no controller of NameNode nn2 is registered"):
-        znodes.find_controller(standalone.hosts, PATHS, "nn2", 10.0)
+        znodes.find_controller(standalone.hosts, SECRET, PATHS, "nn2", 10.0)
     assert znodes.decode(b"not json") is None
 
 

@@ -141,14 +141,17 @@ async def _graceful_failover(config: XdfsConfig, source: str, target: str) -> in
     from xdfs.rpc.messages import Empty
     from xdfs.zkfc.namenodes import BoundedClient
     from xdfs.zkfc.server import controller_hello
-    from xdfs.zkfc.znodes import Paths, find_controller
+    from xdfs.zkfc.znodes import Paths, configured_controller, find_controller
 
     ha = config.ha
     secret = read_secret_file(ha.zkfc_secret_file, "ha.zkfc_secret_file")
+    zk_secret = read_secret_file(ha.zookeeper_secret_file, "ha.zookeeper_secret_file")
     paths = Paths.of(ha.zookeeper_parent, ha.nameservice)
-    controller = await asyncio.to_thread(find_controller, ha.zookeeper_quorum, paths, target,
-                                         ha.zookeeper_connect_timeout_s)
-    async with BoundedClient(config, controller.zkfc, "xdfs-admin",
+    controller = await asyncio.to_thread(find_controller, ha.zookeeper_quorum, zk_secret,
+                                         paths, target, ha.zookeeper_connect_timeout_s)
+    address = configured_controller(ha, target, controller.zkfc,
+                                    paths.controller(target))
+    async with BoundedClient(config, address, "xdfs-admin",
                               hello=controller_hello(secret)) as client:
         # the target waits up to failover_timeout_s for the cede and again for the win
         answer = await client.call(GRACEFUL_FAILOVER, Empty(), 2 * ha.failover_timeout_s + 5)

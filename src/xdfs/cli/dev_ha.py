@@ -27,6 +27,8 @@ IDS = ("nn1", "nn2")
 LAYOUT_FILE = "ha.json"
 CONF_FILE = "ha.toml"
 ZKFC_SECRET_FILE = "zkfc.secret"
+#: The ZooKeeper secret (digest login and znode ACLs), shared with --logservice's instance.
+ZOOKEEPER_SECRET_FILE = "zookeeper.secret"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class DevHa:
     namenode_ports: dict[str, int]
     zookeeper_port: int
     http_ports: dict[str, int]
+    controller_ports: dict[str, int]
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -44,6 +47,11 @@ class DevHa:
     def http_addresses(self) -> dict[str, str]:
         """NameNode id -> host:port of its WebHDFS gateway."""
         return {nn_id: f"127.0.0.1:{port}" for nn_id, port in self.http_ports.items()}
+
+    @property
+    def controller_addresses(self) -> dict[str, str]:
+        """NameNode id -> host:port of its failover controller (ha.controllers)."""
+        return {nn_id: f"127.0.0.1:{port}" for nn_id, port in self.controller_ports.items()}
 
     @property
     def zookeeper_address(self) -> str:
@@ -67,8 +75,9 @@ class DevHa:
             "webhdfs": self.http_addresses,
             "automatic_failover": True,
             "zookeeper_quorum": self.zookeeper_address,
-            "zkfc_rpc_address": "127.0.0.1:0",
+            "controllers": self.controller_addresses,
             "zkfc_secret_file": str(self.base / ZKFC_SECRET_FILE),
+            "zookeeper_secret_file": str(self.base / ZOOKEEPER_SECRET_FILE),
         }
         write_toml(self.conf_file, settings)
         return ["--conf", str(self.conf_file)]
@@ -88,14 +97,18 @@ def dev_ha(base: Path) -> DevHa:
     data = json.loads(layout.read_text()) if layout.exists() else {}
     ha = DevHa(base, dict(data.get("namenodes") or {nn_id: free_port() for nn_id in IDS}),
                int(data.get("zookeeper") or free_port()),
-               # (a layout from before the gateways had fixed ports gets them now)
-               dict(data.get("http") or {nn_id: free_port() for nn_id in IDS}))
-    if "http" not in data:
+               # (a layout from before the gateways, or the controllers, had fixed ports
+               # gets them now)
+               dict(data.get("http") or {nn_id: free_port() for nn_id in IDS}),
+               dict(data.get("controllers") or {nn_id: free_port() for nn_id in IDS}))
+    if "controllers" not in data:
         atomic_write(layout, json.dumps({"namenodes": ha.namenode_ports,
                                          "zookeeper": ha.zookeeper_port,
-                                         "http": ha.http_ports}).encode())
-    if not (base / ZKFC_SECRET_FILE).exists():
-        new_secret_file(base / ZKFC_SECRET_FILE)
+                                         "http": ha.http_ports,
+                                         "controllers": ha.controller_ports}).encode())
+    for name in (ZKFC_SECRET_FILE, ZOOKEEPER_SECRET_FILE):
+        if not (base / name).exists():
+            new_secret_file(base / name)
     return ha
 
 

@@ -9,7 +9,8 @@ once, mode 0600) is both the storage nodes' secret and the one callers log in wi
 storage nodes send their heartbeats to the instance, the keeper, with it too); it and
 the instance's address go into ``client.toml`` (``client.logservice``,
 ``client.logservice_password``) so that ``xdfs log ...`` and ``LogClient()`` need no
-arguments.
+arguments. ``DIR/zookeeper.secret`` (shared with ``--ha``) is the instance's ZooKeeper login
+and the ACL of its znodes: callers of the log service never hold it.
 """
 
 from __future__ import annotations
@@ -85,10 +86,14 @@ def _layout(base: Path) -> dict[str, int | list[int]]:
 
 
 def dev_log(base: Path, conf: list[str]) -> DevLog:
+    from xdfs.cli.dev_ha import ZOOKEEPER_SECRET_FILE
+
     layout = _layout(base)
     secret = base / SECRET_FILE
-    if not secret.exists():
-        new_secret_file(secret)
+    zookeeper_secret = base / ZOOKEEPER_SECRET_FILE
+    for path in (secret, zookeeper_secret):
+        if not path.exists():
+            new_secret_file(path)
     zk_port = layout["zookeeper"]
     storage_ports = layout["storage"]
     assert isinstance(zk_port, int) and isinstance(storage_ports, list)
@@ -109,6 +114,7 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
         *conf, "-D", f"logservice.secret_file={secret}",
         "-D", f"logservice.instances={json.dumps([address])}",
         "-D", f"logservice.zookeeper_quorum={zookeeper.address}",
+        "-D", f"logservice.zookeeper_secret_file={zookeeper_secret}",
         "-D", f"logservice.storage_nodes={nodes}",
         "-D", "logservice.http_address=127.0.0.1:0", "logservice", "--rpc-address", address,
         log_path=base / "logs" / "logservice.log",

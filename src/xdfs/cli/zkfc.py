@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 @click.option("--namenode", default=None, metavar="HOST:PORT",
               help="The NameNode to watch (default: ha.namenodes[ID]).")
 @click.option("--rpc-address", default=None, metavar="HOST:PORT",
-              help="Where this controller serves (default ha.zkfc_rpc_address).")
+              help="Where this controller serves (default ha.controllers[ID], else "
+              "ha.zkfc_rpc_address).")
 @click.pass_obj
 def zkfc(state: CliState, nn_id: str | None, namenode: str | None,
          rpc_address: str | None) -> None:
@@ -31,7 +32,8 @@ def zkfc(state: CliState, nn_id: str | None, namenode: str | None,
 
     config = state.config
     nn_id, namenode = resolve_namenode(config, nn_id, namenode)
-    host, port = parse_address(rpc_address or config.ha.zkfc_rpc_address)
+    host, port = parse_address(rpc_address or config.ha.controllers.get(nn_id)
+                               or config.ha.zkfc_rpc_address)
     sys.exit(run(_serve(config, nn_id, namenode, host, port),
                  use_uvloop=config.rpc.use_uvloop))
 

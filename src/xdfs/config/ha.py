@@ -68,6 +68,13 @@ class HaConfig:
         "", "ZooKeeper servers, host:port[,host:port...] (xdfs zkfc needs it)."
     )
     zookeeper_parent: str = setting("/xdfs-ha", "Parent znode of every nameservice's znodes.")
+    zookeeper_secret_file: str = setting(
+        "", "File holding the ZooKeeper secret (mode 600): controllers and `xdfs admin "
+        "-failover` log in to ZooKeeper with it (digest) and every znode they create under "
+        "zookeeper_parent carries an ACL giving only its holders any right. Required by "
+        "`xdfs zkfc`; the same file for every controller of every nameservice under one "
+        "zookeeper_parent."
+    )
     zookeeper_session_timeout_s: float = setting(
         5.0, "ZooKeeper session timeout: a controller that died (or was cut off) loses the "
         "election after this long (the server clamps it to [2, 20] of its ticks)."
@@ -109,6 +116,12 @@ class HaConfig:
     zkfc_rpc_address: str = setting(
         "127.0.0.1:8019", "Where a controller serves its zkfc RPC (--rpc-address; HDFS's port)."
     )
+    controllers: dict[str, str] = field(default_factory=dict, metadata={"doc": (
+        "NameNode id -> host:port of its controller's zkfc RPC, a TOML table (`xdfs dev --ha` "
+        "writes it): `xdfs zkfc --id ID` serves there, and a controller or `xdfs admin "
+        "-failover` sends the controllers' secret only to these addresses, never to one "
+        "only ZooKeeper names. Graceful failover needs it."
+    )})
     zkfc_secret_file: str = setting(
         "", "File holding the controllers' shared secret: controllers and `xdfs admin "
         "-failover` present it to each other. Required by `xdfs zkfc`."
@@ -138,6 +151,10 @@ class HaConfig:
         for nn_id, address in self.namenodes.items():
             require(bool(nn_id) and "/" not in nn_id and bool(address),
                      f"ha.namenodes: {nn_id!r} = {address!r} is not id = \"host:port\"")
+        for nn_id, address in self.controllers.items():
+            require(nn_id in self.namenodes and bool(address),
+                     f"ha.controllers: {nn_id!r} = {address!r} is not an id of ha.namenodes "
+                     "= \"host:port\"")
 
     def nameservices(self) -> dict[str, list[str]]:
         """``{nameservice: NameNode addresses}`` when ha.namenodes is set (for

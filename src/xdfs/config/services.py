@@ -13,6 +13,11 @@ class LogServiceConfig:
         "", "ZooKeeper host:port[,host:port...] holding the logs' metadata (seeds 002, 004)."
     )
     zookeeper_root: str = setting("/xdfs-log", "Parent znode of every log's metadata.")
+    zookeeper_secret_file: str = setting(
+        "", "File holding the ZooKeeper secret (mode 600): instances log in to ZooKeeper "
+        "with it (digest) and every znode under zookeeper_root carries an ACL giving only "
+        "its holders any right. Required by `xdfs logservice`."
+    )
     zookeeper_session_timeout_s: float = setting(
         10.0, "ZooKeeper session timeout of a log writer (its writer lock lives that long)."
     )

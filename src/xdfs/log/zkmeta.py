@@ -10,6 +10,10 @@ Znodes under ``logservice.zookeeper_root``::
 :meth:`MetaStore.update` is the read-modify-CAS loop: the change function is a pure rule of
 :mod:`xdfs.log.meta` and is applied again on a fresh read when the version moved, so a
 rule that checks the writer epoch sees a newer writer and raises LogFenced.
+
+The session and every znode's ACL come from :mod:`xdfs.common.coordination`
+(``logservice.zookeeper_secret_file``); :class:`MetaStore` secures the root (an older
+world-writable tree is migrated) before it uses it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ import msgspec
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
+from xdfs.common.coordination import secure_tree, start_session
 from xdfs.errors import InvalidArgument, LogExists, LogNotFound, Unavailable
 from xdfs.log.meta import LogMeta
 
 T = TypeVar("T")
+
+SECRET_KEY = "logservice.zookeeper_secret_file"
 
 LOG_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _encode = msgspec.msgpack.Encoder().encode
@@ -50,24 +57,18 @@ def check_log_name(name: str) -> str:
     return name
 
 
-def connect(quorum: str, timeout_s: float) -> KazooClient:
+def connect(quorum: str, timeout_s: float, secret: str) -> KazooClient:
+    """A session authenticated with the ZooKeeper ``secret``, its znodes ACL'd to it."""
     if not quorum:
         raise InvalidArgument("no ZooKeeper quorum: set logservice.zookeeper_quorum")
-    quiet = logging.getLogger("xdfs.log.zookeeper")
-    zk = KazooClient(hosts=quorum, timeout=timeout_s, logger=quiet)
-    try:
-        zk.start(timeout_s)
-    except Exception as exc:  # kazoo's timeout has no xdfs meaning
-        zk.close()
-        raise Unavailable(f"no ZooKeeper session with {quorum} within {timeout_s} s "
-                          f"({type(exc).__name__})") from None
-    return zk
+    return start_session(quorum, secret, timeout_s, logging.getLogger("xdfs.log.zookeeper"))
 
 
 class MetaStore:
     def __init__(self, zk: KazooClient, root: str) -> None:
         self.zk = zk
         self.root = root.rstrip("/") or "/xdfs-log"
+        secure_tree(zk, self.root, SECRET_KEY)
         for path in ("logs", "ledger-ids"):
             zk.ensure_path(f"{self.root}/{path}")
 

@@ -23,7 +23,7 @@ from xdfs.http.ui.status import start_status_http
 from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
-from xdfs.log.zkmeta import MetaStore, connect
+from xdfs.log.zkmeta import SECRET_KEY, MetaStore, connect
 from xdfs.logservice.keeper import Keeper, KeeperHandlers
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
@@ -71,7 +71,8 @@ class LogService:
                               "that store the ledgers")
         defaults = default_settings(self.config)
         zk = await asyncio.to_thread(connect, settings.zookeeper_quorum,
-                                     settings.zookeeper_session_timeout_s)
+                                     settings.zookeeper_session_timeout_s, read_secret_file(
+                                         settings.zookeeper_secret_file, SECRET_KEY))
         rpc = self.config.rpc
         pool = NodePool(rpc, Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret),
                         settings.call_timeout_s, client_context(rpc))

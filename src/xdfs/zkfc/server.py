@@ -32,6 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
+from xdfs.common.coordination import new_client, secure_tree
 from xdfs.common.fencing import parse_methods
 from xdfs.common.secrets import SecretAuthenticator, read_secret_file
 from xdfs.config import XdfsConfig
@@ -120,6 +121,7 @@ class FailoverController:
                                retry_after_failure_s=ha.retry_after_failure_s)
         self.zk: KazooClient | None = None
         self.secret = ""
+        self.zk_secret = ""
         self._zk_thread = concurrent.futures.ThreadPoolExecutor(1, "zkfc-zookeeper")
         self._actions: asyncio.Queue[tuple[Action, asyncio.Future[None] | None]] = (
             asyncio.Queue())
@@ -144,6 +146,7 @@ class FailoverController:
         if not ha.zookeeper_quorum:
             raise ConfigError("ha.zookeeper_quorum is not set: give the ZooKeeper servers")
         self.secret = read_secret_file(ha.zkfc_secret_file, "ha.zkfc_secret_file")
+        self.zk_secret = read_secret_file(ha.zookeeper_secret_file, "ha.zookeeper_secret_file")
         self._loop = asyncio.get_running_loop()
         rpc = self.config.rpc
         self.server = RpcServer("zkfc", rpc, authenticator=SecretAuthenticator(
@@ -151,6 +154,7 @@ class FailoverController:
         add_system_services(self.server, "zkfc")
         self.server.add_service(ZKFC_SERVICE, ZkfcHandlers(self))
         address = await self.server.start(host, port)
+        self._warn_unconfigured(address)
         self.identity = ControllerIdentity(ha.nameservice, self.nn_id, self.namenode, address)
         self.elector.identity = self.identity
         self._nn = BoundedClient(self.config, self.namenode, f"zkfc-{self.nn_id}")
@@ -169,6 +173,17 @@ class FailoverController:
                  self.paths.base)
         return address
 
+    def _warn_unconfigured(self, address: str) -> None:
+        """Peers reach this controller and fence its NameNode only at the addresses [ha]
+        gives them: say so at once when this one serves elsewhere."""
+        ha = self.config.ha
+        for key, table, actual in (("ha.namenodes", ha.namenodes, self.namenode),
+                                   ("ha.controllers", ha.controllers, address)):
+            if table.get(self.nn_id) != actual:
+                log.warning("%s[%s] is %s, not %s: the other controllers will refuse this "
+                            "one's znodes", key, self.nn_id, table.get(self.nn_id, "not set"),
+                            actual)
+
     def _status(self) -> list[tuple[str, object]]:
         return [("NameNode", f"{self.nn_id} at {self.namenode}"),
                 ("nameservice", self.config.ha.nameservice),
@@ -177,14 +192,20 @@ class FailoverController:
 
     async def _connect(self) -> None:
         ha = self.config.ha
-        self.zk = KazooClient(
-            hosts=ha.zookeeper_quorum, timeout=ha.zookeeper_session_timeout_s,
+        zk = self.zk = new_client(
+            ha.zookeeper_quorum, self.zk_secret, ha.zookeeper_session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
         )
-        self.zk.add_listener(self._on_zk_state)
+        zk.add_listener(self._on_zk_state)
+
+        def start_secured() -> None:
+            # on ZooKeeper's thread before any Join: no znode is touched before the tree
+            # carries the ACL
+            zk.start(ha.zookeeper_connect_timeout_s)
+            secure_tree(zk, ha.zookeeper_parent, "ha.zookeeper_secret_file")
+
         try:
-            await self._zk(self.zk.start, ha.zookeeper_connect_timeout_s,
-                           timeout_s=ha.zookeeper_connect_timeout_s + 5)
+            await self._zk(start_secured, timeout_s=ha.zookeeper_connect_timeout_s + 5)
         except (KazooTimeoutError, TimeoutError):
             raise Unavailable(f"no ZooKeeper session with {ha.zookeeper_quorum} within "
                               f"{ha.zookeeper_connect_timeout_s} s") from None
@@ -303,7 +324,13 @@ class FailoverController:
         log.warning("won the election; the last active was NameNode %s at %s: fencing it",
                     old.id, old.namenode)
         try:
-            how = await fence_old_active(self.config, old.namenode, SOURCE_ZKFC, self.fencing)
+            address = znodes.configured_namenode(self.config.ha, old, self.paths.breadcrumb)
+        except TakeoverRefused as exc:
+            log.error("not fencing: %s", exc.message)
+            self.post(FenceDone(action.attempt, False, describe(exc)))
+            return
+        try:
+            how = await fence_old_active(self.config, address, SOURCE_ZKFC, self.fencing)
         except CALL_ERRORS as exc:
             self.post(FenceDone(action.attempt, False, describe(exc)))
             return
@@ -415,15 +442,20 @@ class FailoverController:
         if holder is None:
             raise TakeoverRefused("no NameNode is active now: the controllers elect one by "
                                   "themselves (try again once one is)")
+        try:
+            peer = znodes.configured_controller(ha, holder.id, holder.zkfc, self.paths.lock)
+        except TakeoverRefused as exc:
+            log.error("graceful failover refused: %s", exc.message)
+            raise
         log.warning("graceful failover from NameNode %s to %s", holder.id, self.nn_id)
-        other = BoundedClient(self.config, holder.zkfc, "zkfc-peer",
+        other = BoundedClient(self.config, peer, "zkfc-peer",
                                hello=controller_hello(self.secret))
         try:
             try:
                 await other.call(CEDE_ACTIVE, CedeRequest(ha.failover_timeout_s),
                                  ha.failover_timeout_s)
             except CALL_ERRORS as exc:
-                raise TakeoverRefused(f"the controller of {holder.id} at {holder.zkfc} did "
+                raise TakeoverRefused(f"the controller of {holder.id} at {peer} did "
                                       f"not cede: {describe(exc)}") from None
             await self._wait_active(ha.failover_timeout_s)
         finally:

@@ -11,7 +11,12 @@ Under ``ha.zookeeper_parent``/<nameservice>:
   transaction that checks the lock, on the winner's session: the write succeeds only while
   that session is alive, so while its ephemeral lock exists.
 * ``controllers/<id>`` (ephemeral): each running controller's identity, so ``xdfs admin
-  -failover`` finds the target's controller (its RPC port may be ephemeral).
+  -failover`` knows whether the target's controller runs.
+
+Every znode carries the ACL of :mod:`xdfs.common.coordination` (``ha.zookeeper_secret_file``).
+An address read from a znode is never dialled as such: :func:`configured_namenode` and
+:func:`configured_controller` answer the address ``[ha]`` gives that id, and refuse a znode
+naming another one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
+from xdfs.config import HaConfig
+from xdfs.errors import TakeoverRefused
 from xdfs.protocol.zkfc import ControllerIdentity
 
 log = logging.getLogger(__name__)
@@ -203,20 +210,41 @@ def _commit(transaction: Any, what: str) -> None:
         raise LostLock(f"{what} failed: {failures[0]!r}")
 
 
-def find_controller(quorum: str, paths: Paths, nn_id: str, timeout_s: float) -> ControllerIdentity:
+def configured_namenode(ha: HaConfig, found: ControllerIdentity, znode: str) -> str:
+    """The address ``ha.namenodes`` gives ``found``'s NameNode, which must be the one the
+    znode names; TakeoverRefused otherwise (nothing is sent to a znode's own address)."""
+    return _configured(ha.namenodes, "ha.namenodes", found.id, found.namenode, znode,
+                       "NameNode")
+
+
+def configured_controller(ha: HaConfig, nn_id: str, named: str, znode: str) -> str:
+    """The address ``ha.controllers`` gives ``nn_id``'s controller, which must be the one
+    (``named``) the znode names; TakeoverRefused otherwise (the controllers' secret is sent
+    only there)."""
+    return _configured(ha.controllers, "ha.controllers", nn_id, named, znode, "controller")
+
+
+def _configured(table: dict[str, str], key: str, nn_id: str, named: str, znode: str,
+                what: str) -> str:
+    configured = table.get(nn_id, "")
+    if configured and configured == named:
+        return configured
+    said = f"{key}[{nn_id}] = {configured}" if configured else f"{nn_id} is not in {key}"
+    message = (f"ZooKeeper's {znode} names {what} {nn_id} at {named}, but {said}: refusing "
+               "to contact an address only ZooKeeper names")
+    raise TakeoverRefused(message)
+
+
+def find_controller(quorum: str, secret: str, paths: Paths, nn_id: str,
+                    timeout_s: float) -> ControllerIdentity:
     """The registration of ``nn_id``'s controller, through a short-lived session (for
     ``xdfs admin``). Unavailable when ZooKeeper or the controller is not there."""
+    from xdfs.common.coordination import start_session
     from xdfs.errors import Unavailable
 
     quiet = logging.getLogger("xdfs.zkfc.lookup")
     quiet.setLevel(logging.CRITICAL)  # a command prints one line, not kazoo's reconnects
-    zk = KazooClient(hosts=quorum, timeout=timeout_s, logger=quiet)
-    try:
-        zk.start(timeout_s)
-    except Exception as exc:  # kazoo's timeout has no xdfs meaning
-        zk.close()
-        raise Unavailable(f"no ZooKeeper session with {quorum} within {timeout_s} s "
-                          f"({type(exc).__name__})") from None
+    zk = start_session(quorum, secret, timeout_s, quiet)
     try:
         found = read_registration(zk, paths, nn_id)
     finally:
