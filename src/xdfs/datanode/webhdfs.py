@@ -4,8 +4,10 @@
 byte range out, ``GET ?op=GETFILECHECKSUM`` computes HDFS's MD5-of-MD5-of-CRC32C. Like
 HDFS's DataNode with its DFSClient, the DataNode does it through an xdfs client of its
 NameNode, authenticated with the request's credentials (the ``delegation`` token the
-NameNode put in the redirect), so the NameNode checks the user exactly as for any client.
-``APPEND`` is answered UnsupportedOperationException until append exists."""
+NameNode put in the redirect of a write), so the NameNode checks the user exactly as for
+any client. A read's redirect carries instead a token that reads that one file
+(``ticket``, xdfs.namenode.webhdfs.read_urls): the client connects without credentials
+and hands it to the NameNode with its ``block_locations`` calls, the only ones it opens."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from xdfs.client.client import AsyncClient
 from xdfs.client.transfer import stream_to
 from xdfs.common.addresses import format_fs_uri
 from xdfs.config import XdfsConfig
-from xdfs.errors import InvalidArgument, IsADirectory
+from xdfs.errors import AccessDenied, InvalidArgument, IsADirectory
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import AUTH_CREDENTIALS, request_credentials
 from xdfs.protocol.namenode import DEFAULT_MODE
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 
 Operation = Callable[["DataNodeWebHdfs", web.Request, AsyncClient, str],
                      Awaitable[web.StreamResponse]]
+READ_OPS = ("OPEN", "GETFILECHECKSUM")
 
 
 class DataNodeWebHdfs:
@@ -52,11 +55,7 @@ class DataNodeWebHdfs:
                 raise InvalidArgument(
                     f'Invalid value for webhdfs parameter "op": {op[:40] or "(none)"} is not '
                     f"a {request.method} operation of a DataNode")
-            # user.name is never trusted here: the NameNode's redirect carries a token
-            credentials = request_credentials(request.query, request.headers, AUTH_CREDENTIALS)
-            client = AsyncClient(self.fs_uri, config=self.config, user=credentials.user,
-                                 password=credentials.password, token=credentials.token,
-                                 client_name=f"webhdfs-{uuid.uuid4().hex[:12]}")
+            client = self._client(request, op)
             try:
                 return await function(self, request, client, w.request_path(request))
             finally:
@@ -65,6 +64,27 @@ class DataNodeWebHdfs:
             raise  # the status went out already: the cut connection says it failed
         except Exception as exc:
             return w.remote_exception(exc)
+
+
+    def _client(self, request: web.Request, op: str) -> AsyncClient:
+        """A client of the NameNode as the request's user: without credentials for a
+        read URL (its token goes with each call), with the request's otherwise."""
+        name = f"webhdfs-{uuid.uuid4().hex[:12]}"
+        if w.READ_TOKEN_PARAM in request.query:
+            if op not in READ_OPS:
+                raise AccessDenied(f"the token of a read URL serves {' and '.join(READ_OPS)} "
+                                   f"only, not {op}")
+            return AsyncClient(self.fs_uri, config=self.config, user="", password="",
+                               token="", client_name=name)
+        # user.name is never trusted here: the NameNode's redirect carries a token
+        credentials = request_credentials(request.query, request.headers, AUTH_CREDENTIALS)
+        return AsyncClient(self.fs_uri, config=self.config, user=credentials.user,
+                           password=credentials.password, token=credentials.token,
+                           client_name=name)
+
+
+def _read_token(request: web.Request) -> str:
+    return request.query.get(w.READ_TOKEN_PARAM, "")
 
 
 class StreamBroken(Exception):
@@ -97,7 +117,7 @@ async def _open(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
                 path: str) -> web.StreamResponse:
     offset = w.int_param(request.query, "offset", 0)
     length = w.int_param(request.query, "length", -1, minimum=-1)
-    reader = await client.open_read(path)
+    reader = await client.open_read(path, ticket=_read_token(request))
     if offset > reader.length or (offset == reader.length > 0):
         raise InvalidArgument(f"Offset={offset} out of the range [0, {reader.length}); "
                               f"OPEN, path={path}")
@@ -119,12 +139,16 @@ async def _open(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
 
 async def _checksum(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
                     path: str) -> web.StreamResponse:
-    status = await client.stat(path)
-    if status.is_dir:
-        raise IsADirectory(f"Path is not a file: {path}")
-    located = await client.block_locations(path)
-    checksum = w.FileChecksum([b.block.num_bytes for b in located.blocks], status.block_size)
-    reader = await client.open_read(path)
+    ticket = _read_token(request)
+    if ticket:  # the NameNode named the block size (a read URL may not stat)
+        block_size = w.int_param(request.query, "blocksize", 0)
+    else:
+        status = await client.stat(path)
+        if status.is_dir:
+            raise IsADirectory(f"Path is not a file: {path}")
+        block_size = status.block_size
+    reader = await client.open_read(path, ticket=ticket)
+    checksum = w.FileChecksum([b.block.num_bytes for b in reader.blocks], block_size)
     async for piece in reader.iter_range():
         checksum.update(piece)
     return w.json_response(checksum.result())

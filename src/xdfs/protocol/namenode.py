@@ -182,6 +182,9 @@ class BlockLocationsRequest(msgspec.Struct):
     path: str
     offset: int = 0
     length: int = -1  # -1: to the end
+    #: A file-read token (a WebHDFS read URL's): the call reads ``path`` as its user,
+    #: whoever the connection is; empty: as the connection's user.
+    ticket: str = ""
 
 
 class ListRequest(msgspec.Struct):

@@ -20,6 +20,7 @@ from xdfs.namenode.blocks import fsck as health
 from xdfs.namenode.fs_core import Pending
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
+from xdfs.namenode.webhdfs.read_urls import read_token_user
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.handling import CallContext, Deferred, Download, Principal, call_key, deferring
@@ -182,7 +183,9 @@ class ClientHandlers:
         return p.RecoverLeaseResponse(await self.fs.recover_lease(caller(ctx, self.fs), req.path))
 
     def block_locations(self, ctx: CallContext, req: p.BlockLocationsRequest) -> p.LocatedBlocks:
-        return self.fs.block_locations(caller(ctx, self.fs), req.path, req.offset, req.length)
+        user = (read_token_user(self.fs, req.ticket, req.path) if req.ticket
+                else caller(ctx, self.fs))
+        return self.fs.block_locations(user, req.path, req.offset, req.length)
 
     def stat(self, ctx: CallContext, req: p.PathRequest) -> p.FileStatus:
         return self.fs.stat(caller(ctx, self.fs), req.path)

@@ -4,9 +4,11 @@ and statuses, plus an OAuth2 token endpoint for Hadoop's WebHDFS client.
 Metadata operations run here, against the namesystem, as the request's user, with the
 checks an RPC call of that user gets (the same namesystem methods, the same caller check).
 Data operations (CREATE, APPEND, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
-redirect to a DataNode's HTTP server, whose URL carries a short-lived token of the user
-(``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as that user
-through an xdfs client.
+redirect to a DataNode's HTTP server. The URL of a read (OPEN, GETFILECHECKSUM) carries a
+token that reads that one file only (``ticket=``, :mod:`.read_urls`,
+``http.read_url_lifetime_s``); the URL of a write (CREATE, APPEND) a short-lived token of
+the user (``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as
+that user through an xdfs client.
 
 In an HA pair the gateway runs on each NameNode whatever its state: a standby (or a
 NameNode still starting or stopping) answers every request, the OAuth2 endpoint included,
@@ -41,6 +43,7 @@ from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.namenode.webhdfs.read_urls import issue_read_token
 from xdfs.protocol.ha import STATE_ACTIVE
 from xdfs.protocol.namenode import DEFAULT_MODE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -183,19 +186,31 @@ class WebHdfsGateway:
     async def redirect(self, request: web.Request, user: str, path: str,
                        credentials: Credentials, http_address: str,
                        params: Mapping[str, str]) -> web.StreamResponse:
-        """307 to ``http_address`` (a DataNode's HTTP server), or with ``noredirect=true``
-        200 and ``{"Location": url}`` (as HDFS)."""
+        """A write's redirect to ``http_address`` (a DataNode's HTTP server), with a token
+        of the user (the request's own, else a short-lived one)."""
         token = credentials.token
         if not token:
             record = self.fs.ns.users[user]
             token, _ = await self.auth.issue_token(
                 record, user, self.config.http.redirect_token_lifetime_s)
-        query = {"op": request.query["op"].upper(), **params, "delegation": token,
-                 "namenoderpcaddress": self._rpc_address()}
-        url = f"http://{http_address}{w.PREFIX}{quote(path)}?{urlencode(query)}"
-        if w.bool_param(request.query, "noredirect", False):
-            return w.json_response({"Location": url})
-        return web.Response(status=307, headers={"Location": url})
+        url = self._datanode_url(http_address, path, request.query["op"].upper(),
+                                 {**params, "delegation": token})
+        return _redirect(request, url)
+
+    def read_url(self, user: str, path: str, op: str, offset: int,
+                 params: Mapping[str, str]) -> str:
+        """The DataNode URL of a read of ``path`` by ``user`` (OPEN, GETFILECHECKSUM): on
+        a holder of the block at ``offset``, with a token that reads this file only."""
+        located = self.fs.block_locations(user, path, offset, 1)
+        holders = located.blocks[0].locations if located.blocks else []
+        token = issue_read_token(self.fs, user, path, self.config.http.read_url_lifetime_s)
+        return self._datanode_url(self.datanode_for(list(holders)), path, op,
+                                  {**params, w.READ_TOKEN_PARAM: token})
+
+    def _datanode_url(self, http_address: str, path: str, op: str,
+                      params: Mapping[str, str]) -> str:
+        query = {"op": op, **params, "namenoderpcaddress": self._rpc_address()}
+        return f"http://{http_address}{w.PREFIX}{quote(path)}?{urlencode(query)}"
 
     def any_datanode(self) -> str:
         nodes = [node.http_address for node in self.fs.blocks.datanodes.live_nodes()
@@ -211,6 +226,13 @@ class WebHdfsGateway:
             if node is not None and node.http_address:
                 return node.http_address
         return self.any_datanode()
+
+
+def _redirect(request: web.Request, url: str) -> web.StreamResponse:
+    """307 to ``url``, or with ``noredirect=true`` 200 and ``{"Location": url}`` (HDFS)."""
+    if w.bool_param(request.query, "noredirect", False):
+        return w.json_response({"Location": url})
+    return web.Response(status=307, headers={"Location": url})
 
 
 def _pass(query: Mapping[str, str], *names: str) -> dict[str, str]:
@@ -290,11 +312,8 @@ async def _open(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
     query = request.query
     offset = w.int_param(query, "offset", 0)
     w.int_param(query, "length", -1)  # checked here, applied by the DataNode
-    located = gw.fs.block_locations(user, path, offset, 1)
-    holders = located.blocks[0].locations if located.blocks else []
-    target = gw.datanode_for(list(holders))
-    return await gw.redirect(request, user, path, credentials, target,
-                             _pass(query, "offset", "length", "buffersize"))
+    return _redirect(request, gw.read_url(user, path, "OPEN", offset,
+                                          _pass(query, "offset", "length", "buffersize")))
 
 
 @operation("GET", "GETFILEBLOCKLOCATIONS")
@@ -313,7 +332,8 @@ async def _checksum(gw: WebHdfsGateway, request: web.Request, user: str, path: s
     status = gw.fs.stat(user, path)
     if status.is_dir:
         raise NotFound(f"Path is not a file: {path}")
-    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), {})
+    params = {"blocksize": str(status.block_size)}  # HDFS names it in the algorithm
+    return _redirect(request, gw.read_url(user, path, "GETFILECHECKSUM", 0, params))
 
 
 # -- changes ------------------------------------------------------------------------------
