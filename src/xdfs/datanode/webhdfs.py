@@ -24,6 +24,7 @@ from xdfs.config import XdfsConfig
 from xdfs.errors import AccessDenied, InvalidArgument, IsADirectory
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import AUTH_CREDENTIALS, request_credentials
+from xdfs.http.server import body_chunks
 from xdfs.protocol.namenode import DEFAULT_MODE
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,10 @@ class DataNodeWebHdfs:
             return w.remote_exception(exc)
 
 
+    def body(self, request: web.Request) -> AsyncIterator[bytes]:
+        http = self.config.http
+        return body_chunks(request, http.data_chunk_bytes, http.body_idle_timeout_s)
+
     def _client(self, request: web.Request, op: str) -> AsyncClient:
         """A client of the NameNode as the request's user: without credentials for a
         read URL (its token goes with each call), with the request's otherwise."""
@@ -97,14 +102,8 @@ async def _create(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient
     """201 and ``Location`` once the file is complete (closed on the NameNode); a body cut
     short leaves no file (the partial one is deleted)."""
     query = request.query
-    chunk = dn.config.http.data_chunk_bytes
-
-    async def body() -> AsyncIterator[bytes]:
-        async for data in request.content.iter_chunked(chunk):
-            yield data
-
     await stream_to(
-        client, path, body(),
+        client, path, dn.body(request),
         overwrite=w.bool_param(query, "overwrite", False),
         replication=w.int_param(query, "replication", 0),
         block_size=w.int_param(query, "blocksize", 0),
@@ -159,7 +158,7 @@ async def _append(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient
     """200 once the appended data is durable and the file closed again."""
     writer = await client.append(path)
     try:
-        async for data in request.content.iter_chunked(dn.config.http.data_chunk_bytes):
+        async for data in dn.body(request):
             await writer.write(data)
     except BaseException:
         await writer.abort()

@@ -25,6 +25,7 @@ from xdfs.errors import AccessDenied, NotAuthenticated, XdfsError
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, request_credentials
 from xdfs.http.metrics import METRICS_PATH, metrics_routes
+from xdfs.http.server import read_form
 from xdfs.http.ui import UI_PREFIX, bar, facts, h, page, size, static_routes, table, when
 from xdfs.http.ui.status import slow_calls_table, status_page_route
 from xdfs.namenode.blocks.fsck import datanode_report
@@ -109,7 +110,10 @@ class WebUi:
         return page("Log in", [], body, role="namenode", status=status)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        form = await request.post()
+        try:
+            form = await read_form(request, self.node.config.http.body_idle_timeout_s)
+        except XdfsError as exc:
+            return self._login_page(exc.message, "", status=400)
         user, password = str(form.get("user", "")), str(form.get("password", ""))
         next_path = _local(str(form.get("next", "")))
         auth = self.node.auth

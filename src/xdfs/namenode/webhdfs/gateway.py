@@ -39,6 +39,7 @@ from xdfs.errors import (
 )
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, PasswordCache, request_credentials
+from xdfs.http.server import read_form
 from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
@@ -165,7 +166,7 @@ class WebHdfsGateway:
         except Standby as exc:
             return w.remote_exception(exc)
         try:
-            form = await request.post()
+            form = await read_form(request, self.config.http.body_idle_timeout_s)
             fields = {key: str(value) for key, value in form.items()}
             if fields.get("grant_type") != "client_credentials":
                 return w.json_response({"error": "unsupported_grant_type"}, 400)
