@@ -61,7 +61,7 @@ class DataNodeWebHdfs:
                 return await function(self, request, client, w.request_path(request))
             finally:
                 await client.close()
-        except StreamBroken:
+        except w.StreamBroken:
             raise  # the status went out already: the cut connection says it failed
         except Exception as exc:
             return w.remote_exception(exc)
@@ -90,11 +90,6 @@ class DataNodeWebHdfs:
 
 def _read_token(request: web.Request) -> str:
     return request.query.get(w.READ_TOKEN_PARAM, "")
-
-
-class StreamBroken(Exception):
-    """A read failed after the response started: the connection is cut, so the client
-    sees fewer bytes than Content-Length said, never silently short data."""
 
 
 async def _create(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
@@ -131,7 +126,7 @@ async def _open(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,
     except Exception as exc:
         log.warning("webhdfs OPEN %s failed after %d bytes: %s", path,
                     response.body_length, exc)
-        raise StreamBroken(str(exc)) from exc
+        raise w.StreamBroken(str(exc)) from exc
     await response.write_eof()
     return response
 

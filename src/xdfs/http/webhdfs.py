@@ -59,6 +59,12 @@ _REMOTE: dict[type[Exception], tuple[str, str, int]] = {
 }
 
 
+class StreamBroken(Exception):
+    """A streamed answer failed after its status went out: the connection is cut, so the
+    client sees a broken body (fewer bytes than Content-Length said, or an unterminated
+    chunked body), never a silently short one. Handlers let it through."""
+
+
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None
                   ) -> web.Response:
     return web.Response(text=json.dumps(body), status=status, headers=headers,
@@ -164,6 +170,14 @@ def file_status(status: FileStatus, path_suffix: str = "") -> dict[str, Any]:
 
 def file_statuses(entries: list[FileStatus]) -> dict[str, Any]:
     return {"FileStatus": [file_status(s, s.path.rsplit("/", 1)[1]) for s in entries]}
+
+
+def statuses(path: str, entries: list[FileStatus]) -> dict[str, Any]:
+    """A listing's ``FileStatuses``; a file lists itself, with an empty pathSuffix (HDFS)."""
+    if len(entries) == 1 and not entries[0].is_dir and entries[0].path.rstrip("/") == (
+            path.rstrip("/") or "/"):
+        return {"FileStatus": [file_status(entries[0])]}
+    return file_statuses(entries)
 
 
 def content_summary(summary: ContentSummary) -> dict[str, Any]:

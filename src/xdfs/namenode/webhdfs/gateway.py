@@ -21,7 +21,7 @@ import logging
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote, urlencode
 
 from aiohttp import web
@@ -44,6 +44,7 @@ from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.namenode.webhdfs.listing import PerUserLimit, stream_listing
 from xdfs.namenode.webhdfs.read_urls import issue_read_token
 from xdfs.protocol.ha import STATE_ACTIVE
 from xdfs.protocol.namenode import DEFAULT_MODE
@@ -91,6 +92,8 @@ class WebHdfsGateway:
         http = config.http
         self._passwords = PasswordCache(os.urandom(32), http.password_cache_s,
                                         http.password_cache_entries_max)
+        #: Listings of one user at once (.listing: a big one must not crowd others out).
+        self.listings = PerUserLimit(http.heavy_calls_per_user_max)
 
     @property
     def fs(self) -> Namesystem:
@@ -130,6 +133,8 @@ class WebHdfsGateway:
                                               self.config.http.auth)
             user = await self._user(credentials, request.remote or "")
             return await function(self, request, user, w.request_path(request), credentials)
+        except w.StreamBroken:
+            raise  # the status went out already: the cut connection says it failed
         except Exception as exc:
             return w.remote_exception(exc)
 
@@ -252,33 +257,22 @@ async def _get_file_status(gw: WebHdfsGateway, request: web.Request, user: str, 
 @operation("GET", "LISTSTATUS")
 async def _list_status(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                        credentials: Credentials) -> web.StreamResponse:
-    entries, start = [], ""
-    while True:
-        page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
-        entries.extend(page)
-        if not remaining or not page:
-            break
-        start = page[-1].path.rsplit("/", 1)[1]
-    return w.json_response({"FileStatuses": _statuses(path, entries)})
+    async with gw.listings.hold(user):
+        return await stream_listing(gw.fs, request, user, path,
+                                    gw.config.http.list_batch_entries)
 
 
 @operation("GET", "LISTSTATUS_BATCH")
 async def _list_status_batch(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                              credentials: Credentials) -> web.StreamResponse:
+    """One page of HDFS's paged listing, after ``startAfter`` (a name)."""
     start = request.query.get("startAfter", "")
-    page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
+    async with gw.listings.hold(user):
+        page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
     return w.json_response({"DirectoryListing": {
-        "partialListing": {"FileStatuses": _statuses(path, page)},
+        "partialListing": {"FileStatuses": w.statuses(path, page)},
         "remainingEntries": remaining,
     }})
-
-
-def _statuses(path: str, entries: list[Any]) -> dict[str, Any]:
-    """A file lists itself, with an empty pathSuffix (as HDFS)."""
-    if len(entries) == 1 and not entries[0].is_dir and entries[0].path.rstrip("/") == (
-            path.rstrip("/") or "/"):
-        return {"FileStatus": [w.file_status(entries[0])]}
-    return w.file_statuses(entries)
 
 
 @operation("GET", "GETCONTENTSUMMARY")
