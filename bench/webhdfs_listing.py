@@ -1,7 +1,7 @@
 """Another user's mkdir while one user runs parallel WebHDFS LISTSTATUS of a big directory.
 
     .venv/bin/python bench/webhdfs_listing.py [--entries 100000] [--listers 8] [--rounds 2]
-        [--baseline-src /work/main/src] [--dir D]
+        [--baseline-src /work/main/src] [--variant NAME:KEY=VALUE] [--dir D]
 
 One NameNode process per variant (no DataNodes: listings and mkdirs are metadata), its
 directory ``/bench/big`` filled with ``--entries`` subdirectories of user ``bench``. Then
@@ -68,7 +68,8 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def start_namenode(base: Path, http: str, src: str | None) -> ServerProcess:
+def start_namenode(base: Path, http: str, src: str | None,
+                   settings: list[str]) -> ServerProcess:
     env = {"XDFS_USER": SUPERUSER, "XDFS_PASSWORD": SUPER_PASSWORD}
     if src is not None:
         env["PYTHONPATH"] = src
@@ -78,8 +79,9 @@ def start_namenode(base: Path, http: str, src: str | None) -> ServerProcess:
     fmt.start(deadline_s=60)
     assert fmt.proc is not None
     fmt.proc.wait(60)
+    overrides = [arg for setting in settings for arg in ("-D", setting)]
     nn = ServerProcess.xdfs(
-        "-D", f"namenode.http_address={http}", "--log-level", "WARNING", "namenode",
+        *overrides, "-D", f"namenode.http_address={http}", "--log-level", "WARNING", "namenode",
         "--name-dir", str(name_dir), "--rpc-address", "127.0.0.1:0",
         log_path=base / "nn.log", ready_pattern=READY, env=env)
     nn.start(deadline_s=60)
@@ -160,9 +162,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-def run_variant(base: Path, variant: str, src: str | None, args: argparse.Namespace) -> Result:
+def run_variant(base: Path, variant: str, src: str | None, settings: list[str],
+                args: argparse.Namespace) -> Result:
     http = f"127.0.0.1:{free_port()}"
-    nn = start_namenode(base / variant, http, src)
+    nn = start_namenode(base / variant, http, src, settings)
     try:
         assert nn.match is not None
         uri = f"xdfs://{nn.match.group(1)}"
@@ -191,14 +194,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline-src", default=None,
                         help="also run a NameNode from these sources (PYTHONPATH)")
+    parser.add_argument("--variant", action="append", default=[],
+                        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                        help="also run this branch's NameNode with these settings (-D), "
+                             "e.g. batch250:http.list_batch_entries=250")
     parser.add_argument("--dir", default=None)
     args = parser.parse_args()
-    variants: list[tuple[str, str | None]] = []
+    here = os.environ.get("PYTHONPATH")
+    variants: list[tuple[str, str | None, list[str]]] = []
     if args.baseline_src:
-        variants.append(("baseline", args.baseline_src))
-    variants.append(("this", os.environ.get("PYTHONPATH")))
+        variants.append(("baseline", args.baseline_src, []))
+    variants.append(("this", here, []))
+    for spec in args.variant:
+        name, _, settings = spec.partition(":")
+        variants.append((name, here, settings.split(",") if settings else []))
     with scratch_run("xdfs-bench-listing-", args.dir) as base:
-        results = [run_variant(base, name, src, args) for name, src in variants]
+        results = [run_variant(base, name, src, settings, args)
+                   for name, src, settings in variants]
         print(f"\n{args.listers} parallel LISTSTATUS x {args.rounds} of {args.entries} "
               f"entries (user bench); user other's mkdir, one after the other (ms)\n")
         print("| NameNode  | lists/s   | RPC mkdir p50      p99      max | "

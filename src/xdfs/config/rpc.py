@@ -132,8 +132,9 @@ class HttpConfig:
     )
     redirect_token_lifetime_s: float = setting(
         600.0,
-        "Lifetime of the token a NameNode puts in a redirect to a DataNode (the DataNode "
-        "acts as the user with it, as HDFS's delegation parameter).",
+        "Lifetime of the token a NameNode puts in the redirect of a WebHDFS write (CREATE, "
+        "APPEND) to a DataNode, which acts as the user with it (HDFS's delegation "
+        "parameter); reads carry a read URL's token instead (http.read_url_lifetime_s).",
     )
     read_url_lifetime_s: float = setting(
         120.0,
@@ -159,7 +160,7 @@ class HttpConfig:
         "NameNode; more wait their turn.",
     )
     list_batch_entries: int = setting(
-        1000, "Entries a WebHDFS LISTSTATUS builds and sends per step before it lets other "
+        100, "Entries a WebHDFS LISTSTATUS builds and sends per step before it lets other "
         "requests run.",
     )
     body_bytes_max: int = setting(
