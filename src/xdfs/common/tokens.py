@@ -48,13 +48,14 @@ class BlockKey(msgspec.Struct, array_like=True, frozen=True):
 
 
 class TokenBody(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    kind: str  # "user" (a login), "block" (DataNode access, per block), "file-read"
+    #: "user" (a login), "block" (DataNode access, per block), "file-read", "file-write"
+    kind: str
     user: str
     key_id: int
     issued_ms: int
     expires_ms: int
     #: For block tokens: "<block_id>:<r|w>"; for file-read tokens "<inode_id>:<path>";
-    #: empty for user tokens.
+    #: for file-write tokens "<op>:<path>"; empty for user tokens.
     scope: str = ""
     #: For user tokens: the user's credential generation when issued (a password change
     #: or a removal makes it stale); tokens issued before generations existed carry 0.
@@ -135,6 +136,16 @@ def check_block_token(
 #: a login's checks refuse it (its kind is not "user"), so whoever holds the URL can read
 #: that file until it expires, and nothing more.
 FILE_READ_KIND = "file-read"
+
+
+#: A token that lets a DataNode write one file for its user (the URL of a WebHDFS CREATE or
+#: APPEND redirect): no login either; only a DataNode can exchange it at the NameNode for
+#: a token of the user, for that one write.
+FILE_WRITE_KIND = "file-write"
+
+
+def file_write_scope(op: str, path: str) -> str:
+    return f"{op}:{path}"
 
 
 def file_read_scope(inode_id: int, path: str) -> str:

@@ -6,7 +6,7 @@ HDFS's DataNode with its DFSClient, the DataNode does it through an xdfs client 
 NameNode, authenticated with the request's credentials (the ``delegation`` token the
 NameNode put in the redirect of a write), so the NameNode checks the user exactly as for
 any client. A read's redirect carries instead a token that reads that one file
-(``ticket``, xdfs.namenode.webhdfs.read_urls): the client connects without credentials
+(``ticket``, xdfs.namenode.webhdfs.scoped_urls): the client connects without credentials
 and hands it to the NameNode with its ``block_locations`` calls, the only ones it opens."""
 
 from __future__ import annotations
@@ -25,19 +25,24 @@ from xdfs.errors import AccessDenied, InvalidArgument, IsADirectory
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import AUTH_CREDENTIALS, request_credentials
 from xdfs.http.server import body_chunks
+from xdfs.protocol import namenode as p
 from xdfs.protocol.namenode import DEFAULT_MODE
+from xdfs.rpc.messages import Hello
 
 log = logging.getLogger(__name__)
 
 Operation = Callable[["DataNodeWebHdfs", web.Request, AsyncClient, str],
                      Awaitable[web.StreamResponse]]
-READ_OPS = ("OPEN", "GETFILECHECKSUM")
 
 
 class DataNodeWebHdfs:
-    def __init__(self, config: XdfsConfig, namenode_addresses: list[str]) -> None:
+    def __init__(self, config: XdfsConfig, namenode_addresses: list[str],
+                 login: Callable[[], Hello] | None = None) -> None:
+        """``login``: how this DataNode logs in to its NameNode (to exchange the token of
+        a write URL); None: write URLs are refused."""
         self.config = config
         self.fs_uri = format_fs_uri(namenode_addresses)
+        self._login = login
         self._ops: dict[tuple[str, str], Operation] = {
             ("PUT", "CREATE"): _create,
             ("GET", "OPEN"): _open,
@@ -56,9 +61,10 @@ class DataNodeWebHdfs:
                 raise InvalidArgument(
                     f'Invalid value for webhdfs parameter "op": {op[:40] or "(none)"} is not '
                     f"a {request.method} operation of a DataNode")
-            client = self._client(request, op)
+            path = w.request_path(request)
+            client = await self._client(request, op, path)
             try:
-                return await function(self, request, client, w.request_path(request))
+                return await function(self, request, client, path)
             finally:
                 await client.close()
         except w.StreamBroken:
@@ -71,25 +77,43 @@ class DataNodeWebHdfs:
         http = self.config.http
         return body_chunks(request, http.data_chunk_bytes, http.body_idle_timeout_s)
 
-    def _client(self, request: web.Request, op: str) -> AsyncClient:
-        """A client of the NameNode as the request's user: without credentials for a
-        read URL (its token goes with each call), with the request's otherwise."""
-        name = f"webhdfs-{uuid.uuid4().hex[:12]}"
-        if w.READ_TOKEN_PARAM in request.query:
-            if op not in READ_OPS:
-                raise AccessDenied(f"the token of a read URL serves {' and '.join(READ_OPS)} "
-                                   f"only, not {op}")
-            return AsyncClient(self.fs_uri, config=self.config, user="", password="",
-                               token="", client_name=name)
-        # user.name is never trusted here: the NameNode's redirect carries a token
-        credentials = request_credentials(request.query, request.headers, AUTH_CREDENTIALS)
-        return AsyncClient(self.fs_uri, config=self.config, user=credentials.user,
-                           password=credentials.password, token=credentials.token,
-                           client_name=name)
+    async def _client(self, request: web.Request, op: str, path: str) -> AsyncClient:
+        """A client of the NameNode as the request's user. A scoped URL's (``ticket``):
+        for a read, one without credentials (the token goes with each call); for a write,
+        one with the token of the user this DataNode gets for it. Else one with the
+        request's own credentials."""
+        ticket = request.query.get(w.TICKET_PARAM, "")
+        if not ticket:
+            # user.name is never trusted here: the NameNode's redirect carries a token
+            credentials = request_credentials(request.query, request.headers,
+                                              AUTH_CREDENTIALS)
+            return self._new_client(credentials.user, credentials.password, credentials.token)
+        if op in w.READ_OPS:
+            return self._new_client("", "", "")
+        return self._new_client("", "", await self._write_login(ticket, op, path))
+
+    def _new_client(self, user: str, password: str, token: str) -> AsyncClient:
+        return AsyncClient(self.fs_uri, config=self.config, user=user, password=password,
+                           token=token, client_name=f"webhdfs-{uuid.uuid4().hex[:12]}")
+
+    async def _write_login(self, ticket: str, op: str, path: str) -> str:
+        """The token of the user a write URL's ticket names, from the NameNode, which
+        gives it to a DataNode only (it stays here, and expires with the URL's)."""
+        if self._login is None:
+            raise AccessDenied("this DataNode takes no write URL (it has no NameNode login)")
+        hello = self._login()
+        client = self._new_client(hello.user, hello.password, hello.token)
+        try:
+            answer = await client.rpc.call(p.WEBHDFS_WRITE_LOGIN,
+                                           p.WebHdfsWriteRequest(ticket, op, path))
+        finally:
+            await client.close()
+        return answer.token
 
 
 def _read_token(request: web.Request) -> str:
-    return request.query.get(w.READ_TOKEN_PARAM, "")
+    """A read URL's ticket ("" for a request with its own credentials)."""
+    return request.query.get(w.TICKET_PARAM, "")
 
 
 async def _create(dn: DataNodeWebHdfs, request: web.Request, client: AsyncClient,

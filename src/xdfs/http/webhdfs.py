@@ -21,10 +21,13 @@ from xdfs.protocol.namenode import ContentSummary, FileStatus, LocatedBlocks
 log = logging.getLogger(__name__)
 
 PREFIX = "/webhdfs/v1"
-#: The query parameter of a read URL's token (one file, read only: a NameNode's OPEN and
-#: GETFILECHECKSUM redirects; xdfs.namenode.webhdfs.read_urls). A full token of the user
+#: The query parameter of a scoped URL's token (one operation on one file: a NameNode's
+#: redirects to DataNodes; xdfs.namenode.webhdfs.scoped_urls). A full token of the user
 #: travels as ``delegation``.
-READ_TOKEN_PARAM = "ticket"
+TICKET_PARAM = "ticket"
+#: The operations whose URL carries a file-read ticket, and a file-write one.
+READ_OPS = ("OPEN", "GETFILECHECKSUM")
+WRITE_OPS = ("CREATE", "APPEND")
 #: Bytes covered by one CRC32C in HDFS's file checksum (dfs.bytes-per-checksum default),
 #: so that xdfs and HDFS give equal checksums for equal bytes and block sizes.
 CHECKSUM_BYTES_PER_CRC = 512

@@ -187,6 +187,14 @@ class BlockLocationsRequest(msgspec.Struct):
     ticket: str = ""
 
 
+class WebHdfsWriteRequest(msgspec.Struct):
+    """A DataNode's exchange of a WebHDFS write URL's token (xdfs.namenode.webhdfs)."""
+
+    ticket: str  # the file-write token of the URL
+    op: str  # CREATE or APPEND: the URL's op
+    path: str  # the URL's path
+
+
 class ListRequest(msgspec.Struct):
     path: str
     start_after: str = ""
@@ -487,6 +495,10 @@ CONCAT = _once("concat", ConcatRequest, Empty, "Move the sources' blocks to the 
 BLOCK_LOCATIONS = _m(
     "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."
 )
+WEBHDFS_WRITE_LOGIN = _m(
+    "webhdfs_write_login", WebHdfsWriteRequest, LoginResponse, True,
+    "A DataNode: a WebHDFS write URL's token -> a token of its user, for that write.",
+)
 STAT = _m("stat", PathRequest, FileStatus, True, "Status of one path.")
 LIST = _m("list", ListRequest, Listing, True, "One page of a directory listing.")
 DELETE = _once("delete", DeleteRequest, DeleteResponse, "Delete (to the trash by default).")
@@ -583,6 +595,7 @@ CLIENT_SERVICE = Service(
         RENEW_LEASE,
         RECOVER_LEASE,
         BLOCK_LOCATIONS,
+        WEBHDFS_WRITE_LOGIN,
         STAT,
         LIST,
         DELETE,

@@ -4,11 +4,9 @@ and statuses, plus an OAuth2 token endpoint for Hadoop's WebHDFS client.
 Metadata operations run here, against the namesystem, as the request's user, with the
 checks an RPC call of that user gets (the same namesystem methods, the same caller check).
 Data operations (CREATE, APPEND, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
-redirect to a DataNode's HTTP server. The URL of a read (OPEN, GETFILECHECKSUM) carries a
-token that reads that one file only (``ticket=``, :mod:`.read_urls`,
-``http.read_url_lifetime_s``); the URL of a write (CREATE, APPEND) a short-lived token of
-the user (``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as
-that user through an xdfs client.
+redirect to a DataNode's HTTP server, whose URL carries a token good for that one
+operation on that one file (``ticket=``, :mod:`.scoped_urls`): the DataNode reads with it,
+or exchanges it for a token of the user to write through an xdfs client.
 
 In an HA pair the gateway runs on each NameNode whatever its state: a standby (or a
 NameNode still starting or stopping) answers every request, the OAuth2 endpoint included,
@@ -45,7 +43,7 @@ from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
 from xdfs.namenode.webhdfs.listing import PerUserLimit, stream_listing
-from xdfs.namenode.webhdfs.read_urls import issue_read_token
+from xdfs.namenode.webhdfs.scoped_urls import issue_read_token, issue_write_token
 from xdfs.protocol.ha import STATE_ACTIVE
 from xdfs.protocol.namenode import DEFAULT_MODE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -189,18 +187,15 @@ class WebHdfsGateway:
 
     # -- redirects to DataNodes ---------------------------------------------------------
 
-    async def redirect(self, request: web.Request, user: str, path: str,
-                       credentials: Credentials, http_address: str,
+    def write_redirect(self, request: web.Request, user: str, path: str,
                        params: Mapping[str, str]) -> web.StreamResponse:
-        """A write's redirect to ``http_address`` (a DataNode's HTTP server), with a token
-        of the user (the request's own, else a short-lived one)."""
-        token = credentials.token
-        if not token:
-            record = self.fs.ns.users[user]
-            token, _ = await self.auth.issue_token(
-                record, user, self.config.http.redirect_token_lifetime_s)
-        url = self._datanode_url(http_address, path, request.query["op"].upper(),
-                                 {**params, "delegation": token})
+        """A write's (CREATE, APPEND) redirect to any DataNode, with a token for that
+        write of that file only."""
+        op = request.query["op"].upper()
+        token = issue_write_token(self.fs, user, op, path,
+                                  self.config.http.redirect_token_lifetime_s)
+        url = self._datanode_url(self.any_datanode(), path, op,
+                                 {**params, w.TICKET_PARAM: token})
         return _redirect(request, url)
 
     def read_url(self, user: str, path: str, op: str, offset: int,
@@ -211,7 +206,7 @@ class WebHdfsGateway:
         holders = located.blocks[0].locations if located.blocks else []
         token = issue_read_token(self.fs, user, path, self.config.http.read_url_lifetime_s)
         return self._datanode_url(self.datanode_for(list(holders)), path, op,
-                                  {**params, w.READ_TOKEN_PARAM: token})
+                                  {**params, w.TICKET_PARAM: token})
 
     def _datanode_url(self, http_address: str, path: str, op: str,
                       params: Mapping[str, str]) -> str:
@@ -343,7 +338,7 @@ async def _create(gw: WebHdfsGateway, request: web.Request, user: str, path: str
     w.int_param(query, "blocksize", 0)
     w.permission_param(query, DEFAULT_MODE)
     params = _pass(query, "overwrite", "replication", "blocksize", "permission", "buffersize")
-    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), params)
+    return gw.write_redirect(request, user, path, params)
 
 
 @operation("PUT", "MKDIRS")
@@ -429,7 +424,7 @@ async def _append(gw: WebHdfsGateway, request: web.Request, user: str, path: str
     """The data goes to a DataNode (redirect), which appends through an xdfs client."""
     gw.fs.stat(user, path)  # a missing file is FileNotFound here, before any redirect
     params = _pass(request.query, "buffersize")
-    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), params)
+    return gw.write_redirect(request, user, path, params)
 
 
 @operation("POST", "TRUNCATE")

@@ -1,6 +1,7 @@
 """The URL a WebHDFS OPEN redirect (and the web UI's Download link) sends to a DataNode
 reads that one file and does nothing else: not another file, not a write, not a login on
-the NameNode's REST gateway or RPC port, not after it expired."""
+the NameNode's REST gateway or RPC port, not after it expired. A CREATE (or APPEND)
+redirect's URL makes that one write and nothing else either."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.webhdfs.conftest import ALICE, ALICE_PW, WebCluster, start_web_cluste
 from tests.webhdfs.test_rest import remote
 from xdfs.client.client import AsyncClient
 from xdfs.errors import AccessDenied, AuthenticationFailed, NotAuthenticated
+from xdfs.protocol.namenode import WEBHDFS_WRITE_LOGIN, WebHdfsWriteRequest
 
 SECRET = b"alice's secret " * 1000
 OTHER = b"alice's other file " * 1000
@@ -41,6 +43,14 @@ def files(web: WebCluster, web_dir: str) -> tuple[str, str]:
 
 def _open_url(web: WebCluster, path: str) -> str:
     answer = web.call("GET", path, "OPEN", auth=(ALICE, ALICE_PW), allow_redirects=False)
+    assert answer.status_code == 307, answer.text
+    return str(answer.headers["Location"])
+
+
+def _write_url(web: WebCluster, path: str, op: str = "CREATE", **params: str) -> str:
+    method = "PUT" if op == "CREATE" else "POST"
+    answer = web.call(method, path, op, auth=(ALICE, ALICE_PW), allow_redirects=False,
+                      **params)
     assert answer.status_code == 307, answer.text
     return str(answer.headers["Location"])
 
@@ -72,10 +82,13 @@ def test_an_open_redirect_reads_that_file_and_nothing_else(
     status, exception, message = remote(requests.get(_with(url, other), timeout=60))
     assert (status, exception) == (403, "AccessControlException"), message
     # a write or another op on the DataNode
-    for method, op in [("PUT", "CREATE"), ("POST", "APPEND")]:
-        answer = requests.request(method, _with(url, f"{secret}-new", op=op), data=b"x",
-                                  timeout=60)
-        assert remote(answer)[:2] == (403, "AccessControlException"), op
+    for method, op, path in [("PUT", "CREATE", f"{secret}-new"), ("POST", "APPEND", secret),
+                             ("PUT", "CREATE", secret)]:
+        answer = requests.request(method, _with(url, path, op=op, overwrite="true"),
+                                  data=b"x", timeout=60)
+        assert remote(answer)[0] in (401, 403), (op, answer.text)
+    assert web.call("GET", f"{secret}-new", "GETFILESTATUS").status_code == 404
+    assert web.call("GET", secret, "OPEN", auth=(ALICE, ALICE_PW)).content == SECRET
     # the NameNode's REST gateway takes it for no operation, as a delegation or a Bearer
     for method, path, op in [("GET", secret, "OPEN"), ("GET", secret, "GETFILESTATUS"),
                              ("GET", other, "OPEN"), ("PUT", f"{secret}-x", "CREATE"),
@@ -190,3 +203,55 @@ def _open_url_as_root(web: WebCluster, path: str) -> str:
     answer = web.call("GET", path, "OPEN", allow_redirects=False)
     assert answer.status_code == 307, answer.text
     return str(answer.headers["Location"])
+
+
+def test_a_create_redirect_writes_that_file_and_nothing_else(
+        web: WebCluster, files: tuple[str, str], web_dir: str) -> None:
+    secret, other = files
+    target = f"{web_dir}/new"
+    url = _write_url(web, target, permission="600")
+    token = _token(url)
+    # not a read of alice's files, not another path, not another op, on the DataNode
+    assert remote(requests.get(_with(url, secret, op="OPEN"), timeout=60))[0] == 401
+    for changed in (_with(url, f"{web_dir}/elsewhere"), _with(url, other, overwrite="true")):
+        answer = requests.put(changed, data=b"evil", timeout=60)
+        assert remote(answer)[:2] == (403, "AccessControlException"), answer.text
+    appended = requests.post(_with(url, secret, op="APPEND"), data=b"evil", timeout=60)
+    assert remote(appended)[0] == 403
+    # not a login on the NameNode's REST gateway
+    for method, path, op in [("GET", secret, "OPEN"), ("PUT", f"{web_dir}/d", "MKDIRS"),
+                             ("PUT", target, "CREATE")]:
+        answer = web.call(method, path, op, auth=None, delegation=token, allow_redirects=False)
+        assert remote(answer)[:2] == (401, "SecurityException"), op
+    # nor on the RPC port, as a login or as the exchange without a DataNode's credential
+
+    async def rpc() -> None:
+        as_token = AsyncClient(f"xdfs://{web.rpc}", user="", password="", token=token)
+        alice = AsyncClient(f"xdfs://{web.rpc}", user=ALICE, password=ALICE_PW)
+        try:
+            with pytest.raises(AuthenticationFailed):
+                await as_token.stat(secret)
+            with pytest.raises(AccessDenied):
+                await alice.rpc.call(WEBHDFS_WRITE_LOGIN,
+                                     WebHdfsWriteRequest(token, "CREATE", target))
+        finally:
+            await as_token.close()
+            await alice.close()
+
+    web.run(rpc())
+    assert web.call("GET", other, "OPEN", auth=(ALICE, ALICE_PW)).content == OTHER
+    # the write it was made for
+    assert requests.put(url, data=b"the new file", timeout=60).status_code == 201
+    status = web.call("GET", target, "GETFILESTATUS").json()["FileStatus"]
+    assert (status["owner"], status["permission"], status["length"]) == (ALICE, "600", 12)
+
+
+def test_an_append_redirect_appends_to_that_file_only(
+        web: WebCluster, files: tuple[str, str]) -> None:
+    secret, other = files
+    url = _write_url(web, secret, "APPEND")
+    assert "delegation" not in url
+    assert remote(requests.post(_with(url, other), data=b"!", timeout=60))[0] == 403
+    assert requests.post(url, data=b"!", timeout=60).status_code == 200
+    assert web.call("GET", secret, "OPEN", auth=(ALICE, ALICE_PW)).content == SECRET + b"!"
+    assert web.call("GET", other, "OPEN", auth=(ALICE, ALICE_PW)).content == OTHER
