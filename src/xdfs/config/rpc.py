@@ -132,9 +132,9 @@ class HttpConfig:
     )
     redirect_token_lifetime_s: float = setting(
         600.0,
-        "Lifetime of the token a NameNode puts in the redirect of a WebHDFS write (CREATE, "
-        "APPEND) to a DataNode, which acts as the user with it (HDFS's delegation "
-        "parameter); reads carry a read URL's token instead (http.read_url_lifetime_s).",
+        "Lifetime of the token in the URL of a WebHDFS CREATE or APPEND redirect: good for "
+        "that write of that file through a DataNode, which exchanges it for a token of the "
+        "user that expires with it.",
     )
     read_url_lifetime_s: float = setting(
         120.0,
