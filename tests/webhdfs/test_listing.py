@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,8 +14,9 @@ import pytest
 import requests
 
 from tests.integration.conftest import ROOT, ROOT_PW
-from tests.webhdfs.conftest import ALICE, ALICE_PW, WebCluster, start_web_cluster
+from tests.webhdfs.conftest import ALICE, ALICE_PW, WebCluster, basic, start_web_cluster
 from tests.webhdfs.test_fsspec_webhdfs import webhdfs
+from xdfs.common.addresses import parse_address
 from xdfs.http import webhdfs as w
 from xdfs.namenode.webhdfs.listing import PerUserLimit
 
@@ -71,6 +73,19 @@ def test_a_listing_bigger_than_a_batch_is_streamed_whole(listing: WebCluster,
     assert answer.content == _expected(listing, big_dir)  # byte for byte one json.dumps
     names = [entry["pathSuffix"] for entry in answer.json()["FileStatuses"]["FileStatus"]]
     assert names == sorted(names) and len(names) == len(set(names)) == ENTRIES
+
+
+def test_an_http_1_0_client_gets_the_listing_up_to_the_close(listing: WebCluster,
+                                                             big_dir: str) -> None:
+    with socket.create_connection(parse_address(listing.http), timeout=60) as sock:
+        sock.sendall(f"GET /webhdfs/v1{big_dir}?op=LISTSTATUS HTTP/1.0\r\n"
+                     f"Authorization: {basic(ROOT, ROOT_PW)}\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b"chunked" not in head.lower()
+    assert body == _expected(listing, big_dir)
 
 
 @pytest.mark.parametrize("count", [0, 1, BATCH, 2 * BATCH])

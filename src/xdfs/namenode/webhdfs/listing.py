@@ -81,8 +81,8 @@ async def stream_listing(fs: Namesystem, request: web.Request, user: str, path: 
     page, remaining = fs.list_dir(user, path, "", batch)
     if not remaining:
         return w.json_response({"FileStatuses": w.statuses(path, page)})
+    # (no length: chunked for HTTP/1.1, the body ends with the connection for HTTP/1.0)
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
-    response.enable_chunked_encoding()
     await response.prepare(request)
     try:
         await response.write(_HEAD)
