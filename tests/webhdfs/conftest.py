@@ -26,13 +26,13 @@ ALICE, ALICE_PW = "alice", "alice-pw"
 BLOCK_BYTES = 64 * KiB
 
 
-def webhdfs_config(auth: str = "credentials") -> XdfsConfig:
+def webhdfs_config(auth: str = "credentials", **http: Any) -> XdfsConfig:
     config = fast_config(scan_period_s=3600.0, http_address="127.0.0.1:0")
     return replace(
         config,
         namenode=replace(config.namenode, http_address="127.0.0.1:0",
                          default_block_size_bytes=BLOCK_BYTES),
-        http=replace(config.http, auth=auth),
+        http=replace(config.http, auth=auth, **http),
     )
 
 
@@ -67,11 +67,12 @@ def basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-def start_web_cluster(tmp: Any, auth: str = "credentials") -> Iterator[WebCluster]:
+def start_web_cluster(tmp: Any, auth: str = "credentials", **http: Any
+                      ) -> Iterator[WebCluster]:
     loop = LoopThread("xdfs-webhdfs-cluster")
     mc = MiniCluster(tmp)
     try:
-        cluster = loop.run(start_cluster(mc, webhdfs_config(auth)))
+        cluster = loop.run(start_cluster(mc, webhdfs_config(auth, **http)))
         loop.run(cluster.client.add_user(ALICE, ALICE_PW, ["staff"]))
         loop.run(cluster.client.close())
         nn = mc.namenodes[0]

@@ -26,7 +26,7 @@ def put_file(web: WebCluster, path: str, data: bytes, **params: object) -> reque
     first = web.call("PUT", path, "CREATE", allow_redirects=False, **params)
     assert first.status_code == 307, first.text
     location = first.headers["Location"]
-    assert "/webhdfs/v1" in location and "delegation=" in location
+    assert "/webhdfs/v1" in location and "ticket=" in location
     return requests.put(location, data=data, timeout=60)
 
 
@@ -180,7 +180,7 @@ def test_home_directory_and_delegation_tokens(web: WebCluster, web_dir: str) -> 
         "Token"]["urlString"]
     by_token = web.call("GET", "/", "GETHOMEDIRECTORY", auth=None, delegation=token)
     assert by_token.json() == {"Path": f"/user/{ALICE}"}
-    # the token acts as alice everywhere, data included (the redirect keeps it)
+    # the token acts as alice everywhere, data included (the redirect's is alice's)
     assert put_file_as(web, f"{web_dir}/t", b"tok", delegation=token).status_code == 201
     status = web.call("GET", f"{web_dir}/t", "GETFILESTATUS").json()["FileStatus"]
     assert status["owner"] == ALICE
@@ -237,7 +237,7 @@ def test_requests_without_valid_credentials_are_refused(web: WebCluster, web_dir
     # the DataNode side refuses a request that did not come through the NameNode
     location = web.call("PUT", f"{web_dir}/x", "CREATE", allow_redirects=False).headers[
         "Location"]
-    unsigned = location.split("&delegation=")[0].split("?")[0] + "?op=CREATE&user.name=root"
+    unsigned = location.split("?")[0] + "?op=CREATE&user.name=root"
     code, exception, _ = remote(requests.put(unsigned, data=b"x", timeout=60))
     assert (code, exception) == (401, "SecurityException")
     assert web.call("GET", f"{web_dir}/x", "GETFILESTATUS").status_code == 404

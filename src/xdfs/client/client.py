@@ -187,10 +187,12 @@ class AsyncClient:
         return await self.rpc.call(p.CONTENT_SUMMARY, p.PathRequest(path))
 
     async def block_locations(
-        self, path: str, offset: int = 0, length: int = -1
+        self, path: str, offset: int = 0, length: int = -1, ticket: str = ""
     ) -> p.LocatedBlocks:
+        """``ticket``: a WebHDFS read URL's token, which reads ``path`` as its user."""
         path = await self.absolute(path)
-        return await self.rpc.call(p.BLOCK_LOCATIONS, p.BlockLocationsRequest(path, offset, length))
+        return await self.rpc.call(
+            p.BLOCK_LOCATIONS, p.BlockLocationsRequest(path, offset, length, ticket))
 
     async def access(self, path: str, access: int) -> None:
         """AccessDenied unless this user may access ``path`` with the permission bits
@@ -207,11 +209,13 @@ class AsyncClient:
 
     # -- reading and writing file data ------------------------------------------------
 
-    async def open_read(self, path: str) -> FileReader:
-        """A reader over ``path`` (block locations are fetched once, refreshed on failure)."""
+    async def open_read(self, path: str, ticket: str = "") -> FileReader:
+        """A reader over ``path`` (block locations are fetched once, refreshed on failure;
+        ``ticket``: as for :meth:`block_locations`)."""
         path = await self.absolute(path)
-        located = await self.block_locations(path)
-        return FileReader(self.rpc, self.datanodes, self.config.client, path, located)
+        located = await self.block_locations(path, ticket=ticket)
+        return FileReader(self.rpc, self.datanodes, self.config.client, path, located,
+                          ticket=ticket)
 
     async def open_write(self, path: str, **options: Any) -> FileWriter:
         """Create ``path`` (options as :meth:`create`) and return its writer;

@@ -49,8 +49,10 @@ class FileReader:
         config: ClientConfig,
         path: str,
         located: p.LocatedBlocks,
+        ticket: str = "",
     ) -> None:
         self.nn = nn
+        self.ticket = ticket
         self.pool = pool
         self.config = config
         self.path = path
@@ -207,7 +209,7 @@ class FileReader:
     async def _refresh(self, index: int) -> None:
         """Fetch the block's locations again (new replicas, fresh token)."""
         located = self.blocks[index]
-        request = p.BlockLocationsRequest(self.path, located.offset, 1)
+        request = p.BlockLocationsRequest(self.path, located.offset, 1, self.ticket)
         fresh = await self.nn.call(p.BLOCK_LOCATIONS, request)
         for candidate in fresh.blocks:
             if candidate.block.block_id == located.block.block_id:

@@ -48,12 +48,14 @@ class BlockKey(msgspec.Struct, array_like=True, frozen=True):
 
 
 class TokenBody(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    kind: str  # "user" (a login) or "block" (DataNode access, issued per block)
+    #: "user" (a login), "block" (DataNode access, per block), "file-read", "file-write"
+    kind: str
     user: str
     key_id: int
     issued_ms: int
     expires_ms: int
-    #: For block tokens: "<block_id>:<r|w>"; empty for user tokens.
+    #: For block tokens: "<block_id>:<r|w>"; for file-read tokens "<inode_id>:<path>";
+    #: for file-write tokens "<op>:<path>"; empty for user tokens.
     scope: str = ""
     #: For user tokens: the user's credential generation when issued (a password change
     #: or a removal makes it stale); tokens issued before generations existed carry 0.
@@ -128,6 +130,28 @@ def check_block_token(
     if body.kind != "block" or body.scope not in allowed:
         raise AccessDenied(f"block {block_id}: token does not grant {mode} access")
     return body
+
+
+#: A token that reads one file and does nothing else (the URL of a WebHDFS OPEN redirect):
+#: a login's checks refuse it (its kind is not "user"), so whoever holds the URL can read
+#: that file until it expires, and nothing more.
+FILE_READ_KIND = "file-read"
+
+
+#: A token that lets a DataNode write one file for its user (the URL of a WebHDFS CREATE or
+#: APPEND redirect): no login either; only a DataNode can exchange it at the NameNode for
+#: a token of the user, for that one write.
+FILE_WRITE_KIND = "file-write"
+
+
+def file_write_scope(op: str, path: str) -> str:
+    return f"{op}:{path}"
+
+
+def file_read_scope(inode_id: int, path: str) -> str:
+    """The scope of a file-read token: the inode too, so a file put in the place of the
+    one named (deleted, renamed over) is not readable with it."""
+    return f"{inode_id}:{path}"
 
 
 def newest_key(keys: Mapping[int, K], now_ms: int) -> K | None:

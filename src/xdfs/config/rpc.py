@@ -132,8 +132,36 @@ class HttpConfig:
     )
     redirect_token_lifetime_s: float = setting(
         600.0,
-        "Lifetime of the token a NameNode puts in a redirect to a DataNode (the DataNode "
-        "acts as the user with it, as HDFS's delegation parameter).",
+        "Lifetime of the token in the URL of a WebHDFS CREATE or APPEND redirect: good for "
+        "that write of that file through a DataNode, which exchanges it for a token of the "
+        "user that expires with it.",
+    )
+    read_url_lifetime_s: float = setting(
+        120.0,
+        "Lifetime of the token in the URL of a WebHDFS OPEN or GETFILECHECKSUM redirect and "
+        "of the web UI's Download link: it reads that one file and serves nothing else.",
+    )
+    connections_max: int = setting(
+        1024, "Most HTTP connections one server holds open; more are closed at once."
+    )
+    connections_per_address_max: int = setting(
+        128, "Most HTTP connections one source address holds open on one server."
+    )
+    header_timeout_s: float = setting(
+        10.0, "An HTTP request whose headers have not all arrived this long after the "
+        "connection opened (or the previous request ended) is dropped (slowloris).",
+    )
+    body_idle_timeout_s: float = setting(
+        60.0, "An HTTP connection that sends no byte of a request body for this long is "
+        "dropped (aiohttp's read timeout).",
+    )
+    heavy_calls_per_user_max: int = setting(
+        2, "WebHDFS listings (LISTSTATUS, LISTSTATUS_BATCH) one user runs at once on the "
+        "NameNode; more wait their turn.",
+    )
+    list_batch_entries: int = setting(
+        100, "Entries a WebHDFS LISTSTATUS builds and sends per step before it lets other "
+        "requests run.",
     )
     body_bytes_max: int = setting(
         1 * MiB, "Largest request body read whole (forms, JSON); file data is streamed."
@@ -155,6 +183,14 @@ class HttpConfig:
 
         check_mode(self.auth)
         require(self.redirect_token_lifetime_s > 0, "http.redirect_token_lifetime_s must be > 0")
+        require(self.read_url_lifetime_s > 0, "http.read_url_lifetime_s must be > 0")
+        require(self.connections_max >= 1, "http.connections_max must be >= 1")
+        require(self.connections_per_address_max >= 1,
+                "http.connections_per_address_max must be >= 1")
+        require(self.header_timeout_s > 0, "http.header_timeout_s must be > 0")
+        require(self.body_idle_timeout_s > 0, "http.body_idle_timeout_s must be > 0")
+        require(self.heavy_calls_per_user_max >= 1, "http.heavy_calls_per_user_max must be >= 1")
+        require(self.list_batch_entries >= 1, "http.list_batch_entries must be >= 1")
         require(self.body_bytes_max >= 1 * KiB, "http.body_bytes_max must be >= 1 KiB")
         require(self.data_chunk_bytes >= 4 * KiB, "http.data_chunk_bytes must be >= 4 KiB")
         require(self.password_cache_s >= 0, "http.password_cache_s must be >= 0")

@@ -191,7 +191,8 @@ class DataNode:
         self.http = await start_status_http(
             "datanode", self.config.datanode.http_address, self.config.http.body_bytes_max,
             self.server.metrics, lambda: status_facts(self),
-            DataNodeWebHdfs(self.config, self.namenode_addresses).routes())
+            DataNodeWebHdfs(self.config, self.namenode_addresses, self._namenode_hello).routes(),
+            self.config.http)
 
     def _namenode_hello(self) -> Hello:
         """How this DataNode logs in to its NameNodes: as ``dn/<node id>`` with the cluster's

@@ -21,6 +21,13 @@ from xdfs.protocol.namenode import ContentSummary, FileStatus, LocatedBlocks
 log = logging.getLogger(__name__)
 
 PREFIX = "/webhdfs/v1"
+#: The query parameter of a scoped URL's token (one operation on one file: a NameNode's
+#: redirects to DataNodes; xdfs.namenode.webhdfs.scoped_urls). A full token of the user
+#: travels as ``delegation``.
+TICKET_PARAM = "ticket"
+#: The operations whose URL carries a file-read ticket, and a file-write one.
+READ_OPS = ("OPEN", "GETFILECHECKSUM")
+WRITE_OPS = ("CREATE", "APPEND")
 #: Bytes covered by one CRC32C in HDFS's file checksum (dfs.bytes-per-checksum default),
 #: so that xdfs and HDFS give equal checksums for equal bytes and block sizes.
 CHECKSUM_BYTES_PER_CRC = 512
@@ -53,6 +60,12 @@ _REMOTE: dict[type[Exception], tuple[str, str, int]] = {
     e.BadRequest: ("IllegalArgumentException", "java.lang.IllegalArgumentException", 400),
     e.XdfsError: ("IOException", "java.io.IOException", 403),
 }
+
+
+class StreamBroken(Exception):
+    """A streamed answer failed after its status went out: the connection is cut, so the
+    client sees a broken body (fewer bytes than Content-Length said, or an unterminated
+    chunked body), never a silently short one. Handlers let it through."""
 
 
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None
@@ -160,6 +173,14 @@ def file_status(status: FileStatus, path_suffix: str = "") -> dict[str, Any]:
 
 def file_statuses(entries: list[FileStatus]) -> dict[str, Any]:
     return {"FileStatus": [file_status(s, s.path.rsplit("/", 1)[1]) for s in entries]}
+
+
+def statuses(path: str, entries: list[FileStatus]) -> dict[str, Any]:
+    """A listing's ``FileStatuses``; a file lists itself, with an empty pathSuffix (HDFS)."""
+    if len(entries) == 1 and not entries[0].is_dir and entries[0].path.rstrip("/") == (
+            path.rstrip("/") or "/"):
+        return {"FileStatus": [file_status(entries[0])]}
+    return file_statuses(entries)
 
 
 def content_summary(summary: ContentSummary) -> dict[str, Any]:

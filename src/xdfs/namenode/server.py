@@ -292,7 +292,7 @@ class NameNode(HaTransitions):
         from xdfs.namenode.webhdfs.gateway import WebHdfsGateway
         from xdfs.namenode.webui import WebUi
 
-        http = HttpServer("namenode", self.config.http.body_bytes_max)
+        http = HttpServer("namenode", self.config.http.body_bytes_max, self.config.http)
         gateway = WebHdfsGateway(self.config, self, lambda: self.address)
         http.add_routes(gateway.routes())
         http.add_routes(WebUi(self, gateway).routes())

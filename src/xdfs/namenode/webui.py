@@ -16,7 +16,7 @@ import posixpath
 import stat as statmod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -25,6 +25,7 @@ from xdfs.errors import AccessDenied, NotAuthenticated, XdfsError
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, request_credentials
 from xdfs.http.metrics import METRICS_PATH, metrics_routes
+from xdfs.http.server import read_form
 from xdfs.http.ui import UI_PREFIX, bar, facts, h, page, size, static_routes, table, when
 from xdfs.http.ui.status import slow_calls_table, status_page_route
 from xdfs.namenode.blocks.fsck import datanode_report
@@ -109,7 +110,10 @@ class WebUi:
         return page("Log in", [], body, role="namenode", status=status)
 
     async def login(self, request: web.Request) -> web.StreamResponse:
-        form = await request.post()
+        try:
+            form = await read_form(request, self.node.config.http.body_idle_timeout_s)
+        except XdfsError as exc:
+            return self._login_page(exc.message, "", status=400)
         user, password = str(form.get("user", "")), str(form.get("password", ""))
         next_path = _local(str(form.get("next", "")))
         auth = self.node.auth
@@ -230,20 +234,11 @@ class WebUi:
                     role="namenode", user=user)
 
     async def download(self, request: web.Request, user: str) -> web.StreamResponse:
-        """To WebHDFS's OPEN with a short-lived token of the user (the gateway checks the
-        permission and redirects to a DataNode)."""
+        """To the DataNode URL of WebHDFS's OPEN, as its redirect: a token that reads this
+        file only (refused here, on this page, when the user may not read it)."""
         self.gateway.check_active()
-        node = self.node
-        assert node.fs is not None and node.auth is not None
         path = request.query.get("path", "")
-        node.fs.stat(user, path)  # refused here, on this page, when the user may not
-        record = node.fs.ns.users.get(user)
-        if record is None:
-            raise AccessDenied(f"no user {user}")
-        token, _ = await node.auth.issue_token(
-            record, user, node.config.http.redirect_token_lifetime_s)
-        query = urlencode({"op": "OPEN", "delegation": token})
-        raise web.HTTPFound(f"{w.PREFIX}{quote(path.lstrip('/'))}?{query}")
+        raise web.HTTPFound(self.gateway.read_url(user, path, "OPEN", 0, {}))
 
     async def startup(self, request: web.Request, user: str) -> web.Response:
         node = self.node

@@ -182,6 +182,17 @@ class BlockLocationsRequest(msgspec.Struct):
     path: str
     offset: int = 0
     length: int = -1  # -1: to the end
+    #: A file-read token (a WebHDFS read URL's): the call reads ``path`` as its user,
+    #: whoever the connection is; empty: as the connection's user.
+    ticket: str = ""
+
+
+class WebHdfsWriteRequest(msgspec.Struct):
+    """A DataNode's exchange of a WebHDFS write URL's token (xdfs.namenode.webhdfs)."""
+
+    ticket: str  # the file-write token of the URL
+    op: str  # CREATE or APPEND: the URL's op
+    path: str  # the URL's path
 
 
 class ListRequest(msgspec.Struct):
@@ -484,6 +495,10 @@ CONCAT = _once("concat", ConcatRequest, Empty, "Move the sources' blocks to the 
 BLOCK_LOCATIONS = _m(
     "block_locations", BlockLocationsRequest, LocatedBlocks, True, "Open: where the blocks are."
 )
+WEBHDFS_WRITE_LOGIN = _m(
+    "webhdfs_write_login", WebHdfsWriteRequest, LoginResponse, True,
+    "A DataNode: a WebHDFS write URL's token -> a token of its user, for that write.",
+)
 STAT = _m("stat", PathRequest, FileStatus, True, "Status of one path.")
 LIST = _m("list", ListRequest, Listing, True, "One page of a directory listing.")
 DELETE = _once("delete", DeleteRequest, DeleteResponse, "Delete (to the trash by default).")
@@ -580,6 +595,7 @@ CLIENT_SERVICE = Service(
         RENEW_LEASE,
         RECOVER_LEASE,
         BLOCK_LOCATIONS,
+        WEBHDFS_WRITE_LOGIN,
         STAT,
         LIST,
         DELETE,

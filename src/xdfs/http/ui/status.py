@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from aiohttp import web
 
+from xdfs.config import HttpConfig
 from xdfs.http.metrics import METRICS_PATH, metrics_routes
 from xdfs.http.server import HttpServer
 from xdfs.http.ui import UI_PREFIX, facts, h, page, static_routes, table, when
@@ -48,12 +49,14 @@ def status_routes(role: str, metrics: ServerMetrics, status: Facts) -> list[web.
 
 async def start_status_http(role: str, address: str, body_bytes_max: int,
                             metrics: ServerMetrics, status: Facts,
-                            extra: Iterable[web.RouteDef] = ()) -> HttpServer | None:
+                            extra: Iterable[web.RouteDef] = (),
+                            limits: HttpConfig | None = None) -> HttpServer | None:
     """An HTTP server on ``address`` with the status page and /metrics (and ``extra``
-    routes: a DataNode's WebHDFS data part); None when ``address`` is empty."""
+    routes: a DataNode's WebHDFS data part; ``limits``: its connection caps and timeouts,
+    the defaults unless given); None when ``address`` is empty."""
     if not address:
         return None
-    http = HttpServer(role, body_bytes_max)
+    http = HttpServer(role, body_bytes_max, limits)
     http.add_routes([*extra, *status_routes(role, metrics, status)])
     await http.start(address)
     return http

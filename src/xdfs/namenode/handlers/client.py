@@ -20,6 +20,7 @@ from xdfs.namenode.blocks import fsck as health
 from xdfs.namenode.fs_core import Pending
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import ANONYMOUS, DataNodePrincipal, NameNodeAuth, UserPrincipal
+from xdfs.namenode.webhdfs.scoped_urls import read_token_user, write_token_user
 from xdfs.protocol import namenode as p
 from xdfs.protocol.datanode import BadReplicasRequest
 from xdfs.rpc.handling import CallContext, Deferred, Download, Principal, call_key, deferring
@@ -182,7 +183,22 @@ class ClientHandlers:
         return p.RecoverLeaseResponse(await self.fs.recover_lease(caller(ctx, self.fs), req.path))
 
     def block_locations(self, ctx: CallContext, req: p.BlockLocationsRequest) -> p.LocatedBlocks:
-        return self.fs.block_locations(caller(ctx, self.fs), req.path, req.offset, req.length)
+        user = (read_token_user(self.fs, req.ticket, req.path) if req.ticket
+                else caller(ctx, self.fs))
+        return self.fs.block_locations(user, req.path, req.offset, req.length)
+
+    async def webhdfs_write_login(
+        self, ctx: CallContext, req: p.WebHdfsWriteRequest
+    ) -> p.LoginResponse:
+        """For a DataNode only (or a superuser acting as one, as the DataNode protocol
+        allows): whoever else holds a write URL can send it to a DataNode, not use it."""
+        if not isinstance(ctx.principal, DataNodePrincipal):
+            self.auth.require_superuser(caller(ctx, self.fs), "exchange a WebHDFS write token")
+        user, expires_ms = write_token_user(self.fs, req.ticket, req.op, req.path)
+        lifetime_s = max(0.001, (expires_ms - self.fs.now_ms()) / 1000)
+        token, expires_ms = await self.auth.issue_token(self.fs.ns.users[user], user,
+                                                        lifetime_s)
+        return p.LoginResponse(user, token, expires_ms)
 
     def stat(self, ctx: CallContext, req: p.PathRequest) -> p.FileStatus:
         return self.fs.stat(caller(ctx, self.fs), req.path)

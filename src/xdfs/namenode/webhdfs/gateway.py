@@ -4,9 +4,9 @@ and statuses, plus an OAuth2 token endpoint for Hadoop's WebHDFS client.
 Metadata operations run here, against the namesystem, as the request's user, with the
 checks an RPC call of that user gets (the same namesystem methods, the same caller check).
 Data operations (CREATE, APPEND, OPEN, GETFILECHECKSUM) are answered as HDFS answers them: a 307
-redirect to a DataNode's HTTP server, whose URL carries a short-lived token of the user
-(``delegation=``, ``http.redirect_token_lifetime_s``) so the DataNode can act as that user
-through an xdfs client.
+redirect to a DataNode's HTTP server, whose URL carries a token good for that one
+operation on that one file (``ticket=``, :mod:`.scoped_urls`): the DataNode reads with it,
+or exchanges it for a token of the user to write through an xdfs client.
 
 In an HA pair the gateway runs on each NameNode whatever its state: a standby (or a
 NameNode still starting or stopping) answers every request, the OAuth2 endpoint included,
@@ -19,7 +19,7 @@ import logging
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote, urlencode
 
 from aiohttp import web
@@ -37,10 +37,13 @@ from xdfs.errors import (
 )
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, PasswordCache, request_credentials
+from xdfs.http.server import read_form
 from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.namenode.webhdfs.listing import PerUserLimit, stream_listing
+from xdfs.namenode.webhdfs.scoped_urls import issue_read_token, issue_write_token
 from xdfs.protocol.ha import STATE_ACTIVE
 from xdfs.protocol.namenode import DEFAULT_MODE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
@@ -87,6 +90,8 @@ class WebHdfsGateway:
         http = config.http
         self._passwords = PasswordCache(os.urandom(32), http.password_cache_s,
                                         http.password_cache_entries_max)
+        #: Listings of one user at once (.listing: a big one must not crowd others out).
+        self.listings = PerUserLimit(http.heavy_calls_per_user_max)
 
     @property
     def fs(self) -> Namesystem:
@@ -126,6 +131,8 @@ class WebHdfsGateway:
                                               self.config.http.auth)
             user = await self._user(credentials, request.remote or "")
             return await function(self, request, user, w.request_path(request), credentials)
+        except w.StreamBroken:
+            raise  # the status went out already: the cut connection says it failed
         except Exception as exc:
             return w.remote_exception(exc)
 
@@ -162,7 +169,7 @@ class WebHdfsGateway:
         except Standby as exc:
             return w.remote_exception(exc)
         try:
-            form = await request.post()
+            form = await read_form(request, self.config.http.body_idle_timeout_s)
             fields = {key: str(value) for key, value in form.items()}
             if fields.get("grant_type") != "client_credentials":
                 return w.json_response({"error": "unsupported_grant_type"}, 400)
@@ -180,22 +187,31 @@ class WebHdfsGateway:
 
     # -- redirects to DataNodes ---------------------------------------------------------
 
-    async def redirect(self, request: web.Request, user: str, path: str,
-                       credentials: Credentials, http_address: str,
+    def write_redirect(self, request: web.Request, user: str, path: str,
                        params: Mapping[str, str]) -> web.StreamResponse:
-        """307 to ``http_address`` (a DataNode's HTTP server), or with ``noredirect=true``
-        200 and ``{"Location": url}`` (as HDFS)."""
-        token = credentials.token
-        if not token:
-            record = self.fs.ns.users[user]
-            token, _ = await self.auth.issue_token(
-                record, user, self.config.http.redirect_token_lifetime_s)
-        query = {"op": request.query["op"].upper(), **params, "delegation": token,
-                 "namenoderpcaddress": self._rpc_address()}
-        url = f"http://{http_address}{w.PREFIX}{quote(path)}?{urlencode(query)}"
-        if w.bool_param(request.query, "noredirect", False):
-            return w.json_response({"Location": url})
-        return web.Response(status=307, headers={"Location": url})
+        """A write's (CREATE, APPEND) redirect to any DataNode, with a token for that
+        write of that file only."""
+        op = request.query["op"].upper()
+        token = issue_write_token(self.fs, user, op, path,
+                                  self.config.http.redirect_token_lifetime_s)
+        url = self._datanode_url(self.any_datanode(), path, op,
+                                 {**params, w.TICKET_PARAM: token})
+        return _redirect(request, url)
+
+    def read_url(self, user: str, path: str, op: str, offset: int,
+                 params: Mapping[str, str]) -> str:
+        """The DataNode URL of a read of ``path`` by ``user`` (OPEN, GETFILECHECKSUM): on
+        a holder of the block at ``offset``, with a token that reads this file only."""
+        located = self.fs.block_locations(user, path, offset, 1)
+        holders = located.blocks[0].locations if located.blocks else []
+        token = issue_read_token(self.fs, user, path, self.config.http.read_url_lifetime_s)
+        return self._datanode_url(self.datanode_for(list(holders)), path, op,
+                                  {**params, w.TICKET_PARAM: token})
+
+    def _datanode_url(self, http_address: str, path: str, op: str,
+                      params: Mapping[str, str]) -> str:
+        query = {"op": op, **params, "namenoderpcaddress": self._rpc_address()}
+        return f"http://{http_address}{w.PREFIX}{quote(path)}?{urlencode(query)}"
 
     def any_datanode(self) -> str:
         nodes = [node.http_address for node in self.fs.blocks.datanodes.live_nodes()
@@ -211,6 +227,13 @@ class WebHdfsGateway:
             if node is not None and node.http_address:
                 return node.http_address
         return self.any_datanode()
+
+
+def _redirect(request: web.Request, url: str) -> web.StreamResponse:
+    """307 to ``url``, or with ``noredirect=true`` 200 and ``{"Location": url}`` (HDFS)."""
+    if w.bool_param(request.query, "noredirect", False):
+        return w.json_response({"Location": url})
+    return web.Response(status=307, headers={"Location": url})
 
 
 def _pass(query: Mapping[str, str], *names: str) -> dict[str, str]:
@@ -229,33 +252,22 @@ async def _get_file_status(gw: WebHdfsGateway, request: web.Request, user: str, 
 @operation("GET", "LISTSTATUS")
 async def _list_status(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                        credentials: Credentials) -> web.StreamResponse:
-    entries, start = [], ""
-    while True:
-        page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
-        entries.extend(page)
-        if not remaining or not page:
-            break
-        start = page[-1].path.rsplit("/", 1)[1]
-    return w.json_response({"FileStatuses": _statuses(path, entries)})
+    async with gw.listings.hold(user):
+        return await stream_listing(gw.fs, request, user, path,
+                                    gw.config.http.list_batch_entries)
 
 
 @operation("GET", "LISTSTATUS_BATCH")
 async def _list_status_batch(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
                              credentials: Credentials) -> web.StreamResponse:
+    """One page of HDFS's paged listing, after ``startAfter`` (a name)."""
     start = request.query.get("startAfter", "")
-    page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
+    async with gw.listings.hold(user):
+        page, remaining = gw.fs.list_dir(user, path, start, LIST_PAGE_ENTRIES)
     return w.json_response({"DirectoryListing": {
-        "partialListing": {"FileStatuses": _statuses(path, page)},
+        "partialListing": {"FileStatuses": w.statuses(path, page)},
         "remainingEntries": remaining,
     }})
-
-
-def _statuses(path: str, entries: list[Any]) -> dict[str, Any]:
-    """A file lists itself, with an empty pathSuffix (as HDFS)."""
-    if len(entries) == 1 and not entries[0].is_dir and entries[0].path.rstrip("/") == (
-            path.rstrip("/") or "/"):
-        return {"FileStatus": [w.file_status(entries[0])]}
-    return w.file_statuses(entries)
 
 
 @operation("GET", "GETCONTENTSUMMARY")
@@ -290,11 +302,8 @@ async def _open(gw: WebHdfsGateway, request: web.Request, user: str, path: str,
     query = request.query
     offset = w.int_param(query, "offset", 0)
     w.int_param(query, "length", -1)  # checked here, applied by the DataNode
-    located = gw.fs.block_locations(user, path, offset, 1)
-    holders = located.blocks[0].locations if located.blocks else []
-    target = gw.datanode_for(list(holders))
-    return await gw.redirect(request, user, path, credentials, target,
-                             _pass(query, "offset", "length", "buffersize"))
+    return _redirect(request, gw.read_url(user, path, "OPEN", offset,
+                                          _pass(query, "offset", "length", "buffersize")))
 
 
 @operation("GET", "GETFILEBLOCKLOCATIONS")
@@ -313,7 +322,8 @@ async def _checksum(gw: WebHdfsGateway, request: web.Request, user: str, path: s
     status = gw.fs.stat(user, path)
     if status.is_dir:
         raise NotFound(f"Path is not a file: {path}")
-    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), {})
+    params = {"blocksize": str(status.block_size)}  # HDFS names it in the algorithm
+    return _redirect(request, gw.read_url(user, path, "GETFILECHECKSUM", 0, params))
 
 
 # -- changes ------------------------------------------------------------------------------
@@ -328,7 +338,7 @@ async def _create(gw: WebHdfsGateway, request: web.Request, user: str, path: str
     w.int_param(query, "blocksize", 0)
     w.permission_param(query, DEFAULT_MODE)
     params = _pass(query, "overwrite", "replication", "blocksize", "permission", "buffersize")
-    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), params)
+    return gw.write_redirect(request, user, path, params)
 
 
 @operation("PUT", "MKDIRS")
@@ -414,7 +424,7 @@ async def _append(gw: WebHdfsGateway, request: web.Request, user: str, path: str
     """The data goes to a DataNode (redirect), which appends through an xdfs client."""
     gw.fs.stat(user, path)  # a missing file is FileNotFound here, before any redirect
     params = _pass(request.query, "buffersize")
-    return await gw.redirect(request, user, path, credentials, gw.any_datanode(), params)
+    return gw.write_redirect(request, user, path, params)
 
 
 @operation("POST", "TRUNCATE")
