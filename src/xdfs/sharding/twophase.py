@@ -394,8 +394,10 @@ class Coordinator:
 
     def _replay(self, record: CoordinatorRecord) -> None:
         if record.kind is Kind.PREPARE:
-            self.txs[record.txid] = CoordinatorTx(record.txid, dict(record.changes),
-                                                  record.order, CPhase.VOTING)
+            changes = dict(record.changes)
+            self.txs[record.txid] = CoordinatorTx(record.txid, changes,
+                                                  _checked_order(changes, record.order),
+                                                  CPhase.VOTING)
             return
         if record.kind is Kind.END:
             self.txs.pop(record.txid, None)
