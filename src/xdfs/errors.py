@@ -507,7 +507,7 @@ class WrongShard(ShardingError):
 
     def _field(self, index: int) -> str:
         words = self.message.split(" ")
-        shaped = len(words) == 7 and words[0] == "slot" and words[5] == "epoch"
+        shaped = len(words) == 8 and words[0] == "slot" and words[6] == "epoch"
         return words[index] if shaped else ""
 
     @property
@@ -521,7 +521,7 @@ class WrongShard(ShardingError):
 
     @property
     def epoch(self) -> int | None:
-        text = self._field(6)
+        text = self._field(7)
         return int(text) if text.isdigit() else None
 
 
