@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from xdfs.errors import ShardingError, TransactionAborted
+from xdfs.sharding.machine import dispatch
 
 ABORTED_CODE = TransactionAborted.code
 
@@ -240,10 +241,7 @@ class Settings:
 
 
 def _dispatch(machine: object, event: Event) -> list[Action]:
-    handler = getattr(machine, f"_on_{type(event).__name__}", None)
-    if handler is None:
-        raise ShardingError(f"{type(machine).__name__} takes no {type(event).__name__}")
-    actions: list[Action] = handler(event)
+    actions: list[Action] = dispatch(machine, event)
     return actions
 
 
