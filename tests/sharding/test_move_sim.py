@@ -37,7 +37,7 @@ def test_seeded_moves_keep_every_invariant() -> None:
 class EarlyTarget(mv.MoveTarget):
     """Broken: acquires on the handoff without waiting to be staged through it."""
 
-    def _maybe_acquire(self, m: mv._TargetMove) -> list[mv.MoveAction]:
+    def _maybe_acquire(self, m: mv.TargetMove) -> list[mv.MoveAction]:
         if m.handoff is None:
             return []
         m.phase = mv.TPhase.ACQUIRING

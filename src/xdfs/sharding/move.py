@@ -314,7 +314,7 @@ class CPhase(Enum):
 
 
 @dataclass
-class _ControllerMove:
+class ControllerMove:
     move: Move
     phase: CPhase
     committed: bool = False
@@ -325,12 +325,12 @@ class _ControllerMove:
 class MoveController(_Machine):
     def __init__(self, name: str, settings: MoveSettings | None = None) -> None:
         super().__init__(name, settings)
-        self.moves: dict[str, _ControllerMove] = {}
+        self.moves: dict[str, ControllerMove] = {}
 
     def _on_StartMove(self, event: StartMove) -> list[MoveAction]:
         if event.move.move_id in self.moves:
             return []
-        self.moves[event.move.move_id] = _ControllerMove(event.move, CPhase.BEGINNING)
+        self.moves[event.move.move_id] = ControllerMove(event.move, CPhase.BEGINNING)
         return [Journal(MoveRecord(Kind.BEGIN, event.move))]
 
     def _on_Journaled(self, event: Journaled) -> list[MoveAction]:
@@ -409,7 +409,7 @@ class MoveController(_Machine):
         self.moves.clear()
         for r in event.records:
             if r.kind is Kind.BEGIN:
-                self.moves[r.move.move_id] = _ControllerMove(r.move, CPhase.COPYING)
+                self.moves[r.move.move_id] = ControllerMove(r.move, CPhase.COPYING)
             elif r.kind is Kind.ABORT and r.move.move_id in self.moves:
                 self.moves[r.move.move_id].phase = CPhase.ABORTING
             elif r.kind is Kind.END:
@@ -425,16 +425,16 @@ class MoveController(_Machine):
                 actions += self._abort(m)  # BEGIN only, no CAS: it never will be
         return actions
 
-    def _abort(self, m: _ControllerMove) -> list[MoveAction]:
+    def _abort(self, m: ControllerMove) -> list[MoveAction]:
         m.phase = CPhase.ABORTING
         return [Journal(MoveRecord(Kind.ABORT, m.move))]
 
-    def _tell(self, m: _ControllerMove, *, committed: bool) -> list[MoveAction]:
+    def _tell(self, m: ControllerMove, *, committed: bool) -> list[MoveAction]:
         m.phase, m.committed, m.acks = CPhase.TELLING, committed, frozenset()
         return [self._outcome(m, m.move.source), self._outcome(m, m.move.target),
                 self._schedule(m.move.move_id)]
 
-    def _outcome(self, m: _ControllerMove, party: str) -> Send:
+    def _outcome(self, m: ControllerMove, party: str) -> Send:
         return Send(party, CommitMsg(m.move) if m.committed else CancelMsg(m.move))
 
 
@@ -451,7 +451,7 @@ class SPhase(Enum):
 
 
 @dataclass
-class _SourceMove:
+class SourceMove:
     move: Move
     phase: SPhase
     txid: int = 0
@@ -461,7 +461,7 @@ class _SourceMove:
 class MoveSource(_Machine):
     def __init__(self, name: str, settings: MoveSettings | None = None) -> None:
         super().__init__(name, settings)
-        self.moves: dict[str, _SourceMove] = {}
+        self.moves: dict[str, SourceMove] = {}
 
     def fenced(self) -> list[int]:
         """Slots whose mutations must wait (a handoff under way or in doubt)."""
@@ -471,7 +471,7 @@ class MoveSource(_Machine):
     def _on_StartMsg(self, event: StartMsg) -> list[MoveAction]:
         if event.move.move_id in self.moves:
             return []
-        self.moves[event.move.move_id] = _SourceMove(event.move, SPhase.COPYING)
+        self.moves[event.move.move_id] = SourceMove(event.move, SPhase.COPYING)
         return [Stream(event.move)]
 
     def _on_StreamProgress(self, event: StreamProgress) -> list[MoveAction]:
@@ -536,7 +536,7 @@ class MoveSource(_Machine):
         self.moves.clear()
         for r in event.records:
             if r.kind is Kind.HANDOFF:
-                self.moves[r.move.move_id] = _SourceMove(r.move, SPhase.HANDED_OFF, r.txid)
+                self.moves[r.move.move_id] = SourceMove(r.move, SPhase.HANDED_OFF, r.txid)
             elif r.kind in (Kind.DROP, Kind.CANCEL) and r.move.move_id in self.moves:
                 self.moves[r.move.move_id].phase = SPhase.DONE
                 self.moves[r.move.move_id].dropped = r.kind is Kind.DROP
@@ -564,7 +564,7 @@ class TPhase(Enum):
 
 
 @dataclass
-class _TargetMove:
+class TargetMove:
     move: Move
     phase: TPhase
     staged: int = -1  # staged through this txid
@@ -575,7 +575,7 @@ class _TargetMove:
 class MoveTarget(_Machine):
     def __init__(self, name: str, settings: MoveSettings | None = None) -> None:
         super().__init__(name, settings)
-        self.moves: dict[str, _TargetMove] = {}
+        self.moves: dict[str, TargetMove] = {}
 
     def accepts(self, move_id: str) -> bool:
         """Whether the driver should journal more of this move's stream (not once it was
@@ -583,13 +583,13 @@ class MoveTarget(_Machine):
         m = self.moves.get(move_id)
         return m is None or m.phase is TPhase.STAGING
 
-    def _get(self, move: Move) -> tuple[_TargetMove, list[MoveAction]]:
+    def _get(self, move: Move) -> tuple[TargetMove, list[MoveAction]]:
         """The move, and a first timer when it is new here: a staging target asks the
         controller now and then, so staging for a move that ended is dropped."""
         m = self.moves.get(move.move_id)
         if m is not None:
             return m, []
-        m = self.moves[move.move_id] = _TargetMove(move, TPhase.STAGING)
+        m = self.moves[move.move_id] = TargetMove(move, TPhase.STAGING)
         return m, [self._schedule(move.move_id)]
 
     def _on_Staged(self, event: Staged) -> list[MoveAction]:
@@ -608,7 +608,7 @@ class MoveTarget(_Machine):
         m.handoff = event.txid
         return [*timer, *self._maybe_acquire(m)]
 
-    def _maybe_acquire(self, m: _TargetMove) -> list[MoveAction]:
+    def _maybe_acquire(self, m: TargetMove) -> list[MoveAction]:
         if m.handoff is None or m.staged < m.handoff:
             return []  # the stream still has edits through the handoff to bring
         m.phase = TPhase.ACQUIRING
@@ -661,7 +661,7 @@ class MoveTarget(_Machine):
         self.moves.clear()
         for r in event.records:
             if r.kind is Kind.ACQUIRE:
-                self.moves[r.move.move_id] = _TargetMove(r.move, TPhase.ACQUIRED, r.txid,
+                self.moves[r.move.move_id] = TargetMove(r.move, TPhase.ACQUIRED, r.txid,
                                                          r.txid)
             elif r.kind in (Kind.OWN, Kind.DISCARD) and r.move.move_id in self.moves:
                 self.moves[r.move.move_id].phase = TPhase.DONE
@@ -676,6 +676,6 @@ class MoveTarget(_Machine):
     def _on_StagingLost(self, event: StagingLost) -> list[MoveAction]:
         if event.move.move_id in self.moves:
             return []
-        self.moves[event.move.move_id] = _TargetMove(event.move, TPhase.FINISHING)
+        self.moves[event.move.move_id] = TargetMove(event.move, TPhase.FINISHING)
         return [Journal(MoveRecord(Kind.DISCARD, event.move)),
                 Send(event.move.controller, FailedMsg(event.move.move_id, self.name))]
