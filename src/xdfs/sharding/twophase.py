@@ -59,7 +59,7 @@ and ignores what no longer applies.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -600,8 +600,3 @@ class Participant:
         tx.generation += 1
         return Schedule(Tick(tx.txid, tx.generation), self.settings.resend_s)
 
-
-def records_of(records: Iterable[CoordinatorRecord | ParticipantRecord],
-               txid: str) -> list[CoordinatorRecord | ParticipantRecord]:
-    """The records of one transaction, in order (for tests and ``admin -shards``)."""
-    return [r for r in records if r.txid == txid]

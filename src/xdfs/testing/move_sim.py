@@ -195,8 +195,10 @@ class Shard(Process):
 
     def create(self, create: Create) -> None:
         state = self.state()
-        if create.inode in state.inodes:
+        if create.inode in self.state(durable_only=True).inodes:
             self.answer(create, "ok")  # a retry of one applied (the retry cache)
+        elif create.inode in state.inodes:
+            return  # a retry of one being synced: the first answer comes with the sync
         elif self.serves():
             self.journal(Created(create.inode), partial(self.answer, create, "ok"))
         elif self.name == "src" and (state.fenced or self.fencing) and not state.dropped:
