@@ -548,9 +548,6 @@ class MoveSource(_Machine):
                             self._schedule(m.move.move_id)]
         return actions
 
-    def _on_ReadyMsg(self, event: ReadyMsg) -> list[MoveAction]:
-        return []
-
 
 # --- the target -----------------------------------------------------------------------------
 
