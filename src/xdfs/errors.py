@@ -485,6 +485,60 @@ class MoveRefused(DataNodeAdminError):
     code = 714
 
 
+# --- 730-739: metadata sharding ----------------------------------------------------
+
+
+class ShardingError(ClusterStateError):
+    """Base of the metadata sharding errors (slot map, routing, cross-shard commits)."""
+
+    code = 730
+
+
+class WrongShard(ShardingError):
+    """This shard does not own the path's slot (Redis Cluster's MOVED): refresh the slot map
+    and ask the owner. The message reads ``slot S owned by OWNER at epoch E``."""
+
+    code = 731
+    retriable = True
+
+    @classmethod
+    def of(cls, slot: int, owner: str, epoch: int) -> WrongShard:
+        return cls(f"slot {slot} owned by {owner} at epoch {epoch}")
+
+    def _field(self, index: int) -> str:
+        words = self.message.split(" ")
+        shaped = len(words) == 8 and words[0] == "slot" and words[6] == "epoch"
+        return words[index] if shaped else ""
+
+    @property
+    def slot(self) -> int | None:
+        text = self._field(1)
+        return int(text) if text.isdigit() else None
+
+    @property
+    def owner(self) -> str | None:
+        return self._field(4) or None
+
+    @property
+    def epoch(self) -> int | None:
+        text = self._field(7)
+        return int(text) if text.isdigit() else None
+
+
+class SlotMapInvalid(ShardingError):
+    """A slot map that does not cover every slot exactly once, or does not decode; it is
+    refused whole and nothing uses it."""
+
+    code = 732
+
+
+class TransactionAborted(ShardingError):
+    """A cross-shard change (top-layer change, cross-partition rename) was aborted: a shard
+    did not prepare in time, or refused for the reason the message gives; nothing changed."""
+
+    code = 733
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

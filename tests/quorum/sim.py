@@ -15,8 +15,9 @@ in one asyncio loop; the channel injects, chosen by the seed, at every call:
 * ``isolate``: this writer loses the node for its next calls (a partition: a minority
   keeps what the majority never hears of).
 
-Everything is logical time (loop turns), never wall-clock sleeps, so a thousand seeds run
-in seconds and every run of one seed is the same.
+The faults are chosen by :class:`xdfs.testing.sim.FaultPlan`. Everything is logical time
+(loop turns), never wall-clock sleeps, so a thousand seeds run in seconds and every run of
+one seed is the same.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from xdfs.editlog.framing import frame_record
 from xdfs.errors import ConnectionLost
 from xdfs.journal.storage import Journal
 from xdfs.protocol import journal as j
+from xdfs.testing import sim
 
 T = TypeVar("T")
 
@@ -78,18 +80,10 @@ class SimNode:
 
 
 @dataclass
-class FaultPlan:
-    """The seed's choices: how likely a fault is, and which ones may happen."""
+class FaultPlan(sim.FaultPlan):
+    """The generic plan with the quorum journal's faults by default."""
 
-    rng: random.Random
-    rate: float
     faults: tuple[str, ...] = FAULTS
-    enabled: bool = True
-
-    def pick(self) -> str | None:
-        if not self.enabled or self.rng.random() >= self.rate:
-            return None
-        return self.rng.choice(self.faults)
 
 
 @dataclass
