@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from xdfs.namenode.namespace.tree_base import FIRST_BLOCK_ID, FIRST_INODE_ID
+from xdfs.namenode.namespace.inodes import FIRST_INODE_ID
+from xdfs.namenode.namespace.tree_base import FIRST_BLOCK_ID
 from xdfs.sharding.ids import SHARDS_MAX, first_id, local_part, shard_of_id
 
 
