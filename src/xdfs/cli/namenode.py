@@ -107,6 +107,7 @@ def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) 
         password=os.environ.get("XDFS_PASSWORD", ""),
         cluster_id=cluster_id,
         force=force,
+        shard=config.sharding.shard,
     )
     click.echo(
         f"formatted {', '.join(map(str, dirs))}: cluster {result.cluster_id}, "

@@ -7,7 +7,7 @@ then ``-D section.key=value`` overrides and role-specific flags. Unknown section
 and values of the wrong type are a :class:`~xdfs.errors.ConfigError`, never ignored.
 
 The sections live in one module per group (``rpc``, ``namenode``, ``datanode``, ``ha``,
-``services``); ``loading`` assembles them. Import every name from ``xdfs.config``.
+``services``, ``sharding``); ``loading`` assembles them. Import every name from ``xdfs.config``.
 """
 
 from xdfs.config.base import GiB, KiB, MiB, setting
@@ -28,6 +28,7 @@ from xdfs.config.loading import (
 from xdfs.config.namenode import BackupNodeConfig, NameNodeConfig
 from xdfs.config.rpc import ClientConfig, HttpConfig, RpcConfig
 from xdfs.config.services import DevConfig, LogServiceConfig
+from xdfs.config.sharding import ShardingConfig
 
 __all__ = [
     "CONF_ENV",
@@ -45,6 +46,7 @@ __all__ = [
     "MiB",
     "NameNodeConfig",
     "RpcConfig",
+    "ShardingConfig",
     "XdfsConfig",
     "build_config",
     "config_as_dict",

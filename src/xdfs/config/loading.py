@@ -19,6 +19,7 @@ from xdfs.config.ha import HaConfig, JournalNodeConfig
 from xdfs.config.namenode import BackupNodeConfig, NameNodeConfig
 from xdfs.config.rpc import ClientConfig, HttpConfig, RpcConfig
 from xdfs.config.services import DevConfig, LogServiceConfig
+from xdfs.config.sharding import ShardingConfig
 from xdfs.errors import ConfigError
 
 CONF_ENV = "XDFS_CONF"
@@ -37,6 +38,7 @@ class XdfsConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     logservice: LogServiceConfig = field(default_factory=LogServiceConfig)
     balancer: BalancerConfig = field(default_factory=BalancerConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
 
     def validate(self) -> XdfsConfig:
         self.rpc.validate()
@@ -49,6 +51,7 @@ class XdfsConfig:
         self.logservice.validate()
         self.client.validate()
         self.balancer.validate()
+        self.sharding.validate()
         return self
 
 

@@ -1,0 +1,52 @@
+"""The [sharding] section, and a shard's namespace allocating ids in its own range."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from xdfs.config import NameNodeConfig, build_config
+from xdfs.errors import ConfigError
+from xdfs.namenode.image.format import format_namenode
+from xdfs.namenode.image.recovery import load_namespace
+from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.tree import Namespace
+from xdfs.sharding.ids import shard_of_id
+
+
+def test_unsharded_by_default() -> None:
+    config = build_config([])
+    assert config.sharding.shard == -1 and not config.sharding.enabled
+    assert config.sharding.partitioning().root_of("/user/a/b") == "/user/a"
+
+
+def test_overrides_and_depth_reach_the_partitioning() -> None:
+    config = build_config([{"sharding": {"partition_depth": 1,
+                                         "depth_overrides": {"/data": 3}}}])
+    parts = config.sharding.partitioning()
+    assert parts.root_of("/tmp/x") == "/tmp"
+    assert parts.root_of("/data/a/b/c") == "/data/a/b"
+
+
+@pytest.mark.parametrize("values", [
+    {"shard": -2}, {"shard": 1 << 15}, {"partition_depth": 0},
+    {"depth_overrides": {"/user/a/b": 2}}, {"zookeeper_root": "x"},
+    {"shard": 0},  # sharded without ZooKeeper
+])
+def test_bad_values_are_config_errors(values: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        build_config([{"sharding": values}])
+
+
+@pytest.mark.parametrize("shard", [-1, 0, 3])
+def test_format_starts_the_counters_in_the_shards_range(tmp_path: Path, shard: int) -> None:
+    format_namenode([tmp_path], NameNodeConfig(), superuser="su", password="pw", shard=shard)
+    dirs = [StorageDirectory(tmp_path)]
+    ns, _ = load_namespace(dirs, Namespace)
+    for d in dirs:
+        d.unlock()
+    expected = max(shard, 0)
+    assert shard_of_id(ns.next_inode_id) == expected
+    assert shard_of_id(ns.next_block_id) == expected
+    assert shard_of_id(ns.resolve("/user").get().id) == expected  # made at format, in the range
