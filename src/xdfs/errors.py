@@ -539,6 +539,39 @@ class TransactionAborted(ShardingError):
     code = 733
 
 
+class TopLayerChange(ShardingError):
+    """A change of a top-layer directory (``/``, ``/user``: above the partition depth,
+    present on every shard) asked of one shard: such changes go through the controller as a
+    two-phase commit on every shard, which this version does not offer yet; nothing
+    changed."""
+
+    code = 734
+
+
+class CrossShardRename(ShardingError):
+    """A rename whose source and destination lie in partitions of different shards: that
+    needs the two-phase rename between the shards, which this version does not offer yet;
+    nothing changed (a rename within one partition, or between partitions of one shard,
+    works)."""
+
+    code = 735
+
+
+class NotController(ShardingError):
+    """This shard is not (or no longer) the controller: its write of the slot map was
+    refused by ZooKeeper's check of the controller epoch, so nothing was written."""
+
+    code = 736
+
+
+class NoSlotMap(ShardingError):
+    """The shard has no slot map yet (not every expected shard has registered, or the
+    initial map was not written): try again shortly."""
+
+    code = 737
+    retriable = True
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)
