@@ -12,6 +12,7 @@ from xdfs.protocol.journal import JOURNAL_SERVICE
 from xdfs.protocol.ledger import LEDGER_SERVICE
 from xdfs.protocol.log import LOG_SERVICE
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE
+from xdfs.protocol.sharding import SHARDING_SERVICE
 from xdfs.protocol.system import DIAGNOSTICS, SYSTEM
 from xdfs.protocol.zkfc import ZKFC_SERVICE
 
@@ -29,6 +30,6 @@ def test_protocol_doc_lists_every_method() -> None:
     for service in (SYSTEM, DIAGNOSTICS, CLIENT_SERVICE, ADMIN_SERVICE, DATANODE_PROTOCOL,
                     DATANODE_SERVICE, NAMENODE_BACKUP_PROTOCOL, BACKUP_SERVICE, HA_SERVICE,
                     HA_SERVICE_PROTOCOL, ZKFC_SERVICE, JOURNAL_SERVICE, LEDGER_SERVICE,
-                    LOG_SERVICE):
+                    LOG_SERVICE, SHARDING_SERVICE):
         for method in service:
             assert f"| `{method.name}` |" in text, f"{method.name} missing"

@@ -21,6 +21,7 @@ from xdfs.client import transfer
 from xdfs.client.datanodes import DataNodePool
 from xdfs.client.failover import namenode_probe
 from xdfs.client.reader import FileReader
+from xdfs.client.shards import ShardedRpcClient
 from xdfs.client.sync_files import SyncReader, SyncWriter, buffered_reader, buffered_writer
 from xdfs.client.writer import FileWriter, LeaseRenewer
 from xdfs.common.addresses import format_fs_uri, parse_fs_uri, same_cluster, split_uri
@@ -29,7 +30,6 @@ from xdfs.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, U
 from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplica, BadReplicasRequest
-from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.sync import LoopThread
 from xdfs.rpc.tls import client_context
@@ -64,7 +64,7 @@ class AsyncClient:
             token=token if token is not None else self.config.client.token,
         )
         ssl_context = client_context(self.config.rpc)
-        self.rpc = RpcClient(
+        self.rpc = ShardedRpcClient(
             self.addresses, self.config.rpc, hello=hello, ssl_context=ssl_context,
             probe=namenode_probe(self.config.client),
         )

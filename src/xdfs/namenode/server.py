@@ -57,6 +57,7 @@ from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.retry_cache import RetryCache, record_applied
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
+from xdfs.namenode.sharded import ShardingHandlers, ShardState, guarded
 from xdfs.namenode.standby import (
     StandbyTailer,
 )
@@ -73,6 +74,7 @@ from xdfs.protocol.ha import (
     TRANSITION_TO_ACTIVE,
 )
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
+from xdfs.protocol.sharding import SHARDING_SERVICE
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
 from xdfs.rpc.streams import StreamReceiver
@@ -131,6 +133,8 @@ class NameNode(HaTransitions):
         self.metrics: NameNodeMetrics | None = None  # once serving (its server's registry)
         #: Startup phases, for the web UI's Startup progress page.
         self.startup = StartupProgress()
+        #: This NameNode's shard of a sharded namespace (None: unsharded).
+        self.shards = ShardState(config.sharding) if config.sharding.enabled else None
 
     @property
     def address(self) -> str:
@@ -200,11 +204,24 @@ class NameNode(HaTransitions):
             await self._serve_active(new_epoch=new_epoch)
         if server is None:
             await self.server.start(host, port)
+        await self._join_shards()
         log.info("namespace loaded: %d inodes, last txid %d; %s", namespace.inode_count(),
                  last_txid, self.ha_state)
         if self.fs.safe_mode.on:
             log.info("in safe mode: %s", self.fs.safe_mode.reason)
         return self.server.address
+
+    async def _join_shards(self) -> None:
+        """A shard registers in ZooKeeper once it serves (at the address clients reach);
+        it answers NoSlotMap until it holds a map."""
+        if self.shards is None:
+            return
+        assert self.server is not None
+        try:
+            await self.shards.start(self.server.address)
+        except BaseException:
+            await self.stop()
+            raise
 
     async def _open_edits(self, last_txid: int) -> None:
         """The edits log from ``last_txid + 1``: local dirs, and the shared journal when
@@ -337,6 +354,7 @@ class NameNode(HaTransitions):
             server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
                 self, self.auth, self.config.ha.automatic_failover))
         self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, cluster_id, namespace_id)
+        server.add_service(SHARDING_SERVICE, ShardingHandlers(self.fs, self.shards))
         return server
 
     def _add_active_services(self, server: RpcServer) -> None:
@@ -350,6 +368,9 @@ class NameNode(HaTransitions):
             (NAMENODE_BACKUP_PROTOCOL, BackupProtocolHandlers(
                 self.fs, self.auth, self.replicator, self.newest_image, self.install_image)),
         ]
+        if self.shards is not None:  # every path checked against the slot map first
+            services[:2] = [(service, guarded(impl, service, self.shards.check))
+                            for service, impl in services[:2]]
         for service, impl in services:
             server.remove_service(service)
             server.add_service(service, impl)
@@ -365,6 +386,8 @@ class NameNode(HaTransitions):
         await self._stop_http()
         if self.server is not None:
             await self.server.close()
+        if self.shards is not None:
+            await self.shards.stop()
         if self.edits is not None and self.fatal is None:
             await self.edits.close()  # closes the shared edits too, as one of its journals
         elif self.shared is not None:

@@ -119,6 +119,16 @@ def deferring(handler: PlainT) -> PlainT:
     return handler
 
 
+def same_markers(original: object, wrapper: PlainT) -> PlainT:
+    """``wrapper`` marked :func:`eager` and :func:`deferring` as ``original`` is (a
+    handler that wraps another keeps how the server runs it)."""
+    if original in _EAGER:
+        _EAGER.add(wrapper)
+    if original in _DEFERRING:
+        _DEFERRING.add(wrapper)
+    return wrapper
+
+
 @dataclass(frozen=True)
 class Route:
     """How the server runs the handler of one method."""
