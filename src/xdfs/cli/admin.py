@@ -46,6 +46,14 @@ def report(client: Any) -> None:
     _datanode_report(client.datanode_report())
 
 
+@_command("-shards", "", help="the slot map: each shard's address, slot ranges, slots, inodes")
+def shards(client: Any) -> None:
+    from xdfs.cli.admin_shards import shard_rows
+
+    for line in shard_rows(client.shard_maps()):
+        click.echo(line)
+
+
 @_command("-refreshNodes", "", help="re-read the include, exclude and maintenance files")
 def refresh_nodes(client: Any) -> None:
     answer = client.refresh_nodes()

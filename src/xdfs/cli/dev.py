@@ -79,11 +79,14 @@ WAIT_REPORT_S = 5.0
 @click.option("--logservice-only", "log_only", is_flag=True, default=None,
               help="Only the log service (ZooKeeper, 3 storage nodes, an instance): no "
                    "file system.")
+@click.option("--shards", type=int, default=None, metavar="N",
+              help="One namespace over N NameNode shards (ZooKeeper holds the slot map; "
+                   "--datanodes per shard). 1: one NameNode, as without it.")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
     backup: bool | None, journalnodes: int | None, ha: bool | None, with_log: bool | None,
-    log_only: bool | None,
+    log_only: bool | None, shards: int | None,
 ) -> None:
     """Start a local cluster (a NameNode and DataNodes) as child processes."""
     config = state.config
@@ -91,6 +94,15 @@ def dev(
     base.mkdir(parents=True, exist_ok=True)
     if config.dev.logservice_only if log_only is None else log_only:
         sys.exit(_log_only(state, base))
+    shard_count = config.dev.shards if shards is None else shards
+    if shard_count < 1:
+        raise click.UsageError("--shards must be at least 1")
+    if shard_count > 1:
+        if ha or backup or journalnodes or with_log:
+            raise click.UsageError("--shards does not go with --ha, --backup, --journal or "
+                                   "--logservice yet: each shard is one NameNode")
+        count = config.dev.datanodes if datanodes is None else datanodes
+        sys.exit(_sharded(state, base, shard_count, count))
     credentials = _credentials(base)
     pair = dev_ha(base) if (config.dev.ha if ha is None else ha) else None
     roles = arrange(base)
@@ -305,6 +317,57 @@ def _log_only(state: CliState, base: Path) -> int:
     return _supervise(children)
 
 
+def _sharded(state: CliState, base: Path, count: int, datanodes: int) -> int:
+    """``--shards N``: ZooKeeper, N NameNode shards and ``datanodes`` DataNodes per shard
+    (:mod:`xdfs.cli.dev_shards`), supervised as the other clusters are."""
+    from xdfs.cli.dev_shards import dev_shards, namenode_process, wait_for_map, zookeeper_process
+    from xdfs.common.process import ServerProcess
+
+    config = state.config
+    credentials = _credentials(base)
+    env = {"XDFS_USER": credentials["user"], "XDFS_PASSWORD": credentials["password"]}
+    layout = dev_shards(base, count)
+    conf = ["--conf", state.conf_path] if state.conf_path else []
+    timeout_s = float(config.dev.ready_timeout_s)
+    children: list[tuple[str, ServerProcess]] = []
+    try:
+        children.append(("zookeeper", zookeeper_process(layout, timeout_s)))
+        extension = ["-D", f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"]
+        for shard in range(count):
+            if not any(layout.name_dir(shard).glob("*")):
+                _run_format(layout.name_dir(shard), env, [*conf, *layout.conf(shard)])
+            namenode = namenode_process(layout, shard, [*conf, *_http_conf(config), *extension],
+                                        env)
+            children.append(("namenode", namenode))
+            _start(namenode, timeout_s)
+        wait_for_map(config, layout, credentials)
+        for shard in range(count):  # each shard's own DataNodes, with its DataNode secret
+            for index in range(datanodes):
+                datanode = ServerProcess.xdfs(
+                    *conf, *_datanode_login(layout.name_dir(shard)), *_http_conf(config),
+                    "datanode", "--data-dir", str(layout.shard_dir(shard) / f"datanode{index}"),
+                    "--namenode", layout.address(shard), "--rpc-address", "127.0.0.1:0",
+                    log_path=base / "logs" / f"shard{shard}-datanode{index}.log",
+                    ready_pattern=r"datanode serving on (\S+)",
+                    env={"XDFS_USER": "", "XDFS_PASSWORD": ""}, die_with_parent=True)
+                children.append(("datanode", datanode))
+                _start(datanode, timeout_s)
+        for shard in range(count):
+            _wait_writable(state, f"xdfs://{layout.address(shard)}", credentials, datanodes)
+    except BaseException:
+        for _role, child in children:
+            if child.alive():
+                child.terminate()
+        raise
+    uri = f"xdfs://{layout.address(0)}"
+    _write_cluster_files(base, uri, children, credentials,
+                         {"zookeeper": layout.zookeeper_address}, None)
+    click.echo(f"xdfs dev cluster ready: {uri} ({count} shards)")
+    click.echo(f"  export XDFS_CONF={base / 'client.toml'}   # then: xdfs admin -shards")
+    sys.stdout.flush()
+    return _supervise(children)
+
+
 def _journal(base: Path, count: int, with_backup: bool, conf: list[str]
              ) -> tuple[DevJournal | None, list[ServerProcess]]:
     if count <= 0:
@@ -418,11 +481,12 @@ def _credentials(base: Path) -> dict[str, str]:
     }
 
 
-def _run_format(name_dir: Path, env: dict[str, str]) -> None:
+def _run_format(name_dir: Path, env: dict[str, str], conf: list[str] | None = None) -> None:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-m", "xdfs", "namenode", "--name-dir", str(name_dir), "-format"],
+        [sys.executable, "-m", "xdfs", *(conf or []), "namenode", "--name-dir", str(name_dir),
+         "-format"],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

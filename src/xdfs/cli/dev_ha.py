@@ -114,10 +114,15 @@ def dev_ha(base: Path) -> DevHa:
 
 def start_zookeeper(ha: DevHa, timeout_s: float) -> ServerProcess:
     """One ZooKeeper server (standalone) under DIR/zookeeper, stopped with the cluster."""
+    return start_zookeeper_at(ha.base, ha.zookeeper_port, timeout_s)
+
+
+def start_zookeeper_at(base: Path, port: int, timeout_s: float) -> ServerProcess:
+    """One ZooKeeper server (standalone) under ``base``/zookeeper on ``port``."""
     from xdfs.common.process import ProcessError
     from xdfs.common.zookeeper import ServerPorts, ZooKeeperServer
 
-    server = ZooKeeperServer(ha.base / "zookeeper", ServerPorts(ha.zookeeper_port),
+    server = ZooKeeperServer(base / "zookeeper", ServerPorts(port),
                              tick_s=1.0, die_with_parent=True)
     try:
         server.launch()

@@ -30,6 +30,7 @@ from xdfs.errors import AlreadyExists, ConfigError, InvalidArgument, NotFound, U
 from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplica, BadReplicasRequest
+from xdfs.protocol.sharding import SlotMapResponse
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.sync import LoopThread
 from xdfs.rpc.tls import client_context
@@ -381,6 +382,10 @@ class AsyncClient:
         that one as it is (superuser only)."""
         path = await self.absolute(path)
         await self.rpc.call(p.SET_QUOTA, p.SetQuotaRequest(path, ns_quota, ds_quota))
+
+    async def shard_maps(self) -> list[SlotMapResponse]:
+        """The slot map and every shard's inode count (xdfs admin -shards)."""
+        return await self.rpc.shard_maps()
 
     async def status(self) -> p.NameNodeStatus:
         return await self.rpc.call(p.STATUS, Empty())

@@ -63,7 +63,7 @@ class ShardedRpcClient(RpcClient):
         if known is None:
             known = await self.learn(self)
         if known is False or method is GET_SLOT_MAP:
-            return await super().call(method, request, timeout_s=timeout_s)
+            return await RpcClient.call(self, method, request, timeout_s=timeout_s)
         assert isinstance(known, KnownMap)
         if method is p.RENEW_LEASE:
             return await self._renew_everywhere(request, timeout_s)  # type: ignore[return-value]
@@ -74,17 +74,17 @@ class ShardedRpcClient(RpcClient):
                 return await self._merged_list(known, request, timeout_s)  # type: ignore
             if path is not None and method is p.STAT:
                 return await self._any_shard(known, method, request, timeout_s)
-            return await super().call(method, request, timeout_s=timeout_s)
+            return await RpcClient.call(self, method, request, timeout_s=timeout_s)
         target = self.shard_client(known, owner)
         try:
-            return await target.call(method, request, timeout_s=timeout_s)
+            return await self._call_one(target, method, request, timeout_s)
         except WrongShard:
             refreshed = await self.learn(target, known.epoch)
             assert isinstance(refreshed, KnownMap) and path is not None
             owner = refreshed.routing.owner_of(path)
             assert owner is not None
-            return await self.shard_client(refreshed, owner).call(
-                method, request, timeout_s=timeout_s)
+            return await self._call_one(self.shard_client(refreshed, owner), method, request,
+                                        timeout_s)
 
     async def learn(self, source: RpcClient, epoch: int = 0) -> KnownMap | bool:
         """Ask ``source`` for the slot map (telling it the epoch known here)."""
@@ -161,6 +161,20 @@ class ShardedRpcClient(RpcClient):
         for client in clients:
             await self._call_one(client, p.RENEW_LEASE, request, timeout_s)
         return Empty()
+
+    async def shard_maps(self) -> list[SlotMapResponse]:
+        """Every shard's answer to get_slot_map (its map, and its own inode count): one
+        answer, the seed's, when the NameNode is not sharded."""
+        first = await RpcClient.call(self, GET_SLOT_MAP, SlotMapRequest())
+        if not first.shard:
+            return [first]
+        known = KnownMap.of(first)
+        self.known = known
+        answers = [first]
+        for client in self._every_shard(known):
+            if client is not self:
+                answers.append(await client.call(GET_SLOT_MAP, SlotMapRequest(known.epoch)))
+        return answers
 
     async def close(self) -> None:
         shards, self._shards = list(self._shards.values()), {}

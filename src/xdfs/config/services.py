@@ -106,6 +106,9 @@ class DevConfig:
     logservice: bool = setting(
         False, "Also start ZooKeeper, 3 storage nodes and a log service (--logservice)."
     )
+    shards: int = setting(
+        1, "NameNode shards of one namespace (--shards; 1: one NameNode, unsharded)."
+    )
     logservice_only: bool = setting(
         False, "Start the log service alone (ZooKeeper, 3 storage nodes, an instance), no "
         "file system (--logservice-only)."

@@ -23,6 +23,10 @@ from xdfs.namenode.namespace.paths import join, split_path
 
 SLOT_COUNT: Final = 16384
 DEFAULT_DEPTH: Final = 2
+#: An upload's temporary name (``xdfs dfs -put`` writes ``<dst>._COPYING_``, then renames it
+#: to ``<dst>``): a partition root with it hashes as the root without it, so the temporary
+#: file lives on its destination's shard and the final rename stays within one shard.
+TEMPORARY_SUFFIX: Final = "._COPYING_"
 
 
 def crc16(data: bytes) -> int:
@@ -95,7 +99,11 @@ class Partitioning:
     def slot_of(self, path: str) -> int | None:
         """The slot that owns ``path``; None for the top layer (every shard has it)."""
         root = self.root_of(path)
-        return None if root is None else key_slot(root.encode("utf-8"))
+        if root is None:
+            return None
+        if root.endswith(TEMPORARY_SUFFIX) and not root.endswith("/" + TEMPORARY_SUFFIX):
+            root = root[: -len(TEMPORARY_SUFFIX)]
+        return key_slot(root.encode("utf-8"))
 
 
 DEFAULT: Final = Partitioning()
