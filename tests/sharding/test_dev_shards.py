@@ -82,11 +82,15 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
                         os.kill(int(entry["pid"]), signal.SIGKILL)
 
 
-def xdfs(dev: Dev, *args: str) -> str:
+def run_xdfs(dev: Dev, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XDFS_")}
-    done = subprocess.run([sys.executable, "-m", "xdfs", *args],
+    return subprocess.run([sys.executable, "-m", "xdfs", *args],
                           env={**env, "XDFS_CONF": str(dev.conf)},
                           capture_output=True, text=True, timeout=180)
+
+
+def xdfs(dev: Dev, *args: str) -> str:
+    done = run_xdfs(dev, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -139,6 +143,16 @@ def test_files_land_on_the_shard_of_their_slot(dev: Dev, tmp_path: Path) -> None
         assert held_tmp == {f for f in tmp_files if owner(dev, f) == shard}
         assert held_users == {u for u in users if owner(dev, u) == shard}
     assert {owner(dev, f) for f in tmp_files} == {0, 1}  # (both shards are used)
+    count = xdfs(dev, "dfs", "-count", "/tmp").split()
+    assert count[1] == "12"  # files of both shards
+    # a delete to the trash stays on one shard: refused (nothing changed) where the
+    # user's trash is on the other shard; -skipTrash deletes
+    away = next(f for f in sorted(tmp_files) if owner(dev, f) != owner(dev, f"/user/{USER}"))
+    refused = run_xdfs(dev, "dfs", "-rm", away)
+    assert refused.returncode != 0 and "skipTrash" in refused.stderr
+    assert xdfs(dev, "dfs", "-cat", away) != ""
+    xdfs(dev, "dfs", "-rm", "-skipTrash", away)
+    assert run_xdfs(dev, "dfs", "-test", "-e", away).returncode != 0
     report = xdfs(dev, "admin", "-shards")
     assert "8192" in report and dev.shards[0] in report and dev.shards[1] in report
 
@@ -204,7 +218,8 @@ def test_a_paused_controller_writes_nothing_when_resumed(dev: Dev) -> None:
         # resumed: it notices, registers again, and serves its slots with the map it has
         asyncio.run(eventually(lambda: zk.exists(f"{paths.shards}/{controller}"),
                                timeout_s=60, what="the resumed shard to register again"))
-        assert xdfs(dev, "dfs", "-cat", "/tmp/f0") == "cli 0\n"
+        i = next(i for i in range(8) if owner(dev, f"/user/u{i}") == controller)
+        assert xdfs(dev, "dfs", "-cat", f"/user/u{i}/data.txt") == f"fsspec {i}\n"
         assert read_map(zk, ROOT) == (before_map, before_version)  # it wrote nothing
         assert _holder(zk, paths) == 1 - controller
     finally:

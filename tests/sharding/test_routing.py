@@ -11,7 +11,13 @@ from xdfs.namenode.sharded import guarded
 from xdfs.protocol import namenode as p
 from xdfs.rpc.handling import CallContext, Deferred, deferring, routes_of
 from xdfs.rpc.service import Method, Service
-from xdfs.sharding.routing import Routing, request_paths, require_map, routing_path
+from xdfs.sharding.routing import (
+    Routing,
+    check_trash,
+    request_paths,
+    require_map,
+    routing_path,
+)
 from xdfs.sharding.slotmap import initial_map
 from xdfs.sharding.slots import DEFAULT, TEMPORARY_SUFFIX, Partitioning
 
@@ -69,6 +75,15 @@ def test_an_upload_temporary_lives_with_its_destination() -> None:
     assert Partitioning(1).slot_of("/x" + TEMPORARY_SUFFIX) == Partitioning(1).slot_of("/x")
 
 
+def test_a_delete_to_another_shards_trash_is_refused() -> None:
+    user = next(f"u{i}" for i in range(1000) if ROUTING.owner_of(f"/user/u{i}") == "1")
+    trash = f"/user/{user}/.Trash"
+    check_trash(ROUTING, "1", on("1"), trash)  # the trash on this shard: fine
+    with pytest.raises(CrossShardRename):
+        check_trash(ROUTING, "0", on("0"), trash)
+    check_trash(ROUTING, "1", f"{trash}/Current/x", trash)  # (a delete in the trash itself)
+
+
 def test_no_map_yet_is_retriable() -> None:
     with pytest.raises(NoSlotMap) as refused:
         require_map(None)
@@ -110,7 +125,7 @@ SERVICE = Service("t", (
 
 def test_the_guard_keeps_each_handlers_kind_and_refuses_before_it_runs() -> None:
     impl = Handlers()
-    wrapped = guarded(impl, SERVICE, lambda method, req: ROUTING.check("0", method, req))
+    wrapped = guarded(impl, SERVICE, lambda method, ctx, req: ROUTING.check("0", method, req))
     original = dict(routes_of(SERVICE, impl))
     for name, route in routes_of(SERVICE, wrapped):
         before = original[name]

@@ -10,12 +10,14 @@ each call goes to the shard owning the slot of its routing path
 ``WrongShard`` answer refreshes the map (from the shard that answered, sending the epoch
 this client knows, which makes a shard behind re-read ZooKeeper) and the call is retried
 once at the new owner. Top-layer paths (``/``, ``/user``): a listing merges every shard's,
-a stat asks the next shard when one has no such directory, changes are refused by the
+a stat asks the next shard when one has no such directory, ``du``/``count`` add
+the shards' totals, changes are refused by the
 shards (TopLayerChange). Lease renewals go to every shard this client has talked to.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +74,8 @@ class ShardedRpcClient(RpcClient):
         if owner is None:
             if path is not None and method is p.LIST:
                 return await self._merged_list(known, request, timeout_s)  # type: ignore
+            if path is not None and method is p.CONTENT_SUMMARY:
+                return await self._summed(known, request, timeout_s)  # type: ignore
             if path is not None and method is p.STAT:
                 return await self._any_shard(known, method, request, timeout_s)
             return await RpcClient.call(self, method, request, timeout_s=timeout_s)
@@ -154,6 +158,23 @@ class ShardedRpcClient(RpcClient):
         limit = request.limit if request.limit > 0 else len(entries)
         left = len(entries) - min(limit, len(entries))
         return p.Listing(entries[:limit], left + sum(page.remaining for page in pages))
+
+    async def _summed(self, known: KnownMap, request: p.PathRequest,
+                      timeout_s: float | None) -> p.ContentSummary:
+        """``du``/``count`` of a top-layer directory: every shard's totals added (the
+        directory itself counted once; a top-layer directory below it, on several shards,
+        once per shard)."""
+        parts: list[p.ContentSummary] = []
+        for client in self._every_shard(known):
+            with contextlib.suppress(NotFound):
+                parts.append(await self._call_one(client, p.CONTENT_SUMMARY, request,
+                                                  timeout_s))
+        if not parts:
+            raise NotFound(f"{request.path}: no such file or directory")
+        return p.ContentSummary(
+            sum(s.length for s in parts), sum(s.file_count for s in parts),
+            sum(s.directory_count for s in parts) - (len(parts) - 1),
+            sum(s.space_consumed for s in parts), parts[0].ns_quota, parts[0].ds_quota)
 
     async def _renew_everywhere(self, request: Any, timeout_s: float | None) -> Empty:
         """A client's leases may be on every shard it wrote to: renew on each."""

@@ -134,7 +134,8 @@ class NameNode(HaTransitions):
         #: Startup phases, for the web UI's Startup progress page.
         self.startup = StartupProgress()
         #: This NameNode's shard of a sharded namespace (None: unsharded).
-        self.shards = ShardState(config.sharding) if config.sharding.enabled else None
+        self.shards = ShardState(config.sharding, trash_enabled=config.namenode.trash_interval_s > 0
+                                 ) if config.sharding.enabled else None
 
     @property
     def address(self) -> str:

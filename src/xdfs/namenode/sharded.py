@@ -24,11 +24,13 @@ from kazoo.client import KazooClient
 from xdfs.common.coordination import start_session
 from xdfs.common.secrets import read_secret_file
 from xdfs.config import ShardingConfig
+from xdfs.namenode.namespace.trash import trash_root
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.protocol import sharding as sp
+from xdfs.protocol.namenode import DeleteRequest
 from xdfs.rpc.handling import CallContext, same_markers
 from xdfs.rpc.service import Service
-from xdfs.sharding.routing import Routing, require_map
+from xdfs.sharding.routing import Routing, check_trash, require_map
 from xdfs.sharding.slotmap import SlotMap
 from xdfs.sharding.zkmap import SECRET_KEY, ShardCoordinator, live_shards, read_map
 
@@ -36,8 +38,9 @@ log = logging.getLogger(__name__)
 
 
 class ShardState:
-    def __init__(self, config: ShardingConfig) -> None:
+    def __init__(self, config: ShardingConfig, *, trash_enabled: bool) -> None:
         self.config = config
+        self.trash_enabled = trash_enabled
         self.shard = str(config.shard)
         self.partitioning = config.partitioning()
         self.routing: Routing | None = None
@@ -104,12 +107,15 @@ class ShardState:
         if slot_map is not None:
             self.install(slot_map, version)
 
-    def check(self, method: str, request: object) -> None:
+    def check(self, method: str, ctx: CallContext, request: object) -> None:
         routing = self.routing
         if routing is None:
             require_map(None)
-        else:
-            routing.check(self.shard, method, request)
+            return
+        routing.check(self.shard, method, request)
+        if (isinstance(request, DeleteRequest) and not request.skip_trash
+                and self.trash_enabled and ctx.principal.user):
+            check_trash(routing, self.shard, request.path, trash_root(ctx.principal.user))
 
     def live(self) -> set[str]:
         zk = self.zk
@@ -126,9 +132,12 @@ def _close(zk: KazooClient) -> None:
     zk.close()
 
 
-def guarded(impl: object, service: Service, check: Callable[[str, object], None]) -> object:
+Check = Callable[[str, CallContext, object], None]
+
+
+def guarded(impl: object, service: Service, check: Check) -> object:
     """``impl`` with every handler of ``service`` checking its request with ``check(method
-    name, request)`` first: a refused call runs nothing. The wrappers keep each handler's
+    name, ctx, request)`` first: a refused call runs nothing. The wrappers keep each handler's
     kind (plain or async) and markers, so the server runs them as it ran the originals."""
     namespace: dict[str, Any] = {}
     for method in service:
@@ -136,18 +145,18 @@ def guarded(impl: object, service: Service, check: Callable[[str, object], None]
     return type(f"Sharded{type(impl).__name__}", (), namespace)()
 
 
-def _guard(impl: object, name: str, check: Callable[[str, object], None]) -> Any:
+def _guard(impl: object, name: str, check: Check) -> Any:
     handler = getattr(impl, name)
     declared = getattr(type(impl), name)
     if inspect.iscoroutinefunction(handler):
         async def run_async(self: object, ctx: CallContext, req: Any) -> Any:
-            check(name, req)
+            check(name, ctx, req)
             return await handler(ctx, req)
 
         return same_markers(declared, run_async)
 
     def run(self: object, ctx: CallContext, req: Any) -> Any:
-        check(name, req)
+        check(name, ctx, req)
         return handler(ctx, req)
 
     return same_markers(declared, run)

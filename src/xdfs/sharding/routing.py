@@ -83,6 +83,18 @@ class Routing:
                     "cross-shard rename needs the two-phase rename, not offered yet")
 
 
+def check_trash(routing: Routing, shard: str, path: str, trash: str) -> None:
+    """A delete of ``path`` to the trash at ``trash`` (the user's ``/user/<u>/.Trash``) on
+    shard ``shard``: refused with CrossShardRename when the trash is another shard's (the
+    move to the trash is a rename; a trash inside each partition is the next step)."""
+    owner = routing.owner_of(trash)
+    if owner is not None and owner != shard and not path.startswith(trash + "/"):
+        raise CrossShardRename(
+            f"delete {path}: its trash {trash} is on shard {owner}, this path on shard "
+            f"{shard}; delete it with skip_trash (-skipTrash), the trash cannot cross "
+            "shards yet")
+
+
 def require_map(slot_map: SlotMap | None) -> SlotMap:
     if slot_map is None:
         raise NoSlotMap("this shard has no slot map yet: the cluster's shards have not all "
