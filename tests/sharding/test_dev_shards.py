@@ -27,6 +27,7 @@ from xdfs.common.zookeeper import installed
 from xdfs.config import XdfsConfig
 from xdfs.errors import CrossShardRename, TopLayerChange, WrongShard
 from xdfs.protocol import namenode as p
+from xdfs.protocol.sharding import GET_SLOT_MAP, SlotMapRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.sharding.routing import Routing
@@ -172,6 +173,10 @@ def test_a_request_to_the_wrong_shard_is_refused(dev: Dev) -> None:
             await rpc.call(p.MKDIRS, p.MkdirsRequest(local, 0o755, True))
             with pytest.raises(CrossShardRename):
                 await rpc.call(p.RENAME, p.RenameRequest(local, path))
+            # a client claiming a newer epoch makes the shard re-read ZooKeeper: the map
+            # there is the one it has
+            answer = await rpc.call(GET_SLOT_MAP, SlotMapRequest(99))
+            assert (answer.shard, answer.epoch) == ("0", 1)
         finally:
             await rpc.close()
 
@@ -209,10 +214,11 @@ def test_a_paused_controller_writes_nothing_when_resumed(dev: Dev) -> None:
         os.kill(pid, signal.SIGSTOP)
         try:
             # past its session: the other shard becomes the controller, a new epoch
+            # (it takes the lock, then raises the epoch)
             asyncio.run(eventually(
-                lambda: _holder(zk, paths) == 1 - controller, timeout_s=60,
-                what="the other shard to take over"))
-            assert int(zk.get(paths.controller_epoch)[0]) == epoch + 1
+                lambda: _holder(zk, paths) == 1 - controller
+                and int(zk.get(paths.controller_epoch)[0]) == epoch + 1,
+                timeout_s=60, what="the other shard to take over"))
         finally:
             os.kill(pid, signal.SIGCONT)
         # resumed: it notices, registers again, and serves its slots with the map it has
