@@ -12,6 +12,7 @@ from xdfs.namenode.image.format import format_namenode
 from xdfs.namenode.image.recovery import load_namespace
 from xdfs.namenode.image.storage import StorageDirectory
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.sharded import check_namespace_shard
 from xdfs.sharding.ids import shard_of_id
 
 
@@ -39,14 +40,17 @@ def test_bad_values_are_config_errors(values: dict[str, object]) -> None:
         build_config([{"sharding": values}])
 
 
-@pytest.mark.parametrize("shard", [-1, 0, 3])
+@pytest.mark.parametrize("shard", [0, 3])
 def test_format_starts_the_counters_in_the_shards_range(tmp_path: Path, shard: int) -> None:
     format_namenode([tmp_path], NameNodeConfig(), superuser="su", password="pw", shard=shard)
     dirs = [StorageDirectory(tmp_path)]
     ns, _ = load_namespace(dirs, Namespace)
     for d in dirs:
         d.unlock()
-    expected = max(shard, 0)
+    expected = shard
     assert shard_of_id(ns.next_inode_id) == expected
     assert shard_of_id(ns.next_block_id) == expected
     assert shard_of_id(ns.resolve("/user").get().id) == expected  # made at format, in the range
+    check_namespace_shard(ns.next_inode_id, shard)
+    with pytest.raises(ConfigError):  # another shard's name dir
+        check_namespace_shard(ns.next_inode_id, shard + 1)

@@ -335,7 +335,8 @@ def _sharded(state: CliState, base: Path, count: int, datanodes: int) -> int:
         extension = ["-D", f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"]
         for shard in range(count):
             if not any(layout.name_dir(shard).glob("*")):
-                _run_format(layout.name_dir(shard), env, [*conf, *layout.conf(shard)])
+                _run_format(layout.name_dir(shard), env,
+                            ("--shard", str(shard), "--cluster-id", layout.cluster_id))
             namenode = namenode_process(layout, shard, [*conf, *_http_conf(config), *extension],
                                         env)
             children.append(("namenode", namenode))
@@ -481,12 +482,13 @@ def _credentials(base: Path) -> dict[str, str]:
     }
 
 
-def _run_format(name_dir: Path, env: dict[str, str], conf: list[str] | None = None) -> None:
+def _run_format(name_dir: Path, env: dict[str, str], options: tuple[str, ...] = ()) -> None:
+    """``options``: more of ``xdfs namenode -format``'s (``--shard K``)."""
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-m", "xdfs", *(conf or []), "namenode", "--name-dir", str(name_dir),
-         "-format"],
+        [sys.executable, "-m", "xdfs", "namenode", "--name-dir", str(name_dir), "-format",
+         *options],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -1,9 +1,9 @@
 """``xdfs dev --shards N``: one namespace over N NameNode shards, on loopback.
 
 One ZooKeeper server (the slot map, the shards' registrations and the controller), N
-NameNodes with shard numbers 0..N-1 (``DIR/shard<k>/namenode``, formatted with the shard's
-id range), each with its own DataNodes (``DIR/shard<k>/datanode<i>``, logged in with that
-shard's DataNode secret). The shards write the initial map once all N have registered
+NameNodes with shard numbers 0..N-1 (``DIR/shard<k>/namenode``, formatted with ``--shard k``
+and one cluster id), each with its own DataNodes (``DIR/shard<k>/datanode<i>``, logged in
+with that shard's DataNode secret). The shards write the initial map once all N have registered
 (``sharding.shards_expected``); ``xdfs dev`` waits for it, then for every shard to accept
 writes, and writes ``client.toml`` naming shard 0 only: clients learn the map from it.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,8 @@ class DevShards:
     base: Path
     ports: list[int]
     zookeeper_port: int
+    #: One cluster id for every shard (a DataNode serving several shards checks it).
+    cluster_id: str
 
     @property
     def count(self) -> int:
@@ -82,10 +85,12 @@ def dev_shards(base: Path, count: int) -> DevShards:
         raise click.UsageError(f"{base} holds a cluster of {len(ports)} shards, not {count}: "
                                "use another --base-dir (shards cannot be added yet)")
     shards = DevShards(base, ports or [free_port() for _ in range(count)],
-                       int(data.get("zookeeper") or free_port()))
+                       int(data.get("zookeeper") or free_port()),
+                       str(data.get("cluster_id") or f"CID-{uuid.uuid4()}"))
     if not data:
         atomic_write(layout, json.dumps({"namenodes": shards.ports,
-                                         "zookeeper": shards.zookeeper_port}).encode())
+                                         "zookeeper": shards.zookeeper_port,
+                                         "cluster_id": shards.cluster_id}).encode())
     if not (base / ZOOKEEPER_SECRET_FILE).exists():
         new_secret_file(base / ZOOKEEPER_SECRET_FILE)
     return shards

@@ -16,8 +16,9 @@ from xdfs.sharding.slots import DEFAULT_DEPTH, Partitioning
 class ShardingConfig:
     shard: int = setting(
         -1, "This NameNode's shard number (0 .. 32767); -1: unsharded (one NameNode holds "
-        "the whole namespace). Also read by `xdfs namenode -format`: shard k's inode and "
-        "block ids start at k << 47."
+        "the whole namespace). Its name dir must be formatted with `xdfs namenode -format "
+        "--shard K` (shard K's inode and block ids start at K << 47), else it refuses to "
+        "start."
     )
     partition_depth: int = setting(
         DEFAULT_DEPTH, "Path components of a partition root (2: /user/alice/x -> "

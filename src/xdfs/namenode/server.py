@@ -57,7 +57,12 @@ from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.retry_cache import RetryCache, record_applied
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.auth import NameNodeAuth
-from xdfs.namenode.sharded import ShardingHandlers, ShardState, guarded
+from xdfs.namenode.sharded import (
+    ShardingHandlers,
+    ShardState,
+    check_namespace_shard,
+    guarded,
+)
 from xdfs.namenode.standby import (
     StandbyTailer,
 )
@@ -217,8 +222,9 @@ class NameNode(HaTransitions):
         it answers NoSlotMap until it holds a map."""
         if self.shards is None:
             return
-        assert self.server is not None
+        assert self.server is not None and self.fs is not None
         try:
+            check_namespace_shard(self.fs.ns.next_inode_id, self.config.sharding.shard)
             await self.shards.start(self.server.address)
         except BaseException:
             await self.stop()

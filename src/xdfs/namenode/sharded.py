@@ -24,12 +24,14 @@ from kazoo.client import KazooClient
 from xdfs.common.coordination import start_session
 from xdfs.common.secrets import read_secret_file
 from xdfs.config import ShardingConfig
+from xdfs.errors import ConfigError
 from xdfs.namenode.namespace.trash import trash_root
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.protocol import sharding as sp
 from xdfs.protocol.namenode import DeleteRequest
 from xdfs.rpc.handling import CallContext, same_markers
 from xdfs.rpc.service import Service
+from xdfs.sharding.ids import shard_of_id
 from xdfs.sharding.routing import Routing, check_trash, require_map
 from xdfs.sharding.slotmap import SlotMap
 from xdfs.sharding.zkmap import SECRET_KEY, ShardCoordinator, live_shards, read_map
@@ -125,6 +127,17 @@ class ShardState:
             return live_shards(zk, self.config.zookeeper_root)
         except Exception:
             return set(self.addresses)
+
+
+def check_namespace_shard(next_inode_id: int, shard: int) -> None:
+    """A shard serves only a namespace formatted for it (``xdfs namenode -format --shard
+    K``): its ids are in the shard's range, so no two shards hand out the same id."""
+    formatted = shard_of_id(next_inode_id)
+    if formatted != shard:
+        raise ConfigError(
+            f"sharding.shard is {shard} but this name dir holds shard {formatted}'s "
+            f"namespace (formatted with --shard {formatted}): start it as shard {formatted}, "
+            f"or format a new one with --shard {shard}")
 
 
 def _close(zk: KazooClient) -> None:
