@@ -198,6 +198,18 @@ def test_a_client_with_a_stale_map_recovers(dev: Dev) -> None:
         assert isinstance(known, KnownMap) and known.epoch == 1
 
 
+def test_shards_serve_their_slots_while_zookeeper_is_down(dev: Dev) -> None:
+    listing = json.loads((dev.base / "cluster.json").read_text())
+    pid = next(int(proc["pid"]) for proc in listing["processes"] if proc["role"] == "zookeeper")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for i in range(2):  # files of both shards, read by a new client (map from a shard)
+            assert xdfs(dev, "dfs", "-cat", f"/user/u{i}/data.txt") == f"fsspec {i}\n"
+        assert "/tmp/f1" in xdfs(dev, "dfs", "-ls", "/tmp")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_a_paused_controller_writes_nothing_when_resumed(dev: Dev) -> None:
     secret = (dev.base / "zookeeper.secret").read_text().strip()
     listing = json.loads((dev.base / "cluster.json").read_text())
@@ -207,6 +219,11 @@ def test_a_paused_controller_writes_nothing_when_resumed(dev: Dev) -> None:
     zk.start(30)
     paths = ShardPaths(ROOT)
     try:
+        # (a ZooKeeper paused by another test may have expired sessions: settled first)
+        asyncio.run(eventually(
+            lambda: _holder(zk, paths) is not None
+            and all(zk.exists(f"{paths.shards}/{k}") for k in (0, 1)),
+            timeout_s=60, what="both shards registered and a controller"))
         before_map, before_version = read_map(zk, ROOT)
         controller = int(zk.get(paths.controller)[0])
         epoch = int(zk.get(paths.controller_epoch)[0])
@@ -217,7 +234,7 @@ def test_a_paused_controller_writes_nothing_when_resumed(dev: Dev) -> None:
             # (it takes the lock, then raises the epoch)
             asyncio.run(eventually(
                 lambda: _holder(zk, paths) == 1 - controller
-                and int(zk.get(paths.controller_epoch)[0]) == epoch + 1,
+                and int(zk.get(paths.controller_epoch)[0]) > epoch,
                 timeout_s=60, what="the other shard to take over"))
         finally:
             os.kill(pid, signal.SIGCONT)

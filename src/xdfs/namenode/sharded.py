@@ -101,11 +101,18 @@ class ShardState:
                  slot_map.counts().get(self.shard, 0))
 
     async def refresh(self) -> None:
-        """Read the map from ZooKeeper now (a client knows a newer epoch)."""
-        if self.zk is None:
+        """Read the map from ZooKeeper now (a client knows a newer epoch). ZooKeeper out of
+        reach: the map held stays (bounded by the session timeout; logged)."""
+        zk = self.zk
+        if zk is None or not zk.connected:
             return
-        zk, root = self.zk, self.config.zookeeper_root
-        slot_map, version = await asyncio.to_thread(read_map, zk, root)
+        try:
+            async with asyncio.timeout(self.config.zookeeper_session_timeout_s):
+                slot_map, version = await asyncio.to_thread(
+                    read_map, zk, self.config.zookeeper_root)
+        except Exception as exc:  # (kazoo's errors have no xdfs meaning here)
+            log.warning("slot map not re-read from ZooKeeper: %s", exc or type(exc).__name__)
+            return
         if slot_map is not None:
             self.install(slot_map, version)
 
