@@ -6,12 +6,15 @@ recovers; a controller paused past its ZooKeeper session and resumed writes noth
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +186,32 @@ def test_a_request_to_the_wrong_shard_is_refused(dev: Dev) -> None:
     asyncio.run(run())
     assert local in asyncio.run(names_on(dev.shards[0], "/tmp"))
     assert path not in asyncio.run(names_on(dev.shards[1], "/tmp"))  # nothing ran
+
+
+def test_a_shards_webhdfs_gateway_serves_its_own_slots_only(dev: Dev) -> None:
+    listing = json.loads((dev.base / "cluster.json").read_text())
+    gateway = next(proc["http"] for proc in listing["processes"]
+                   if proc["role"] == "namenode" and proc["address"] == dev.shards[0])
+    auth = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+
+    def get(path: str, method: str = "GET", op: str = "GETFILESTATUS") -> tuple[int, str]:
+        request = urllib.request.Request(
+            f"http://{gateway}/webhdfs/v1{path}?op={op}", method=method,
+            headers={"Authorization": auth})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            return refused.code, refused.read().decode()
+
+    ours = next(f"/user/u{i}" for i in range(8) if owner(dev, f"/user/u{i}") == 0)
+    theirs = next(f"/user/u{i}" for i in range(8) if owner(dev, f"/user/u{i}") == 1)
+    assert get(ours)[0] == 200
+    status, body = get(theirs)
+    assert status == 403 and "owned by 1 at epoch 1" in body
+    status, body = get(theirs + "/new", "PUT", "MKDIRS")
+    assert status == 403 and "owned by 1 at epoch 1" in body
+    assert get("/user")[0] == 200  # the top layer: any shard
 
 
 def test_a_client_with_a_stale_map_recovers(dev: Dev) -> None:

@@ -317,7 +317,8 @@ class NameNode(HaTransitions):
         from xdfs.namenode.webui import WebUi
 
         http = HttpServer("namenode", self.config.http.body_bytes_max, self.config.http)
-        gateway = WebHdfsGateway(self.config, self, lambda: self.address)
+        gateway = WebHdfsGateway(self.config, self, lambda: self.address, path_check=(
+            self.shards.check_http if self.shards is not None else None))
         http.add_routes(gateway.routes())
         http.add_routes(WebUi(self, gateway).routes())
         await http.start(address)

@@ -25,10 +25,10 @@ READS = frozenset({"stat", "list", "content_summary", "access", "block_locations
 
 
 def request_paths(request: object) -> Iterator[str]:
-    """Every path a request names, the routing one first."""
+    """Every path a request names, the routing one first (empty fields are none)."""
     for name in PATH_FIELDS:
         value = getattr(request, name, None)
-        if isinstance(value, str):
+        if isinstance(value, str) and value:
             yield value
         elif isinstance(value, list):
             yield from (v for v in value if isinstance(v, str))

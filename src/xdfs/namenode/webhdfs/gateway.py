@@ -83,8 +83,12 @@ class GatewayNode(Protocol):
 
 class WebHdfsGateway:
     def __init__(self, config: XdfsConfig, node: GatewayNode,
-                 rpc_address: Callable[[], str]) -> None:
+                 rpc_address: Callable[[], str], *,
+                 path_check: Callable[[web.Request, str], None] | None = None) -> None:
+        """``path_check(request, path)``: a sharded NameNode's refusal of a path it does
+        not own (before anything runs)."""
         self.config = config
+        self._path_check = path_check
         self._node = node
         self._rpc_address = rpc_address
         http = config.http
@@ -130,7 +134,10 @@ class WebHdfsGateway:
             credentials = request_credentials(request.query, request.headers,
                                               self.config.http.auth)
             user = await self._user(credentials, request.remote or "")
-            return await function(self, request, user, w.request_path(request), credentials)
+            path = w.request_path(request)
+            if self._path_check is not None:
+                self._path_check(request, path)
+            return await function(self, request, user, path, credentials)
         except w.StreamBroken:
             raise  # the status went out already: the cut connection says it failed
         except Exception as exc:
