@@ -145,3 +145,18 @@ def test_the_guard_keeps_each_handlers_kind_and_refuses_before_it_runs() -> None
     assert asyncio.run(wrapped.set_permission(  # type: ignore[attr-defined]
         ctx, p.SetPermissionRequest(on("0"), 0o700))) == "chmod"
     assert impl.ran == ["stat", "set_permission"]
+
+
+def test_admin_shards_table() -> None:
+    from xdfs.cli.admin_shards import shard_rows
+    from xdfs.protocol.sharding import ShardInfo, SlotMapResponse
+
+    assert shard_rows([SlotMapResponse("", 0, [], [], inodes=7)]) == [
+        "not sharded: one NameNode holds the whole namespace (7 inodes)"]
+    ranges = list(initial_map(["0", "1"]).ranges)
+    infos = [ShardInfo("0", "h:1", True, 8192), ShardInfo("1", "h:2", False, 8192)]
+    rows = shard_rows([SlotMapResponse("0", 1, ranges, infos, inodes=5),
+                       SlotMapResponse("1", 1, ranges, infos, inodes=9)])
+    assert rows[0].startswith("slot map epoch 1: 16384 slots over 2 shards")
+    assert rows[2].split() == ["0", "h:1", "up", "8192", "5", "0-8191"]
+    assert rows[3].split() == ["1", "h:2", "down", "8192", "9", "8192-16383"]
