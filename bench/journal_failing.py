@@ -42,25 +42,27 @@ from xdfs.common.process import ServerProcess
 from xdfs.editlog.segments import segment_index
 
 
+SERIES: list[int] = []  # ops acknowledged in each second of the last phase
+
+
 async def mkdirs_rate(client: AsyncClient, top: str, seconds: float, writers: int
                       ) -> tuple[float, float]:
-    """(ops/s over ``seconds``, ops/s in the first second)."""
+    """(ops/s over ``seconds``, ops/s in the first second); SERIES: ops in each second."""
     done = 0
-    first_second = 0
     start = time.perf_counter()
+    SERIES[:] = [0] * (int(seconds) + 2)
 
     async def worker(w: int) -> None:
-        nonlocal done, first_second
+        nonlocal done
         i = 0
         while time.perf_counter() - start < seconds:
             await client.mkdirs(f"{top}/w{w}-{i}")
             i += 1
             done += 1
-            if time.perf_counter() - start < 1.0:
-                first_second += 1
+            SERIES[int(time.perf_counter() - start)] += 1
 
     await asyncio.gather(*(worker(w) for w in range(writers)))
-    return done / (time.perf_counter() - start), float(first_second)
+    return done / (time.perf_counter() - start), float(SERIES[0])
 
 
 @contextlib.contextmanager
@@ -150,9 +152,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--writers", type=int, default=16)
-    parser.add_argument("--hook", choices=("enospc", "slow"), default="",
+    parser.add_argument("--hook", choices=("enospc", "slow", "stop"), default="",
                         help="jn0's writes fail with ENOSPC, or take 50 ms more, from a "
                              "fault hook (instead of a full tmpfs: no root needed)")
+    parser.add_argument("--series", action="store_true",
+                        help="print the ops acknowledged in each second of the failing phase")
     args = parser.parse_args()
     if not args.hook and os.geteuid() != 0:
         sys.exit("a tmpfs needs root: run as root, or with --hook")
@@ -162,6 +166,8 @@ def main() -> None:
         for index in range(args.rounds):
             result = asyncio.run(one_round(base, args.seconds, args.writers, args.hook))
             print(f"round {index + 1}: " + "; ".join(f"{k}: {v}" for k, v in result.items()))
+            if args.series:
+                print("  ops in each second of the failing phase:", SERIES[:int(args.seconds)])
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(f"load average {load_average()}")

@@ -1,5 +1,7 @@
 """A JournalNode whose disk fails leaves the quorum at its first failed write and rejoins
-at the next segment once its disk works again (HDFS's quorum journal does the same).
+at the next segment once its disk works again (HDFS's quorum journal does the same); one
+whose disk hangs leaves once a batch it got is unanswered for ``lag_max_s``, and gets no
+batch after that.
 
 Three real ``xdfs journalnode`` processes; the writer is the NameNode's own
 ``QuorumJournalWriter`` in this process, over channels that count the calls made to each
@@ -41,13 +43,11 @@ class CountingChannel(RpcJournalChannel):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.outcomes: list[bool] = []
-
-    @property
-    def journal_calls(self) -> int:
-        return len(self.outcomes)
+        self.journal_calls = 0  # made (answered or not)
+        self.outcomes: list[bool] = []  # of those answered, in order
 
     async def journal(self, request: j.JournalRecordsRequest) -> None:
+        self.journal_calls += 1
         try:
             await super().journal(request)
         except BaseException:
@@ -85,14 +85,15 @@ def _fill(path: Path) -> Path:
     return filler
 
 
-def _writer(qjm: QjmCluster) -> tuple[QuorumJournalWriter, list[CountingChannel]]:
+def _writer(qjm: QjmCluster, lag_max_s: float = 2.0
+            ) -> tuple[QuorumJournalWriter, list[CountingChannel]]:
     hello = Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=qjm.secret.read_text().strip())
     channels = [CountingChannel(f"127.0.0.1:{port}", XdfsConfig().rpc, hello,
                                 call_timeout_s=60.0) for port in qjm.ports]
     # generous timeouts: a writer that waited on the failing node would be slow, not fail
     return QuorumJournalWriter(channels, WriterSettings(
         JOURNAL_ID, JournalNamespace("CID-test", 1), write_timeout_s=60.0,
-        call_timeout_s=60.0)), channels
+        call_timeout_s=60.0, lag_max_s=lag_max_s)), channels
 
 
 async def _scenario(qjm: QjmCluster, jn0_dir: Path, *, recovers: bool) -> None:
@@ -115,8 +116,8 @@ async def _scenario(qjm: QjmCluster, jn0_dir: Path, *, recovers: bool) -> None:
         # the failing node got no batch after its first failed write (a full tmpfs still
         # takes the writes that fit in the page it has)
         assert failing.name not in writer.in_sync
-        assert failing.outcomes[before[0]:].count(False) == 1
-        assert failing.outcomes[-1] is False
+        assert failing.outcomes.count(False) == 1 and failing.outcomes[-1] is False
+        assert failing.journal_calls == len(failing.outcomes)
         assert all(c.journal_calls - b >= BATCHES
                    for c, b in zip(channels[1:], before[1:], strict=True))
         if filler is None:
@@ -154,3 +155,36 @@ def test_a_journalnode_failing_every_write_is_left_out_without_waiting(
             monkeypatch.delenv("XDFS_FAULTS", raising=False)
         assert "fault points armed" in qjm.journalnodes[0].log_text()
         asyncio.run(_scenario(qjm, tmp_path / "jn0", recovers=False))
+
+
+def test_a_hung_journalnode_gets_no_batch_once_it_lags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lag_max_s = 0.5
+    with running(make_cluster(tmp_path, tmp_path)) as qjm:
+        for index in range(3):
+            if index == 0:  # its first write stops the process: a disk that hangs
+                monkeypatch.setenv("XDFS_FAULTS", "editlog.before_write=stop")
+            qjm.start_journalnode(index)
+            monkeypatch.delenv("XDFS_FAULTS", raising=False)
+
+        async def scenario() -> None:
+            writer, channels = _writer(qjm, lag_max_s)
+            try:
+                await writer.format()
+                await writer.become_writer()
+                await writer.start_segment(1, 1)
+                await writer.write(_records(1, 10), 1, 10)  # jn0 hangs on it
+                await asyncio.sleep(lag_max_s * 2)  # (let its lag pass)
+                txid = 11
+                for _ in range(BATCHES):
+                    await writer.write(_records(txid, 10), txid, txid + 9)
+                    txid += 10
+                assert channels[0].name not in writer.in_sync
+                assert channels[0].journal_calls == 1  # the one it hangs on, no other
+                assert channels[0].outcomes == []  # (still unanswered)
+                assert all(c.journal_calls == BATCHES + 1 for c in channels[1:])
+            finally:
+                await writer.close()
+
+        asyncio.run(scenario())
