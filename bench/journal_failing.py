@@ -41,7 +41,6 @@ from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
 from xdfs.editlog.segments import segment_index
 
-
 SERIES: list[int] = []  # ops acknowledged in each second of the last phase
 
 
