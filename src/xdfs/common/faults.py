@@ -148,8 +148,8 @@ def arm_faults_from_env(env: Mapping[str, str] | None = None) -> list[str]:
         name, _, rest = item.partition("=")
         action, _, skip = rest.partition("@")
         if action not in _ENV_ACTIONS:
-            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be one of "
-                             f"{', '.join(_ENV_ACTIONS)}")
+            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit, kill or stop, "
+                             "or enospc, eio or slow")
         FAULTS.arm(name, _ENV_ACTIONS[action], skip=int(skip or 0))
         armed.append(name)
     return armed
