@@ -127,6 +127,11 @@ class NameNodeConfig:
     journal_write_timeout_s: float = setting(
         20.0, "A batch must be stored by a majority of JournalNodes within this (HDFS: 20 s)."
     )
+    journal_lag_max_s: float = setting(
+        2.0, "A JournalNode still not done with a batch this long after it was sent (while a "
+        "majority went on) is left out of the quorum until the next segment: a slow or hung "
+        "disk there never holds the writer, nor builds a backlog."
+    )
     journal_call_timeout_s: float = setting(
         20.0, "Deadline of every other call to JournalNodes (epochs, recovery, segments)."
     )
@@ -301,6 +306,7 @@ class NameNodeConfig:
         require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
         require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
         require(self.block_recovery_timeout_s > 0, "namenode.block_recovery_timeout_s must be > 0")
+        require(self.journal_lag_max_s > 0, "namenode.journal_lag_max_s must be > 0")
         require(0 < self.standby_tail_wait_s < self.journal_call_timeout_s,
                  "namenode.standby_tail_wait_s must be in (0, journal_call_timeout_s)")
         require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")
