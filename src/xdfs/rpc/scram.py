@@ -1,0 +1,227 @@
+"""SCRAM-SHA-256 logins of the RPC handshake (RFC 5802 and 7677, through ``scramp``): both
+sides prove they know the password (or shared secret) and neither sends it.
+
+Pure and synchronous: the connections (:mod:`xdfs.rpc.server_connection`,
+:mod:`xdfs.rpc.client_connection`, :mod:`xdfs.rpc.blocking`) carry the messages.
+
+* :class:`ClientLogin` turns a ``Hello`` that holds a password into one that holds the
+  client-first message instead, answers the server's :class:`~xdfs.rpc.messages.Challenge`
+  with a :class:`~xdfs.rpc.messages.Proof`, and checks the server's signature in the
+  ``Welcome`` (:class:`~xdfs.errors.ServerNotAuthenticated` when it is wrong or missing).
+* :class:`ServerLogin` checks one exchange against the :class:`ScramCredentials` the server
+  stores (StoredKey, ServerKey, salt, iterations: what PostgreSQL stores), which let it
+  verify a proof but not make one.
+
+A *prehash* turns the password into the SCRAM password before PBKDF2: ``scrypt:N:r:p``
+means ``hex(scrypt(password, salt, N, r, p, 32 bytes))`` with the SCRAM salt. User
+passwords use it (so a stolen StoredKey costs an attacker a scrypt per guess, and the
+scrypt hashes of older namespaces convert without a password reset); shared secrets, random
+already, use none.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import msgspec
+import msgspec.structs
+from scramp import ScramClient, ScramException, ScramMechanism
+
+from xdfs.errors import AuthenticationFailed, ProtocolError, ServerNotAuthenticated
+from xdfs.rpc.messages import Challenge, Hello, Proof, Welcome
+
+MECHANISM = "SCRAM-SHA-256"
+#: RFC 7677's minimum (and PostgreSQL's default): the password's own strength is its
+#: prehash's (scrypt), this only has to be SCRAM.
+ITERATIONS = 4096
+SALT_BYTES = 16
+_MECHANISM = ScramMechanism(MECHANISM)
+
+#: The largest scrypt a server may ask a client for (a fake server must not make a client
+#: spend gigabytes): N * r * 128 bytes of memory, 128 MiB here.
+_SCRYPT_MEMORY_MAX = 128 * 1024 * 1024
+#: SCRAM passwords the clients of this process derived (a prehash costs tens of ms and
+#: clients open connection after connection): (prehash, salt, password) -> SCRAM password.
+_DERIVED: OrderedDict[tuple[str, bytes, str], str] = OrderedDict()
+_DERIVED_MAX = 64
+
+
+@dataclass(frozen=True)
+class ScramCredentials:
+    """What a server keeps to check one principal's logins (never the password)."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+    prehash: str = ""
+
+
+def scrypt_prehash(n: int, r: int, p: int) -> str:
+    return f"scrypt:{n}:{r}:{p}"
+
+
+def prehash(spec: str, password: str, salt: bytes) -> str:
+    """The SCRAM password of ``password`` under the prehash ``spec`` (see the module doc);
+    ProtocolError for a spec this client does not do, or one too costly."""
+    if not spec:
+        return password
+    kind, _, params = spec.partition(":")
+    try:
+        n, r, p = (int(part) for part in params.split(":"))
+    except ValueError:
+        raise ProtocolError(f"unknown password prehash {spec!r}") from None
+    if kind != "scrypt" or n < 2 or n & (n - 1) or not 1 <= r <= 32 or not 1 <= p <= 16:
+        raise ProtocolError(f"unknown password prehash {spec!r}")
+    if n * r * 128 > _SCRYPT_MEMORY_MAX:
+        raise ProtocolError(f"password prehash {spec!r} needs more memory than allowed")
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p,
+                            maxmem=2 * _SCRYPT_MEMORY_MAX, dklen=32)
+    return digest.hex()
+
+
+def credentials(scram_password: str, salt: bytes, prehash_spec: str = "",
+                iterations: int = ITERATIONS) -> ScramCredentials:
+    """The credentials of a SCRAM password (already prehashed)."""
+    _, stored_key, server_key, _ = _MECHANISM.make_auth_info(
+        scram_password, iteration_count=iterations, salt=salt)
+    return ScramCredentials(salt, iterations, stored_key, server_key, prehash_spec)
+
+
+def secret_credentials(secret: str) -> ScramCredentials:
+    """Credentials of a shared secret, with a fresh salt (a server makes them once)."""
+    return credentials(secret, secrets.token_bytes(SALT_BYTES))
+
+
+def matches(stored: ScramCredentials, password: str) -> bool:
+    """Whether ``password`` is the one ``stored`` was made from (constant-time): for the
+    logins that receive a password (HTTP Basic auth, the web UI, the login call)."""
+    if not stored.stored_key:
+        return False
+    scram_password = prehash(stored.prehash, password, stored.salt)
+    made = credentials(scram_password, stored.salt, stored.prehash, stored.iterations)
+    return hmac.compare_digest(made.stored_key, stored.stored_key)
+
+
+def decoy_credentials(key: bytes, user: str, prehash_spec: str) -> ScramCredentials:
+    """Credentials no password matches, stable per ``user`` under ``key``: an unknown user
+    gets a challenge like a known one's, so the exchange does not tell who exists."""
+    seed = hmac.digest(key, user.encode("utf-8"), "sha256")
+    return ScramCredentials(seed[:SALT_BYTES], ITERATIONS, hmac.digest(key, seed, "sha256"),
+                            hmac.digest(seed, key, "sha256"), prehash_spec)
+
+
+def _derived(spec: str, password: str, salt: bytes) -> str:
+    key = (spec, salt, password)
+    found = _DERIVED.get(key)
+    if found is None:
+        found = _DERIVED[key] = prehash(spec, password, salt)
+        if len(_DERIVED) > _DERIVED_MAX:
+            _DERIVED.popitem(last=False)
+    else:
+        _DERIVED.move_to_end(key)
+    return found
+
+
+def _salt_of(server_first: str) -> bytes:
+    for part in server_first.split(","):
+        if part.startswith("s="):
+            try:
+                return base64.b64decode(part[2:], validate=True)
+            except (binascii.Error, ValueError):
+                break
+    raise ProtocolError("bad SCRAM challenge: no salt")
+
+
+class ClientLogin:
+    """The client's side of one connection's login (see the module doc)."""
+
+    def __init__(self, hello: Hello) -> None:
+        self._user = hello.user
+        self._password = hello.password
+        self._nonce = secrets.token_urlsafe(18)
+        self._client: ScramClient | None = None
+        self.hello = hello  # what goes on the wire
+        if self.uses_scram:
+            first = self._scram_client(self._password).get_client_first()
+            self.hello = msgspec.structs.replace(hello, password="", scram=first)
+
+    @property
+    def uses_scram(self) -> bool:
+        return bool(self._password)
+
+    def _scram_client(self, password: str) -> ScramClient:
+        # The same nonce and user give the same client-first message: a client made anew
+        # once the prehash is known continues the exchange the first one began.
+        try:
+            return ScramClient([MECHANISM], self._user, password, c_nonce=self._nonce)
+        except ScramException as exc:
+            raise AuthenticationFailed(f"cannot log in as {self._user!r}: {exc}") from None
+
+    def answer(self, challenge: Challenge) -> Proof:
+        """The proof for the server's challenge; ProtocolError when none was expected or it
+        is malformed."""
+        if not self.uses_scram or self._client is not None:
+            raise ProtocolError("unexpected SCRAM challenge from the server")
+        password = _derived(challenge.prehash, self._password,
+                            _salt_of(challenge.server_first))
+        client = self._client = self._scram_client(password)
+        client.get_client_first()
+        try:
+            client.set_server_first(challenge.server_first)
+            return Proof(client.get_client_final())
+        except ScramException as exc:
+            raise ProtocolError(f"bad SCRAM challenge: {exc}") from None
+
+    def verify(self, welcome: Welcome) -> None:
+        """Accept the handshake only when the server proved it knows the password."""
+        if not self.uses_scram:
+            return
+        if self._client is None or not welcome.server_final:
+            raise ServerNotAuthenticated(
+                "the server accepted the login without proving it knows the password")
+        try:
+            self._client.set_server_final(welcome.server_final)
+        except ScramException:
+            raise ServerNotAuthenticated(
+                "the server's SCRAM signature is wrong: it does not know the password"
+            ) from None
+
+
+class ServerLogin:
+    """The server's side of one SCRAM exchange: ``challenge`` the client-first message,
+    then ``finish`` with the client-final one."""
+
+    def __init__(self, user: str, stored: ScramCredentials) -> None:
+        self.user = user
+        self._stored = stored
+        self._server = _MECHANISM.make_server(self._credentials_of)
+
+    def _credentials_of(self, name: str) -> tuple[bytes, bytes, bytes, int] | None:
+        if name != self.user:  # the SCRAM user must be the one the Hello names
+            return None
+        stored = self._stored
+        return stored.salt, stored.stored_key, stored.server_key, stored.iterations
+
+    def challenge(self, client_first: str) -> Challenge:
+        """AuthenticationFailed when the message is malformed or names another user."""
+        try:
+            self._server.set_client_first(client_first)
+            return Challenge(self._server.get_server_first(), self._stored.prehash)
+        except ScramException:
+            raise AuthenticationFailed("bad SCRAM login message") from None
+
+    def finish(self, client_final: str) -> str:
+        """The server-final message when the proof is right; AuthenticationFailed when it
+        is wrong (a wrong password, a replayed or forged proof)."""
+        try:
+            self._server.set_client_final(client_final)
+            return str(self._server.get_server_final())
+        except ScramException:
+            raise AuthenticationFailed("wrong user name or password") from None
