@@ -1,6 +1,8 @@
-"""Handshakes and logins by password: a password checked once is trusted for
-``namenode.password_cache_s`` without another scrypt check; a wrong password, a changed
-password or a removed user always gets the full check (and fails)."""
+"""Logins that receive a password (the login call; HTTP Basic auth alike): a password
+checked once is trusted for ``namenode.password_cache_s`` without another scrypt check; a
+wrong password, a changed password or a removed user always gets the full check (and
+fails). Handshakes log in by SCRAM, where the client does the scrypt: they cost the
+NameNode no password check at all."""
 
 from __future__ import annotations
 
@@ -31,12 +33,28 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 async def _connects(address: str, user: str, password: str) -> bool:
-    async with connect(address, user, password) as client:
+    """A login call (over an anonymous connection) with this password."""
+    async with connect(address) as client:
         try:
-            await client.stat("/")
+            await client.login(user, password)
         except AuthenticationFailed:
             return False
     return True
+
+
+async def test_a_scram_handshake_costs_the_namenode_no_password_check(
+    minicluster: MiniCluster, checks: list[str]
+) -> None:
+    c = await start_cluster(minicluster, users=False)
+    try:
+        await c.root.add_user("ann", "ann-pw")
+        checks.clear()
+        for _ in range(3):
+            async with connect(c.nn.address, "ann", "ann-pw") as client:
+                await client.stat("/")
+        assert checks == []
+    finally:
+        await c.close()
 
 
 async def test_a_checked_password_is_not_checked_again(
