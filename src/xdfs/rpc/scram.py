@@ -88,10 +88,15 @@ def prehash(spec: str, password: str, salt: bytes) -> str:
 
 def credentials(scram_password: str, salt: bytes, prehash_spec: str = "",
                 iterations: int = ITERATIONS) -> ScramCredentials:
-    """The credentials of a SCRAM password (already prehashed)."""
-    _, stored_key, server_key, _ = _MECHANISM.make_auth_info(
-        scram_password, iteration_count=iterations, salt=salt)
-    return ScramCredentials(salt, iterations, stored_key, server_key, prehash_spec)
+    """The credentials of a SCRAM password (already prehashed: hex, or a secret's hex
+    text, which SASLprep leaves as they are), by RFC 5802's formulas. (Not scramp's
+    ``make_auth_info``: that refuses the short salts of some old records, which must load
+    all the same; their logins then fail, typed.)"""
+    salted = hashlib.pbkdf2_hmac("sha256", scram_password.encode("utf-8"), salt, iterations)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+    return ScramCredentials(salt, iterations, hashlib.sha256(client_key).digest(), server_key,
+                            prehash_spec)
 
 
 def secret_credentials(secret: str) -> ScramCredentials:
