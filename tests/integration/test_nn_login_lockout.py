@@ -4,6 +4,9 @@ user-wide backstop. Real NameNode, real SCRAM logins from distinct loopback addr
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import aiohttp
 import msgspec
 import pytest
 
@@ -52,7 +55,7 @@ async def test_failures_from_one_address_lock_it_not_the_users_usual_one(
     for _ in range(30):
         with pytest.raises(AuthenticationFailed):
             await logs_in(nn, guesser, "guess")
-    with pytest.raises(LockedOut, match="127.0.0.3"):
+    with pytest.raises(LockedOut, match=r"127\.0\.0\.3"):
         await logs_in(nn, guesser, "alice-pw")  # locked: even the right password
     await logs_in(nn, usual, "alice-pw")  # the user is not locked out where it logs in
     await logs_in(nn, "127.0.0.4", "alice-pw")  # nor anywhere else the guesser is not
@@ -71,3 +74,35 @@ async def test_a_guess_from_many_addresses_locks_the_user_out_but_on_its_known_o
     with pytest.raises(LockedOut, match="user alice"):
         await logs_in(nn, "127.0.0.9", "alice-pw")
     await logs_in(nn, usual, "alice-pw")
+
+
+async def webhdfs_status(nn: NameNode, host: str, password: str) -> tuple[int, str]:
+    """GETFILESTATUS of / with alice's Basic credentials, from loopback address ``host``:
+    (status, the RemoteException's message, "" on success)."""
+    connector = aiohttp.TCPConnector(local_addr=(host, 0))
+    headers = {"Authorization": aiohttp.encode_basic_auth("alice", password)}
+    async with aiohttp.ClientSession(connector=connector) as session, session.get(
+            f"http://{nn.http_address}/webhdfs/v1/", params={"op": "GETFILESTATUS"},
+            headers=headers) as response:
+        body = await response.json()
+        return response.status, body.get("RemoteException", {}).get("message", "")
+
+
+async def test_webhdfs_password_logins_lock_out_per_address_too(
+    minicluster: MiniCluster,
+) -> None:
+    base = nn_config(login_failures_throttle=30, login_failures_lockout=30)
+    config = replace(base, namenode=replace(base.namenode, http_address="127.0.0.1:0"))
+    nn = await minicluster.start_namenode(superuser=ROOT, password=ROOT_PW, config=config)
+    async with connect(nn, ROOT, ROOT_PW) as root:
+        await root.add_user("alice", "alice-pw")
+    usual, guesser = "127.0.0.2", "127.0.0.3"
+    assert (await webhdfs_status(nn, usual, "alice-pw"))[0] == 200
+    for _ in range(30):
+        assert (await webhdfs_status(nn, guesser, "guess"))[0] in (401, 403)
+    status, message = await webhdfs_status(nn, guesser, "alice-pw")
+    assert status != 200 and "login alice@127.0.0.3 is locked out" in message
+    assert (await webhdfs_status(nn, usual, "alice-pw"))[0] == 200
+    await logs_in(nn, usual, "alice-pw")  # and by RPC: one guard for both
+    with pytest.raises(LockedOut):
+        await logs_in(nn, guesser, "alice-pw")

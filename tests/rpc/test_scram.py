@@ -60,7 +60,7 @@ class Impostor:
 
     async def start(self) -> str:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return "127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
     async def _frame(self, reader: asyncio.StreamReader) -> InEnvelope:
         prefix = await reader.readexactly(LENGTH_PREFIX.size)

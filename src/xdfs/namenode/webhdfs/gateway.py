@@ -143,6 +143,8 @@ class WebHdfsGateway:
         now_s = self.fs.now_ms() / 1000
         if record is not None and not credentials.token and self._passwords.generation(
                 user, credentials.password, now_s) == record.generation:
+            # a locked-out address stays locked, even with the password remembered as right
+            self.auth.guard.check_login(user, peer, now_s)
             return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
         principal: Principal
         if credentials.token:
