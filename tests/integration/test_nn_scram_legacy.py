@@ -59,6 +59,7 @@ async def test_users_of_an_older_image_log_in_by_scram(
 ) -> None:
     nn = await minicluster.start_namenode(superuser=ROOT, password=ROOT_PW)
     for name, secret in LEGACY_USERS.items():
+        assert nn.fs is not None
         record = nn.fs.ns.users[name]
         assert record.password_hash == b"" and record.stored_key  # converted on load
         async with connect(nn, name, secret) as client:

@@ -33,6 +33,7 @@ from xdfs.rpc.messages import (
     Proof,
     Welcome,
 )
+from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
 
 SECRET = "5e" * 32
@@ -124,14 +125,14 @@ async def test_a_server_that_does_not_know_the_secret_learns_nothing_and_is_refu
 
 
 @pytest.fixture
-async def secret_server(minicluster: MiniCluster):  # type: ignore[no-untyped-def]
+async def secret_server(minicluster: MiniCluster) -> RpcServer:
     return await minicluster.start_server(
         "jn", [], authenticator=SecretAuthenticator(USER, SECRET))
 
 
 async def test_the_right_secret_logs_in_on_both_clients_and_never_travels(
-    minicluster: MiniCluster, secret_server
-) -> None:  # type: ignore[no-untyped-def]
+    minicluster: MiniCluster, secret_server: RpcServer
+) -> None:
     client = minicluster.client(secret_server.address, hello=hello())
     await client.call(PING, Empty())
     assert client.authenticated_user == USER
@@ -143,8 +144,8 @@ async def test_the_right_secret_logs_in_on_both_clients_and_never_travels(
 
 @pytest.mark.parametrize("who", [("wrong-secret", USER), (SECRET, "mallory"), ("", USER)])
 async def test_a_wrong_secret_or_user_fails_typed(
-    minicluster: MiniCluster, secret_server, who: tuple[str, str]
-) -> None:  # type: ignore[no-untyped-def]
+    minicluster: MiniCluster, secret_server: RpcServer, who: tuple[str, str]
+) -> None:
     password, user = who
     client = minicluster.client(secret_server.address, hello=hello(password, user),
                                 tries_per_address=1)
@@ -162,8 +163,8 @@ async def client_still_logs_in(minicluster: MiniCluster, address: str) -> None:
 
 
 async def test_a_password_in_the_hello_is_refused(
-    minicluster: MiniCluster, secret_server
-) -> None:  # type: ignore[no-untyped-def]
+    minicluster: MiniCluster, secret_server: RpcServer
+) -> None:
     async with raw_peer(secret_server.address) as peer:
         peer.send(Kind.HELLO, 0, "", hello())
         await peer.expect_connection_error(AuthenticationFailed)
@@ -177,8 +178,8 @@ async def _challenged(peer: RawPeer, login: scram.ClientLogin) -> Proof:
 
 
 async def test_a_replayed_or_truncated_exchange_fails_typed_and_the_server_goes_on(
-    minicluster: MiniCluster, secret_server
-) -> None:  # type: ignore[no-untyped-def]
+    minicluster: MiniCluster, secret_server: RpcServer
+) -> None:
     # an eavesdropper's copy of a good exchange: its proof answers another challenge
     async with raw_peer(secret_server.address) as peer:
         first = scram.ClientLogin(hello())
