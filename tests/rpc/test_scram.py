@@ -220,3 +220,12 @@ def test_a_challenge_may_not_ask_for_a_huge_prehash() -> None:
         scram.prehash("scrypt:1073741824:8:1", "pw", b"s" * 16)
     with pytest.raises(ProtocolError):
         scram.prehash("argon9:1:1:1", "pw", b"s" * 16)
+
+
+def test_a_hello_never_carries_the_password_and_a_token_logs_in_alone() -> None:
+    with_token = scram.ClientLogin(Hello(PROTOCOL_VERSION, user=USER, password=SECRET,
+                                         token="a-token"))
+    assert not with_token.uses_scram and with_token.hello.password == ""
+    assert with_token.hello.token == "a-token" and not with_token.hello.scram
+    by_password = scram.ClientLogin(hello())
+    assert by_password.hello.password == "" and by_password.hello.scram.startswith("n,,n=jn,r=")

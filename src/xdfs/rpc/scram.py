@@ -149,13 +149,15 @@ class ClientLogin:
 
     def __init__(self, hello: Hello) -> None:
         self._user = hello.user
-        self._password = hello.password
+        # A token logs in on its own (the server prefers it, as it always did).
+        self._password = "" if hello.token else hello.password
         self._nonce = secrets.token_urlsafe(18)
         self._client: ScramClient | None = None
-        self.hello = hello  # what goes on the wire
+        #: What goes on the wire: never the password.
+        self.hello = msgspec.structs.replace(hello, password="") if hello.password else hello
         if self.uses_scram:
             first = self._scram_client(self._password).get_client_first()
-            self.hello = msgspec.structs.replace(hello, password="", scram=first)
+            self.hello = msgspec.structs.replace(self.hello, scram=first)
 
     @property
     def uses_scram(self) -> bool:
