@@ -5,9 +5,10 @@ Pure and synchronous: the connections (:mod:`xdfs.rpc.server_connection`,
 :mod:`xdfs.rpc.client_connection`, :mod:`xdfs.rpc.blocking`) carry the messages.
 
 * :class:`ClientLogin` turns a ``Hello`` that holds a password into one that holds the
-  client-first message instead, answers the server's :class:`~xdfs.rpc.messages.Challenge`
-  with a :class:`~xdfs.rpc.messages.Proof`, and checks the server's signature in the
-  ``Welcome`` (:class:`~xdfs.errors.ServerNotAuthenticated` when it is wrong or missing).
+  client-first message instead (RFC 5802's messages, no channel binding), answers the
+  server's :class:`~xdfs.rpc.messages.Challenge` with a :class:`~xdfs.rpc.messages.Proof`,
+  and checks the server's signature in the ``Welcome``
+  (:class:`~xdfs.errors.ServerNotAuthenticated` when it is wrong or missing).
 * :class:`ServerLogin` checks one exchange against the :class:`ScramCredentials` the server
   stores (StoredKey, ServerKey, salt, iterations: what PostgreSQL stores), which let it
   verify a proof but not make one.
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import msgspec
 import msgspec.structs
-from scramp import ScramClient, ScramException, ScramMechanism
+from scramp import ScramException, ScramMechanism
 
 from xdfs.errors import AuthenticationFailed, ProtocolError, ServerNotAuthenticated
 from xdfs.rpc.messages import Challenge, Hello, Proof, Welcome
@@ -46,10 +47,12 @@ _MECHANISM = ScramMechanism(MECHANISM)
 #: The largest scrypt a server may ask a client for (a fake server must not make a client
 #: spend gigabytes): N * r * 128 bytes of memory, 128 MiB here.
 _SCRYPT_MEMORY_MAX = 128 * 1024 * 1024
-#: SCRAM passwords the clients of this process derived (a prehash costs tens of ms and
-#: clients open connection after connection): (prehash, salt, password) -> SCRAM password.
-_DERIVED: OrderedDict[tuple[str, bytes, str], str] = OrderedDict()
-_DERIVED_MAX = 64
+#: The most iterations a client does for a server (a fake server must not make it spin).
+ITERATIONS_MAX = 1_000_000
+#: SaltedPasswords the clients of this process derived (clients open connection after
+#: connection): (prehash, salt, iterations, password) -> SaltedPassword.
+_SALTED: OrderedDict[tuple[str, bytes, int, str], bytes] = OrderedDict()
+_SALTED_MAX = 64
 
 
 @dataclass(frozen=True)
@@ -122,83 +125,109 @@ def decoy_credentials(key: bytes, user: str, prehash_spec: str) -> ScramCredenti
                             hmac.digest(seed, key, "sha256"), prehash_spec)
 
 
-def _derived(spec: str, password: str, salt: bytes) -> str:
-    key = (spec, salt, password)
-    found = _DERIVED.get(key)
+def _salted_password(spec: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's SaltedPassword of ``password`` under the prehash ``spec``, kept for this
+    process's next connections (a prehash costs tens of ms, the PBKDF2 about one)."""
+    key = (spec, salt, iterations, password)
+    found = _SALTED.get(key)
     if found is None:
-        found = _DERIVED[key] = prehash(spec, password, salt)
-        if len(_DERIVED) > _DERIVED_MAX:
-            _DERIVED.popitem(last=False)
+        scram_password = prehash(spec, password, salt)
+        found = hashlib.pbkdf2_hmac("sha256", scram_password.encode("utf-8"), salt, iterations)
+        _SALTED[key] = found
+        if len(_SALTED) > _SALTED_MAX:
+            _SALTED.popitem(last=False)
     else:
-        _DERIVED.move_to_end(key)
+        _SALTED.move_to_end(key)
     return found
 
 
-def _salt_of(server_first: str) -> bytes:
-    for part in server_first.split(","):
-        if part.startswith("s="):
-            try:
-                return base64.b64decode(part[2:], validate=True)
-            except (binascii.Error, ValueError):
-                break
-    raise ProtocolError("bad SCRAM challenge: no salt")
+def _fields(message: str) -> dict[str, str]:
+    """``a=1,b=2`` -> {"a": "1", "b": "2"} (ProtocolError when malformed)."""
+    fields: dict[str, str] = {}
+    for part in message.split(","):
+        name, equals, value = part.partition("=")
+        if len(name) != 1 or not equals:
+            raise ProtocolError("bad SCRAM message from the server")
+        fields.setdefault(name, value)
+    return fields
+
+
+def _b64decode(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError("bad SCRAM message from the server: bad base64") from None
+
+
+def _hmac(key: bytes, message: bytes) -> bytes:
+    return hmac.digest(key, message, "sha256")
 
 
 class ClientLogin:
-    """The client's side of one connection's login (see the module doc)."""
+    """The client's side of one connection's login (see the module doc). The messages are
+    RFC 5802's with no channel binding; the proof is computed here rather than by
+    ``scramp.ScramClient``, which cannot reuse a SaltedPassword: every connection would pay
+    a PBKDF2 (and two SASLprep passes). The SCRAM passwords are ASCII (hex: a prehash, or
+    a secret file's text), for which SASLprep changes nothing."""
 
     def __init__(self, hello: Hello) -> None:
-        self._user = hello.user
         # A token logs in on its own (the server prefers it, as it always did).
         self._password = "" if hello.token else hello.password
+        user = hello.user.replace("=", "=3D").replace(",", "=2C")
         self._nonce = secrets.token_urlsafe(18)
-        self._client: ScramClient | None = None
+        self._first_bare = f"n={user},r={self._nonce}"
+        self._server_signature = b""
         #: What goes on the wire: never the password.
         self.hello = msgspec.structs.replace(hello, password="") if hello.password else hello
         if self.uses_scram:
-            first = self._scram_client(self._password).get_client_first()
-            self.hello = msgspec.structs.replace(self.hello, scram=first)
+            self.hello = msgspec.structs.replace(self.hello, scram="n,," + self._first_bare)
 
     @property
     def uses_scram(self) -> bool:
         return bool(self._password)
 
-    def _scram_client(self, password: str) -> ScramClient:
-        # The same nonce and user give the same client-first message: a client made anew
-        # once the prehash is known continues the exchange the first one began.
-        try:
-            return ScramClient([MECHANISM], self._user, password, c_nonce=self._nonce)
-        except ScramException as exc:
-            raise AuthenticationFailed(f"cannot log in as {self._user!r}: {exc}") from None
-
     def answer(self, challenge: Challenge) -> Proof:
         """The proof for the server's challenge; ProtocolError when none was expected or it
-        is malformed."""
-        if not self.uses_scram or self._client is not None:
+        is malformed (or asks for more work than a client does)."""
+        if not self.uses_scram or self._server_signature:
             raise ProtocolError("unexpected SCRAM challenge from the server")
-        password = _derived(challenge.prehash, self._password,
-                            _salt_of(challenge.server_first))
-        client = self._client = self._scram_client(password)
-        client.get_client_first()
+        server_first = challenge.server_first
+        fields = _fields(server_first)
+        nonce, salt = fields.get("r", ""), _b64decode(fields.get("s", ""))
+        if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce) or not salt:
+            raise ProtocolError("bad SCRAM challenge: its nonce or salt is wrong")
         try:
-            client.set_server_first(challenge.server_first)
-            return Proof(client.get_client_final())
-        except ScramException as exc:
-            raise ProtocolError(f"bad SCRAM challenge: {exc}") from None
+            iterations = int(fields.get("i", ""))
+        except ValueError:
+            raise ProtocolError("bad SCRAM challenge: no iteration count") from None
+        if not ITERATIONS <= iterations <= ITERATIONS_MAX:
+            raise ProtocolError(f"bad SCRAM challenge: {iterations} iterations")
+        salted = _salted_password(challenge.prehash, self._password, salt, iterations)
+        client_key = _hmac(salted, b"Client Key")
+        without_proof = f"c=biws,r={nonce}"  # biws: base64 of "n,,"
+        auth_message = f"{self._first_bare},{server_first},{without_proof}".encode()
+        signature = _hmac(hashlib.sha256(client_key).digest(), auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_signature = _hmac(_hmac(salted, b"Server Key"), auth_message)
+        return Proof(f"{without_proof},p={base64.b64encode(proof).decode()}")
 
     def verify(self, welcome: Welcome) -> None:
         """Accept the handshake only when the server proved it knows the password."""
         if not self.uses_scram:
             return
-        if self._client is None or not welcome.server_final:
+        if not self._server_signature or not welcome.server_final:
             raise ServerNotAuthenticated(
                 "the server accepted the login without proving it knows the password")
+        given = welcome.server_final
+        signature = given[2:] if given.startswith("v=") else ""
         try:
-            self._client.set_server_final(welcome.server_final)
-        except ScramException:
+            valid = hmac.compare_digest(base64.b64decode(signature, validate=True),
+                                        self._server_signature)
+        except (binascii.Error, ValueError):
+            valid = False
+        if not valid:
             raise ServerNotAuthenticated(
-                "the server's SCRAM signature is wrong: it does not know the password"
-            ) from None
+                "the server's SCRAM signature is wrong: it does not know the password")
 
 
 class ServerLogin:
