@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from tests.rpc.wire import RawPeer, raw_peer
+from xdfs.client.client import AsyncClient
 from xdfs.common.secrets import SecretAuthenticator
 from xdfs.errors import (
     AuthenticationFailed,
@@ -229,3 +230,14 @@ def test_a_hello_never_carries_the_password_and_a_token_logs_in_alone() -> None:
     assert with_token.hello.token == "a-token" and not with_token.hello.scram
     by_password = scram.ClientLogin(hello())
     assert by_password.hello.password == "" and by_password.hello.scram.startswith("n,,n=jn,r=")
+
+
+async def test_the_login_call_sends_no_password_either() -> None:
+    async with impostor() as (fake, address):
+        client = AsyncClient(f"xdfs://{address}", user="", password="", token="")
+        try:
+            with pytest.raises(ServerNotAuthenticated):
+                await client.login("alice", "alice-secret-pw")
+        finally:
+            await client.close()
+    assert fake.received and b"alice-secret-pw" not in bytes(fake.received)

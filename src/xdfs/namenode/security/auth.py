@@ -73,6 +73,9 @@ class UserPrincipal(Principal):
     """A user, by password or token, and the credential generation it authenticated with."""
 
     generation: int = 0
+    #: Proved its password on this connection (SCRAM): the ``login`` call may then issue a
+    #: token without one (a token's connection may not: it would renew itself forever).
+    by_password: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ class NamespaceAuthenticator:
             if record is None or current is None or current.generation != record.generation:
                 raise AuthenticationFailed("wrong user name or password")
             self.guard.login_succeeded(user, host, self._now_ms() / 1000)
-            return UserPrincipal(user, generation=record.generation)
+            return UserPrincipal(user, generation=record.generation, by_password=True)
 
         return PasswordLogin(user, stored, succeeded, lambda: self._failed(known, host))
 
@@ -270,6 +273,20 @@ class NameNodeAuth(NamespaceAuthenticator):
         if not lifetime_s >= 0:  # also NaN: a token born expired is a client bug
             raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
         record = await self.check_password(user, password, peer)
+        return await self.issue_token(record, user, lifetime_s)
+
+    async def login_as(self, principal: Principal, user: str,
+                       lifetime_s: float) -> tuple[str, int] | None:
+        """A token for ``user`` when ``principal`` proved that user's password on its
+        connection (no password needed again); None when it did not."""
+        if not (isinstance(principal, UserPrincipal) and principal.by_password
+                and principal.user == user):
+            return None
+        if not lifetime_s >= 0:
+            raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
+        record = self.fs.ns.users.get(user)
+        if record is None or record.generation != principal.generation:
+            raise AuthenticationFailed("the password changed since this connection logged in")
         return await self.issue_token(record, user, lifetime_s)
 
     async def issue_token(
