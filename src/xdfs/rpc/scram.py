@@ -27,6 +27,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -53,6 +54,7 @@ ITERATIONS_MAX = 1_000_000
 #: connection): (prehash, salt, iterations, password) -> SaltedPassword.
 _SALTED: OrderedDict[tuple[str, bytes, int, str], bytes] = OrderedDict()
 _SALTED_MAX = 64
+_SALTED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,16 @@ def credentials(scram_password: str, salt: bytes, prehash_spec: str = "",
     text, which SASLprep leaves as they are), by RFC 5802's formulas. (Not scramp's
     ``make_auth_info``: that refuses the short salts of some old records, which must load
     all the same; their logins then fail, typed.)"""
-    salted = hashlib.pbkdf2_hmac("sha256", scram_password.encode("utf-8"), salt, iterations)
+    salted = _pbkdf2(scram_password, salt, iterations)
     client_key = hmac.digest(salted, b"Client Key", "sha256")
     server_key = hmac.digest(salted, b"Server Key", "sha256")
     return ScramCredentials(salt, iterations, hashlib.sha256(client_key).digest(), server_key,
                             prehash_spec)
+
+
+def _pbkdf2(scram_password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's SaltedPassword, Hi(password, salt, i)."""
+    return hashlib.pbkdf2_hmac("sha256", scram_password.encode("utf-8"), salt, iterations)
 
 
 def secret_credentials(secret: str) -> ScramCredentials:
@@ -129,15 +136,16 @@ def _salted_password(spec: str, password: str, salt: bytes, iterations: int) -> 
     """RFC 5802's SaltedPassword of ``password`` under the prehash ``spec``, kept for this
     process's next connections (a prehash costs tens of ms, the PBKDF2 about one)."""
     key = (spec, salt, iterations, password)
-    found = _SALTED.get(key)
-    if found is None:
-        scram_password = prehash(spec, password, salt)
-        found = hashlib.pbkdf2_hmac("sha256", scram_password.encode("utf-8"), salt, iterations)
+    with _SALTED_LOCK:  # (blocking clients log in from several threads)
+        found = _SALTED.get(key)
+        if found is not None:
+            _SALTED.move_to_end(key)
+            return found
+    found = _pbkdf2(prehash(spec, password, salt), salt, iterations)
+    with _SALTED_LOCK:
         _SALTED[key] = found
         if len(_SALTED) > _SALTED_MAX:
             _SALTED.popitem(last=False)
-    else:
-        _SALTED.move_to_end(key)
     return found
 
 
