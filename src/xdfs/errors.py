@@ -197,6 +197,14 @@ class TokenExpired(AuthenticationFailed):
     code = 203
 
 
+class ServerNotAuthenticated(AuthenticationFailed):
+    """The server did not prove that it knows the password or secret the client logged in
+    with (a bad or missing SCRAM server signature): it may be an impersonator, and the
+    client sends it nothing more."""
+
+    code = 207
+
+
 class AccessDenied(SecurityError, PermissionError):
     """The authenticated user lacks the permission the operation needs."""
 

@@ -2,18 +2,19 @@
 authenticator that admits exactly the callers presenting it.
 
 A secret file holds hex text (mode 0600); :func:`new_secret_file` writes one. The caller
-logs in as ``user`` with the secret as its password; the check is constant-time.
+logs in as ``user`` with the secret as its password, by SCRAM-SHA-256
+(:mod:`xdfs.rpc.scram`): neither side sends the secret, and each proves it holds it.
 """
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from pathlib import Path
 
 from xdfs.common.files import atomic_write
 from xdfs.errors import AuthenticationFailed, ConfigError
-from xdfs.rpc.handling import Principal
+from xdfs.rpc import scram
+from xdfs.rpc.handling import PasswordLogin, Principal
 from xdfs.rpc.messages import Hello
 
 SECRET_BYTES = 32
@@ -40,14 +41,20 @@ def new_secret_file(path: Path) -> str:
 
 
 class SecretAuthenticator:
-    """Admits ``user`` with the shared secret as its password, and nobody else."""
+    """Admits ``user`` proving it holds the shared secret, and nobody else."""
 
     def __init__(self, user: str, secret: str) -> None:
         self.user = user
-        self._secret = secret.encode("ascii")
+        self._credentials = scram.secret_credentials(secret)
+        self._principal = Principal(user)
 
-    async def authenticate(self, hello: Hello, peer: str) -> Principal:
-        offered = hello.password.encode("utf-8")
-        if hello.user == self.user and hmac.compare_digest(offered, self._secret):
-            return Principal(self.user)
-        raise AuthenticationFailed(f"{peer}: wrong user or secret for this server")
+    async def authenticate(self, hello: Hello, peer: str) -> Principal | PasswordLogin:
+        if hello.user != self.user or not hello.scram:
+            raise AuthenticationFailed(f"{peer}: wrong user or secret for this server")
+        return PasswordLogin(self.user, self._credentials, self._admit, lambda: self._refuse(peer))
+
+    def _admit(self) -> Principal:
+        return self._principal
+
+    def _refuse(self, peer: str) -> AuthenticationFailed:
+        return AuthenticationFailed(f"{peer}: wrong user or secret for this server")
