@@ -267,11 +267,14 @@ def choose_ensemble(live: Sequence[str], settings: LogSettings, start: int = 0) 
 
 
 class NodeEnd(msgspec.Struct, frozen=True):
-    """What one node answered to a fence: its last entry of the ledger (-1: none)."""
+    """What one node answered to a fence: what it holds of the ledger (``last_entry`` -1
+    and ``exists`` False: nothing) and the last-add-confirmed it was told."""
 
     node: str
     last_entry: int
     lac: int
+    first_entry: int = 0
+    exists: bool = True
 
 
 def recovery_answers_needed(write_set: int, ack_quorum: int) -> int:
@@ -286,6 +289,58 @@ def recovered_end(answers: Sequence[NodeEnd], first_entry: int) -> int:
     acknowledged entry is among them; a higher unacknowledged one is kept and copied to
     the others, as BookKeeper's recovery does). ``first_entry - 1`` when none holds any."""
     return max([first_entry - 1, *(a.last_entry for a in answers)])
+
+
+class TailCopy(msgspec.Struct, frozen=True):
+    """Recovery's re-replication: entries ``first..last`` go to ``target`` from one of
+    ``sources`` (nodes holding them all, best first)."""
+
+    target: str
+    first: int
+    last: int
+    sources: tuple[str, ...]
+
+
+def holds_through(answer: NodeEnd, first: int, end: int) -> bool:
+    """``answer``'s node holds every entry ``first..end``."""
+    return answer.exists and answer.first_entry <= first and answer.last_entry >= end
+
+
+def recovery_start(info: LedgerInfo, answers: Sequence[NodeEnd]) -> int:
+    """The first entry recovery re-replicates: after the highest last-add-confirmed any
+    node heard (entries up to it are on an ack quorum already), and not before the last
+    fragment (its nodes are the ones recovery writes to)."""
+    lac = max([-1, *(a.lac for a in answers)])
+    return max(lac + 1, info.fragments[-1].first_entry)
+
+
+def tail_copy(info: LedgerInfo, answer: NodeEnd, end: int, holders: Sequence[NodeEnd]
+              ) -> TailCopy | None:
+    """The copy that brings one node of the last fragment up to ``end``: from just past
+    what it holds, or -- holding nothing of the ledger -- from the first entry of the run
+    of fragments it belongs to that ends with the last (a node refuses a gap). None when
+    it is up to date already or no holder has what it lacks."""
+    if answer.exists and answer.last_entry >= end:
+        return None
+    if answer.exists:
+        first = answer.last_entry + 1
+    else:
+        first = info.fragments[-1].first_entry
+        for fragment in reversed(info.fragments[:-1]):
+            if answer.node not in fragment.nodes:
+                break
+            first = fragment.first_entry
+    sources = tuple(h.node for h in holders
+                    if h.node != answer.node and holds_through(h, first, end))
+    return TailCopy(answer.node, first, end, sources) if sources else None
+
+
+def recovery_nodes(holders: Sequence[str], settings: LogSettings) -> tuple[str, ...]:
+    """The ensemble of the fragment recovery adds when the last one's nodes can no longer
+    make an ack quorum holding the tail: its holders (spares among them), up to E."""
+    nodes = tuple(dict.fromkeys(holders))[:settings.ensemble_size]
+    assert len(nodes) >= settings.ack_quorum, (nodes, settings.ack_quorum)
+    return nodes
 
 
 class Repair(msgspec.Struct, frozen=True):

@@ -39,6 +39,7 @@ from xdfs.log.nodes import LedgerNode, NodePool, frame_entries
 from xdfs.log.record import Lsn, Record, encode_entry
 from xdfs.log.zkmeta import MetaStore, guarded
 from xdfs.protocol import ledger as lp
+from xdfs.quorum.fanout import QuorumFailed, quorum_call
 
 log = logging.getLogger(__name__)
 
@@ -59,38 +60,124 @@ class AsyncMeta:
         return await asyncio.to_thread(guarded, self.store.new_ledger_id)
 
 
-async def recover_ledger(pool: NodePool, info: m.LedgerInfo, ack_quorum: int) -> int:
-    """Fence ``info`` on its nodes and make its end durable on an ack quorum; the end."""
-    # Only the last fragment's nodes get adds: earlier ones were left by ensemble changes.
+def node_end(address: str, state: lp.LedgerState) -> m.NodeEnd:
+    return m.NodeEnd(address, state.last_entry, state.lac, state.first_entry, state.exists)
+
+
+async def fence(pool: NodePool, ledger_id: int, address: str) -> m.NodeEnd:
+    return node_end(address, await pool.node(address).call(
+        lp.FENCE_LEDGER, lp.LedgerIdRequest(ledger_id)))
+
+
+async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSettings,
+                         spares: Sequence[str] = ()) -> tuple[int, m.Fragment | None]:
+    """Fence ``info`` and make its tail durable (BookKeeper's LedgerRecoveryOp); its end,
+    and the fragment to add before closing it (None: none needed).
+
+    1. Fence the last fragment's nodes; W - A + 1 answers are enough: no ack quorum can be
+       formed without one of them any more, and one of them holds every acknowledged
+       entry. The end is the highest entry an answer holds (an unacknowledged one found
+       is kept: BookKeeper does the same).
+    2. Entries up to the highest last-add-confirmed heard are on an ack quorum already;
+       the rest (the *tail*) must be on A nodes before the ledger is closed: the nodes of
+       the last fragment lacking it get it copied (those that did not answer the fence in
+       time are asked again), and if fewer than A can hold it, spare nodes take it in a
+       new fragment (the ensemble change of a recovery).
+    """
     last = info.fragments[-1]
-    needed = m.recovery_answers_needed(len(last.nodes), ack_quorum)
-    call = await pool.quorum(
-        f"fence ledger {info.ledger_id}", last.nodes, needed,
-        lambda node: node.call(lp.FENCE_LEDGER, lp.LedgerIdRequest(info.ledger_id)))
-    ends = [m.NodeEnd(a, s.last_entry, s.lac) for a, s in call.successes.items()]
-    end = m.recovered_end(ends, last.first_entry)
+    needed = m.recovery_answers_needed(len(last.nodes), settings.ack_quorum)
+    call = await pool.quorum(f"fence ledger {info.ledger_id}", last.nodes, needed,
+                             lambda node: node.call(lp.FENCE_LEDGER,
+                                                    lp.LedgerIdRequest(info.ledger_id)))
+    answers = {a: node_end(a, s) for a, s in call.successes.items()}
+    end = m.recovered_end(list(answers.values()), last.first_entry)
     if end < last.first_entry:
         if len(info.fragments) == 1:
-            return end  # -1: an empty ledger
+            return end, None  # -1: an empty ledger
         # No node of the last fragment holds an entry of it (the writer died right after
         # an ensemble change): the end lies in the fragment before, whose nodes may still
         # have taken adds sent before the change; recover that one.
         earlier = msgspec.structs.replace(info, fragments=info.fragments[:-1])
-        return await recover_ledger(pool, earlier, ack_quorum)
-    holder = max(ends, key=lambda e: e.last_entry).node
-    copied = [e.node for e in ends if e.last_entry >= end]
-    for short in (e for e in ends if e.last_entry < end):
+        return await recover_ledger(pool, earlier, settings, spares)
+    start = m.recovery_start(info, list(answers.values()))
+    if start > end:
+        return end, None  # every entry is acknowledged: nothing to re-replicate
+    tail = _Tail(pool, info, start, end, answers)
+    if await tail.spread(last.nodes, settings.ack_quorum):
+        return end, None
+    candidates = [n for n in spares if n not in info.all_nodes()]
+    if await tail.spread(candidates, settings.ack_quorum):
+        nodes = m.recovery_nodes(tail.holders(), settings)
+        log.warning("recovery of ledger %d: entries %d..%d moved to %s (a new fragment)",
+                    info.ledger_id, start, end, ",".join(nodes))
+        return end, m.Fragment(start, nodes)
+    holders = tail.holders()
+    raise NotEnoughStorageNodes(
+        f"recovery of ledger {info.ledger_id}: its entries {start}..{end} are on "
+        f"{len(holders)} node(s) ({','.join(holders) or 'none'}) and no other node could "
+        f"take them; the ack quorum is {settings.ack_quorum}")
+
+
+class _Tail:
+    """The tail ``start..end`` of a ledger in recovery and the nodes that hold it."""
+
+    def __init__(self, pool: NodePool, info: m.LedgerInfo, start: int, end: int,
+                 answers: dict[str, m.NodeEnd]) -> None:
+        self.pool = pool
+        self.info = info
+        self.start = start
+        self.end = end
+        self.answers = dict(answers)
+
+    def holders(self) -> list[str]:
+        return [a.node for a in self.answers.values()
+                if m.holds_through(a, self.start, self.end)]
+
+    async def spread(self, nodes: Sequence[str], ack_quorum: int) -> bool:
+        """Copy the tail to ``nodes`` until A nodes hold it (the quorum driver: it
+        returns as soon as enough copies are made; the others finish on their own)."""
+        held = set(self.holders())
+        targets = [n for n in nodes if n not in held]
+        needed = ack_quorum - len(held)
+        if needed <= 0:
+            return True
+        if len(targets) < needed:
+            return False
         try:
-            await copy_entries(pool, info.ledger_id, holder, short.node,
-                        max(short.last_entry + 1, last.first_entry), end)
-            copied.append(short.node)
+            await quorum_call(f"re-replicate ledger {self.info.ledger_id}", targets, needed,
+                              self._bring_up, self.pool.call_timeout_s)
+        except QuorumFailed as exc:
+            log.warning("recovery of ledger %d: %s", self.info.ledger_id, exc.message)
+            return len(self.holders()) >= ack_quorum
+        return True
+
+    async def _bring_up(self, node: str) -> None:
+        answer = self.answers.get(node)
+        if answer is None:  # it did not answer the fence in time: fenced now
+            answer = await fence(self.pool, self.info.ledger_id, node)
+        holders = [self.answers[h] for h in self.holders()]
+        copy = m.tail_copy(self.info, answer, self.end, holders)
+        if copy is None:
+            if not m.holds_through(answer, self.start, self.end):
+                raise StorageError(f"{node}: no node holds what it lacks of ledger "
+                                   f"{self.info.ledger_id}")
+        else:
+            await _copy_from_any(self.pool, self.info.ledger_id, copy)
+            answer = m.NodeEnd(node, self.end, answer.lac,
+                               answer.first_entry if answer.exists else copy.first)
+        self.answers[node] = answer
+
+
+async def _copy_from_any(pool: NodePool, ledger_id: int, copy: m.TailCopy) -> None:
+    failures = []
+    for source in copy.sources:
+        try:
+            await copy_entries(pool, ledger_id, source, copy.target, copy.first, copy.last)
+            return
         except XdfsError as exc:
-            log.warning("recovery of ledger %d: copy to %s failed: %s", info.ledger_id,
-                        short.node, exc)
-    if len(copied) < ack_quorum:
-        raise NotEnoughStorageNodes(f"recovery of ledger {info.ledger_id}: its end {end} is on "
-                                    f"{len(copied)} node(s), the ack quorum is {ack_quorum}")
-    return end
+            failures.append(f"from {source}: {exc.message}")
+    raise StorageError(f"copy of ledger {ledger_id} entries {copy.first}..{copy.last} to "
+                       f"{copy.target} failed ({'; '.join(failures)})")
 
 
 async def copy_entries(pool: NodePool, ledger_id: int, source: str, target: str, first: int,
@@ -154,13 +241,20 @@ class LogWriter:
         meta = await self.store.update(self.name, take_over)
         self.epoch = meta.writer_epoch
         for ledger_id in fence:
-            info = m.ledger(meta, ledger_id)
-            end = await recover_ledger(self.pool, info, meta.settings.ack_quorum)
-            meta = await self._close(ledger_id, end)
+            meta = await self._recover(m.ledger(meta, ledger_id), meta.settings)
         self.meta = meta
         await self._new_ledger()
         log.info("writer %s of log %s: epoch %d, ledger %d on %s", self.writer_id, self.name,
                  self.epoch, self.ledger_id, ",".join(self.write_set))
+
+    async def _recover(self, info: m.LedgerInfo, settings: m.LogSettings) -> m.LogMeta:
+        """Recover a ledger of the previous writer and close it at its end."""
+        spares = [n for n in self.storage_nodes if n not in info.all_nodes()]
+        end, moved = await recover_ledger(self.pool, info, settings, spares)
+        if moved is not None:
+            await self._cas(lambda x: m.change_ensemble(
+                x, self.epoch, info.ledger_id, moved.first_entry, moved.nodes))
+        return await self._close(info.ledger_id, end)
 
     async def _close(self, ledger_id: int, last: int) -> m.LogMeta:
         return await self._cas(lambda x: m.close_ledger(x, self.epoch, ledger_id, last))
