@@ -91,6 +91,11 @@ class LogMeta(msgspec.Struct, frozen=True):
     ledgers: tuple[LedgerInfo, ...] = ()
     writer_epoch: int = 0
     writer: str = ""  # who opened the current writer (instance id), for stat
+    #: The writer epoch the last ``open_writer`` call made: an append carrying an epoch
+    #: (a client that opened the writer) must carry this one (:func:`check_append_epoch`).
+    #: A writer re-opened inside the service (an instance took the log over) moves
+    #: ``writer_epoch`` only, so the client that opened the writer keeps it.
+    opened_epoch: int = 0
     truncated_lsn: Lsn = LSN_ZERO  # records below it are gone (or going)
     readers: dict[str, Lsn] = {}  # registered reader -> the first LSN it still needs
     created_ms: int = 0
@@ -107,11 +112,33 @@ def _check_epoch(meta: LogMeta, epoch: int) -> None:
                         f"{meta.writer_epoch} ({meta.writer or 'another writer'})")
 
 
-def open_writer(meta: LogMeta, writer: str) -> tuple[LogMeta, list[int]]:
-    """A new writer's epoch; and the ledgers it must fence and recover, oldest first."""
+def open_writer(meta: LogMeta, writer: str, *, opened: bool = False
+                ) -> tuple[LogMeta, list[int]]:
+    """A new writer's epoch; and the ledgers it must fence and recover, oldest first.
+    ``opened``: a caller's ``open_writer`` (its epoch fences appends under older ones)."""
     unclosed = [x.ledger_id for x in meta.ledgers if x.state != CLOSED]
-    fresh = msgspec.structs.replace(meta, writer_epoch=meta.writer_epoch + 1, writer=writer)
+    epoch = meta.writer_epoch + 1
+    fresh = msgspec.structs.replace(meta, writer_epoch=epoch, writer=writer,
+                                    opened_epoch=epoch if opened else meta.opened_epoch)
     return fresh, unclosed[-2:]
+
+
+#: The epoch of an append from no writer (seed 002's many producers): it goes to whichever
+#: writer is current and is never fenced by ``open_writer``.
+NO_WRITER = 0
+
+
+def check_append_epoch(meta: LogMeta, epoch: int) -> None:
+    """An append under ``epoch`` may go on: it names the epoch of the last
+    ``open_writer`` (or none, :data:`NO_WRITER`); an older one was fenced by a newer
+    writer (a deposed leader must not write)."""
+    if epoch == NO_WRITER or epoch == meta.opened_epoch:
+        return
+    if epoch < meta.opened_epoch:
+        raise LogFenced(f"log {meta.name!r}: writer epoch {epoch} was fenced by the writer "
+                        f"opened at epoch {meta.opened_epoch}")
+    raise LogFenced(f"log {meta.name!r}: writer epoch {epoch} was never opened (the last "
+                    f"open_writer made epoch {meta.opened_epoch})")
 
 
 def ledger(meta: LogMeta, ledger_id: int) -> LedgerInfo:

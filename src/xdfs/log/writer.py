@@ -230,11 +230,13 @@ class LogWriter:
 
     # --- taking the log over ----------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, opened: bool = False) -> None:
+        """Take the log over (``opened``: for a caller's ``open_writer``, whose epoch then
+        fences appends under older ones)."""
         fence: list[int] = []
 
         def take_over(meta: m.LogMeta) -> m.LogMeta:
-            fresh, unclosed = m.open_writer(meta, self.writer_id)
+            fresh, unclosed = m.open_writer(meta, self.writer_id, opened=opened)
             fence[:] = unclosed
             return fresh
 
@@ -285,13 +287,22 @@ class LogWriter:
 
     # --- appending ----------------------------------------------------------------------
 
-    async def append(self, record: Record) -> Lsn:
-        return (await self.append_batch([record]))[0]
+    async def append(self, record: Record, epoch: int = m.NO_WRITER) -> Lsn:
+        return (await self.append_batch([record], epoch))[0]
 
-    async def append_batch(self, records: list[Record]) -> list[Lsn]:
+    @property
+    def opened_epoch(self) -> int:
+        return self.meta.opened_epoch if self.meta is not None else m.NO_WRITER
+
+    async def append_batch(self, records: list[Record], epoch: int = m.NO_WRITER
+                           ) -> list[Lsn]:
+        """Append ``records`` as one entry under the caller's writer ``epoch`` (checked
+        with the entry's assignment: no append of a fenced epoch gets an entry)."""
         payload = encode_entry(records)
         async with self._assign:
             await self._ready()
+            assert self.meta is not None
+            m.check_append_epoch(self.meta, epoch)
             if self._should_rotate():
                 await self._rotate()
             ledger_id, entry, generation = self.ledger_id, self.next_entry, self._generation
