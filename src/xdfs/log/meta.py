@@ -85,6 +85,25 @@ class LedgerInfo(msgspec.Struct, frozen=True):
         return tuple(seen)
 
 
+class Released(msgspec.Struct, frozen=True, array_like=True):
+    """The log let go of its copies of ledger ``ledger_id`` on ``nodes``: ``reclaimed``,
+    the ledger was reclaimed (wholly below the truncation point and every reader);
+    else a spare took those nodes' place (re-replication). Recorded by the change that
+    made the copies obsolete, in the same CAS: the keeper deletes a copy only on such a
+    record (:mod:`xdfs.logservice.rules`), never because the current ledger list or
+    ensemble no longer names it."""
+
+    ledger_id: int
+    nodes: tuple[str, ...]
+    reclaimed: bool
+    by: str = ""  # replaced: the spare that took the nodes' place
+
+
+#: Released records a log keeps; past this the oldest are forgotten (a node still holding
+#: such a copy keeps it: the keeper names it in its log).
+RELEASED_MAX = 1024
+
+
 class LogMeta(msgspec.Struct, frozen=True):
     name: str
     settings: LogSettings
@@ -99,6 +118,8 @@ class LogMeta(msgspec.Struct, frozen=True):
     truncated_lsn: Lsn = LSN_ZERO  # records below it are gone (or going)
     readers: dict[str, Lsn] = {}  # registered reader -> the first LSN it still needs
     created_ms: int = 0
+    #: Copies this log let go of and some node may still hold, oldest first.
+    released: tuple[Released, ...] = ()
 
 
 def _replace_ledger(meta: LogMeta, ledger: LedgerInfo) -> LogMeta:
@@ -196,12 +217,32 @@ def change_ensemble(meta: LogMeta, epoch: int, ledger_id: int, first_entry: int,
 
 
 def replace_copy(meta: LogMeta, ledger_id: int, lost: str, spare: str) -> LogMeta:
-    """Re-replication of a closed ledger: ``spare`` now holds what ``lost`` held."""
+    """Re-replication of a closed ledger: ``spare`` now holds what ``lost`` held (and
+    ``lost``'s copy is released)."""
     info = ledger(meta, ledger_id)
     fragments = tuple(
         Fragment(f.first_entry, tuple(spare if n == lost else n for n in f.nodes))
         for f in info.fragments)
-    return _replace_ledger(meta, msgspec.structs.replace(info, fragments=fragments))
+    fresh = _replace_ledger(meta, msgspec.structs.replace(info, fragments=fragments))
+    return release(fresh, [Released(ledger_id, (lost,), reclaimed=False, by=spare)])
+
+
+def release(meta: LogMeta, records: Sequence[Released]) -> LogMeta:
+    """``records`` added to the log's released copies (the oldest past
+    :data:`RELEASED_MAX` forgotten)."""
+    kept = (*meta.released, *records)[-RELEASED_MAX:]
+    return msgspec.structs.replace(meta, released=kept)
+
+
+def forget_released(meta: LogMeta, ledger_id: int, nodes: Sequence[str]) -> LogMeta:
+    """``nodes`` no longer hold their released copy of ``ledger_id``: forget them."""
+    gone = set(nodes)
+    kept = []
+    for record in meta.released:
+        nodes = tuple(n for n in record.nodes if n not in gone or record.ledger_id != ledger_id)
+        if nodes:
+            kept.append(msgspec.structs.replace(record, nodes=nodes))
+    return msgspec.structs.replace(meta, released=tuple(kept))
 
 
 def should_rotate(entries: int, size_bytes: int, age_s: float, settings: LogSettings) -> bool:
@@ -262,8 +303,10 @@ def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int]) -> LogMeta:
     for info in meta.ledgers:
         if info.ledger_id in gone and info not in reclaimable(meta):
             raise InvalidArgument(f"ledger {info.ledger_id} is still needed")
-    return msgspec.structs.replace(
-        meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone))
+    records = [Released(x.ledger_id, x.all_nodes(), reclaimed=True)
+               for x in meta.ledgers if x.ledger_id in gone]
+    return release(msgspec.structs.replace(
+        meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone)), records)
 
 
 def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn, reader: str = "") -> None:

@@ -74,7 +74,8 @@ class LogService:
                                      settings.zookeeper_session_timeout_s)
         rpc = self.config.rpc
         pool = NodePool(rpc, Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret),
-                        settings.call_timeout_s, client_context(rpc))
+                        settings.call_timeout_s, client_context(rpc),
+                        allowed=settings.storage_nodes)
         self.server = RpcServer("logservice", rpc,
                                 authenticator=SecretAuthenticator(lg.LOG_USER, secret),
                                 ssl_context=server_context(rpc))
