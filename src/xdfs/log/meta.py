@@ -199,9 +199,11 @@ def add_ledger(meta: LogMeta, epoch: int, ledger_id: int, nodes: Sequence[str],
 
 
 def change_ensemble(meta: LogMeta, epoch: int, ledger_id: int, first_entry: int,
-                    nodes: Sequence[str]) -> LogMeta:
+                    nodes: Sequence[str], *, recovery: bool = False) -> LogMeta:
     """Entries from ``first_entry`` on go to ``nodes`` (a failed node replaced, or dropped
-    when no spare is left: at least the ack quorum must remain)."""
+    when no spare is left: at least the ack quorum must remain). ``recovery``: the
+    fragment of a recovered tail, which may begin before the last fragment (it replaces
+    the fragments from ``first_entry`` on: its nodes hold every entry from there)."""
     _check_epoch(meta, epoch)
     info = ledger(meta, ledger_id)
     if info.state == CLOSED:
@@ -209,7 +211,7 @@ def change_ensemble(meta: LogMeta, epoch: int, ledger_id: int, first_entry: int,
     if len(nodes) < meta.settings.ack_quorum:
         raise NotEnoughStorageNodes(f"ledger {ledger_id}: {len(nodes)} node(s) left, the ack "
                                     f"quorum is {meta.settings.ack_quorum}")
-    if first_entry < info.fragments[-1].first_entry:
+    if first_entry < info.fragments[-1].first_entry and not recovery:
         raise InvalidArgument(f"fragment at {first_entry} before the last one")
     kept = tuple(f for f in info.fragments if f.first_entry < first_entry)
     fragments = (*kept, Fragment(first_entry, tuple(nodes)))
@@ -376,38 +378,75 @@ def holds_through(answer: NodeEnd, first: int, end: int) -> bool:
     return answer.exists and answer.first_entry <= first and answer.last_entry >= end
 
 
-def recovery_start(info: LedgerInfo, answers: Sequence[NodeEnd]) -> int:
-    """The first entry recovery re-replicates: after the highest last-add-confirmed any
-    node heard (entries up to it are on an ack quorum already), and not before the last
-    fragment (its nodes are the ones recovery writes to)."""
-    lac = max([-1, *(a.lac for a in answers)])
-    return max(lac + 1, info.fragments[-1].first_entry)
+def recovery_start(answers: Sequence[NodeEnd]) -> int:
+    """The first entry of a recovered ledger's *tail*, the part recovery re-replicates:
+    the one after the highest last-add-confirmed any node heard (entries up to it are on
+    an ack quorum of their fragment already)."""
+    return max([-1, *(a.lac for a in answers)]) + 1
 
 
-def tail_copy(info: LedgerInfo, answer: NodeEnd, end: int, holders: Sequence[NodeEnd]
-              ) -> TailCopy | None:
-    """The copy that brings one node of the last fragment up to ``end``: from just past
-    what it holds, or -- holding nothing of the ledger -- from the first entry of the run
-    of fragments it belongs to that ends with the last (a node refuses a gap). None when
-    it is up to date already or no holder has what it lacks."""
-    if answer.exists and answer.last_entry >= end:
+def tail_parts(info: LedgerInfo, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The tail ``start..end`` split by fragment: (fragment index, first, last) each."""
+    parts = []
+    for index, fragment in enumerate(info.fragments):
+        following = info.fragments[index + 1].first_entry - 1 \
+            if index + 1 < len(info.fragments) else end
+        first, last = max(start, fragment.first_entry), min(end, following)
+        if first <= last:
+            parts.append((index, first, last))
+    return parts
+
+
+def first_missing(answers: Sequence[NodeEnd], first: int, last: int) -> int | None:
+    """The first entry of ``first..last`` no answering node holds (None: all are held)."""
+    entry = first
+    while entry <= last:
+        reach = [a.last_entry for a in answers
+                 if a.exists and a.first_entry <= entry <= a.last_entry]
+        if not reach:
+            return entry
+        entry = max(reach) + 1
+    return None
+
+
+def never_acknowledged(fragment: Fragment, answers: Sequence[NodeEnd], entry: int,
+                       ack_quorum: int) -> bool:
+    """Enough of ``fragment``'s nodes lack ``entry`` -- fenced, they never take it -- that
+    no ack quorum of the fragment held it (W - A + 1 of them): the writer never
+    acknowledged it, so the recovered ledger may end before it (BookKeeper's recovery
+    read: "no such entry" from enough bookies)."""
+    lacking = [a for a in answers if a.node in fragment.nodes
+               and not (a.exists and a.first_entry <= entry <= a.last_entry)]
+    return len(lacking) >= recovery_answers_needed(len(fragment.nodes), ack_quorum)
+
+
+def tail_copy(info: LedgerInfo, answer: NodeEnd, first: int, last: int,
+              holders: Sequence[NodeEnd], member_of: int | None) -> TailCopy | None:
+    """The copy that makes ``answer``'s node hold entries ``first..last``: from just past
+    what it holds; holding nothing of the ledger, from ``first`` -- or, for a member of
+    fragment ``member_of``, from the first entry of the run of fragments it belongs to
+    ending there, if earlier (the keeper completes a member's copy by appending to it).
+    None when it holds them already, cannot (its copy starts after ``first``: a node
+    never fills a gap) or no holder has what it lacks."""
+    if holds_through(answer, first, last) or (answer.exists and answer.first_entry > first):
         return None
+    begin = first
     if answer.exists:
-        first = answer.last_entry + 1
-    else:
-        first = info.fragments[-1].first_entry
-        for fragment in reversed(info.fragments[:-1]):
+        begin = answer.last_entry + 1
+    elif member_of is not None:
+        for fragment in reversed(info.fragments[:member_of + 1]):
             if answer.node not in fragment.nodes:
                 break
-            first = fragment.first_entry
+            begin = min(begin, fragment.first_entry)
     sources = tuple(h.node for h in holders
-                    if h.node != answer.node and holds_through(h, first, end))
-    return TailCopy(answer.node, first, end, sources) if sources else None
+                    if h.node != answer.node and holds_through(h, begin, last))
+    return TailCopy(answer.node, begin, last, sources) if sources else None
 
 
 def recovery_nodes(holders: Sequence[str], settings: LogSettings) -> tuple[str, ...]:
-    """The ensemble of the fragment recovery adds when the last one's nodes can no longer
-    make an ack quorum holding the tail: its holders (spares among them), up to E."""
+    """The ensemble of the fragment recovery adds when too few of the last fragment's
+    nodes can hold its part of the tail: the nodes holding it (spares among them), up to
+    E."""
     nodes = tuple(dict.fromkeys(holders))[:settings.ensemble_size]
     assert len(nodes) >= settings.ack_quorum, (nodes, settings.ack_quorum)
     return nodes

@@ -21,6 +21,7 @@ its own ledger and recovering it), which is always safe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -70,7 +71,8 @@ async def fence(pool: NodePool, ledger_id: int, address: str) -> m.NodeEnd:
 
 
 async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSettings,
-                         spares: Sequence[str] = ()) -> tuple[int, m.Fragment | None]:
+                         spares: Sequence[str] = (), *, limit: int | None = None
+                         ) -> tuple[int, m.Fragment | None]:
     """Fence ``info`` and make its tail durable (BookKeeper's LedgerRecoveryOp); its end,
     and the fragment to add before closing it (None: none needed).
 
@@ -81,8 +83,10 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSett
     2. Entries up to the highest last-add-confirmed heard are on an ack quorum already;
        the rest (the *tail*) must be on A nodes before the ledger is closed: the nodes of
        the last fragment lacking it get it copied (those that did not answer the fence in
-       time are asked again), and if fewer than A can hold it, spare nodes take it in a
-       new fragment (the ensemble change of a recovery).
+       time are asked again). If fewer than A of them can hold it, or the tail begins
+       before the last fragment, it gets a fragment of its own, on A or more of the last
+       fragment's nodes and ``spares`` (the configured storage nodes: the ensemble
+       change of a recovery).
     """
     last = info.fragments[-1]
     needed = m.recovery_answers_needed(len(last.nodes), settings.ack_quorum)
@@ -91,81 +95,139 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSett
                                                     lp.LedgerIdRequest(info.ledger_id)))
     answers = {a: node_end(a, s) for a, s in call.successes.items()}
     end = m.recovered_end(list(answers.values()), last.first_entry)
+    if limit is not None:
+        end = min(end, limit)
     if end < last.first_entry:
         if len(info.fragments) == 1:
             return end, None  # -1: an empty ledger
-        # No node of the last fragment holds an entry of it (the writer died right after
-        # an ensemble change): the end lies in the fragment before, whose nodes may still
-        # have taken adds sent before the change; recover that one.
+        # No node answering holds an entry of the last fragment (the writer died right
+        # after an ensemble change): W - A + 1 of its nodes lack its first entry, so none
+        # of it was acknowledged; the end lies in the fragment before, whose nodes may
+        # have taken adds sent before the change (but none past it): recover that one.
         earlier = msgspec.structs.replace(info, fragments=info.fragments[:-1])
-        return await recover_ledger(pool, earlier, settings, spares)
-    start = m.recovery_start(info, list(answers.values()))
-    if start > end:
-        return end, None  # every entry is acknowledged: nothing to re-replicate
-    tail = _Tail(pool, info, start, end, answers)
-    if await tail.spread(last.nodes, settings.ack_quorum):
-        return end, None
-    candidates = [n for n in spares if n not in info.all_nodes()]
-    if await tail.spread(candidates, settings.ack_quorum):
-        nodes = m.recovery_nodes(tail.holders(), settings)
-        log.warning("recovery of ledger %d: entries %d..%d moved to %s (a new fragment)",
-                    info.ledger_id, start, end, ",".join(nodes))
-        return end, m.Fragment(start, nodes)
-    holders = tail.holders()
-    raise NotEnoughStorageNodes(
-        f"recovery of ledger {info.ledger_id}: its entries {start}..{end} are on "
-        f"{len(holders)} node(s) ({','.join(holders) or 'none'}) and no other node could "
-        f"take them; the ack quorum is {settings.ack_quorum}")
+        return await recover_ledger(pool, earlier, settings, spares,
+                                    limit=last.first_entry - 1)
+    start = m.recovery_start(list(answers.values()))
+    tail = _Tail(pool, info, answers)
+    end = await tail.available_end(start, end, settings.ack_quorum)
+    for index, first, last_entry in m.tail_parts(info, start, end):
+        nodes = info.fragments[index].nodes
+        if await tail.cover(first, last_entry, nodes, settings.ack_quorum, index):
+            continue
+        # Too few of the fragment's nodes can hold its part of the tail: the rest of the
+        # tail gets a fragment of its own, on them, the later fragments' nodes and spares
+        # (the ensemble change of a recovery).
+        later = [n for f in info.fragments[index:] for n in f.nodes]
+        candidates = list(dict.fromkeys([*later, *spares]))
+        member_of = index if first > info.fragments[index].first_entry else index - 1
+        if await tail.cover(first, end, candidates, settings.ack_quorum, member_of):
+            moved = m.recovery_nodes(tail.holders(first, end, candidates), settings)
+            log.warning("recovery of ledger %d: entries %d..%d on %s (a new fragment)",
+                        info.ledger_id, first, end, ",".join(moved))
+            return end, m.Fragment(first, moved)
+        holders = tail.holders(first, end)
+        raise NotEnoughStorageNodes(
+            f"recovery of ledger {info.ledger_id}: its entries {first}..{end} are on "
+            f"{len(holders)} node(s) ({','.join(holders) or 'none'}) and no other node "
+            f"could take them; the ack quorum is {settings.ack_quorum}")
+    return end, None
 
 
 class _Tail:
-    """The tail ``start..end`` of a ledger in recovery and the nodes that hold it."""
+    """What recovery knows of the nodes' copies of a ledger, and the copies it makes."""
 
-    def __init__(self, pool: NodePool, info: m.LedgerInfo, start: int, end: int,
-                 answers: dict[str, m.NodeEnd]) -> None:
+    def __init__(self, pool: NodePool, info: m.LedgerInfo, answers: dict[str, m.NodeEnd]
+                 ) -> None:
         self.pool = pool
         self.info = info
-        self.start = start
-        self.end = end
         self.answers = dict(answers)
 
-    def holders(self) -> list[str]:
+    def holders(self, first: int, last: int, nodes: Sequence[str] | None = None
+                ) -> list[str]:
         return [a.node for a in self.answers.values()
-                if m.holds_through(a, self.start, self.end)]
+                if (nodes is None or a.node in nodes) and m.holds_through(a, first, last)]
 
-    async def spread(self, nodes: Sequence[str], ack_quorum: int) -> bool:
-        """Copy the tail to ``nodes`` until A nodes hold it (the quorum driver: it
-        returns as soon as enough copies are made; the others finish on their own)."""
-        held = set(self.holders())
-        targets = [n for n in nodes if n not in held]
+    async def cover(self, first: int, last: int, nodes: Sequence[str], ack_quorum: int,
+                    member_of: int | None) -> bool:
+        """Make A of ``nodes`` hold entries ``first..last`` (members of fragment
+        ``member_of``, or None: of a new fragment). Nodes not heard from yet are fenced
+        first, as many as could make up the quorum; then copies go out through the
+        quorum driver, which returns as soon as enough nodes hold them (the other copies
+        finish on their own)."""
+        needed = ack_quorum - len(self.holders(first, last, nodes))
+        unknown = [n for n in nodes if n not in self.answers]
+        if needed > 0 and unknown:
+            with contextlib.suppress(QuorumFailed):
+                await quorum_call(f"fence ledger {self.info.ledger_id}", unknown,
+                                  min(needed, len(unknown)), self._learn,
+                                  self.pool.call_timeout_s)
+        held = set(self.holders(first, last, nodes))
         needed = ack_quorum - len(held)
+        targets = [n for n in nodes if n not in held]
         if needed <= 0:
             return True
         if len(targets) < needed:
             return False
         try:
             await quorum_call(f"re-replicate ledger {self.info.ledger_id}", targets, needed,
-                              self._bring_up, self.pool.call_timeout_s)
+                              lambda node: self._bring_up(node, first, last, member_of),
+                              self.pool.call_timeout_s)
         except QuorumFailed as exc:
             log.warning("recovery of ledger %d: %s", self.info.ledger_id, exc.message)
-            return len(self.holders()) >= ack_quorum
+            return len(self.holders(first, last, nodes)) >= ack_quorum
         return True
 
-    async def _bring_up(self, node: str) -> None:
-        answer = self.answers.get(node)
-        if answer is None:  # it did not answer the fence in time: fenced now
-            answer = await fence(self.pool, self.info.ledger_id, node)
-        holders = [self.answers[h] for h in self.holders()]
-        copy = m.tail_copy(self.info, answer, self.end, holders)
+    async def available_end(self, start: int, end: int, ack_quorum: int) -> int:
+        """``end``, or the entry before the first of the tail that no node answering
+        holds, when enough nodes of its fragment answered without it that it was never
+        acknowledged (nor, acknowledgements coming in order, any after it)."""
+        for index, first, last in m.tail_parts(self.info, start, end):
+            fragment = self.info.fragments[index]
+            await self.learn(fragment.nodes,
+                             m.recovery_answers_needed(len(fragment.nodes), ack_quorum))
+            answers = list(self.answers.values())
+            missing = m.first_missing(answers, first, last)
+            if missing is None:
+                continue
+            if not m.never_acknowledged(fragment, answers, missing, ack_quorum):
+                raise NotEnoughStorageNodes(
+                    f"recovery of ledger {self.info.ledger_id}: entry {missing} is on no "
+                    "node that answers, and too few answered to rule out that it was "
+                    "acknowledged")
+            return missing - 1
+        return end
+
+    async def learn(self, nodes: Sequence[str], count: int) -> None:
+        """Fence the nodes not heard from until ``count`` of ``nodes`` answered (or no
+        more answer within the call timeout)."""
+        unknown = [n for n in nodes if n not in self.answers]
+        needed = count - (len(nodes) - len(unknown))
+        if needed > 0 and unknown:
+            with contextlib.suppress(QuorumFailed):
+                await quorum_call(f"fence ledger {self.info.ledger_id}", unknown,
+                                  min(needed, len(unknown)), self._learn,
+                                  self.pool.call_timeout_s)
+
+    async def _learn(self, node: str) -> None:
+        self.answers[node] = await fence(self.pool, self.info.ledger_id, node)
+
+    async def _bring_up(self, node: str, first: int, last: int, member_of: int | None
+                        ) -> None:
+        if node not in self.answers:
+            await self._learn(node)
+        answer = self.answers[node]
+        holders = [self.answers[h] for h in self.holders(first, last)]
+        copy = m.tail_copy(self.info, answer, first, last, holders, member_of)
         if copy is None:
-            if not m.holds_through(answer, self.start, self.end):
-                raise StorageError(f"{node}: no node holds what it lacks of ledger "
+            if not m.holds_through(answer, first, last):
+                raise StorageError(f"{node} cannot take entries {first}..{last} of ledger "
                                    f"{self.info.ledger_id}")
-        else:
-            await _copy_from_any(self.pool, self.info.ledger_id, copy)
-            answer = m.NodeEnd(node, self.end, answer.lac,
-                               answer.first_entry if answer.exists else copy.first)
-        self.answers[node] = answer
+            return
+        await _copy_from_any(self.pool, self.info.ledger_id, copy)
+        self.answers[node] = m.NodeEnd(node, max(answer.last_entry, last), answer.lac,
+                                       answer.first_entry if answer.exists else copy.first)
+        log.info("recovery of ledger %d: entries %d..%d copied to %s",
+                 self.info.ledger_id, copy.first, copy.last, node)
 
 
 async def _copy_from_any(pool: NodePool, ledger_id: int, copy: m.TailCopy) -> None:
@@ -251,11 +313,10 @@ class LogWriter:
 
     async def _recover(self, info: m.LedgerInfo, settings: m.LogSettings) -> m.LogMeta:
         """Recover a ledger of the previous writer and close it at its end."""
-        spares = [n for n in self.storage_nodes if n not in info.all_nodes()]
-        end, moved = await recover_ledger(self.pool, info, settings, spares)
+        end, moved = await recover_ledger(self.pool, info, settings, self.storage_nodes)
         if moved is not None:
             await self._cas(lambda x: m.change_ensemble(
-                x, self.epoch, info.ledger_id, moved.first_entry, moved.nodes))
+                x, self.epoch, info.ledger_id, moved.first_entry, moved.nodes, recovery=True))
         return await self._close(info.ledger_id, end)
 
     async def _close(self, ledger_id: int, last: int) -> m.LogMeta:
