@@ -38,9 +38,12 @@ async def test_a_new_writer_fences_the_appends_of_the_old_one(cluster: LogCluste
             await a.append("w", f"a{i}")
         second = await b.open_writer("w")
         assert second > first
+        before = await b.stat("w")
         for i in range(3):  # the deposed writer: refused, every time
             with pytest.raises(LogFenced):
                 await a.append("w", f"late{i}")
+        after = await b.stat("w")  # ... and its refusals disturb the current writer not at all
+        assert (after.writer_epoch, after.ledger_ids) == (before.writer_epoch, before.ledger_ids)
         with pytest.raises(LogFenced):
             await b.append("w", "forged", epoch=second + 7)  # an epoch nobody opened
         await b.append("w", "b0")

@@ -210,7 +210,8 @@ class LogEngine:
         try:
             return await writer.append_batch(records, epoch)
         except LogFenced:
-            self.writers.pop(name, None)
+            if writer.fenced is not None and self.writers.get(name) is writer:
+                self.writers.pop(name)  # superseded; a stale epoch leaves the writer be
             raise
 
     async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float,

@@ -81,12 +81,18 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSett
        entry. The end is the highest entry an answer holds (an unacknowledged one found
        is kept: BookKeeper does the same).
     2. Entries up to the highest last-add-confirmed heard are on an ack quorum already;
-       the rest (the *tail*) must be on A nodes before the ledger is closed: the nodes of
-       the last fragment lacking it get it copied (those that did not answer the fence in
-       time are asked again). If fewer than A of them can hold it, or the tail begins
-       before the last fragment, it gets a fragment of its own, on A or more of the last
-       fragment's nodes and ``spares`` (the configured storage nodes: the ensemble
-       change of a recovery).
+       the rest, the *tail*, is checked fragment by fragment: an entry no answering node
+       holds ends the ledger before it if W - A + 1 nodes of its fragment answered
+       without it (it was never acknowledged, nor anything after it), and fails the
+       recovery otherwise (:meth:`_Tail.available_end`).
+    3. Each fragment's part of the tail is copied to the fragment's nodes lacking it
+       until A hold it (nodes that missed the fence are asked again); a part too few of
+       them can hold gets, with the rest of the tail, a fragment of its own on the nodes
+       able to hold it, ``spares`` (the configured storage nodes) among them: the
+       ensemble change of a recovery (:meth:`_Tail.make_durable`).
+
+    ``limit``: the highest entry the ledger may end at (the first entry of a fragment
+    found never acknowledged, less one).
     """
     last = info.fragments[-1]
     needed = m.recovery_answers_needed(len(last.nodes), settings.ack_quorum)
@@ -110,27 +116,7 @@ async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSett
     start = m.recovery_start(list(answers.values()))
     tail = _Tail(pool, info, answers)
     end = await tail.available_end(start, end, settings.ack_quorum)
-    for index, first, last_entry in m.tail_parts(info, start, end):
-        nodes = info.fragments[index].nodes
-        if await tail.cover(first, last_entry, nodes, settings.ack_quorum, index):
-            continue
-        # Too few of the fragment's nodes can hold its part of the tail: the rest of the
-        # tail gets a fragment of its own, on them, the later fragments' nodes and spares
-        # (the ensemble change of a recovery).
-        later = [n for f in info.fragments[index:] for n in f.nodes]
-        candidates = list(dict.fromkeys([*later, *spares]))
-        member_of = index if first > info.fragments[index].first_entry else index - 1
-        if await tail.cover(first, end, candidates, settings.ack_quorum, member_of):
-            moved = m.recovery_nodes(tail.holders(first, end, candidates), settings)
-            log.warning("recovery of ledger %d: entries %d..%d on %s (a new fragment)",
-                        info.ledger_id, first, end, ",".join(moved))
-            return end, m.Fragment(first, moved)
-        holders = tail.holders(first, end)
-        raise NotEnoughStorageNodes(
-            f"recovery of ledger {info.ledger_id}: its entries {first}..{end} are on "
-            f"{len(holders)} node(s) ({','.join(holders) or 'none'}) and no other node "
-            f"could take them; the ack quorum is {settings.ack_quorum}")
-    return end, None
+    return end, await tail.make_durable(start, end, spares, settings)
 
 
 class _Tail:
@@ -176,6 +162,30 @@ class _Tail:
             log.warning("recovery of ledger %d: %s", self.info.ledger_id, exc.message)
             return len(self.holders(first, last, nodes)) >= ack_quorum
         return True
+
+    async def make_durable(self, start: int, end: int, spares: Sequence[str],
+                           settings: m.LogSettings) -> m.Fragment | None:
+        """Put each fragment's part of the tail ``start..end`` on A of its nodes; the
+        fragment of its own that the rest of the tail got, if one part could not be."""
+        info, quorum = self.info, settings.ack_quorum
+        for index, first, last in m.tail_parts(info, start, end):
+            nodes = info.fragments[index].nodes
+            if await self.cover(first, last, nodes, quorum, index):
+                continue
+            later = [n for f in info.fragments[index:] for n in f.nodes]
+            candidates = list(dict.fromkeys([*later, *spares]))
+            member_of = index if first > info.fragments[index].first_entry else index - 1
+            if await self.cover(first, end, candidates, quorum, member_of):
+                moved = m.recovery_nodes(self.holders(first, end, candidates), settings)
+                log.warning("recovery of ledger %d: entries %d..%d on %s (a new fragment)",
+                            info.ledger_id, first, end, ",".join(moved))
+                return m.Fragment(first, moved)
+            holders = self.holders(first, end)
+            raise NotEnoughStorageNodes(
+                f"recovery of ledger {info.ledger_id}: its entries {first}..{end} are on "
+                f"{len(holders)} node(s) ({','.join(holders) or 'none'}) and no other node "
+                f"could take them; the ack quorum is {quorum}")
+        return None
 
     async def available_end(self, start: int, end: int, ack_quorum: int) -> int:
         """``end``, or the entry before the first of the tail that no node answering
