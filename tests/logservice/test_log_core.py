@@ -186,6 +186,19 @@ def test_reclamation_is_held_back_by_the_slowest_registered_reader() -> None:
     assert [x.ledger_id for x in m.drop_ledgers(released, [1, 2]).ledgers] == [3]
 
 
+def test_reclamation_and_repairs_record_the_copies_they_let_go() -> None:
+    """The log's own history of obsolete copies (the keeper deletes only those)."""
+    meta = m.truncate(closed_log(), Lsn(3, 0, 0), Lsn(3, 10, 0))
+    dropped = m.drop_ledgers(meta, [1, 2], {1: ("b:1",), 2: ()})  # 2 deleted everywhere
+    assert dropped.released == (m.Released(1, ("b:1",), reclaimed=True),)
+    assert m.drop_ledgers(meta, [1]).released == (m.Released(1, NODES, reclaimed=True),)
+    repaired = m.replace_copy(dropped, 3, "a:1", "d:1")
+    assert repaired.released[-1] == m.Released(3, ("a:1",), reclaimed=False, by="d:1")
+    assert m.forget_released(repaired, 1, ["b:1"]).released == repaired.released[1:]
+    many = m.release(meta, [m.Released(i, ("a:1",), True) for i in range(m.RELEASED_MAX + 5)])
+    assert len(many.released) == m.RELEASED_MAX and many.released[0].ledger_id == 5
+
+
 def test_a_registered_reader_reads_below_the_truncation_point_from_its_position() -> None:
     end = Lsn(3, 10, 0)
     meta = m.register_reader(m.truncate(closed_log(), Lsn(3, 0, 0), end), "slow", Lsn(1, 5, 0))

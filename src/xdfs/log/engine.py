@@ -313,19 +313,20 @@ class LogEngine:
         """Delete the ledgers nothing needs any more; their ids."""
         meta = await self.meta.get(name)
         gone = m.reclaimable(meta)
-        for info in gone:
-            await self._delete_ledger(info)
+        left = {info.ledger_id: await self._delete_ledger(info) for info in gone}
         if gone:
             fault_point("logservice.reclaim_deleted")
             ids = [x.ledger_id for x in gone]
-            await self.meta.update(name, lambda x: m.drop_ledgers(x, ids))
+            await self.meta.update(name, lambda x: m.drop_ledgers(x, ids, left))
         return [x.ledger_id for x in gone]
 
-    async def _delete_ledger(self, info: m.LedgerInfo) -> None:
-        """On every node that may hold it. Without the keeper's heartbeats all must
-        answer (a node down keeps the ledger in the metadata, to be deleted again later);
-        with them, a node that fails is left to the keeper, who tells it to delete the
-        ledger once no log lists it."""
+    async def _delete_ledger(self, info: m.LedgerInfo) -> tuple[str, ...]:
+        """On every node that may hold it; the nodes that may still hold it. Without the
+        keeper's heartbeats all must answer (a node down keeps the ledger in the
+        metadata, to be deleted again later); with them, a node that fails is left to the
+        keeper, who tells it to delete the ledger once the log's released records name it
+        there (:func:`xdfs.log.meta.drop_ledgers` writes them)."""
+        left = []
         for address in info.all_nodes():
             try:
                 await self.pool.node(address).call(lp.DELETE_LEDGER,
@@ -333,8 +334,10 @@ class LogEngine:
             except XdfsError as exc:
                 if not self.keeper_deletes:
                     raise
+                left.append(address)
                 log.info("ledger %d stays on %s for the keeper to delete: %s",
                          info.ledger_id, address, exc.message)
+        return tuple(left)
 
     async def tso(self, count: int) -> int:
         return await self._thread(lambda: self.store.tso(count))

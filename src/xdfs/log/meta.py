@@ -22,7 +22,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -299,14 +299,19 @@ def reclaimable(meta: LogMeta) -> list[LedgerInfo]:
             if x.state == CLOSED and Lsn(x.ledger_id, x.last_entry + 1, 0) <= point]
 
 
-def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int]) -> LogMeta:
-    """Forget reclaimed ledgers (their entries are deleted from the nodes already)."""
+def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int],
+                 left: Mapping[int, Sequence[str]] | None = None) -> LogMeta:
+    """Forget reclaimed ledgers (their entries are deleted from the nodes already); the
+    nodes that may still hold one (``left``, by ledger id; None: any of its nodes) are
+    named in a released record, for the keeper to delete there."""
     gone = set(ledger_ids)
     for info in meta.ledgers:
         if info.ledger_id in gone and info not in reclaimable(meta):
             raise InvalidArgument(f"ledger {info.ledger_id} is still needed")
-    records = [Released(x.ledger_id, x.all_nodes(), reclaimed=True)
+    records = [Released(x.ledger_id, tuple(x.all_nodes() if left is None
+                                           else left.get(x.ledger_id, ())), reclaimed=True)
                for x in meta.ledgers if x.ledger_id in gone]
+    records = [r for r in records if r.nodes]
     return release(msgspec.structs.replace(
         meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone)), records)
 

@@ -100,6 +100,12 @@ class KeeperState:
     outbox: dict[str, list[lg.KeeperCommand]] = field(default_factory=dict)
     #: What the last plan left alone and why (for the driver's log).
     notes: list[str] = field(default_factory=list)
+    #: Copies held with no released record: (node, ledger id) -> when the metadata that
+    #: first did not explain them was read (noted once a later heartbeat still has them).
+    unexplained: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: Released records: (log, ledger id) -> when the metadata first showing it was read
+    #: (only a heartbeat after that may tell that a node no longer holds the copy).
+    released_seen: dict[tuple[str, int], float] = field(default_factory=dict)
 
     # --- heartbeats ---------------------------------------------------------------------
 
@@ -243,6 +249,7 @@ class KeeperState:
                    for meta in metas for info in meta.ledgers}
         released = _released(metas)
         copying = {(c.node, c.ledger_id) for c in self.copies.values()}
+        unexplained = {}
         for node, report in self._reports_before(read_at, now):
             queued = {c.ledger_id for c in self.outbox.get(node, [])}
             for ledger_id in _unneeded(report, node, members):
@@ -251,9 +258,15 @@ class KeeperState:
                 if any(self._obsolete(meta, record, node, report, now)
                        for meta, record in released.get(ledger_id, ())):
                     self._send(node, lg.KeeperCommand(lg.DELETE_LEDGER, ledger_id))
-                else:
+                    continue
+                # A report from before a deletion the metadata records already shows the
+                # copy too: noted only if a heartbeat after this read still has it.
+                since = unexplained[node, ledger_id] = self.unexplained.get(
+                    (node, ledger_id), read_at)
+                if report.heard_at > since:
                     self.notes.append(f"{node} holds ledger {ledger_id}, which no log names "
                                       "it for and none released there: kept")
+        self.unexplained = unexplained
 
     def _reports_before(self, read_at: float, now: float) -> Iterable[tuple[str, Report]]:
         """The live nodes' reports heard before the metadata was read."""
@@ -278,17 +291,23 @@ class KeeperState:
 
     def _forgotten(self, metas: Sequence[m.LogMeta], now: float, read_at: float
                    ) -> list[Forget]:
-        """Released copies their nodes no longer hold (nor copy), or held by a node that
-        is not a configured storage node any more."""
-        reports = dict(self._reports_before(read_at, now))
+        """Released copies their nodes no longer hold (nor copy), by a heartbeat heard
+        after the record was first read -- an older one may predate the copy itself --
+        or held by a node that is not a configured storage node any more."""
+        seen = {(meta.name, r.ledger_id): self.released_seen.get((meta.name, r.ledger_id),
+                                                                  read_at)
+                for meta in metas for r in meta.released}
+        self.released_seen = seen
         out = []
         for meta in metas:
             for record in meta.released:
+                since = seen[meta.name, record.ledger_id]
                 gone = tuple(
                     n for n in record.nodes
                     if (self.configured is not None and n not in self.configured)
-                    or ((r := reports.get(n)) is not None and record.ledger_id not in
-                        r.ledgers and record.ledger_id not in r.copying))
+                    or ((r := self._heard_alive(n, now)) is not None and r.heard_at > since
+                        and record.ledger_id not in r.ledgers
+                        and record.ledger_id not in r.copying))
                 if gone:
                     out.append(Forget(meta.name, record.ledger_id, gone))
         return out
