@@ -154,6 +154,26 @@ def test_recovery_asks_w_minus_a_plus_one_and_takes_the_highest_end() -> None:
     assert m.recovered_end([m.NodeEnd("a", -1, -1)], 0) == -1
 
 
+def test_the_recovered_tail_ends_at_an_entry_proved_never_acknowledged() -> None:
+    """Issue 37's case and BookKeeper's no-such-entry rule, on the pure rules."""
+    info = m.LedgerInfo(1, (m.Fragment(0, NODES), m.Fragment(5, ("a:1", "b:1"))))
+    a, b = m.NodeEnd("a:1", 9, 7, 0), m.NodeEnd("b:1", 8, 7, 0)
+    # the end is on one node only: b gets the copy (from a), no quorum of ends is needed
+    assert m.recovered_end([a], 5) == 9 and m.recovery_start([a]) == 8
+    assert m.tail_copy(info, b, 8, 9, [a], 1) == m.TailCopy("b:1", 9, 9, ("a:1",))
+    assert m.tail_copy(info, a, 8, 9, [a], 1) is None  # holds it already
+    fresh = m.NodeEnd("d:1", -1, -1, 0, exists=False)  # a spare: from the tail's start
+    assert m.tail_copy(info, fresh, 8, 9, [a], None) == m.TailCopy("d:1", 8, 9, ("a:1",))
+    late = m.NodeEnd("c:1", 9, 7, 6)  # its copy starts after the tail: it cannot fill a gap
+    assert m.tail_copy(info, late, 5, 9, [a], None) is None
+    # an entry nobody answering holds: never acknowledged once W-A+1 of its fragment lack it
+    c = m.NodeEnd("c:1", 3, 2, 0)
+    assert m.first_missing([c, m.NodeEnd("b:1", 3, 2, 0)], 3, 6) == 4
+    assert m.never_acknowledged(info.fragments[0], [c, m.NodeEnd("b:1", 3, 2, 0)], 4, 2)
+    assert not m.never_acknowledged(info.fragments[0], [c], 4, 2)
+    assert m.tail_parts(info, 3, 9) == [(0, 3, 4), (1, 5, 9)]
+
+
 def closed_log() -> m.LogMeta:
     meta, _ = m.open_writer(new_log(), "w")
     for ledger_id in (1, 2, 3):

@@ -16,8 +16,17 @@ Rules:
   the last ledger may be open. :func:`should_rotate` decides by size, entry count and age.
 * **ensemble change** -- a fragment ``(first entry, nodes)`` is appended to the open
   ledger: entries from there on are written to the new nodes.
+* **writer epoch of appends** -- a caller's ``open_writer`` also sets ``opened_epoch``;
+  an append naming an older epoch is fenced (:func:`check_append_epoch`), one naming
+  :data:`NO_WRITER` (many producers) never is.
 * **truncation** -- ``truncated_lsn`` only grows; a ledger is reclaimable once it lies
   wholly below both the truncation point and every registered reader's position.
+* **recovery** -- the end and the tail of a ledger whose writer is gone, from the fenced
+  nodes' answers (:func:`recovered_end`, :func:`recovery_start`, :func:`first_missing`,
+  :func:`never_acknowledged`, :func:`tail_copy`; BookKeeper's rule, driven by
+  :func:`xdfs.log.writer.recover_ledger`).
+* **released copies** -- the changes that make copies obsolete (reclamation, a repair's
+  spare) record them (:class:`Released`): the keeper deletes nothing else.
 """
 
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """The one writer of a log (asyncio driver around the rules of :mod:`xdfs.log.meta`).
 
 :meth:`LogWriter.open` takes the log over (seed 002): a new writer epoch by CAS, then the
-last two unclosed ledgers are fenced on their storage nodes, their ends recovered from
-enough nodes that every acknowledged entry is seen (W - A + 1), entries past some node's
-end copied to it, and each ledger closed at its end by CAS; then a fresh ledger is added.
-The old writer learns it at its next add (its ledger refuses: LedgerFenced) or metadata
-CAS (the epoch moved): either way it gets :class:`~xdfs.errors.LogFenced`.
+last two unclosed ledgers are recovered (:func:`recover_ledger`, BookKeeper's rule: fenced
+on W - A + 1 nodes of the last fragment, the end read from their answers, the entries
+past the last-add-confirmed put on an ack quorum of their fragment) and each closed at
+its end by CAS; then a fresh ledger is added. The old writer learns it at its next add
+(its ledger refuses: LedgerFenced) or metadata CAS (the epoch moved): either way it gets
+:class:`~xdfs.errors.LogFenced`. A caller's ``open_writer`` also moves the metadata's
+``opened_epoch``: appends naming an older one are refused (:func:`~xdfs.log.meta.
+check_append_epoch`) as their entry is assigned.
 
 Appends are pipelined: each gets the next entry id under a short lock, its adds are sent to
 every node of the write set in order, and it returns once an ack quorum fsynced it *and*
