@@ -106,6 +106,7 @@ class AsyncLogClient:
 
     async def delete(self, name: str) -> None:
         await self._call(lg.DELETE, lg.NameRequest(name), name)
+        self._epochs.pop(name, None)  # a log made again under the name has its own writers
 
     async def open_writer(self, name: str) -> int:
         """Become the one writer of ``name``: a new writer epoch that fences the previous
