@@ -154,6 +154,26 @@ def test_recovery_asks_w_minus_a_plus_one_and_takes_the_highest_end() -> None:
     assert m.recovered_end([m.NodeEnd("a", -1, -1)], 0) == -1
 
 
+def test_the_recovered_tail_ends_at_an_entry_proved_never_acknowledged() -> None:
+    """Issue 37's case and BookKeeper's no-such-entry rule, on the pure rules."""
+    info = m.LedgerInfo(1, (m.Fragment(0, NODES), m.Fragment(5, ("a:1", "b:1"))))
+    a, b = m.NodeEnd("a:1", 9, 7, 0), m.NodeEnd("b:1", 8, 7, 0)
+    # the end is on one node only: b gets the copy (from a), no quorum of ends is needed
+    assert m.recovered_end([a], 5) == 9 and m.recovery_start([a]) == 8
+    assert m.tail_copy(info, b, 8, 9, [a], 1) == m.TailCopy("b:1", 9, 9, ("a:1",))
+    assert m.tail_copy(info, a, 8, 9, [a], 1) is None  # holds it already
+    fresh = m.NodeEnd("d:1", -1, -1, 0, exists=False)  # a spare: from the tail's start
+    assert m.tail_copy(info, fresh, 8, 9, [a], None) == m.TailCopy("d:1", 8, 9, ("a:1",))
+    late = m.NodeEnd("c:1", 9, 7, 6)  # its copy starts after the tail: it cannot fill a gap
+    assert m.tail_copy(info, late, 5, 9, [a], None) is None
+    # an entry nobody answering holds: never acknowledged once W-A+1 of its fragment lack it
+    c = m.NodeEnd("c:1", 3, 2, 0)
+    assert m.first_missing([c, m.NodeEnd("b:1", 3, 2, 0)], 3, 6) == 4
+    assert m.never_acknowledged(info.fragments[0], [c, m.NodeEnd("b:1", 3, 2, 0)], 4, 2)
+    assert not m.never_acknowledged(info.fragments[0], [c], 4, 2)
+    assert m.tail_parts(info, 3, 9) == [(0, 3, 4), (1, 5, 9)]
+
+
 def closed_log() -> m.LogMeta:
     meta, _ = m.open_writer(new_log(), "w")
     for ledger_id in (1, 2, 3):
@@ -184,6 +204,19 @@ def test_reclamation_is_held_back_by_the_slowest_registered_reader() -> None:
         m.drop_ledgers(held, [1])
     released = m.unregister_reader(held, "slow")
     assert [x.ledger_id for x in m.drop_ledgers(released, [1, 2]).ledgers] == [3]
+
+
+def test_reclamation_and_repairs_record_the_copies_they_let_go() -> None:
+    """The log's own history of obsolete copies (the keeper deletes only those)."""
+    meta = m.truncate(closed_log(), Lsn(3, 0, 0), Lsn(3, 10, 0))
+    dropped = m.drop_ledgers(meta, [1, 2], {1: ("b:1",), 2: ()})  # 2 deleted everywhere
+    assert dropped.released == (m.Released(1, ("b:1",), reclaimed=True),)
+    assert m.drop_ledgers(meta, [1]).released == (m.Released(1, NODES, reclaimed=True),)
+    repaired = m.replace_copy(dropped, 3, "a:1", "d:1")
+    assert repaired.released[-1] == m.Released(3, ("a:1",), reclaimed=False, by="d:1")
+    assert m.forget_released(repaired, 1, ["b:1"]).released == repaired.released[1:]
+    many = m.release(meta, [m.Released(i, ("a:1",), True) for i in range(m.RELEASED_MAX + 5)])
+    assert len(many.released) == m.RELEASED_MAX and many.released[0].ledger_id == 5
 
 
 def test_a_registered_reader_reads_below_the_truncation_point_from_its_position() -> None:

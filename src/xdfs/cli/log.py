@@ -160,7 +160,8 @@ def stat(state: CliState, name: str, as_json: bool) -> None:
     click.echo(f"log {info.name}: {info.ledgers} ledger(s), E={s.ensemble_size} "
                f"W={s.write_quorum} A={s.ack_quorum}")
     click.echo(f"  truncated below {info.truncated_lsn}, end {info.end_lsn}")
-    click.echo(f"  writer epoch {info.writer_epoch} ({info.writer or 'none yet'}), "
+    click.echo(f"  writer epoch {info.writer_epoch} ({info.writer or 'none yet'}), last "
+               f"open_writer at epoch {info.opened_epoch or 'none'}, "
                f"readers: {', '.join(f'{k}@{v}' for k, v in info.readers.items()) or 'none'}")
 
 

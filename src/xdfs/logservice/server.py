@@ -75,7 +75,8 @@ class LogService:
                                          settings.zookeeper_secret_file, SECRET_KEY))
         rpc = self.config.rpc
         pool = NodePool(rpc, Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret),
-                        settings.call_timeout_s, client_context(rpc))
+                        settings.call_timeout_s, client_context(rpc),
+                        allowed=settings.storage_nodes)
         self.server = RpcServer("logservice", rpc,
                                 authenticator=SecretAuthenticator(lg.LOG_USER, secret),
                                 ssl_context=server_context(rpc))
@@ -156,7 +157,7 @@ class LogHandlers:
         meta, end = await self.engine.stat(name)
         return lg.LogStat(meta.name, meta.settings, len(meta.ledgers), meta.truncated_lsn, end,
                           meta.writer_epoch, meta.writer, dict(meta.readers), meta.created_ms,
-                          [x.ledger_id for x in meta.ledgers])
+                          [x.ledger_id for x in meta.ledgers], meta.opened_epoch)
 
     async def create(self, ctx: CallContext, req: lg.CreateLogRequest) -> lg.LogStat:
         await self.engine.create(req.name, req.settings, int(time.time() * 1000))
@@ -176,7 +177,8 @@ class LogHandlers:
         return lg.EpochResponse(await self.engine.open_writer(req.name))
 
     async def append(self, ctx: CallContext, req: lg.AppendRequest) -> lg.AppendResponse:
-        return lg.AppendResponse(await self.engine.append_batch(req.name, req.records))
+        return lg.AppendResponse(await self.engine.append_batch(req.name, req.records,
+                                                                req.epoch))
 
     async def read(self, ctx: CallContext, req: lg.ReadRequest) -> lg.ReadResponse:
         max_bytes = max(1, min(req.max_bytes, self.settings.read_bytes_max))

@@ -40,6 +40,7 @@ class LogStat(msgspec.Struct):
     readers: dict[str, Lsn]
     created_ms: int
     ledger_ids: list[int] = []  # oldest first
+    opened_epoch: int = 0  # the epoch of the last open_writer (appends under older fail)
 
 
 class EpochResponse(msgspec.Struct):
@@ -49,6 +50,10 @@ class EpochResponse(msgspec.Struct):
 class AppendRequest(msgspec.Struct):
     name: str
     records: list[Record]
+    #: The writer epoch ``open_writer`` gave the caller: the append fails with LogFenced
+    #: once a newer writer was opened. 0 (``NO_WRITER``): one of many producers, appending
+    #: to whichever writer is current, never fenced.
+    epoch: int = 0
 
 
 class AppendResponse(msgspec.Struct):
