@@ -73,7 +73,8 @@ async def test_an_ensemble_naming_an_unconfigured_address_is_refused_and_deletes
         cluster: LogCluster) -> None:
     listener = Listener()
     fake = await listener.start()
-    zk = await asyncio.to_thread(connect, cluster.zookeeper.address, 10.0)
+    zk = await asyncio.to_thread(connect, cluster.zookeeper.address, 10.0,
+                                   cluster.zookeeper_secret)
     try:
         async with cluster.client() as client:
             await client.create("t", m.LogSettings(ledger_entries_max=5))
