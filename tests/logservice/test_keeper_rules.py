@@ -7,6 +7,7 @@ from __future__ import annotations
 from xdfs.log import meta as m
 from xdfs.logservice.rules import KeeperState, MetaRepair
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import LogSettings
 
 DEAD_S = 10.0
 A, B, C, D = "a:1", "b:1", "c:1", "d:1"
@@ -18,7 +19,7 @@ def closed(ledger_id: int, last: int, *fragments: tuple[int, tuple[str, ...]]) -
 
 
 def log_meta(*ledgers: m.LedgerInfo) -> m.LogMeta:
-    return m.LogMeta("l", m.LogSettings(), tuple(ledgers))
+    return m.LogMeta("l", LogSettings(), tuple(ledgers))
 
 
 def beat(state: KeeperState, node: str, now: float, held: dict[int, tuple[int, int]],

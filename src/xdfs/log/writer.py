@@ -36,9 +36,10 @@ from xdfs.errors import (
 )
 from xdfs.log import meta as m
 from xdfs.log.nodes import LedgerNode, NodePool, frame_entries
-from xdfs.log.record import Lsn, Record, encode_entry
+from xdfs.log.record import encode_entry
 from xdfs.log.zkmeta import MetaStore, guarded
 from xdfs.protocol import ledger as lp
+from xdfs.protocol.log import LogSettings, Lsn, Record
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class LogWriter:
         self._background: set[asyncio.Future[None]] = set()
 
     @property
-    def settings(self) -> m.LogSettings:
+    def settings(self) -> LogSettings:
         assert self.meta is not None
         return self.meta.settings
 
