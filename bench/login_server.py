@@ -11,11 +11,12 @@ import argparse
 import asyncio
 import signal
 
-from xdfs.common.secrets import SecretAuthenticator, read_secret_file
+from xdfs.common.secrets import read_secret_file
 from xdfs.config import load_config
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.loop import run
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 
 USER = "bench"
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import msgspec
 
 from xdfs.log import meta as m
-from xdfs.log.record import Lsn
 from xdfs.logservice.rules import Forget, KeeperState, MetaRepair
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import LogSettings, Lsn
 
 DEAD_S = 10.0
 A, B, C, D = "a:1", "b:1", "c:1", "d:1"
@@ -21,7 +21,7 @@ def closed(ledger_id: int, last: int, *fragments: tuple[int, tuple[str, ...]]) -
 
 
 def log_meta(*ledgers: m.LedgerInfo) -> m.LogMeta:
-    return m.LogMeta("l", m.LogSettings(), tuple(ledgers))
+    return m.LogMeta("l", LogSettings(), tuple(ledgers))
 
 
 def beat(state: KeeperState, node: str, now: float, held: dict[int, tuple[int, int]],

@@ -15,7 +15,8 @@ from xdfs.errors import (
     NotEnoughStorageNodes,
 )
 from xdfs.log import meta as m
-from xdfs.log.record import Lsn, Record, decode_entry, encode_entry
+from xdfs.log.record import decode_entry, encode_entry
+from xdfs.protocol.log import LogSettings, Lsn, Record
 from xdfs.quorum.calls import QuorumCall
 
 NODES = ("a:1", "b:1", "c:1")
@@ -73,7 +74,7 @@ def test_ack_quorum_accounting_e3_w3_a2() -> None:
 
 
 def new_log(**settings: int) -> m.LogMeta:
-    return m.LogMeta("l", m.check_settings(m.LogSettings(**settings)))
+    return m.LogMeta("l", m.check_settings(LogSettings(**settings)))
 
 
 def test_settings_need_ack_le_write_eq_ensemble() -> None:
@@ -92,7 +93,7 @@ def test_a_new_writer_fences_the_last_two_unclosed_ledgers_and_the_old_one_is_re
     meta2, fence = m.open_writer(meta, "w2")
     assert fence == [2] and meta2.writer_epoch == 2
     # a crash between close and add leaves two unclosed at most; both are fenced
-    unclosed = m.LogMeta("l", m.LogSettings(), (
+    unclosed = m.LogMeta("l", LogSettings(), (
         m.LedgerInfo(1, (m.Fragment(0, NODES),)), m.LedgerInfo(2, (m.Fragment(0, NODES),)),
         m.LedgerInfo(3, (m.Fragment(0, NODES),))), writer_epoch=4)
     assert m.open_writer(unclosed, "w")[1] == [2, 3]
@@ -132,14 +133,14 @@ def test_ensemble_change_appends_a_fragment_and_keeps_the_ack_quorum() -> None:
 
 
 def test_rotation_by_entries_bytes_or_age() -> None:
-    s = m.LogSettings(ledger_entries_max=10, ledger_bytes_max=100, ledger_age_max_s=5)
+    s = LogSettings(ledger_entries_max=10, ledger_bytes_max=100, ledger_age_max_s=5)
     assert not m.should_rotate(9, 99, 4.9, s)
     assert m.should_rotate(10, 0, 0, s) and m.should_rotate(0, 100, 0, s)
     assert m.should_rotate(0, 0, 5, s)
 
 
 def test_ensembles_degrade_to_the_ack_quorum_but_not_below() -> None:
-    s = m.LogSettings()
+    s = LogSettings()
     assert m.choose_ensemble(["a", "b", "c", "d"], s, start=1) == ["b", "c", "d"]
     assert m.choose_ensemble(["a", "b"], s) == ["a", "b"]
     with pytest.raises(NotEnoughStorageNodes):

@@ -15,7 +15,7 @@ from tests.logservice.cluster import LogCluster
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import XdfsError
 from xdfs.log.client import AsyncLogClient
-from xdfs.log.record import LSN_ZERO, Lsn
+from xdfs.protocol.log import LSN_ZERO, Lsn
 
 #: Appends acknowledged before the kill (the kill lands among the appends that follow).
 BEFORE_KILL = 40

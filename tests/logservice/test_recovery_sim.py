@@ -33,11 +33,12 @@ from xdfs.log import meta as m
 from xdfs.log.nodes import NodePool, frame_entries
 from xdfs.log.writer import recover_ledger
 from xdfs.protocol import ledger as lp
+from xdfs.protocol.log import LogSettings
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.service import Method
 
 NODES = ("n0:1", "n1:1", "n2:1", "n3:1")
-SETTINGS = m.LogSettings()  # E = W = 3, A = 2
+SETTINGS = LogSettings()  # E = W = 3, A = 2
 LEDGER = 1
 SEEDS = 300
 

@@ -20,6 +20,7 @@ from tests.logservice.test_recovery_processes import read_everything
 from xdfs.common.process import ProcessGroup
 from xdfs.log import meta as m
 from xdfs.log.zkmeta import MetaStore, connect
+from xdfs.protocol.log import LogSettings
 from xdfs.testing.net import free_port
 from xdfs.testing.poll import eventually
 
@@ -77,7 +78,7 @@ async def test_an_ensemble_naming_an_unconfigured_address_is_refused_and_deletes
                                    cluster.zookeeper_secret)
     try:
         async with cluster.client() as client:
-            await client.create("t", m.LogSettings(ledger_entries_max=5))
+            await client.create("t", LogSettings(ledger_entries_max=5))
             for i in range(12):  # ledgers 1 and 2 closed, the third open
                 await client.append("t", f"r{i}")
             store = MetaStore(zk, "/xdfs-log")

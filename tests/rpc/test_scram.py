@@ -12,7 +12,6 @@ import pytest
 
 from tests.rpc.wire import RawPeer, raw_peer
 from xdfs.client.client import AsyncClient
-from xdfs.common.secrets import SecretAuthenticator
 from xdfs.errors import (
     AuthenticationFailed,
     NotAuthenticated,
@@ -34,6 +33,7 @@ from xdfs.rpc.messages import (
     Proof,
     Welcome,
 )
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
 

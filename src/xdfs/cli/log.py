@@ -25,7 +25,7 @@ def _client(state: CliState) -> Iterator[object]:
 
 
 def _lsn(text: str) -> object:
-    from xdfs.log.record import Lsn
+    from xdfs.protocol.log import Lsn
 
     return Lsn.parse(text)
 
@@ -69,7 +69,7 @@ def create(state: CliState, name: str, ensemble: int | None, ack_quorum: int | N
 @click.pass_obj
 def append(state: CliState, name: str, records: tuple[str, ...], key: str | None) -> None:
     """Append RECORDS (one batch), or each line of stdin when none is given; print LSNs."""
-    from xdfs.log.record import Record
+    from xdfs.protocol.log import Record
 
     texts = list(records) or [line.rstrip("\n") for line in sys.stdin]
     if not texts:

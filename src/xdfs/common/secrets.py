@@ -1,9 +1,8 @@
-"""Shared secrets between servers (the journal secret): files holding one, and an RPC
-authenticator that admits exactly the callers presenting it.
+"""Shared secrets between servers (the journal secret): files holding one.
 
-A secret file holds hex text (mode 0600); :func:`new_secret_file` writes one. The caller
-logs in as ``user`` with the secret as its password, by SCRAM-SHA-256
-(:mod:`xdfs.rpc.scram`): neither side sends the secret, and each proves it holds it.
+A secret file holds hex text (mode 0600); :func:`new_secret_file` writes one. The RPC
+authenticator that admits exactly the callers presenting it is
+:class:`xdfs.rpc.secret_auth.SecretAuthenticator`.
 """
 
 from __future__ import annotations
@@ -12,10 +11,7 @@ import secrets
 from pathlib import Path
 
 from xdfs.common.files import atomic_write
-from xdfs.errors import AuthenticationFailed, ConfigError
-from xdfs.rpc import scram
-from xdfs.rpc.handling import PasswordLogin, Principal
-from xdfs.rpc.messages import Hello
+from xdfs.errors import ConfigError
 
 SECRET_BYTES = 32
 
@@ -38,23 +34,3 @@ def new_secret_file(path: Path) -> str:
     text = secrets.token_hex(SECRET_BYTES)
     atomic_write(path, (text + "\n").encode("ascii"), mode=0o600)
     return text
-
-
-class SecretAuthenticator:
-    """Admits ``user`` proving it holds the shared secret, and nobody else."""
-
-    def __init__(self, user: str, secret: str) -> None:
-        self.user = user
-        self._credentials = scram.secret_credentials(secret)
-        self._principal = Principal(user)
-
-    async def authenticate(self, hello: Hello, peer: str) -> Principal | PasswordLogin:
-        if hello.user != self.user or not hello.scram:
-            raise AuthenticationFailed(f"{peer}: wrong user or secret for this server")
-        return PasswordLogin(self.user, self._credentials, self._admit, lambda: self._refuse(peer))
-
-    def _admit(self) -> Principal:
-        return self._principal
-
-    def _refuse(self, peer: str) -> AuthenticationFailed:
-        return AuthenticationFailed(f"{peer}: wrong user or secret for this server")

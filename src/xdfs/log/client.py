@@ -21,9 +21,9 @@ import msgspec
 
 from xdfs.config import XdfsConfig, load_config
 from xdfs.errors import ConfigError, NotLogWriter, Unavailable
-from xdfs.log.meta import NO_WRITER, LogSettings
-from xdfs.log.record import LSN_ZERO, Lsn, ReadRecord, Record
+from xdfs.log.meta import NO_WRITER
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn, ReadRecord, Record
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.service import Method

@@ -37,10 +37,11 @@ from xdfs.errors import (
 )
 from xdfs.log import meta as m
 from xdfs.log.nodes import NodePool
-from xdfs.log.record import Lsn, ReadRecord, Record, decode_entry
+from xdfs.log.record import decode_entry
 from xdfs.log.writer import AsyncMeta, LogWriter
 from xdfs.log.zkmeta import MetaStore, check_log_name, guarded
 from xdfs.protocol import ledger as lp
+from xdfs.protocol.log import LogSettings, Lsn, ReadRecord, Record
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ _STALE_POLL_S = 0.2
 
 class LogEngine:
     def __init__(self, store: MetaStore, pool: NodePool, storage_nodes: list[str],
-                 address: str, defaults: m.LogSettings, add_timeout_s: float,
+                 address: str, defaults: LogSettings, add_timeout_s: float,
                  lock_wait_s: float = 30.0, keeper_deletes: bool = False) -> None:
         self.store = store
         self.meta = AsyncMeta(store)
@@ -96,7 +97,7 @@ class LogEngine:
 
     # --- logs -------------------------------------------------------------------------
 
-    async def create(self, name: str, settings: m.LogSettings | None, now_ms: int) -> m.LogMeta:
+    async def create(self, name: str, settings: LogSettings | None, now_ms: int) -> m.LogMeta:
         meta = m.LogMeta(check_log_name(name), m.check_settings(settings or self.defaults),
                          created_ms=now_ms)
         await self._thread(lambda: self.store.create(meta))

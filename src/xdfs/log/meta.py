@@ -36,21 +36,10 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from xdfs.errors import InvalidArgument, LogFenced, LsnOutOfRange, NotEnoughStorageNodes
-from xdfs.log.record import LSN_ZERO, Lsn
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn
 
 OPEN = "open"
 CLOSED = "closed"
-
-
-class LogSettings(msgspec.Struct, frozen=True):
-    """Per-log settings (defaults from ``logservice.*``)."""
-
-    ensemble_size: int = 3
-    write_quorum: int = 3
-    ack_quorum: int = 2
-    ledger_entries_max: int = 100_000
-    ledger_bytes_max: int = 256 * 1024 * 1024
-    ledger_age_max_s: float = 3600.0
 
 
 def check_settings(settings: LogSettings) -> LogSettings:

@@ -40,9 +40,10 @@ from xdfs.errors import (
 )
 from xdfs.log import meta as m
 from xdfs.log.nodes import LedgerNode, NodePool, frame_entries
-from xdfs.log.record import Lsn, Record, encode_entry
+from xdfs.log.record import encode_entry
 from xdfs.log.zkmeta import MetaStore, guarded
 from xdfs.protocol import ledger as lp
+from xdfs.protocol.log import LogSettings, Lsn, Record
 from xdfs.quorum.fanout import QuorumFailed, quorum_call
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ async def fence(pool: NodePool, ledger_id: int, address: str) -> m.NodeEnd:
         lp.FENCE_LEDGER, lp.LedgerIdRequest(ledger_id)))
 
 
-async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: m.LogSettings,
+async def recover_ledger(pool: NodePool, info: m.LedgerInfo, settings: LogSettings,
                          spares: Sequence[str] = (), *, limit: int | None = None
                          ) -> tuple[int, m.Fragment | None]:
     """Fence ``info`` and make its tail durable (BookKeeper's LedgerRecoveryOp); its end,
@@ -167,7 +168,7 @@ class _Tail:
         return True
 
     async def make_durable(self, start: int, end: int, spares: Sequence[str],
-                           settings: m.LogSettings) -> m.Fragment | None:
+                           settings: LogSettings) -> m.Fragment | None:
         """Put each fragment's part of the tail ``start..end`` on A of its nodes; the
         fragment of its own that the rest of the tail got, if one part could not be."""
         info, quorum = self.info, settings.ack_quorum
@@ -299,7 +300,7 @@ class LogWriter:
         self._background: set[asyncio.Future[None]] = set()
 
     @property
-    def settings(self) -> m.LogSettings:
+    def settings(self) -> LogSettings:
         assert self.meta is not None
         return self.meta.settings
 
@@ -324,7 +325,7 @@ class LogWriter:
         log.info("writer %s of log %s: epoch %d, ledger %d on %s", self.writer_id, self.name,
                  self.epoch, self.ledger_id, ",".join(self.write_set))
 
-    async def _recover(self, info: m.LedgerInfo, settings: m.LogSettings) -> m.LogMeta:
+    async def _recover(self, info: m.LedgerInfo, settings: LogSettings) -> m.LogMeta:
         """Recover a ledger of the previous writer and close it at its end."""
         end, moved = await recover_ledger(self.pool, info, settings, self.storage_nodes)
         if moved is not None:

@@ -37,8 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from xdfs.log import meta as m
-from xdfs.log.record import Lsn
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import Lsn
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 
-from xdfs.common.secrets import SecretAuthenticator, read_secret_file
+from xdfs.common.secrets import read_secret_file
 from xdfs.config import LogServiceConfig, XdfsConfig
 from xdfs.errors import ConfigError, XdfsError
 from xdfs.http.server import HttpServer
@@ -27,18 +27,20 @@ from xdfs.log.zkmeta import SECRET_KEY, MetaStore, connect
 from xdfs.logservice.keeper import Keeper, KeeperHandlers
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
+from xdfs.protocol.log import LogSettings
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 
 log = logging.getLogger(__name__)
 
 
-def default_settings(config: XdfsConfig) -> m.LogSettings:
+def default_settings(config: XdfsConfig) -> LogSettings:
     s = config.logservice
-    return m.check_settings(m.LogSettings(
+    return m.check_settings(LogSettings(
         s.ensemble_size, s.write_quorum, s.ack_quorum, s.ledger_entries_max,
         s.ledger_bytes_max, s.ledger_age_max_s))
 

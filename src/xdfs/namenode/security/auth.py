@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from xdfs.common import tokens
+from xdfs.common.paths import check_name
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
     AccessDenied,
@@ -52,7 +53,6 @@ from xdfs.namenode.namespace.ops import (
     SetPasswordOp,
     UserRecord,
 )
-from xdfs.namenode.namespace.paths import check_name
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.security import passwords
