@@ -34,6 +34,8 @@ class OpenFile:
     final_path: str = ""
     reader: Any = None  # xdfs.client.reader.FileReader, opened on the first read
     writer: Any = None  # xdfs.client.writer.FileWriter while writing
+    #: (mtime_ms, atime_ms) set while written (cp -a, tar): applied once closed.
+    times: tuple[int, int] | None = None
     failed: bool = False  # a write or close failed: nothing more is attempted
     lock: Any = None  # asyncio.Lock of the driver, serializing the handle's calls
 

@@ -158,7 +158,11 @@ class XdfsOperations(pyfuse3.Operations):
         if fields.update_mtime or fields.update_atime:
             mtime = attr.st_mtime_ns // 1_000_000 if fields.update_mtime else -1
             atime = attr.st_atime_ns // 1_000_000 if fields.update_atime else -1
-            await self.client.set_times(path, mtime, atime)
+            writer = self.writing.get(inode)
+            if writer is not None:  # closing sets the mtime: these times are set after it
+                writer.times = (mtime, atime)
+            else:
+                await self.client.set_times(path, mtime, atime)
         return self.attributes(await self.client.stat(path), inode)
 
     def _owner(self, attr: pyfuse3.EntryAttributes,
@@ -188,8 +192,16 @@ class XdfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if size > status.length:
             raise refuse(errno.EOPNOTSUPP, f"truncate {path} to {size} > its {status.length}")
-        if size < status.length:
-            await self.client.truncate(path, size)
+        if size < status.length and not await self.client.truncate(path, size):
+            await self._recovered(path)
+
+    async def _recovered(self, path: str) -> None:
+        """A truncate inside a block returns before the block is cut on its replicas;
+        truncate(2) returns when the file has its new length (bounded by call_timeout)."""
+        pause = 0.02
+        while (await self.client.stat(path)).under_construction:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     # -- directories --------------------------------------------------------------------
 
@@ -409,8 +421,12 @@ class XdfsOperations(pyfuse3.Operations):
                 await writer.abort()
                 raise pyfuse3.FUSEError(errno.EIO)
             await writer.close()
+            dropped = handle.writing is Writing.NEW and not handle.final_path
             if handle.writing is Writing.NEW:
                 await self._commit(handle)
+            if handle.times is not None and not dropped:  # futimens while written
+                await self.client.set_times(handle.path, *handle.times)
+                handle.times = None
         except BaseException:
             handle.failed = True
             raise
