@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.datapath.conftest import payload
+from tests.datapath.conftest import LiveCluster, payload
 from tests.mount.conftest import Mount
 from xdfs.client.client import Client
 
@@ -52,3 +54,32 @@ def test_big_directory_is_listed_whole(client: Client, mount: Mount, base: str) 
         client.create(f"{base}/{name}")
         client.complete(f"{base}/{name}", [])
     assert set(os.listdir(mount.path / base.lstrip("/"))) == names
+
+
+def test_two_mounts_see_each_others_changes_after_close(
+        client: Client, live_cluster: LiveCluster, mount: Mount, base: str,
+        tmp_path: Path) -> None:
+    other = Mount(live_cluster, tmp_path / "other", tmp_path / "other.log",
+                  "attr_timeout=0.2,entry_timeout=0.2").start()
+    try:
+        mine, theirs = (m.path / base.lstrip("/") / "shared" for m in (mount, other))
+        mine.write_bytes(b"first version")
+        assert theirs.read_bytes() == b"first version"  # read once: in its page cache
+        mine.write_bytes(b"other version")  # the same length, other bytes
+        poll_until(lambda: theirs.read_bytes() == b"other version")
+        with open(mine, "ab") as out:  # the same inode, grown
+            out.write(b", appended")
+        poll_until(lambda: theirs.read_bytes() == b"other version, appended")
+        (theirs.parent / "new").write_bytes(b"from the other mount")
+        poll_until(lambda: "new" in os.listdir(mine.parent))
+        assert (mine.parent / "new").read_bytes() == b"from the other mount"
+    finally:
+        other.stop()
+
+
+def poll_until(condition: Callable[[], bool], deadline_s: float = 30.0) -> None:
+    """The attribute timeout passes, then the change is seen (no timing asserted)."""
+    end = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < end, "the change was never seen"
+        time.sleep(0.05)
