@@ -68,7 +68,7 @@ class FreezableProxy:
         host, port = target.rsplit(":", 1)
         self.target = (host, int(port))
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.running = threading.Event()
         self.running.set()
         self.sockets: list[socket.socket] = []
