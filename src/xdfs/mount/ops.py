@@ -45,7 +45,8 @@ def fuse_call(method: F) -> F:
     @functools.wraps(method)
     async def call(self: XdfsOperations, *args: Any) -> Any:
         try:
-            return await asyncio.wait_for(method(self, *args), self.options.call_timeout)
+            async with asyncio.timeout(self.options.call_timeout):  # no extra task
+                return await method(self, *args)
         except pyfuse3.FUSEError:
             raise
         except XdfsError as exc:
