@@ -136,6 +136,19 @@ def test_metadata_calls(client: Client, mount: Mount, base: str) -> None:
         os.close(fd)
     os.rename(root / "y", root / "d/x")  # POSIX: replaces the file
     assert client.read_file(f"{base}/d/x") == b"y" and not client.exists(f"{base}/y")
+    (root / "e1").mkdir()
+    (root / "e2").mkdir()
+    (root / "e1/inside").write_bytes(b"i")
+    os.rename(root / "e1", root / "e2")  # a directory replaces an empty one
+    assert client.read_file(f"{base}/e2/inside") == b"i" and not client.exists(f"{base}/e1")
+    (root / "e3").mkdir()
+    for src, dst, number in [(root / "e3", root / "e2", errno.ENOTEMPTY),
+                             (root / "d/x", root / "e3", errno.EISDIR),
+                             (root / "e3", root / "d/x", errno.ENOTDIR)]:
+        with pytest.raises(OSError) as raised:
+            os.rename(src, dst)
+        assert raised.value.errno == number
+    assert client.exists(f"{base}/e3") and client.read_file(f"{base}/d/x") == b"y"
     os.unlink(root / "d/x")  # into the trash (the cluster keeps one)
     assert not client.exists(f"{base}/d/x")
     assert client.read_file(f"/user/root/.Trash/Current{base}/d/x") == b"y"

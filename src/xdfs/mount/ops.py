@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 import pyfuse3
 
 from xdfs.client.client import AsyncClient
-from xdfs.errors import AccessDenied, NotFound, XdfsError
+from xdfs.errors import AccessDenied, AlreadyExists, NotFound, XdfsError
 from xdfs.mount.errnos import errno_of
 from xdfs.mount.handles import Handles, OpenDir, OpenFile, Writing
 from xdfs.mount.inodes import InodeTable, is_temp_name, temp_name
@@ -134,8 +134,17 @@ class XdfsOperations(pyfuse3.Operations):
                 return await self._entry(parent_inode, text, status, node.temp)
             status = await self.client.stat(self.table.child_path(parent_inode, text))
         except NotFound:
-            raise pyfuse3.FUSEError(errno.ENOENT) from None
+            return self._absent()
         return await self._entry(parent_inode, text, status)
+
+    def _absent(self) -> pyfuse3.EntryAttributes:
+        """No such name: the kernel remembers that for entry_timeout (inode 0)."""
+        if not self.options.entry_timeout:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        attrs = pyfuse3.EntryAttributes()
+        attrs.st_ino = 0
+        attrs.entry_timeout = self.options.entry_timeout
+        return attrs
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
         for ino, count in inode_list:
@@ -287,9 +296,28 @@ class XdfsOperations(pyfuse3.Operations):
             self.writing[pending].final_path = dst
         else:
             src = self.table.child_path(parent_inode_old, old)
-            await self._clear_target(src, dst, noreplace=bool(flags & pyfuse3.RENAME_NOREPLACE))
-            await self.client.rename(src, dst)
+            noreplace = bool(flags & pyfuse3.RENAME_NOREPLACE)
+            if noreplace or (parent_inode_new, new) in self.table.entries:
+                await self._clear_target(src, dst, noreplace=noreplace)  # known to exist
+                await self.client.rename(src, dst)
+            else:
+                await self._move(src, dst)
         self.table.moved(parent_inode_old, old, parent_inode_new, new)
+
+    async def _move(self, src: str, dst: str) -> None:
+        """POSIX rename of ``src`` to a ``dst`` thought absent: one NameNode call when it
+        is; when it is not (made meanwhile), undone if xdfs moved ``src`` into the
+        directory ``dst``, then replaced as :meth:`_clear_target` says."""
+        try:
+            final = await self.client.rename(src, dst)
+        except AlreadyExists:
+            final = ""
+        if final == dst:
+            return
+        if final:
+            await self.client.rename(final, src)
+        await self._clear_target(src, dst, noreplace=False)
+        await self.client.rename(src, dst)
 
     async def _clear_target(self, src: str, dst: str, *, noreplace: bool) -> None:
         """POSIX rename replaces an existing file, or an empty directory by a directory;
@@ -442,8 +470,7 @@ class XdfsOperations(pyfuse3.Operations):
         if not handle.final_path:  # unlinked while written
             await self.client.delete(handle.path, skip_trash=True)
             return
-        await self._clear_target(handle.path, handle.final_path, noreplace=False)
-        await self.client.rename(handle.path, handle.final_path)
+        await self._move(handle.path, handle.final_path)
         self.table.committed(handle.ino)
         handle.path = handle.final_path
 
