@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.datapath.conftest import payload
+from tests.datapath.conftest import LiveCluster, payload
 from tests.mount.conftest import Mount
 from xdfs.client.client import Client
 
@@ -174,3 +174,29 @@ def test_python_tarfile_and_textio(client: Client, mount: Mount, base: str) -> N
     with open(root / "notes.txt", "a") as notes:
         notes.write("two\n")
     assert (root / "notes.txt").read_text() == "one\ntwo\n"
+
+
+def test_fsync_second_writer_and_read_only(client: Client, live_cluster: LiveCluster,
+                                           mount: Mount, base: str, tmp_path: Path) -> None:
+    root = mount.path / base.lstrip("/")
+    with open(root / "synced", "wb") as out:
+        out.write(b"part one ")
+        out.flush()
+        os.fsync(out.fileno())  # on the DataNodes; the name comes at close
+        with pytest.raises(OSError) as raised:
+            os.open(root / "synced", os.O_WRONLY | os.O_APPEND)  # one writer per file
+        assert raised.value.errno == errno.EBUSY
+        out.write(b"part two")
+    assert client.read_file(f"{base}/synced") == b"part one part two"
+    ro = Mount(live_cluster, tmp_path / "ro", tmp_path / "ro.log", "ro").start()
+    try:
+        seen = ro.path / base.lstrip("/")
+        assert (seen / "synced").read_bytes() == b"part one part two"
+        for attempt in (lambda: (seen / "x").write_bytes(b"x"), (seen / "d").mkdir,
+                        lambda: os.unlink(seen / "synced")):
+            with pytest.raises(OSError) as raised:
+                attempt()
+            assert raised.value.errno == errno.EROFS
+    finally:
+        ro.stop()
+    assert client.read_file(f"{base}/synced") == b"part one part two"
