@@ -200,3 +200,46 @@ def test_fsync_second_writer_and_read_only(client: Client, live_cluster: LiveClu
     finally:
         ro.stop()
     assert client.read_file(f"{base}/synced") == b"part one part two"
+
+
+def test_git_clone_fsck_status(mount: Mount, base: str, tmp_path: Path) -> None:
+    """git writes objects, packs, the index and refs through create + rename and lock
+    files: a clone onto the mount is whole (fsck) and clean (status)."""
+    origin = tmp_path / "origin"
+    make_tree(origin)
+    for command in (["git", "init", "-q"], ["git", "add", "-A"],
+                    ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        run(*command, cwd=origin)
+    clone = mount.path / base.lstrip("/") / "clone"
+    run("git", "clone", "-q", "--no-hardlinks", str(origin), str(clone))
+    run("git", "fsck", "--full", cwd=clone)
+    assert run("git", "status", "--porcelain", cwd=clone) == ""
+    assert tree(clone / "a") == tree(origin / "a")
+
+
+def test_pandas_and_pyarrow_on_mount_paths(client: Client, mount: Mount, base: str) -> None:
+    pandas = pytest.importorskip("pandas")
+    parquet = pytest.importorskip("pyarrow.parquet")
+    root = mount.path / base.lstrip("/")
+    frame = pandas.DataFrame({"n": range(10_000), "s": [f"row {i}" for i in range(10_000)]})
+    frame.to_parquet(root / "t.parquet")
+    frame.to_csv(root / "t.csv", index=False)
+    assert parquet.read_table(root / "t.parquet").num_rows == 10_000
+    assert pandas.read_csv(root / "t.csv").equals(frame)
+    assert client.stat(f"{base}/t.parquet").length == os.stat(root / "t.parquet").st_size
+
+
+def test_a_second_truncating_open_takes_over_an_unwritten_file(client: Client, mount: Mount,
+                                                               base: str) -> None:
+    path = mount.path / base.lstrip("/") / "f"
+    first = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        with open(path, "wb") as second:  # opened again by path, as pandas does
+            second.write(b"the content")
+        with pytest.raises(OSError) as raised:
+            os.write(first, b"late")
+        assert raised.value.errno == errno.EBUSY
+    finally:
+        os.close(first)  # its empty file is dropped, not renamed over the content
+    assert client.read_file(f"{base}/f") == b"the content"
+    assert [e.path.rsplit("/", 1)[1] for e in client.list_dir(base)] == ["f"]

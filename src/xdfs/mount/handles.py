@@ -36,7 +36,9 @@ class OpenFile:
     writer: Any = None  # xdfs.client.writer.FileWriter while writing
     #: (mtime_ms, atime_ms) set while written (cp -a, tar): applied once closed.
     times: tuple[int, int] | None = None
-    failed: bool = False  # a write or close failed: nothing more is attempted
+    failed: bool = False
+    #: A later O_TRUNC open took the file over: this handle's writes are refused.
+    superseded: bool = False  # a write or close failed: nothing more is attempted
     lock: Any = None  # asyncio.Lock of the driver, serializing the handle's calls
 
     def write_allowed(self, offset: int) -> bool:

@@ -379,9 +379,11 @@ class XdfsOperations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         path = self.table.path(inode)
         writable = flags & os.O_ACCMODE != os.O_RDONLY
+        existing = path
         if writable and inode in self.writing:
-            raise refuse(errno.EBUSY, f"{path}: already open for writing through this mount")
-        status = await self.client.stat(path)
+            existing = self._supersede(inode, path, flags).path  # its mode for the new one
+            path = self.table.path(inode)  # the real name
+        status = await self.client.stat(existing)
         if writable and flags & os.O_TRUNC:  # a rewrite: the old content until close
             node = self.table.nodes[inode]
             node.temp = temp_name(node.name)
@@ -392,6 +394,20 @@ class XdfsOperations(pyfuse3.Operations):
         handle = OpenFile(inode, path, writable, status.length, lock=asyncio.Lock())
         return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=self._unchanged(
             inode, status) and not writable)
+
+    def _supersede(self, inode: int, path: str, flags: int) -> OpenFile:
+        """A second writer of a file through this mount: refused (EBUSY), except an
+        ``O_TRUNC`` open while the first has written nothing (created, then opened again
+        by path to be written, as pandas does): the first handle's empty file is then
+        dropped when it closes, and its writes are refused."""
+        first = self.writing[inode]
+        if not (flags & os.O_TRUNC and first.writing is Writing.NEW and first.end == 0):
+            raise refuse(errno.EBUSY, f"{path}: already open for writing through this mount")
+        first.final_path = ""
+        first.superseded = True
+        del self.writing[inode]
+        self.table.committed(inode)  # the name is the real file's again until reopened
+        return first
 
     def _unchanged(self, inode: int, status: FileStatus) -> bool:
         """The kernel keeps its cached pages of a file across opens only while the file
@@ -418,6 +434,8 @@ class XdfsOperations(pyfuse3.Operations):
         async with handle.lock:
             if handle.failed:
                 raise pyfuse3.FUSEError(errno.EIO)
+            if handle.superseded:
+                raise refuse(errno.EBUSY, f"{handle.path}: truncated by a later open")
             if not handle.write_allowed(off):
                 raise refuse(errno.EOPNOTSUPP, f"write at {off} of {handle.path}, which "
                              f"ends at {handle.end}: xdfs writes only at the end")
@@ -460,7 +478,8 @@ class XdfsOperations(pyfuse3.Operations):
             handle.failed = True
             raise
         finally:
-            self.writing.pop(handle.ino, None)
+            if self.writing.get(handle.ino) is handle:
+                del self.writing[handle.ino]
         handle.writing = Writing.NONE
         node = self.table.nodes.get(handle.ino)
         if node is not None:
