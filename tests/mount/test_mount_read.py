@@ -46,6 +46,8 @@ def test_programs_see_what_the_cluster_holds(client: Client, mount: Mount, base:
         assert (tmp_path / "copy" / name).read_bytes() == data
     assert os.stat(root / "sub/deep/b.bin").st_size == len(files["sub/deep/b.bin"])
     assert os.statvfs(mount.path).f_blocks > 0  # the cluster's capacity
+    assert int(run("du", "-sb", str(root)).split()[0]) == sum(map(len, files.values()))
+    assert run("stat", "-c", "%s %a", str(root / "a.txt")) == "12 644\n"
 
 
 def test_big_directory_is_listed_whole(client: Client, mount: Mount, base: str) -> None:
