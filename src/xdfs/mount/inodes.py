@@ -46,6 +46,8 @@ class Node:
     #: (mtime_ms, length) when a handle was last opened: unchanged means the kernel may
     #: keep its cached pages.
     seen: tuple[int, int] | None = None
+    #: (mtime_ms, length) of the attributes last given to the kernel.
+    last: tuple[int, int] | None = None
 
 
 class InodeTable:

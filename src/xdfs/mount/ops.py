@@ -115,6 +115,9 @@ class XdfsOperations(pyfuse3.Operations):
         attrs.st_atime_ns = status.atime_ms * 1_000_000
         attrs.attr_timeout = self.options.attr_timeout
         attrs.entry_timeout = self.options.entry_timeout
+        node = self.table.nodes.get(ino)
+        if node is not None:
+            node.last = (status.mtime_ms, status.length)
         return attrs
 
     async def _entry(self, parent: int, name: str, status: FileStatus,
@@ -379,6 +382,8 @@ class XdfsOperations(pyfuse3.Operations):
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         path = self.table.path(inode)
         writable = flags & os.O_ACCMODE != os.O_RDONLY
+        if not writable:
+            return await self._open_read(inode, path)
         existing = path
         if writable and inode in self.writing:
             existing = self._supersede(inode, path, flags).path  # its mode for the new one
@@ -391,9 +396,18 @@ class XdfsOperations(pyfuse3.Operations):
             handle.ino = inode
             self.writing[inode] = handle
             return pyfuse3.FileInfo(fh=self.files.add(handle))
-        handle = OpenFile(inode, path, writable, status.length, lock=asyncio.Lock())
-        return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=self._unchanged(
-            inode, status) and not writable)
+        handle = OpenFile(inode, path, True, status.length, lock=asyncio.Lock())
+        self._forget_pages(inode)
+        return pyfuse3.FileInfo(fh=self.files.add(handle))
+
+    async def _open_read(self, inode: int, path: str) -> pyfuse3.FileInfo:
+        """One NameNode call (the block locations): whether the kernel may keep its
+        cached pages is judged from the attributes it was last given, which it has just
+        revalidated (or trusts for attr_timeout)."""
+        reader = await self.client.open_read(path)
+        handle = OpenFile(inode, path, False, reader.length, reader=reader,
+                          lock=asyncio.Lock())
+        return pyfuse3.FileInfo(fh=self.files.add(handle), keep_cache=self._unchanged(inode))
 
     def _supersede(self, inode: int, path: str, flags: int) -> OpenFile:
         """A second writer of a file through this mount: refused (EBUSY), except an
@@ -409,15 +423,19 @@ class XdfsOperations(pyfuse3.Operations):
         self.table.committed(inode)  # the name is the real file's again until reopened
         return first
 
-    def _unchanged(self, inode: int, status: FileStatus) -> bool:
+    def _unchanged(self, inode: int) -> bool:
         """The kernel keeps its cached pages of a file across opens only while the file
-        is as it was at the last open (mtime and length)."""
+        is as it was at the last open for reading (mtime and length)."""
         node = self.table.nodes.get(inode)
-        if node is None:
+        if node is None or node.last is None:
             return False
-        seen = (status.mtime_ms, status.length)
-        unchanged, node.seen = node.seen == seen, seen
+        unchanged, node.seen = node.seen == node.last, node.last
         return unchanged
+
+    def _forget_pages(self, inode: int) -> None:
+        node = self.table.nodes.get(inode)
+        if node is not None:
+            node.seen = None
 
     @fuse_call
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -481,9 +499,7 @@ class XdfsOperations(pyfuse3.Operations):
             if self.writing.get(handle.ino) is handle:
                 del self.writing[handle.ino]
         handle.writing = Writing.NONE
-        node = self.table.nodes.get(handle.ino)
-        if node is not None:
-            node.seen = None
+        self._forget_pages(handle.ino)
 
     async def _commit(self, handle: OpenFile) -> None:
         if not handle.final_path:  # unlinked while written
