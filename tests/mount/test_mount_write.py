@@ -243,3 +243,18 @@ def test_a_second_truncating_open_takes_over_an_unwritten_file(client: Client, m
         os.close(first)  # its empty file is dropped, not renamed over the content
     assert client.read_file(f"{base}/f") == b"the content"
     assert [e.path.rsplit("/", 1)[1] for e in client.list_dir(base)] == ["f"]
+
+
+def test_renaming_a_file_being_written(client: Client, mount: Mount, base: str) -> None:
+    root = mount.path / base.lstrip("/")
+    (root / "sub").mkdir()
+    with open(root / "draft", "wb") as out:
+        out.write(b"text")
+        out.flush()
+        os.rename(root / "draft", root / "final")  # the same directory: named at close
+        assert os.stat(root / "final").st_size == 4
+        with pytest.raises(OSError) as raised:
+            os.rename(root / "final", root / "sub/final")
+        assert raised.value.errno == errno.EBUSY
+    assert client.read_file(f"{base}/final") == b"text"
+    assert sorted(os.listdir(root)) == ["final", "sub"]

@@ -296,6 +296,9 @@ class XdfsOperations(pyfuse3.Operations):
         dst = self.table.child_path(parent_inode_new, new)
         pending = self.table.pending(parent_inode_old, old)
         if pending is not None:  # renamed while written: it gets the new name when closed
+            if parent_inode_new != parent_inode_old:  # its temporary file stays where it is
+                raise refuse(errno.EBUSY, f"{dst}: moving a file being written to another "
+                             "directory (close it first)")
             self.writing[pending].final_path = dst
         else:
             src = self.table.child_path(parent_inode_old, old)
