@@ -123,3 +123,17 @@ def test_hung_cluster_gives_eio_after_call_timeout(client: Client, proxy: Freeza
         assert path.read_bytes() == b"data"
     finally:
         mount.stop()
+
+
+def test_sigterm_closes_the_files_still_open(client: Client, mount: Mount, base: str) -> None:
+    root = mount.path / base.lstrip("/")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(root / "open")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        assert mount.process.terminate(60) == 0  # stopped with the file still open
+    finally:
+        writer.kill()
+        writer.wait()
+    assert client.read_file(f"{base}/open") == b"x" * (8 << 20)  # closed, under its name
+    subprocess.run([FUSERMOUNT, "-u", "-z", str(mount.path)], timeout=30)
