@@ -34,6 +34,15 @@ if ! command -v fusermount3 >/dev/null || ! ldconfig -p 2>/dev/null | grep libfu
         echo "bootstrap: fuse3 (libfuse3, fusermount3) missing; the power-loss tests need it" >&2
     fi
 fi
+# `xdfs mount` is built on pyfuse3 (the dev and mount extras), compiled against libfuse3's
+# headers, found with pkg-config.
+if ! pkg-config --exists fuse3 2>/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq libfuse3-dev pkg-config
+    else
+        echo "bootstrap: libfuse3-dev and pkg-config missing; pyfuse3 (xdfs mount) needs them" >&2
+    fi
+fi
 # Automatic failover elects the active NameNode in ZooKeeper: Debian's zookeeper package
 # (the server jars; xdfs.common.zookeeper runs them with java, no service). The failover
 # tests and `xdfs dev --ha` start real servers.
