@@ -66,8 +66,10 @@ fi
 # analytics: pyarrow, pandas, pyspark (the analytics tests run in `make test` too)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'
 # The NameNode's hot pure modules compiled with mypyc (from the dev extra; needs a C compiler
-# and the Python headers). Optional: without the build, or with a stale one, the Python
-# sources run (xdfs.common.native), so a failure here is reported and never fatal.
-if ! .venv/bin/python scripts/build_native.py; then
-    echo "bootstrap: mypyc build failed; the NameNode runs its pure-Python modules" >&2
+# and the Python headers). Minutes on a small machine, so it runs in the background: until
+# its manifest is written (last) the Python sources run (xdfs.common.native), and `make run`
+# serves at once. `make test` and `make bench` wait for it (build_native.py --if-stale).
+# Optional: a failure is reported (build/native.log) and never fatal.
+if ! .venv/bin/python scripts/build_native.py --background; then
+    echo "bootstrap: mypyc build not started; the NameNode runs its pure-Python modules" >&2
 fi
