@@ -435,3 +435,7 @@ async def _truncate(gw: WebHdfsGateway, request: web.Request, user: str, path: s
     new_length = w.int_param(request.query, "newlength", -1, minimum=0)
     done = await gw.fs.truncate(user, path, new_length)
     return w.json_response(w.boolean(done))
+
+
+# The operations of .operations register themselves on import.
+from xdfs.namenode.webhdfs import operations as _operations  # noqa: E402,F401
