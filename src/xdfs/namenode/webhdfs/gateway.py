@@ -9,9 +9,11 @@ operation on that one file (``ticket=``, :mod:`.scoped_urls`): the DataNode read
 or exchanges it for a token of the user to write through an xdfs client.
 
 In an HA pair the gateway runs on each NameNode whatever its state: a standby (or a
-NameNode still starting or stopping) answers every request, the OAuth2 endpoint included,
-with HDFS's ``StandbyException`` (HTTP 403, RemoteException JSON), so a WebHDFS client
-that knows both addresses moves on to the other, as HDFS's WebHdfsFileSystem does."""
+NameNode still starting or stopping) answers every file-system request with HDFS's
+``StandbyException`` (HTTP 403, RemoteException JSON), so a WebHDFS client that knows
+both addresses moves on to the other, as HDFS's WebHdfsFileSystem does. The OAuth2
+endpoint is the exception: a standby issues tokens too (:func:`standby_token`), because
+Hadoop's token provider knows one URL only."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from xdfs.common import tokens
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
@@ -39,12 +42,13 @@ from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, PasswordCache, request_credentials
 from xdfs.http.server import read_form
 from xdfs.namenode.handlers.client import principal_user
+from xdfs.namenode.namespace.ops import UserRecord
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
 from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
 from xdfs.namenode.webhdfs.listing import PerUserLimit, stream_listing
 from xdfs.namenode.webhdfs.scoped_urls import issue_read_token, issue_write_token
-from xdfs.protocol.ha import STATE_ACTIVE
+from xdfs.protocol.ha import STATE_ACTIVE, STATE_STANDBY
 from xdfs.protocol.namenode import DEFAULT_MODE
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
@@ -163,11 +167,17 @@ class WebHdfsGateway:
 
     async def oauth2_token(self, request: web.Request) -> web.StreamResponse:
         """``grant_type=client_credentials&client_id=USER&client_secret=PASSWORD`` ->
-        ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``."""
-        try:
-            self.check_active()
-        except Standby as exc:
-            return w.remote_exception(exc)
+        ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``.
+
+        Answered by the active and by a standby alike (Hadoop's client takes one
+        ``refresh.url``, which must keep working across a failover): see
+        :func:`standby_token` for what a standby issues."""
+        fs, auth = self._node.fs, self._node.auth
+        active = self._node.ha_state == STATE_ACTIVE
+        if fs is None or auth is None or not (active or self._node.ha_state == STATE_STANDBY):
+            return w.remote_exception(Standby(
+                f"the token endpoint is not served in state {self._node.ha_state}: ask "
+                "another NameNode"))
         try:
             form = await read_form(request, self.config.http.body_idle_timeout_s)
             fields = {key: str(value) for key, value in form.items()}
@@ -176,12 +186,18 @@ class WebHdfsGateway:
             user, password = fields.get("client_id", ""), fields.get("client_secret", "")
             if not user:
                 return w.json_response({"error": "invalid_request"}, 400)
-            token, expires_ms = await self.auth.login(user, password, 0.0,
-                                                      f"{request.remote or ''}:0")
+            peer = f"{request.remote or ''}:0"
+            if active:
+                token, expires_ms = await auth.login(user, password, 0.0, peer)
+            else:
+                record = await auth.check_password(user, password, peer)
+                token, expires_ms = standby_token(fs, record, user)
+        except Standby as exc:
+            return w.remote_exception(exc)
         except XdfsError as exc:
             log.info("oauth2 token refused: %s", exc.message)
             return w.json_response({"error": "invalid_client"}, 401)
-        expires_in = max(0, (expires_ms - self.fs.now_ms()) // 1000)
+        expires_in = max(0, (expires_ms - fs.now_ms()) // 1000)
         return w.json_response(
             {"access_token": token, "token_type": "bearer", "expires_in": expires_in})
 
@@ -227,6 +243,25 @@ class WebHdfsGateway:
             if node is not None and node.http_address:
                 return node.http_address
         return self.any_datanode()
+
+
+def standby_token(fs: Namesystem, record: UserRecord, user: str) -> tuple[str, int]:
+    """A token of ``user`` issued by a standby, which the active accepts: signed with the
+    newest token key of the standby's namespace (the active's keys, tailed from the
+    journal) and carrying the user's generation there. The password was checked against
+    the standby's record of the user, so a user it has not seen yet is refused, and a
+    token issued from a record the active has since changed (a new password, a removed
+    user) carries a generation the active refuses. A standby writes nothing, so it cannot
+    add a key: the token ends when the key does, if that comes before a full
+    ``namenode.token_lifetime_s``; with no valid key it refuses (Standby)."""
+    now = fs.now_ms()
+    key = tokens.newest_key(fs.ns.token_keys, now)
+    if key is None:
+        raise Standby("this standby holds no valid token key yet: ask the active NameNode")
+    expires_ms = min(now + int(1000 * fs.config.token_lifetime_s), key.expires_ms)
+    body = tokens.TokenBody("user", user, key.key_id, now, expires_ms,
+                            generation=record.generation)
+    return tokens.issue_token(body, key), expires_ms
 
 
 def _redirect(request: web.Request, url: str) -> web.StreamResponse:
