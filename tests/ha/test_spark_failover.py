@@ -46,11 +46,11 @@ def ha(tmp_path: Path) -> Iterator[HaCluster]:
     """nn1 active, nn2 standby, each with a gateway; one DataNode (replication 1)."""
     with formatted_pair(tmp_path, "-D", "datanode.http_address=127.0.0.1:0",
                         "-D", "namenode.default_replication=1") as cluster:
-        cluster.ha.update({"nameservice": NAMESERVICE,
-                           "webhdfs": {nn: f"127.0.0.1:{free_port()}" for nn in IDS}})
+        gateways = {nn: f"127.0.0.1:{free_port()}" for nn in IDS}
+        cluster.ha.update({"nameservice": NAMESERVICE, "webhdfs": gateways})
         cluster.write_conf()
         for nn_id in IDS:
-            cluster.start(nn_id, "-D", f"namenode.http_address={cluster.ha['webhdfs'][nn_id]}")
+            cluster.start(nn_id, "-D", f"namenode.http_address={gateways[nn_id]}")
         result = cluster.admin("-transitionToActive", "nn1")
         assert result.returncode == 0, result.stderr
         cluster.start_datanode(0)
