@@ -117,3 +117,16 @@ def test_errors_carry_hdfs_exception_classes_and_messages(web: WebCluster, web_d
         web.call("GET", private, "LISTSTATUS", auth=(ALICE, ALICE_PW)))
     assert (code, exception) == (403, "AccessControlException")
     assert message.startswith(f"Permission denied: user={ALICE}, access=READ_EXECUTE, inode=")
+
+
+def test_hdfs_operations_xdfs_lacks_are_refused_in_hdfs_shape(web: WebCluster, web_dir: str
+                                                              ) -> None:
+    for method, op, reason in (("GET", "GETACLSTATUS", "ACLs"), ("PUT", "SETXATTR", "xattr"),
+                               ("PUT", "CREATESNAPSHOT", "snapshots"),
+                               ("GET", "GETSTORAGEPOLICY", "storage policies")):
+        code, exception, message = remote(web.call(method, web_dir, op))
+        assert (code, exception) == (400, "UnsupportedOperationException"), op
+        assert message.startswith(f"{op}: ") and reason in message.replace(
+            "extended attributes", "xattr")
+    code, exception, _ = remote(web.call("GET", web_dir, "NOSUCHOP"))
+    assert (code, exception) == (400, "IllegalArgumentException")

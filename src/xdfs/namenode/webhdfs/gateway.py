@@ -36,6 +36,7 @@ from xdfs.errors import (
     NotFound,
     Standby,
     Unavailable,
+    Unsupported,
     XdfsError,
 )
 from xdfs.http import webhdfs as w
@@ -57,6 +58,31 @@ log = logging.getLogger(__name__)
 OAUTH2_TOKEN_PATH = "/oauth2/token"
 #: Entries of one LISTSTATUS_BATCH page (HDFS: dfs.ls.limit, 1000).
 LIST_PAGE_ENTRIES = 1000
+
+_NO_ACLS = "xdfs has no ACLs (permissions are owner, group and mode bits)"
+_NO_XATTRS = "xdfs has no extended attributes"
+_NO_SNAPSHOTS = "xdfs has no snapshots"
+_NO_POLICIES = "xdfs has one storage type and no storage policies"
+_NO_EC = "xdfs has no erasure coding (files are replicated)"
+#: HDFS's WebHDFS operations this gateway does not provide, and why: refused with
+#: UnsupportedOperationException (an op HDFS does not know is IllegalArgumentException).
+NOT_PROVIDED: dict[str, str] = {
+    **dict.fromkeys(("GETACLSTATUS", "MODIFYACLENTRIES", "REMOVEACLENTRIES",
+                     "REMOVEDEFAULTACL", "REMOVEACL", "SETACL"), _NO_ACLS),
+    **dict.fromkeys(("GETXATTRS", "LISTXATTRS", "SETXATTR", "REMOVEXATTR"), _NO_XATTRS),
+    **dict.fromkeys(("GETSNAPSHOTDIFF", "GETSNAPSHOTDIFFLISTING",
+                     "GETSNAPSHOTTABLEDIRECTORYLIST", "GETSNAPSHOTLIST", "CREATESNAPSHOT",
+                     "RENAMESNAPSHOT", "DELETESNAPSHOT", "ALLOWSNAPSHOT", "DISALLOWSNAPSHOT"),
+                    _NO_SNAPSHOTS),
+    **dict.fromkeys(("GETALLSTORAGEPOLICY", "GETSTORAGEPOLICY", "SETSTORAGEPOLICY",
+                     "UNSETSTORAGEPOLICY", "SATISFYSTORAGEPOLICY", "SETQUOTABYSTORAGETYPE"),
+                    _NO_POLICIES),
+    **dict.fromkeys(("GETECPOLICY", "SETECPOLICY", "UNSETECPOLICY", "ENABLEECPOLICY",
+                     "DISABLEECPOLICY"), _NO_EC),
+    **dict.fromkeys(("CREATESYMLINK", "GETLINKTARGET", "GETFILELINKSTATUS"),
+                    "xdfs has no symbolic links"),
+    "SETQUOTA": "set quotas with `xdfs admin -setQuota` / `-setSpaceQuota` (RPC)",
+}
 
 Operation = Callable[["WebHdfsGateway", web.Request, str, str, Credentials],
                      Awaitable[web.StreamResponse]]
@@ -127,6 +153,8 @@ class WebHdfsGateway:
             self.check_active()
             op = request.query.get("op", "").upper()
             function = _OPS.get((request.method, op))
+            if function is None and op in NOT_PROVIDED:
+                raise Unsupported(f"{op}: {NOT_PROVIDED[op]}")
             if function is None:
                 raise InvalidArgument(
                     f'Invalid value for webhdfs parameter "op": {op[:40] or "(none)"} is not '
