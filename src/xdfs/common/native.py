@@ -44,7 +44,7 @@ from types import ModuleType
 #: So are the NameNode's client and admin handlers, the first code each call runs, the
 #: per-call RPC figures and the fault points (a check on every keyed mutation).
 NATIVE_MODULES = (
-    "xdfs.namenode.namespace.paths",
+    "xdfs.common.paths",
     "xdfs.namenode.namespace.children",
     "xdfs.namenode.namespace.permissions",
     "xdfs.namenode.namespace.resolved",

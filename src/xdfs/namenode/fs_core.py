@@ -35,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar, cast
 
+from xdfs.common import paths
 from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
@@ -48,7 +49,6 @@ from xdfs.errors import (
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER
 from xdfs.namenode.blocks.safemode import SafeMode
-from xdfs.namenode.namespace import paths
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.leases import LeaseManager
 from xdfs.namenode.namespace.ops import AddBlockOp, MkdirOp, Op

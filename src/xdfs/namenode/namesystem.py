@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from xdfs.common import paths
 from xdfs.errors import (
     AccessDenied,
     AlreadyExists,
@@ -29,7 +30,7 @@ from xdfs.errors import (
 )
 from xdfs.namenode.fs_append import AppendOps
 from xdfs.namenode.fs_core import Pending, Plan
-from xdfs.namenode.namespace import paths, trash
+from xdfs.namenode.namespace import trash
 from xdfs.namenode.namespace.inodes import DirInode
 from xdfs.namenode.namespace.ops import (
     DeleteOp,

@@ -75,10 +75,10 @@ from xdfs.protocol.ha import (
     TRANSITION_TO_ACTIVE,
 )
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
 from xdfs.rpc.streams import StreamReceiver
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import server_context
 
 log = logging.getLogger(__name__)

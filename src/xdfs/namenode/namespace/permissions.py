@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from xdfs.common.paths import join
 from xdfs.errors import AccessDenied, InvalidArgument, NotADirectory, NotFound
 from xdfs.namenode.namespace.inodes import DirInode, Inode
-from xdfs.namenode.namespace.paths import join
 from xdfs.namenode.namespace.steps import Steps, drain
 
 # Final: the compiled build uses the values, not a lookup in the module's dict each time.

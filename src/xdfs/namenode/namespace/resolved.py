@@ -17,9 +17,9 @@ the same plan, and the answer read after it, still need no walk.
 
 from __future__ import annotations
 
+from xdfs.common.paths import join
 from xdfs.errors import AlreadyExists, NotADirectory, NotFound
 from xdfs.namenode.namespace.inodes import DirInode, Inode
-from xdfs.namenode.namespace.paths import join
 
 Parts = tuple[str, ...]
 

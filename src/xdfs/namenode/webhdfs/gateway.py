@@ -46,12 +46,12 @@ from xdfs.namenode.handlers.client import principal_user
 from xdfs.namenode.namespace.ops import UserRecord
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
-from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.namenode.security.auth import ANONYMOUS, NameNodeAuth, UserPrincipal
 from xdfs.namenode.webhdfs.listing import PerUserLimit, stream_listing
 from xdfs.namenode.webhdfs.scoped_urls import issue_read_token, issue_write_token
 from xdfs.protocol.ha import STATE_ACTIVE, STATE_STANDBY
 from xdfs.protocol.namenode import DEFAULT_MODE
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.handling import Principal
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +182,17 @@ class WebHdfsGateway:
         now_s = self.fs.now_ms() / 1000
         if record is not None and not credentials.token and self._passwords.generation(
                 user, credentials.password, now_s) == record.generation:
+            # a locked-out address stays locked, even with the password remembered as right
+            self.auth.guard.check_login(user, peer, now_s)
             return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
-        hello = Hello(PROTOCOL_VERSION, user=user, password=credentials.password,
-                      token=credentials.token)
-        principal = await self.auth.authenticate(hello, f"{peer}:0")
+        principal: Principal
+        if credentials.token:
+            principal = self.auth.token_principal(credentials.token)
+        elif user:
+            found = await self.auth.check_password(user, credentials.password, f"{peer}:0")
+            principal = UserPrincipal(user, generation=found.generation)
+        else:
+            principal = Principal(ANONYMOUS, anonymous=True)
         checked = principal_user(principal, self.fs)
         if not credentials.token and isinstance(principal, UserPrincipal):
             self._passwords.checked(user, credentials.password, principal.generation, now_s)
