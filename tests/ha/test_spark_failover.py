@@ -107,7 +107,7 @@ def _held_until(marks: Path) -> Any:
             time.sleep(0.05)
         return value
 
-    return udf(hold, LongType())
+    return udf(lambda value: hold(value), LongType())  # noqa: PLW0108 (untyped: no pandas UDF guess from hints)
 
 
 def test_a_spark_job_survives_the_active_being_killed(ha: HaCluster, spark: Any,

@@ -65,8 +65,8 @@ def _assert_standby(gateway: str) -> None:
         assert "standby" in remote["message"]
 
 
-def _oauth2(gateway: str, password: str) -> tuple[int, dict[str, object]]:
-    form = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": USER,
+def _oauth2(gateway: str, password: str, user: str = USER) -> tuple[int, dict[str, object]]:
+    form = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": user,
                                    "client_secret": password}).encode()
     request = urllib.request.Request(f"http://{gateway}/oauth2/token", method="POST",
                                      data=form)
@@ -91,8 +91,9 @@ def _assert_standby_issues_tokens(standby: str, active: str) -> None:
     assert status == 200, body
     assert body["token_type"] == "bearer" and int(str(body["expires_in"])) > 0
     assert _home_by_token(active, body["access_token"]) == f"/user/{USER}"
-    status, body = _oauth2(standby, "wrong")
-    assert (status, body) == (401, {"error": "invalid_client"})
+    for user, password in ((USER, "wrong"), ("nobody", PASSWORD)):
+        status, body = _oauth2(standby, password, user)
+        assert (status, body) == (401, {"error": "invalid_client"}), user
 
 
 def _ok(result: object) -> None:
