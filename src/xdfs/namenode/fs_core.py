@@ -380,7 +380,7 @@ class NamesystemCore:
         the file itself AlreadyExists, which is wrong for a path beneath it)."""
         depth = len(iip.parts)
         if len(iip.inodes) >= depth and not isinstance(iip.inodes[depth - 1], DirInode):
-            raise NotADirectory(f"parent is not a directory: {iip.prefix(depth - 1)}")
+            raise NotADirectory(f"Parent path is not a directory: {iip.prefix(depth - 1)}")
 
     def _check_writer(self, user: str, iip: INodesInPath) -> None:
         """The writer of an open file may traverse to it and owns it or may write it: a file

@@ -211,7 +211,7 @@ class Namesystem(AppendOps):
                 raise InvalidArgument("cannot delete the root directory")
             status = self.ns.stat(iip)
             if status.is_dir and status.children and not recursive:
-                raise DirectoryNotEmpty(f"{iip.path} is a non-empty directory (use recursive)")
+                raise DirectoryNotEmpty(f"`{iip.path} is non empty': Directory is not empty")
             self.ns.check_access(
                 user,
                 iip,
