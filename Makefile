@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: run test lint typecheck pytest bench clean setup native
+.PHONY: run test lint typecheck pytest bench clean setup native native-ready
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) bash scripts/bootstrap.sh
@@ -14,28 +14,35 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 
 setup: $(STAMP)
 
-# Rebuild the mypyc-compiled NameNode modules after editing them (make setup builds them
-# once; a stale build is ignored, the sources run: xdfs.common.native).
+# Rebuild the mypyc-compiled NameNode modules after editing them (make setup starts their
+# build in the background; a stale or unfinished build is ignored, the sources run:
+# xdfs.common.native).
 native: $(STAMP)
 	$(BIN)/python scripts/build_native.py
+
+# The tests and benchmarks run on the compiled build: wait for the background build (or
+# build now when the sources changed). Never fatal: without a C compiler the sources run.
+native-ready: $(STAMP)
+	-$(BIN)/python scripts/build_native.py --if-stale
 
 run: $(STAMP)
 	$(BIN)/xdfs dev $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) native-ready
 	$(BIN)/pytest $(ARGS)
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) native-ready
 	$(BIN)/python bench/rpc.py
 
 clean:
 	-$(BIN)/python scripts/build_native.py --clean
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build/native.*

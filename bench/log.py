@@ -37,8 +37,8 @@ from xdfs.common.secrets import new_secret_file
 from xdfs.common.zookeeper import ZooKeeperEnsemble
 from xdfs.config import XdfsConfig
 from xdfs.log.client import AsyncLogClient
-from xdfs.log.record import LSN_ZERO, Record
 from xdfs.log.zkmeta import connect
+from xdfs.protocol.log import LSN_ZERO, Record
 from xdfs.rpc.loop import run
 from xdfs.testing.net import free_port
 

@@ -14,7 +14,10 @@ event loop for both, we measure:
   PING, whose handler is a plain ``def`` answered inline (as the NameNode's reads), with 64
   calls in flight against the same raw echo;
 * streams: 1 GiB upload through SINK and download through SOURCE in 1 MiB chunks, against
-  the same bytes as raw ``u32 length | chunk`` frames over a raw socket.
+  the same bytes as raw ``u32 length | chunk`` frames over a raw socket;
+* logins: connect, log in with a shared secret (bench/login_server.py, which admits one
+  user as a JournalNode does), one PING, close; one at a time, against a raw connect, one
+  echo and close.
 
 Every figure is the median of ``--runs`` runs; xdfs and raw alternate within each run, each
 measurement on a fresh connection (connect and a short warm-up are not timed). Beside the
@@ -30,6 +33,7 @@ import asyncio
 import dataclasses
 import os
 import platform
+import secrets
 import signal
 import statistics
 import struct
@@ -47,7 +51,7 @@ from xdfs.config import RpcConfig, load_config
 from xdfs.protocol.system import ECHO, PING, SINK, SOURCE, EchoRequest, SourceRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.loop import run
-from xdfs.rpc.messages import Empty
+from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 
 BENCH_DIR = Path(__file__).resolve().parent
 MiB = 1 << 20
@@ -62,6 +66,8 @@ RAW_LENGTH = struct.Struct(">I")
 RAW_TOTAL = struct.Struct(">Q")
 OP_ECHO, OP_UPLOAD, OP_DOWNLOAD = b"E"[0], b"U"[0], b"D"[0]
 RAW_WRITE_HIGH_BYTES = 4 << 20
+#: The user bench/login_server.py admits.
+LOGIN_USER = "bench"
 
 
 class BenchError(RuntimeError):
@@ -73,6 +79,7 @@ class Settings:
     runs: int
     calls: int  # timed calls per measurement with `inflight` in flight
     serial_calls: int  # timed calls per measurement with 1 in flight
+    logins: int  # timed connect + login + call + close per measurement
     inflight: int
     payload_bytes: int
     stream_bytes: int
@@ -192,6 +199,45 @@ async def xdfs_calls(
         return await timed_calls(call, meter, s, inflight)
     finally:
         await client.close()
+
+
+async def xdfs_logins(address: str, secret: str, config: RpcConfig, s: Settings,
+                      meter: Meter) -> Sample:
+    """Connect, log in as the login server's user with its secret, PING, close."""
+    hello = Hello(PROTOCOL_VERSION, client_name="bench", user=LOGIN_USER, password=secret)
+
+    async def login() -> None:
+        client = RpcClient(address, config, hello=hello)
+        try:
+            await client.call(PING, Empty())
+        finally:
+            await client.close()
+
+    await login()  # warm-up (and a check that the secret is right)
+    with meter:
+        for _ in range(s.logins):
+            await login()
+    return meter.sample(s.logins, s.logins)
+
+
+async def raw_logins(host: str, port: int, s: Settings, meter: Meter) -> Sample:
+    """Connect, one raw echo, close: the floor of a connection's cost."""
+    loop = asyncio.get_running_loop()
+    payload = os.urandom(s.payload_bytes)
+
+    async def once() -> None:
+        transport, proto = await loop.create_connection(RawEchoClient, host, port)
+        try:
+            if await proto.call(payload) != payload:
+                raise BenchError("raw echo returned a different payload")
+        finally:
+            transport.close()
+
+    await once()
+    with meter:
+        for _ in range(s.logins):
+            await once()
+    return meter.sample(s.logins, s.logins)
 
 
 async def xdfs_upload(address: str, config: RpcConfig, s: Settings, meter: Meter) -> Sample:
@@ -411,6 +457,9 @@ class Servers:
     raw_host: str
     raw_port: int
     raw_pid: int
+    login_address: str
+    login_pid: int
+    secret: str
 
 
 def build_metrics(servers: Servers, config: RpcConfig, s: Settings) -> list[Metric]:
@@ -440,6 +489,15 @@ def build_metrics(servers: Servers, config: RpcConfig, s: Settings) -> list[Metr
             "calls/s", "call",
             lambda m: xdfs_calls(address, config, s, s.inflight, m, ping=True),
             lambda m: raw_calls(host, port, s, s.inflight, m),
+            "-", None,
+        ),
+        Metric(
+            "connect + login (shared secret) + ping + close, 1 at a time", "logins/s",
+            "login",
+            # (its meter watches the login server's CPU, not the echo server's)
+            lambda _m: xdfs_logins(servers.login_address, servers.secret, config, s,
+                                   Meter(servers.login_pid)),
+            lambda m: raw_logins(host, port, s, m),
             "-", None,
         ),
         Metric(
@@ -599,7 +657,9 @@ async def bench(servers: Servers, s: Settings, loops: dict[str, str]) -> str:
     return report(metrics, s, loops)
 
 
-def server_processes(s: Settings, workdir: Path) -> tuple[ServerProcess, ServerProcess]:
+def server_processes(
+    s: Settings, workdir: Path, secret_file: Path
+) -> tuple[ServerProcess, ServerProcess, ServerProcess]:
     flags = [] if s.use_uvloop else ["--no-uvloop"]
     echo = ServerProcess(
         [sys.executable, "-m", "xdfs.testing.echo_server", "--port", "0", *flags],
@@ -611,7 +671,13 @@ def server_processes(s: Settings, workdir: Path) -> tuple[ServerProcess, ServerP
         log_path=workdir / "raw_server.log",
         ready_pattern=r"raw server serving on (\S+):(\d+) \(loop=(\S+)\)",
     )
-    return echo, raw
+    login = ServerProcess(
+        [sys.executable, str(BENCH_DIR / "login_server.py"), "--port", "0",
+         "--secret-file", str(secret_file), *flags],
+        log_path=workdir / "login_server.log",
+        ready_pattern=r"login server serving on (\S+:\d+)",
+    )
+    return echo, raw, login
 
 
 def echo_server_loop(proc: ServerProcess) -> str:
@@ -635,6 +701,8 @@ def parse_args(argv: list[str] | None) -> Settings:
                         help="timed calls per run with --inflight in flight (200000)")
     parser.add_argument("--serial-calls", type=int,
                         help="timed calls per run with 1 in flight (20000)")
+    parser.add_argument("--logins", type=int,
+                        help="timed connect + login + ping + close per run (1000)")
     parser.add_argument("--inflight", type=int, default=64, help="calls in flight (64)")
     parser.add_argument("--payload-bytes", type=int, default=16, help="echo payload (16)")
     parser.add_argument("--stream-mib", type=float, help="bytes per stream, MiB (1024)")
@@ -653,6 +721,7 @@ def parse_args(argv: list[str] | None) -> Settings:
         runs=args.runs or (3 if quick else 5),
         calls=args.calls or (10_000 if quick else 200_000),
         serial_calls=args.serial_calls or (2_000 if quick else 20_000),
+        logins=args.logins or (200 if quick else 1_000),
         inflight=args.inflight,
         payload_bytes=args.payload_bytes,
         stream_bytes=int(stream_mib * MiB),
@@ -661,7 +730,8 @@ def parse_args(argv: list[str] | None) -> Settings:
         timeout_s=args.timeout_s,
         only=tuple(args.only),
     )
-    if min(s.runs, s.calls, s.serial_calls, s.inflight, s.stream_bytes, s.chunk_bytes) <= 0:
+    if min(s.runs, s.calls, s.serial_calls, s.logins, s.inflight, s.stream_bytes,
+           s.chunk_bytes) <= 0:
         parser.error("counts and sizes must be positive")
     frame_max = load_config().rpc.frame_bytes_max
     if s.chunk_bytes + 1024 > frame_max:
@@ -677,14 +747,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}\nload average (1/5/15 min): {load_before}", file=sys.stderr)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="xdfs-bench-") as tmp:
-        echo, raw = server_processes(s, Path(tmp))
+        secret_file = Path(tmp) / "login.secret"
+        secret = secrets.token_hex(32)
+        secret_file.write_text(secret + "\n")
+        echo, raw, login = server_processes(s, Path(tmp), secret_file)
         try:
             echo.start(deadline_s=30)
             raw.start(deadline_s=30)
+            login.start(deadline_s=30)
             assert echo.match is not None and raw.match is not None
+            assert login.match is not None
             servers = Servers(
                 echo.match.group(1), echo.pid, raw.match.group(1), int(raw.match.group(2)),
-                raw.pid,
+                raw.pid, login.match.group(1), login.pid, secret,
             )
             loops = {
                 "xdfs echo server": echo_server_loop(echo),
@@ -692,12 +767,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(
                 f"xdfs echo server {servers.xdfs_address} (pid {echo.pid}), raw server "
-                f"{servers.raw_host}:{servers.raw_port} (pid {raw.pid})",
+                f"{servers.raw_host}:{servers.raw_port} (pid {raw.pid}), login server "
+                f"{servers.login_address} (pid {login.pid})",
                 file=sys.stderr, flush=True,
             )
             table = run(bench(servers, s, loops), use_uvloop=s.use_uvloop)
         except BaseException:
-            for proc in (echo, raw):
+            for proc in (echo, raw, login):
                 if proc.proc is not None:
                     tail = proc.log_text()[-2000:]
                     if tail.strip():
@@ -706,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             echo.kill()
             raw.kill()
+            login.kill()
     print(f"command: {command_line(argv)}")
     print(f"machine: {machine()}")
     print(

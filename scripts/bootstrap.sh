@@ -34,6 +34,15 @@ if ! command -v fusermount3 >/dev/null || ! ldconfig -p 2>/dev/null | grep libfu
         echo "bootstrap: fuse3 (libfuse3, fusermount3) missing; the power-loss tests need it" >&2
     fi
 fi
+# `xdfs mount` is built on pyfuse3 (the dev and mount extras), compiled against libfuse3's
+# headers, found with pkg-config.
+if ! pkg-config --exists fuse3 2>/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq libfuse3-dev pkg-config
+    else
+        echo "bootstrap: libfuse3-dev and pkg-config missing; pyfuse3 (xdfs mount) needs them" >&2
+    fi
+fi
 # Automatic failover elects the active NameNode in ZooKeeper: Debian's zookeeper package
 # (the server jars; xdfs.common.zookeeper runs them with java, no service). The failover
 # tests and `xdfs dev --ha` start real servers.
@@ -57,8 +66,10 @@ fi
 # analytics: pyarrow, pandas, pyspark (the analytics tests run in `make test` too)
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev,analytics]'
 # The NameNode's hot pure modules compiled with mypyc (from the dev extra; needs a C compiler
-# and the Python headers). Optional: without the build, or with a stale one, the Python
-# sources run (xdfs.common.native), so a failure here is reported and never fatal.
-if ! .venv/bin/python scripts/build_native.py; then
-    echo "bootstrap: mypyc build failed; the NameNode runs its pure-Python modules" >&2
+# and the Python headers). Minutes on a small machine, so it runs in the background: until
+# its manifest is written (last) the Python sources run (xdfs.common.native), and `make run`
+# serves at once. `make test` and `make bench` wait for it (build_native.py --if-stale).
+# Optional: a failure is reported (build/native.log) and never fatal.
+if ! .venv/bin/python scripts/build_native.py --background; then
+    echo "bootstrap: mypyc build not started; the NameNode runs its pure-Python modules" >&2
 fi

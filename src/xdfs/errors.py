@@ -197,6 +197,14 @@ class TokenExpired(AuthenticationFailed):
     code = 203
 
 
+class ServerNotAuthenticated(AuthenticationFailed):
+    """The server did not prove that it knows the password or secret the client logged in
+    with (a bad or missing SCRAM server signature): it may be an impersonator, and the
+    client sends it nothing more."""
+
+    code = 207
+
+
 class AccessDenied(SecurityError, PermissionError):
     """The authenticated user lacks the permission the operation needs."""
 
@@ -437,6 +445,15 @@ class NotLogWriter(LogError):
         return self.message.removeprefix("writer at ").split(" ", 1)[0]
 
 
+class UnknownStorageNode(LogError):
+    """An address that is not one of the configured storage nodes (``logservice.
+    storage_nodes``) where a storage node was expected -- a ledger's ensemble or a copy
+    source naming it was written by someone else: it is never dialled, no secret goes
+    there."""
+
+    code = 612
+
+
 class NotKeeper(LogError):
     """This log service instance is not the keeper: send heartbeats to the one the message
     names (``keeper at HOST:PORT``; ``keeper at ?`` while none is elected)."""
@@ -446,7 +463,8 @@ class NotKeeper(LogError):
 
     @property
     def holder(self) -> str:
-        return self.message.removeprefix("keeper at ").split(" ", 1)[0]
+        # "keeper at HOST:PORT: why" (the colon after the address is not part of it)
+        return self.message.removeprefix("keeper at ").split(" ", 1)[0].removesuffix(":")
 
 
 # --- 710-729: DataNode lifecycle (decommission, maintenance, balancer, racks) ---------

@@ -74,6 +74,8 @@ def namespace_spec() -> list[FileSpec]:
     return specs
 
 
+#: A directory with name and space quotas (ns_quota, ds_quota in inodes.parquet).
+WAREHOUSE, WAREHOUSE_QUOTAS = "/data/warehouse", (1000, 10 * 1024 * MiB)
 #: Created after the image was saved: their replicas are orphans relative to the image.
 LATE_FILES = [FileSpec(f"/health/new/n{i}", (4 * MiB,)) for i in range(3)]
 
@@ -150,6 +152,7 @@ async def build(base: Path) -> Built:
                 for address in located.blocks[0].locations
             ])
             root_group = (await client.stat("/health/under/u0")).group
+            await client.set_quota(WAREHOUSE, *WAREHOUSE_QUOTAS)  # in the image's export
             image_txid = await client.save_namespace()
             for spec in specs:
                 if spec.path.startswith("/health/over/"):

@@ -143,3 +143,14 @@ def test_local_spark_workers_need_no_pyspark_python(
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ROWS 1" in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "json"])
+def test_spark_formats_point_to_sparks_own_readers_on_webhdfs(
+    spark: Any, fs_uri: str, kind: str
+) -> None:
+    # Spark's readers on webhdfs:// (tests/webhdfs/test_spark.py) split, prune and push
+    # filters down; the Python data source says where to go instead of reading row by row
+    register(spark)
+    with pytest.raises(Exception, match=rf"spark\.read\.{kind}\('webhdfs://"):
+        spark.read.format("xdfs").options(**_options(fs_uri), format=kind).load("/ds").count()

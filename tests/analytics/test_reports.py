@@ -16,7 +16,15 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from tests.analytics.namespace import DAY_MS, LATE_FILES, Built, FileSpec, MiB
+from tests.analytics.namespace import (
+    DAY_MS,
+    LATE_FILES,
+    WAREHOUSE,
+    WAREHOUSE_QUOTAS,
+    Built,
+    FileSpec,
+    MiB,
+)
 from xdfs.analytics import export, forecast
 from xdfs.analytics.reports import AGE_BUCKETS, SIZE_BUCKETS
 
@@ -61,6 +69,10 @@ def test_exports_stream_to_parquet(built: Built, tmp_path: Path) -> None:
     assert (big["size_bytes"], big["block_count"], big["owner"], big["group"], big["depth"],
             big["parent_path"], big["permission"]) == (
         20 * MiB + 1, 3, "carol", "dev", 3, "/data/big", "-rw-r--r--")
+    # HDFS's NSQUOTA and DSQUOTA: -1 for none
+    assert tuple(rows.loc[WAREHOUSE, ["ns_quota", "ds_quota"]]) == WAREHOUSE_QUOTAS
+    assert tuple(rows.loc["/data/big", ["ns_quota", "ds_quota"]]) == (-1, -1)
+    assert tuple(big[["ns_quota", "ds_quota"]]) == (-1, -1)
     blocks = pq.read_table(tmp_path / "img" / export.BLOCKS_FILE).to_pandas()
     assert len(blocks) == sum(len(s.sizes) for s in built.specs)
     assert blocks["size_bytes"].sum() == sum(s.size for s in built.specs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +50,8 @@ def _remote_exception(gateway: str, query: str, method: str = "GET"
 
 def _assert_standby(gateway: str) -> None:
     """fsspec's client fails (it raises RuntimeError with the message of any exception
-    it does not map), and the answer has HDFS's StandbyException shape, for reads,
-    writes and the token endpoint alike."""
+    it does not map), and the answer has HDFS's StandbyException shape, for reads and
+    writes alike."""
     with pytest.raises(RuntimeError, match="standby"):
         _fs(gateway).ls("/")
     with pytest.raises(RuntimeError, match="standby"):
@@ -62,11 +63,37 @@ def _assert_standby(gateway: str) -> None:
         assert remote["exception"] == "StandbyException"
         assert remote["javaClassName"] == "org.apache.hadoop.ipc.StandbyException"
         assert "standby" in remote["message"]
-    token = urllib.request.Request(f"http://{gateway}/oauth2/token", method="POST",
-                                   data=b"grant_type=client_credentials")
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(token, timeout=30)
-    assert caught.value.code == 403
+
+
+def _oauth2(gateway: str, password: str, user: str = USER) -> tuple[int, dict[str, object]]:
+    form = urllib.parse.urlencode({"grant_type": "client_credentials", "client_id": user,
+                                   "client_secret": password}).encode()
+    request = urllib.request.Request(f"http://{gateway}/oauth2/token", method="POST",
+                                     data=form)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _home_by_token(gateway: str, token: object) -> str:
+    request = urllib.request.Request(f"http://{gateway}/webhdfs/v1/?op=GETHOMEDIRECTORY",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return str(json.loads(answer.read())["Path"])
+
+
+def _assert_standby_issues_tokens(standby: str, active: str) -> None:
+    """The standby's token endpoint answers (Hadoop's client knows one refresh.url),
+    its tokens work on the active, and it checks the password as the active does."""
+    status, body = _oauth2(standby, PASSWORD)
+    assert status == 200, body
+    assert body["token_type"] == "bearer" and int(str(body["expires_in"])) > 0
+    assert _home_by_token(active, body["access_token"]) == f"/user/{USER}"
+    for user, password in ((USER, "wrong"), ("nobody", PASSWORD)):
+        status, body = _oauth2(standby, password, user)
+        assert (status, body) == (401, {"error": "invalid_client"}), user
 
 
 def _ok(result: object) -> None:
@@ -86,6 +113,7 @@ def test_the_standby_gateway_answers_standby_exception_and_follows_failovers(
     active.mkdir("/via-nn1")
     assert "/via-nn1" in {entry.rstrip("/") for entry in active.ls("/", detail=False)}
     assert active_webhdfs([gateways["nn2"], gateways["nn1"]]) == gateways["nn1"]
+    _assert_standby_issues_tokens(gateways["nn2"], gateways["nn1"])
 
     _ok(cluster.admin("-transitionToStandby", "nn1"))
     _ok(cluster.admin("-transitionToActive", "nn2"))
@@ -94,5 +122,6 @@ def test_the_standby_gateway_answers_standby_exception_and_follows_failovers(
                                password=PASSWORD)
     assert found.url == f"http://{gateways['nn2']}/webhdfs/v1"
     found.mkdir("/via-nn2")
+    _assert_standby_issues_tokens(gateways["nn1"], gateways["nn2"])
     listed = {entry.rstrip("/") for entry in _fs(gateways["nn2"]).ls("/", detail=False)}
     assert {"/via-nn1", "/via-nn2"} <= listed

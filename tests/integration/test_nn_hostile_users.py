@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from xdfs.common import paths
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
@@ -21,7 +22,6 @@ from xdfs.errors import (
     InvalidPath,
     LeaseError,
 )
-from xdfs.namenode.namespace import paths
 from xdfs.namenode.namespace.ops import RenameOp
 from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.protocol import datanode as d

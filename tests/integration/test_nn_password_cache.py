@@ -1,6 +1,8 @@
-"""Handshakes and logins by password: a password checked once is trusted for
-``namenode.password_cache_s`` without another scrypt check; a wrong password, a changed
-password or a removed user always gets the full check (and fails)."""
+"""Logins that receive a password (the login call; HTTP Basic auth alike): a password
+checked once is trusted for ``namenode.password_cache_s`` without another scrypt check; a
+wrong password, a changed password or a removed user always gets the full check (and
+fails). Handshakes log in by SCRAM, where the client does the scrypt: they cost the
+NameNode no password check at all."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from xdfs.errors import AuthenticationFailed
 from xdfs.namenode.namespace.ops import UserRecord
 from xdfs.namenode.security import passwords
+from xdfs.protocol import namenode as p
 from xdfs.testing.minicluster import MiniCluster
 
 from .conftest import ROOT, ROOT_PW, connect, nn_config, start_cluster
@@ -31,12 +34,30 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 async def _connects(address: str, user: str, password: str) -> bool:
-    async with connect(address, user, password) as client:
+    """A login call with this password in the request (as older clients send it; HTTP
+    Basic auth is checked alike)."""
+    async with connect(address) as client:
         try:
-            await client.stat("/")
+            await client.rpc.call(p.LOGIN, p.LoginRequest(user, password))
         except AuthenticationFailed:
             return False
     return True
+
+
+async def test_a_scram_handshake_costs_the_namenode_no_password_check(
+    minicluster: MiniCluster, checks: list[str]
+) -> None:
+    c = await start_cluster(minicluster, users=False)
+    try:
+        await c.root.add_user("ann", "ann-pw")
+        checks.clear()
+        for _ in range(3):
+            async with connect(c.nn.address, "ann", "ann-pw") as client:
+                await client.stat("/")
+                assert (await client.login("ann", "ann-pw")).token  # the login call too
+        assert checks == []
+    finally:
+        await c.close()
 
 
 async def test_a_checked_password_is_not_checked_again(
@@ -49,7 +70,7 @@ async def test_a_checked_password_is_not_checked_again(
         checks.clear()
         assert await _connects(address, "ann", "ann-pw")
         assert await _connects(address, "ann", "ann-pw")
-        assert (await c.root.login("ann", "ann-pw")).token
+        assert (await c.root.login("ann", "ann-pw")).token  # by SCRAM: no check here
         assert checks == ["ann"]
         # a wrong password never matches what was remembered: checked, refused, each time
         assert not await _connects(address, "ann", "ann-pw2")

@@ -16,17 +16,17 @@ from xdfs.common.secrets import new_secret_file
 from xdfs.common.zookeeper import ZooKeeperEnsemble
 from xdfs.config import XdfsConfig
 from xdfs.journal.server import JournalNode
-from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
 from xdfs.log.zkmeta import MetaStore, connect
 from xdfs.protocol.journal import JOURNAL_USER
+from xdfs.protocol.log import LogSettings
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
 WAIT_S = 60.0
 _roots = itertools.count(1)
 #: Small ledgers so that tests rotate.
-SMALL = m.LogSettings(ledger_entries_max=50)
+SMALL = LogSettings(ledger_entries_max=50)
 #: The ZooKeeper secret of the engines' sessions.
 ZK_SECRET = secrets.token_hex(32)
 
@@ -101,7 +101,7 @@ async def engines(zookeeper: ZooKeeperEnsemble, storage: Storage
         store = MetaStore(connect(zookeeper.hosts, 10.0, ZK_SECRET), root)
         pool = NodePool(XdfsConfig().rpc, storage.hello(), call_timeout_s=5.0)
         engine = LogEngine(store, pool, nodes or storage.addresses, address,
-                           m.LogSettings(), add_timeout_s)
+                           LogSettings(), add_timeout_s)
         made.append((engine, store))
         return engine
 

@@ -16,8 +16,8 @@ from tests.logservice.cluster import LogCluster
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import BadRequest
 from xdfs.log.client import AsyncLogClient
-from xdfs.log.record import Lsn
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import Lsn
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.service import Method
 

@@ -16,7 +16,7 @@ from xdfs.errors import (
     NotLogWriter,
 )
 from xdfs.log.engine import LogEngine
-from xdfs.log.record import LSN_ZERO, Lsn, Record
+from xdfs.protocol.log import LSN_ZERO, Lsn, Record
 
 
 def rec(text: str) -> Record:

@@ -23,13 +23,12 @@ from tests.logservice.cluster import LogCluster
 from xdfs.common.process import ProcessGroup
 from xdfs.config import XdfsConfig
 from xdfs.errors import LogFenced, XdfsError
-from xdfs.log import meta as m
 from xdfs.log.client import AsyncLogClient
 from xdfs.log.nodes import NodePool
-from xdfs.log.record import LSN_ZERO, Lsn, Record
 from xdfs.log.writer import AsyncMeta, LogWriter
 from xdfs.log.zkmeta import MetaStore, connect
 from xdfs.protocol.journal import JOURNAL_USER
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn, Record
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
 ROUNDS = int(os.environ.get("XDFS_LOG_HISTORY_ROUNDS", "20"))
@@ -194,7 +193,7 @@ async def test_history_under_a_nemesis(cluster: LogCluster) -> None:
     client = cluster.client()
     reader_position = LSN_ZERO
     try:
-        await client.create(LOG, m.LogSettings(ledger_entries_max=25))
+        await client.create(LOG, LogSettings(ledger_entries_max=25))
         actions = []
         for round_no in range(ROUNDS):
             await nemesis.heal()

@@ -21,6 +21,7 @@ from xdfs.log.nodes import NodePool
 from xdfs.log.zkmeta import MetaStore, connect
 from xdfs.protocol import ledger as lp
 from xdfs.protocol.journal import JOURNAL_USER
+from xdfs.protocol.log import LogSettings
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.testing.poll import eventually
 
@@ -74,7 +75,7 @@ async def test_the_keeper_restores_e_copies_after_a_node_dies_even_when_it_dies_
     look = Look(cluster)
     try:
         async with cluster.client() as client:
-            await client.create("k", m.LogSettings(ledger_entries_max=5))
+            await client.create("k", LogSettings(ledger_entries_max=5))
             lsns = [await client.append("k", f"r{i}") for i in range(RECORDS)]
         closed = await look.closed("k")
         counts = {n: sum(n in x.all_nodes() for x in closed) for n in cluster.storage_addresses}
@@ -130,7 +131,7 @@ async def test_ledgers_reclaimed_while_a_node_was_down_are_deleted_once_it_is_ba
         cluster = LogCluster(tmp_path, group, storage_count=3, service_count=1,
                              extra=["-D", "logservice.reclaim_interval_s=0.3"]).start()
         async with cluster.client() as client:
-            await client.create("r", m.LogSettings(ledger_entries_max=5))
+            await client.create("r", LogSettings(ledger_entries_max=5))
             lsns = [await client.append("r", f"r{i}") for i in range(30)]
             doomed = set((await client.stat("r")).ledger_ids[:4])  # entries 0-19
             assert doomed <= ledger_ids_on(cluster, 2)

@@ -4,9 +4,12 @@ nothing needs) and the metadata repairs once copies are complete."""
 
 from __future__ import annotations
 
+import msgspec
+
 from xdfs.log import meta as m
-from xdfs.logservice.rules import KeeperState, MetaRepair
+from xdfs.logservice.rules import Forget, KeeperState, MetaRepair
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import LogSettings, Lsn
 
 DEAD_S = 10.0
 A, B, C, D = "a:1", "b:1", "c:1", "d:1"
@@ -18,7 +21,7 @@ def closed(ledger_id: int, last: int, *fragments: tuple[int, tuple[str, ...]]) -
 
 
 def log_meta(*ledgers: m.LedgerInfo) -> m.LogMeta:
-    return m.LogMeta("l", m.LogSettings(), tuple(ledgers))
+    return m.LogMeta("l", LogSettings(), tuple(ledgers))
 
 
 def beat(state: KeeperState, node: str, now: float, held: dict[int, tuple[int, int]],
@@ -52,6 +55,7 @@ def test_a_dead_members_copy_is_made_on_the_spare_with_most_room_then_named() ->
     beat(state, D, 14.0, {1: (0, 9)})
     (repair,) = state.plan([meta], 14.0, 14.0)
     assert repair == MetaRepair("l", m.Repair(1, C, D, (0,)))
+    assert isinstance(repair, MetaRepair)
     repaired = m.apply_repair(meta, repair.repair)
     assert repaired.ledgers[0].all_nodes() == (A, B, D)
     # C comes back with its old copy: nothing names it there now, it deletes it
@@ -115,18 +119,69 @@ def test_a_ledger_written_short_of_E_nodes_gets_its_missing_copy() -> None:
     assert command.kind == lg.REPLICATE
     beat(state, C, 2.0, {1: (0, 9)})
     (repair,) = state.plan([meta], 2.0, 2.0)
+    assert isinstance(repair, MetaRepair)
     assert m.apply_repair(meta, repair.repair).ledgers[0].all_nodes() == (A, B, C)
 
 
-def test_ledgers_no_log_lists_are_deleted_but_only_from_heartbeats_before_the_read() -> None:
+def test_reclaimed_ledgers_are_deleted_but_only_from_heartbeats_before_the_read() -> None:
     state = keeper()
-    meta = log_meta(closed(1, 9, (0, (A, B, C))))
-    beat(state, A, 1.0, {1: (0, 9), 7: (0, 3)})  # 7: reclaimed while A was down
-    beat(state, B, 3.0, {1: (0, 9), 8: (0, 0)})  # 8: heard after the metadata was read
-    state.plan([meta], 3.0, read_at=2.0)
+    meta = log_meta(closed(1, 9, (0, (A, B, C))), closed(7, 3, (0, (A, B, C))),
+                    closed(8, 0, (0, (A, B, C))))
+    meta = m.truncate(meta, Lsn(8, 1, 0), Lsn(8, 1, 0))
+    meta = m.drop_ledgers(meta, [1, 7, 8])  # reclaimed while A was down
+    beat(state, A, 1.0, {1: (0, 9), 7: (0, 3)})
+    beat(state, B, 3.0, {1: (0, 9), 8: (0, 0)})  # heard after the metadata was read
+    first = state.plan([meta], 3.0, read_at=2.0)
+    # B, heard after the read, holds no 7: forgotten there; A's report is older than the
+    # records (it may predate the copy): it tells nothing of 8
+    forgets = [f for f in first if isinstance(f, Forget)]
+    assert forgets == first and Forget("l", 7, (B,)) in forgets
+    assert not [f for f in forgets if f.ledger_id == 8]
     assert beat(state, A, 3.5, {1: (0, 9), 7: (0, 3)}) == [
-        lg.KeeperCommand(lg.DELETE_LEDGER, 7)]
+        lg.KeeperCommand(lg.DELETE_LEDGER, 1), lg.KeeperCommand(lg.DELETE_LEDGER, 7)]
     assert beat(state, B, 3.5, {1: (0, 9), 8: (0, 0)}) == []
+    # A reports them gone: its part of the released records is forgotten
+    beat(state, A, 4.0, {})
+    changes = state.plan([meta], 5.0, read_at=5.0)
+    assert changes == [Forget("l", 1, (A,)), Forget("l", 7, (A, B)), Forget("l", 8, (A,))]
+    for change in changes:
+        assert isinstance(change, Forget)
+        meta = m.forget_released(meta, change.ledger_id, change.nodes)
+    assert all(A not in r.nodes for r in meta.released)
+
+
+def test_the_keeper_deletes_nothing_the_logs_history_does_not_release() -> None:
+    """Issue 37: a ledger's ensemble rewritten in ZooKeeper (or the ledger dropped from
+    the list, or a forged release of records above the truncation point) deletes nothing."""
+    state = keeper()
+    meta = log_meta(closed(1, 9, (0, (A, B, C))), closed(2, 9, (0, (A, B, C))))
+    for node in (A, B, C, D):
+        beat(state, node, 1.0, {1: (0, 9), 2: (0, 9)} if node != D else {})
+    tampered = [
+        m.replace_copy(meta, 1, A, D),  # "D replaced A", but D holds nothing
+        msgspec.structs.replace(meta, ledgers=meta.ledgers[1:]),  # ledger 1 forgotten
+        m.release(msgspec.structs.replace(meta, ledgers=meta.ledgers[1:]),
+                  [m.Released(1, (A, B, C), reclaimed=True)]),  # not below the point
+    ]
+    for now, forged in enumerate(tampered, start=2):
+        state.plan([forged], now, read_at=now)
+        for node in (A, B, C):
+            assert not [c for c in beat(state, node, now + 0.5, {1: (0, 9), 2: (0, 9)})
+                        if c.kind == lg.DELETE_LEDGER], (node, forged)
+        state.plan([forged], now + 0.7, read_at=now + 0.7)  # heartbeats after the first read
+        assert state.notes, "the keeper says what it left alone"
+
+
+def test_a_ledger_naming_an_unconfigured_node_is_left_alone() -> None:
+    state = KeeperState(DEAD_S, copy_timeout_s=60.0, elected_at=0.0,
+                        configured=frozenset((A, B, C, D)))
+    meta = log_meta(closed(1, 9, (0, (A, B, "evil:666"))))
+    for node in (A, B, D):
+        beat(state, node, 1.0, {1: (0, 9)} if node != D else {})
+    assert state.plan([meta], 12.0, 12.0) == []  # evil:666 "dead": no copy, no repair
+    assert any("evil:666" in note for note in state.notes)
+    for node in (A, B, D):
+        assert beat(state, node, 12.5, {1: (0, 9)} if node != D else {}) == []
 
 
 def test_a_copy_not_done_in_time_is_ordered_again_and_a_dead_spare_is_replaced() -> None:

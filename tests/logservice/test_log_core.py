@@ -15,7 +15,8 @@ from xdfs.errors import (
     NotEnoughStorageNodes,
 )
 from xdfs.log import meta as m
-from xdfs.log.record import Lsn, Record, decode_entry, encode_entry
+from xdfs.log.record import decode_entry, encode_entry
+from xdfs.protocol.log import LogSettings, Lsn, Record
 from xdfs.quorum.calls import QuorumCall
 
 NODES = ("a:1", "b:1", "c:1")
@@ -73,7 +74,7 @@ def test_ack_quorum_accounting_e3_w3_a2() -> None:
 
 
 def new_log(**settings: int) -> m.LogMeta:
-    return m.LogMeta("l", m.check_settings(m.LogSettings(**settings)))
+    return m.LogMeta("l", m.check_settings(LogSettings(**settings)))
 
 
 def test_settings_need_ack_le_write_eq_ensemble() -> None:
@@ -92,7 +93,7 @@ def test_a_new_writer_fences_the_last_two_unclosed_ledgers_and_the_old_one_is_re
     meta2, fence = m.open_writer(meta, "w2")
     assert fence == [2] and meta2.writer_epoch == 2
     # a crash between close and add leaves two unclosed at most; both are fenced
-    unclosed = m.LogMeta("l", m.LogSettings(), (
+    unclosed = m.LogMeta("l", LogSettings(), (
         m.LedgerInfo(1, (m.Fragment(0, NODES),)), m.LedgerInfo(2, (m.Fragment(0, NODES),)),
         m.LedgerInfo(3, (m.Fragment(0, NODES),))), writer_epoch=4)
     assert m.open_writer(unclosed, "w")[1] == [2, 3]
@@ -132,14 +133,14 @@ def test_ensemble_change_appends_a_fragment_and_keeps_the_ack_quorum() -> None:
 
 
 def test_rotation_by_entries_bytes_or_age() -> None:
-    s = m.LogSettings(ledger_entries_max=10, ledger_bytes_max=100, ledger_age_max_s=5)
+    s = LogSettings(ledger_entries_max=10, ledger_bytes_max=100, ledger_age_max_s=5)
     assert not m.should_rotate(9, 99, 4.9, s)
     assert m.should_rotate(10, 0, 0, s) and m.should_rotate(0, 100, 0, s)
     assert m.should_rotate(0, 0, 5, s)
 
 
 def test_ensembles_degrade_to_the_ack_quorum_but_not_below() -> None:
-    s = m.LogSettings()
+    s = LogSettings()
     assert m.choose_ensemble(["a", "b", "c", "d"], s, start=1) == ["b", "c", "d"]
     assert m.choose_ensemble(["a", "b"], s) == ["a", "b"]
     with pytest.raises(NotEnoughStorageNodes):
@@ -152,6 +153,26 @@ def test_recovery_asks_w_minus_a_plus_one_and_takes_the_highest_end() -> None:
     ends = [m.NodeEnd("a", 7, 6), m.NodeEnd("b", 8, 6)]
     assert m.recovered_end(ends, 0) == 8
     assert m.recovered_end([m.NodeEnd("a", -1, -1)], 0) == -1
+
+
+def test_the_recovered_tail_ends_at_an_entry_proved_never_acknowledged() -> None:
+    """Issue 37's case and BookKeeper's no-such-entry rule, on the pure rules."""
+    info = m.LedgerInfo(1, (m.Fragment(0, NODES), m.Fragment(5, ("a:1", "b:1"))))
+    a, b = m.NodeEnd("a:1", 9, 7, 0), m.NodeEnd("b:1", 8, 7, 0)
+    # the end is on one node only: b gets the copy (from a), no quorum of ends is needed
+    assert m.recovered_end([a], 5) == 9 and m.recovery_start([a]) == 8
+    assert m.tail_copy(info, b, 8, 9, [a], 1) == m.TailCopy("b:1", 9, 9, ("a:1",))
+    assert m.tail_copy(info, a, 8, 9, [a], 1) is None  # holds it already
+    fresh = m.NodeEnd("d:1", -1, -1, 0, exists=False)  # a spare: from the tail's start
+    assert m.tail_copy(info, fresh, 8, 9, [a], None) == m.TailCopy("d:1", 8, 9, ("a:1",))
+    late = m.NodeEnd("c:1", 9, 7, 6)  # its copy starts after the tail: it cannot fill a gap
+    assert m.tail_copy(info, late, 5, 9, [a], None) is None
+    # an entry nobody answering holds: never acknowledged once W-A+1 of its fragment lack it
+    c = m.NodeEnd("c:1", 3, 2, 0)
+    assert m.first_missing([c, m.NodeEnd("b:1", 3, 2, 0)], 3, 6) == 4
+    assert m.never_acknowledged(info.fragments[0], [c, m.NodeEnd("b:1", 3, 2, 0)], 4, 2)
+    assert not m.never_acknowledged(info.fragments[0], [c], 4, 2)
+    assert m.tail_parts(info, 3, 9) == [(0, 3, 4), (1, 5, 9)]
 
 
 def closed_log() -> m.LogMeta:
@@ -184,6 +205,19 @@ def test_reclamation_is_held_back_by_the_slowest_registered_reader() -> None:
         m.drop_ledgers(held, [1])
     released = m.unregister_reader(held, "slow")
     assert [x.ledger_id for x in m.drop_ledgers(released, [1, 2]).ledgers] == [3]
+
+
+def test_reclamation_and_repairs_record_the_copies_they_let_go() -> None:
+    """The log's own history of obsolete copies (the keeper deletes only those)."""
+    meta = m.truncate(closed_log(), Lsn(3, 0, 0), Lsn(3, 10, 0))
+    dropped = m.drop_ledgers(meta, [1, 2], {1: ("b:1",), 2: ()})  # 2 deleted everywhere
+    assert dropped.released == (m.Released(1, ("b:1",), reclaimed=True),)
+    assert m.drop_ledgers(meta, [1]).released == (m.Released(1, NODES, reclaimed=True),)
+    repaired = m.replace_copy(dropped, 3, "a:1", "d:1")
+    assert repaired.released[-1] == m.Released(3, ("a:1",), reclaimed=False, by="d:1")
+    assert m.forget_released(repaired, 1, ["b:1"]).released == repaired.released[1:]
+    many = m.release(meta, [m.Released(i, ("a:1",), True) for i in range(m.RELEASED_MAX + 5)])
+    assert len(many.released) == m.RELEASED_MAX and many.released[0].ledger_id == 5
 
 
 def test_a_registered_reader_reads_below_the_truncation_point_from_its_position() -> None:

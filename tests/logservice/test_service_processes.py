@@ -15,8 +15,7 @@ from tests.logservice.cluster import LogCluster
 from xdfs.common.process import ProcessGroup
 from xdfs.config import write_toml
 from xdfs.errors import BadRecord, InvalidArgument, LogExists, LogNotFound, LsnOutOfRange
-from xdfs.log import meta as m
-from xdfs.log.record import LSN_ZERO, Lsn, Record
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn, Record
 from xdfs.testing.poll import eventually
 
 
@@ -34,7 +33,7 @@ def ledger_files(cluster: LogCluster) -> set[str]:
 async def test_truncation_survives_kill_9_of_every_process_and_respects_readers(
         cluster: LogCluster) -> None:
     async with cluster.client() as client:
-        await client.create("t", m.LogSettings(ledger_entries_max=10))
+        await client.create("t", LogSettings(ledger_entries_max=10))
         lsns = [await client.append("t", f"r{i}") for i in range(45)]
         await client.register_reader("t", "backup", lsns[5])
         assert await client.truncate("t", lsns[32]) == lsns[32]
@@ -77,7 +76,7 @@ async def test_a_crash_between_deleting_ledgers_and_forgetting_them_is_harmless(
     every node and before the metadata forgets them: after the restart the truncation
     point is the same, nothing below it is read, and the next pass finishes the job."""
     async with cluster.client() as client:
-        await client.create("c", m.LogSettings(ledger_entries_max=10))
+        await client.create("c", LogSettings(ledger_entries_max=10))
         lsns = [await client.append("c", f"r{i}") for i in range(35)]
         doomed = (await client.stat("c")).ledger_ids[:2]  # entries 0-9 and 10-19
         cluster.services[0].kill()
@@ -108,7 +107,7 @@ async def test_bad_input_gets_typed_errors(cluster: LogCluster) -> None:
             with pytest.raises(InvalidArgument):
                 await client.create(name)
         with pytest.raises(InvalidArgument):
-            await client.create("q", m.LogSettings(ack_quorum=5))
+            await client.create("q", LogSettings(ack_quorum=5))
         with pytest.raises(LogNotFound):
             await client.append("missing", "x")
         with pytest.raises(BadRecord):

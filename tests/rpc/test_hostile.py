@@ -39,7 +39,7 @@ from xdfs.errors import (
 )
 from xdfs.protocol.system import ECHO, PING, SINK, EchoRequest
 from xdfs.rpc.connection import encode_frame
-from xdfs.rpc.messages import LENGTH_PREFIX, Empty, Hello, Kind
+from xdfs.rpc.messages import LENGTH_PREFIX, PROTOCOL_VERSION, Empty, Hello, Kind
 from xdfs.rpc.server import RpcServer
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
@@ -232,7 +232,7 @@ async def test_hello_with_a_bad_body_closes(fresh: RpcServer) -> None:
 
 async def test_second_frame_before_welcome_closes(fresh: RpcServer) -> None:
     async with raw_peer(fresh.address) as peer:
-        peer.send(Kind.HELLO, 0, "", Hello(1))
+        peer.send(Kind.HELLO, 0, "", Hello(PROTOCOL_VERSION))
         peer.send(Kind.REQUEST, 1, PING.name, Empty())
         frames = await peer.expect_closed()
         kinds = [f.kind for f in frames]
@@ -240,7 +240,7 @@ async def test_second_frame_before_welcome_closes(fresh: RpcServer) -> None:
         assert kinds[-1] == Kind.ERROR
 
 
-@pytest.mark.parametrize("version", [0, 2, 1 << 40])
+@pytest.mark.parametrize("version", [0, 1, 3, 1 << 40])
 async def test_hello_with_the_wrong_protocol_version(fresh: RpcServer, version: int) -> None:
     async with raw_peer(fresh.address) as peer:
         peer.send(Kind.HELLO, 0, "", Hello(version))
@@ -258,7 +258,7 @@ async def test_client_with_the_wrong_protocol_version_gets_version_mismatch(
 async def test_wrong_cluster_id(minicluster: MiniCluster) -> None:
     server = await minicluster.start_server("c", [], cluster_id="cluster-a")
     async with raw_peer(server.address) as peer:
-        peer.send(Kind.HELLO, 0, "", Hello(1, cluster_id="cluster-b"))
+        peer.send(Kind.HELLO, 0, "", Hello(PROTOCOL_VERSION, cluster_id="cluster-b"))
         await peer.expect_connection_error(WrongCluster)
     async with raw_peer(server.address) as peer:
         welcome = await peer.hello(cluster_id="cluster-a")
@@ -266,10 +266,12 @@ async def test_wrong_cluster_id(minicluster: MiniCluster) -> None:
     async with raw_peer(server.address) as peer:  # a client that names no cluster is let in
         welcome = await peer.hello()
         assert welcome.cluster_id == "cluster-a"
-    wrong = minicluster.client(server.address, hello=Hello(1, cluster_id="cluster-b"))
+    wrong = minicluster.client(
+        server.address, hello=Hello(PROTOCOL_VERSION, cluster_id="cluster-b"))
     with pytest.raises(WrongCluster):
         await wrong.call(PING, Empty())
-    await assert_serves(minicluster.client(server.address, hello=Hello(1, cluster_id="cluster-a")))
+    await assert_serves(minicluster.client(
+        server.address, hello=Hello(PROTOCOL_VERSION, cluster_id="cluster-a")))
 
 
 @pytest.mark.parametrize("sent", [b"", b"\x00\x00"], ids=["nothing", "half-a-prefix"])
@@ -550,7 +552,8 @@ async def test_invalid_utf8_is_a_typed_invalid_argument_without_traceback(
     caplog.set_level(logging.DEBUG)
     async with raw_peer(fresh.address) as peer:
         peer.send_raw(_with_invalid_utf8(
-            encode_frame(Kind.HELLO, 0, "", Hello(1, user="\x01\x02\x03")), b"\x01\x02\x03"
+            encode_frame(Kind.HELLO, 0, "", Hello(PROTOCOL_VERSION, user="\x01\x02\x03")),
+            b"\x01\x02\x03",
         ))
         error = await peer.expect_connection_error(InvalidArgument)
         assert "UTF-8" in error.message

@@ -15,11 +15,11 @@ from tests.rpc.wire import raw_peer
 from xdfs.config import RpcConfig
 from xdfs.errors import FrameTooLarge, ProtocolError, Unavailable, UnknownMethod
 from xdfs.protocol.system import ECHO, PING, SINK, SOURCE, EchoRequest, SourceRequest
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Empty, Kind
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.sync import LoopThread
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 from xdfs.testing.minicluster import MiniCluster
 

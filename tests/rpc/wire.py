@@ -17,6 +17,7 @@ from xdfs.rpc.connection import encode_frame
 from xdfs.rpc.messages import (
     LENGTH_PREFIX,
     PROTOCOL_VERSION,
+    Challenge,
     Empty,
     ErrorInfo,
     Hello,
@@ -24,6 +25,7 @@ from xdfs.rpc.messages import (
     Kind,
     Welcome,
 )
+from xdfs.rpc.scram import ClientLogin
 
 #: Generous guard against hangs; never a timing assertion.
 GUARD_S = 10.0
@@ -31,6 +33,7 @@ GUARD_S = 10.0
 _ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
 _ERROR = msgspec.msgpack.Decoder(ErrorInfo)
 _WELCOME = msgspec.msgpack.Decoder(Welcome)
+_CHALLENGE = msgspec.msgpack.Decoder(Challenge)
 
 
 class Closed(Exception):
@@ -57,10 +60,17 @@ class RawPeer:
         self.writer.write(data)
 
     async def hello(self, **fields: Any) -> Welcome:
-        self.send(Kind.HELLO, 0, "", Hello(PROTOCOL_VERSION, **fields))
+        """The handshake; with a ``password``, its SCRAM exchange (the server verified)."""
+        login = ClientLogin(Hello(PROTOCOL_VERSION, **fields))
+        self.send(Kind.HELLO, 0, "", login.hello)
         envelope = await self.recv()
+        if envelope.kind == Kind.CHALLENGE:
+            self.send(Kind.PROOF, 0, "", login.answer(_CHALLENGE.decode(envelope.body)))
+            envelope = await self.recv()
         assert envelope.kind == Kind.WELCOME, envelope
-        return _WELCOME.decode(envelope.body)
+        welcome = _WELCOME.decode(envelope.body)
+        login.verify(welcome)
+        return welcome
 
     async def recv(self, guard_s: float = GUARD_S, *, credits: bool = False) -> InEnvelope:
         """The next frame; raises Closed when the server hung up instead. Window grants

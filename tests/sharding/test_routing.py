@@ -153,7 +153,7 @@ def test_admin_shards_table() -> None:
 
     assert shard_rows([SlotMapResponse("", 0, [], [], inodes=7)]) == [
         "not sharded: one NameNode holds the whole namespace (7 inodes)"]
-    ranges = list(initial_map(["0", "1"]).ranges)
+    ranges = [(r.first, r.last, r.shard) for r in initial_map(["0", "1"]).ranges]
     infos = [ShardInfo("0", "h:1", True, 8192), ShardInfo("1", "h:2", False, 8192)]
     rows = shard_rows([SlotMapResponse("0", 1, ranges, infos, inodes=5),
                        SlotMapResponse("1", 1, ranges, infos, inodes=9)])

@@ -49,7 +49,8 @@ def test_dump_edits_of_a_directory(name_dir: StorageDirectory) -> None:
         {"txid": 3, "op": "add_block", "path": "/a/f",
          "block": {"block_id": 7, "genstamp": 1001, "bytes": 0}},
         {"txid": 4, "op": "add_user", "name": "bob", "password_hash": "0102", "salt": "ff",
-         "groups": ["staff"], "created_ms": 5},
+         "groups": ["staff"], "created_ms": 5, "stored_key": "", "server_key": "",
+         "iterations": 0},
     ]
     assert list(dump_edits(name_dir.current)) == rows
 

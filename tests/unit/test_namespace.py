@@ -43,6 +43,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.permissions import mode_string
 from xdfs.namenode.namespace.tree import FIRST_BLOCK_ID, FIRST_GENSTAMP, Namespace
+from xdfs.namenode.security import passwords
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.namenode import ContentSummary
 
@@ -312,9 +313,12 @@ def test_users_and_token_keys(ns: Namespace) -> None:
     ns.apply(AddUserOp("alice", b"h2", b"s2", ("users", "admins"), T + 1))  # replace
     assert ns.users["alice"].groups == ("users", "admins")
     assert ns.groups_of("alice") == frozenset({"users", "admins"})
-    ns.apply(SetPasswordOp("alice", b"h3", b"s3"))
-    record = ns.users["alice"]
-    assert (record.password_hash, record.salt, record.created_ms) == (b"h3", b"s3", T + 1)
+    ns.apply(SetPasswordOp("alice", b"h3", b"s3"))  # an older namespace's scrypt hash:
+    record = ns.users["alice"]  # converted to SCRAM credentials of it as it is applied
+    assert (record.password_hash, record.salt, record.created_ms) == (b"", b"s3", T + 1)
+    made = passwords.credentials_of_hash(b"h3", b"s3")
+    assert (record.stored_key, record.server_key, record.iterations) == (
+        made.stored_key, made.server_key, made.iterations)
     ns.apply(RemoveUserOp("alice"))
     assert "alice" not in ns.users and ns.groups_of("alice") == frozenset()
     assert [u.name for u in ns.user_records()] == ["bob", "carol"]

@@ -4,11 +4,14 @@ from the sources as they are, and not when XDFS_PURE asks for the Python sources
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +105,75 @@ def test_a_process_loads_all_of_the_build_or_none_of_it() -> None:
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_manifest_not_yet_in_place_is_not_a_build(manifest: Path) -> None:
+    # the build writes its manifest beside the real one and renames it only once a fresh
+    # process imported the whole build: until then the sources run
+    Path(str(manifest) + ".new").write_text(json.dumps(native.source_digests()))
+    assert not native.compiled_usable() and not native.build_current()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def build_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """scripts/build_native.py as a module, its lock and log in tmp_path."""
+    spec = importlib.util.spec_from_file_location("build_native", ROOT / "scripts/build_native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, file in (("LOCK_PATH", "native.lock"), ("LOG_PATH", "native.log"),
+                       ("SECONDS_PATH", "native.seconds")):
+        monkeypatch.setattr(module, name, tmp_path / file)
+    monkeypatch.setattr(module, "BUILD_DIR", tmp_path)
+    return module
+
+
+def test_the_background_build_returns_at_once_and_later_builds_wait_for_it(
+    build_script: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    built = {"done": False}
+    monkeypatch.setattr(native, "build_current", lambda: built["done"])
+    started, release = tmp_path / "started", tmp_path / "release"
+    # a stand-in for the minutes-long compile: runs until the test releases it
+    fake_build = [sys.executable, "-c",
+                  "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch()\n"
+                  "while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.05)",
+                  str(started), str(release)]
+    child = build_script.start_background(fake_build)
+    try:
+        assert child is not None and child.poll() is None  # returned; the build goes on
+        line = capsys.readouterr().out
+        assert "in the background" in line and "min on" in line and "log:" in line
+        assert line.count("\n") == 1  # one line
+        assert build_script.start_background(fake_build) is None  # never two at once
+        assert "already running" in capsys.readouterr().out
+
+        waiter = threading.Thread(target=build_script.build_if_stale)
+        waiter.start()
+        waiter.join(timeout=1)
+        assert waiter.is_alive()  # make test waits for the build that runs
+        built["done"] = True
+        release.touch()
+        waiter.join(timeout=60)
+        assert not waiter.is_alive()
+        out = capsys.readouterr().out
+        assert "waiting for the mypyc build" in out and "up to date" in out
+    finally:
+        release.touch()
+        child.wait(timeout=60) if child is not None else None
+
+
+def test_bootstrap_does_not_wait_for_the_compile_and_make_test_does() -> None:
+    bootstrap = (ROOT / "scripts/bootstrap.sh").read_text()
+    runs = [line.split("build_native.py", 1)[1].split(";")[0].strip()
+            for line in bootstrap.splitlines()
+            if "build_native.py" in line and not line.lstrip().startswith("#")]
+    assert runs == ["--background"]  # make run serves on the sources meanwhile
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pytest: $(STAMP) native-ready" in makefile
+    assert "bench: $(STAMP) native-ready" in makefile
+    assert "build_native.py --if-stale" in makefile

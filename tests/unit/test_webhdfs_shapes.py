@@ -13,15 +13,9 @@ from hypothesis import strategies as st
 
 from tests.webhdfs.test_rest import hdfs_checksum
 from xdfs import errors as e
-from xdfs.config import XdfsConfig, build_config
+from xdfs.config import AUTH_CREDENTIALS, AUTH_SIMPLE, XdfsConfig, build_config
 from xdfs.http import webhdfs as w
-from xdfs.http.auth import (
-    AUTH_CREDENTIALS,
-    AUTH_SIMPLE,
-    Credentials,
-    PasswordCache,
-    request_credentials,
-)
+from xdfs.http.auth import Credentials, PasswordCache, request_credentials
 
 
 def basic(text: str) -> dict[str, str]:

@@ -32,10 +32,10 @@ from xdfs.protocol.ha import (
     ServiceStatus,
     TransitionRequest,
 )
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 
 EVENT = "fake-namenode EVENT"
 

@@ -6,6 +6,10 @@ Register once per session with :func:`register`, then::
     spark.read.format("xdfs").option("format", "text").load("/logs")              # lines
     df.write.format("xdfs").option("format", "text").mode("append").save("/out")  # lines
 
+Parquet, CSV, JSON (any Hadoop format) are not read here: Spark's own readers do that on
+``webhdfs://`` paths, with splitting, pushdown and partition discovery a Python data
+source cannot give; ``format=parquet`` (csv, json, orc, avro) says so (:func:`_mode`).
+
 Options: ``fs`` (default: the client configuration, ``XDFS_FS``/``XDFS_CONF``), ``user``,
 ``password``, ``token``, ``format`` (``binary``: one row per file with path, length,
 modification_time, content; ``text``: one row per line, ``value``), ``recursive``
@@ -74,8 +78,21 @@ def _client(options: dict[str, str]) -> Any:
     return Client(options.get("fs"), **kwargs)
 
 
+#: Formats Spark's own readers and writers handle on ``webhdfs://`` paths (see
+#: :func:`_mode`): the data source points there instead of reading them row by row.
+SPARK_FORMATS = ("parquet", "csv", "json", "orc", "avro")
+
+
 def _mode(options: dict[str, str]) -> str:
     mode = options.get("format", "binary").lower()
+    if mode in SPARK_FORMATS:
+        # A Python data source moves every row through a Python worker, reads whole files
+        # per partition and pushes no filter or column down; Spark's own readers on
+        # webhdfs:// split files, prune row groups and partitions and merge schemas.
+        raise ValueError(
+            f"xdfs data source: format {mode!r} is read by Spark itself: use "
+            f"spark.read.{mode}('webhdfs://<namenode http address>/<path>') "
+            "(Hadoop settings: xdfs.analytics.webhdfs.hadoop_conf; docs/analytics.md)")
     if mode not in ("binary", "text"):
         raise ValueError(f"xdfs data source: format must be binary or text, not {mode!r}")
     return mode

@@ -41,7 +41,8 @@ IMAGE_TXID_KEY = b"xdfs.image_txid"
 #: The inodes table: HDFS's Delimited columns (Path, Replication, ModificationTime,
 #: AccessTime, PreferredBlockSize, BlocksCount, FileSize, Permission, UserName, GroupName)
 #: are path, replication, mtime, atime, block_size, block_count, size_bytes, permission,
-#: owner, group. NSQUOTA/DSQUOTA have no equivalent: xdfs has no quotas.
+#: owner, group; NSQUOTA and DSQUOTA are ns_quota and ds_quota (a directory's name and
+#: space quota, -1 for none as in HDFS; -1 for files).
 INODES_SCHEMA = pa.schema([
     ("inode_id", pa.int64()),
     ("parent_id", pa.int64()),
@@ -64,6 +65,8 @@ INODES_SCHEMA = pa.schema([
     ("mode", pa.int32()),
     ("under_construction", pa.bool_()),
     ("client", pa.string()),
+    ("ns_quota", pa.int64()),
+    ("ds_quota", pa.int64()),
 ])
 
 BLOCKS_SCHEMA = pa.schema([
@@ -187,7 +190,7 @@ def export_image(
                 "dir" if rec.is_dir else "file", rec.replication, rec.block_size,
                 len(rec.blocks), size, rec.mtime_ms, rec.atime_ms, rec.mtime_ms, rec.atime_ms,
                 rec.owner, rec.group, permission_string(rec.is_dir, rec.mode), rec.mode,
-                bool(rec.client), rec.client,
+                bool(rec.client), rec.client, rec.ns_quota, rec.ds_quota,
             ))
     return ExportCounts({INODES_FILE: inodes.rows, BLOCKS_FILE: blocks.rows},
                         [inodes_path, blocks_path])

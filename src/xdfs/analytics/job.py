@@ -1,8 +1,10 @@
 """The Spark job behind ``xdfs analyze``: exports in, report tables + HTML + JSON out.
 
-Output directory::
+Output directory (a local path, or any URL Spark's Hadoop client writes: ``webhdfs://`` for
+xdfs itself, see :mod:`xdfs.analytics.storage`)::
 
-    OUT/export/              the Parquet exports made from raw inputs (image, edits)
+    OUT/export/              the Parquet exports made from raw inputs (image, edits); with a
+                             URL, every input the executors read (uploaded by the driver)
     OUT/tables/<name>/       one Parquet table per report table (Spark output)
     OUT/report.html          headline findings, then every report as a section with tables
                              and SVG charts
@@ -11,7 +13,7 @@ Output directory::
 
 The master is never chosen here unless asked: ``--master`` sets it, otherwise Spark's own
 configuration decides (``spark-submit --master``, ``spark-defaults.conf``), and PySpark
-falls back to ``local[*]``.
+falls back to ``local[*]``. ``spark-submit`` runs :mod:`xdfs.analytics.submit`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import datetime as dt
 import json
 import logging
 import math
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ from xdfs.analytics.datasource import use_this_python
 from xdfs.analytics.headlines import headlines
 from xdfs.analytics.html_report import ROWS_SHOWN, Section, Table, render
 from xdfs.analytics.memory import MEASURE_INODES_MAX, measure_bytes_per_inode
+from xdfs.analytics.storage import HadoopFiles, is_url, join
 from xdfs.errors import InvalidArgument
 
 log = logging.getLogger("xdfs.analytics.job")
@@ -55,6 +59,8 @@ class JobConfig:
     measure_inodes_max: int = MEASURE_INODES_MAX
     planning: forecast.PlanningOptions = field(default_factory=forecast.PlanningOptions)
     shuffle_partitions: int | None = None
+    #: Spark settings for the session (``spark.pyspark.python``, ``spark.hadoop.*``)
+    spark_conf: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,13 +112,66 @@ def _prepare(cfg: JobConfig, out: Path) -> _Inputs:
                    image_file, export.exported_image_txid(inodes), edits_txids)
 
 
-def spark_session(master: str | None, shuffle_partitions: int | None = None) -> SparkSession:
+@dataclass
+class _Sources:
+    """Where Spark reads each input: the local exports, or their copies under OUT/export
+    when OUT is a URL (executors elsewhere read only what is there)."""
+
+    inodes: str
+    blocks: str
+    edits: str | None
+    replicas: str | None
+    datanodes: str | None
+
+
+def _stage(cfg: JobConfig, files: HadoopFiles, staging: Path) -> JobConfig:
+    """The config with every input given as a URL fetched to a local copy (same name)."""
+    def local(location: str | None, kind: str) -> str | None:
+        if location is None or not is_url(location):
+            return location
+        name = location.rstrip("/").rsplit("/", 1)[-1]
+        checksum = location.rstrip("/") + ".md5"  # an image's, verified on export
+        if kind == "image" and files.exists(checksum):
+            files.fetch(checksum, staging / kind / (name + ".md5"))
+        return str(files.fetch(location, staging / kind / name))
+
+    image = local(cfg.image, "image")
+    assert image is not None
+    return replace(cfg, image=image, edits=local(cfg.edits, "edits"),
+                   blocks=local(cfg.blocks, "blocks"))
+
+
+def _sources(inputs: _Inputs, files: HadoopFiles, out: str) -> _Sources:
+    if not is_url(out):
+        def where(path: Path | None) -> str | None:
+            return None if path is None else str(path)
+    else:
+        def where(path: Path | None) -> str | None:
+            if path is None:
+                return None
+            kind = {"edits.parquet": "edits", "replicas.parquet": "blockmap",
+                    "datanodes.parquet": "blockmap"}.get(path.name, "image")
+            return files.publish(path, join(out, "export", kind, path.name))
+    inodes, blocks = where(inputs.inodes), where(inputs.blocks)
+    assert inodes is not None and blocks is not None
+    return _Sources(inodes, blocks, where(inputs.edits), where(inputs.replicas),
+                    where(inputs.datanodes))
+
+
+def spark_session(master: str | None, shuffle_partitions: int | None = None,
+                  conf: dict[str, str] | None = None) -> SparkSession:
     builder = SparkSession.builder.appName("xdfs-analyze")
     if master:
         builder = builder.master(master)
     if shuffle_partitions:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in (conf or {}).items():  # also when getOrCreate found a session
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
     # Local Python workers run this interpreter (the one that has xdfs installed) unless
     # the user chose one; a cluster sets PYSPARK_PYTHON for its executors.
     use_this_python(session.sparkContext)
@@ -122,33 +181,47 @@ def spark_session(master: str | None, shuffle_partitions: int | None = None) -> 
 class _Collected:
     """Report tables written to OUT/tables and their first rows kept for the HTML/JSON."""
 
-    def __init__(self, out: Path) -> None:
-        self.dir = out / "tables"
+    def __init__(self, spark: SparkSession, out: str) -> None:
+        self.spark = spark
+        self.dir = join(out, "tables")
         self.tables: dict[str, Table] = {}
 
     def add(self, name: str, df: DataFrame) -> Table:
         """One Spark job per table (the write); the first rows and the count are then read
         back from the single Parquet file it wrote (coalesce(1) keeps a sort's order)."""
-        target = self.dir / name
-        df.coalesce(1).write.mode("overwrite").parquet(str(target))
-        parts = sorted(target.glob("part-*.parquet"))
-        total = 0
-        rows: list[tuple[Any, ...]] = []
-        for part in parts:
-            data = pq.ParquetFile(part)
-            total += data.metadata.num_rows
-            for batch in data.iter_batches(batch_size=ROWS_SHOWN):
-                if len(rows) < ROWS_SHOWN:
-                    rows += list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+        target = join(self.dir, name)
+        df.coalesce(1).write.mode("overwrite").parquet(target)
+        total, rows = (self._read_back(target) if is_url(target)
+                       else _read_back_local(Path(target)))
         table = Table(name, list(df.columns), rows, total, frozenset(
             c for c in df.columns if any(w in c for w in _BYTE_WORDS) and "pct" not in c))
         self.tables[name] = table
         return table
 
+    def _read_back(self, target: str) -> tuple[int, list[tuple[Any, ...]]]:
+        """The count and first rows of a table at a URL, read by Spark (as Arrow: the
+        values are those pyarrow gives for a local table)."""
+        back = self.spark.read.parquet(target)
+        first = back.limit(ROWS_SHOWN).toArrow()
+        rows = list(zip(*(c.to_pylist() for c in first.columns), strict=True))
+        return back.count(), rows
+
     def records(self, name: str) -> list[dict[str, Any]]:
         table = self.tables[name]
         return [dict(zip(table.columns, map(_jsonable, row), strict=True))
                 for row in table.rows]
+
+
+def _read_back_local(target: Path) -> tuple[int, list[tuple[Any, ...]]]:
+    total = 0
+    rows: list[tuple[Any, ...]] = []
+    for part in sorted(target.glob("part-*.parquet")):
+        data = pq.ParquetFile(part)
+        total += data.metadata.num_rows
+        for batch in data.iter_batches(batch_size=ROWS_SHOWN):
+            if len(rows) < ROWS_SHOWN:
+                rows += list(zip(*(c.to_pylist() for c in batch.columns), strict=True))
+    return total, rows
 
 
 def _jsonable(value: object) -> object:
@@ -162,36 +235,49 @@ def _jsonable(value: object) -> object:
 def run(cfg: JobConfig, spark: SparkSession | None = None) -> dict[str, Any]:
     """Run every report; returns the JSON summary (also written to OUT/summary.json)."""
     started = time.monotonic()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    inputs = _prepare(cfg, out)
+    spark = spark or spark_session(cfg.master, cfg.shuffle_partitions, cfg.spark_conf)
+    files = HadoopFiles(spark)
+    with tempfile.TemporaryDirectory(prefix="xdfs-analyze-") as staging:
+        local_out = Path(staging, "out") if is_url(cfg.out) else Path(cfg.out)
+        local_out.mkdir(parents=True, exist_ok=True)
+        inputs = _prepare(_stage(cfg, files, Path(staging, "in")), local_out)
+        per_inode, method = _bytes_per_inode(cfg, inputs)
+        return _run(cfg, spark, files, inputs, per_inode, method, started)
+
+
+def _bytes_per_inode(cfg: JobConfig, inputs: _Inputs) -> tuple[float, str]:
+    if cfg.bytes_per_inode is not None:
+        return cfg.bytes_per_inode, "given (--bytes-per-inode)"
+    if inputs.image_file is not None:
+        cost = measure_bytes_per_inode(inputs.image_file, cfg.measure_inodes_max)
+        return cost.bytes_per_inode, cost.method
+    raise InvalidArgument("measuring bytes per inode needs the fsimage file: give "
+                          "--image fsimage_<txid> or --bytes-per-inode")
+
+
+def _run(
+    cfg: JobConfig, spark: SparkSession, files: HadoopFiles, inputs: _Inputs,
+    per_inode: float, method: str, started: float,
+) -> dict[str, Any]:
+    where = _sources(inputs, files, cfg.out)
     as_of_ms = cfg.as_of_ms if cfg.as_of_ms is not None else int(time.time() * 1000)
     opts = reports.Options(cfg.small_file_bytes, cfg.top_n, as_of_ms)
-    if cfg.bytes_per_inode is not None:
-        per_inode, method = cfg.bytes_per_inode, "given (--bytes-per-inode)"
-    elif inputs.image_file is not None:
-        cost = measure_bytes_per_inode(inputs.image_file, cfg.measure_inodes_max)
-        per_inode, method = cost.bytes_per_inode, cost.method
-    else:
-        raise InvalidArgument("measuring bytes per inode needs the fsimage file: give "
-                              "--image fsimage_<txid> or --bytes-per-inode")
-    spark = spark or spark_session(cfg.master, cfg.shuffle_partitions)
-    inodes = spark.read.parquet(str(inputs.inodes)).cache()
-    blocks = spark.read.parquet(str(inputs.blocks))
-    files = inodes.where(F.col("type") == "file").cache()
+    inodes = spark.read.parquet(where.inodes).cache()
+    blocks = spark.read.parquet(where.blocks)
+    file_rows = inodes.where(F.col("type") == "file").cache()
     dirs = inodes.where(F.col("type") == "dir")
-    got = _Collected(out)
+    got = _Collected(spark, cfg.out)
     sections = [
-        _summary_section(spark, got, inodes, files),
-        _small_files_section(got, files, dirs, opts),
+        _summary_section(spark, got, inodes, file_rows),
+        _small_files_section(got, file_rows, dirs, opts),
         _usage_section(got, inodes),
-        _cold_section(spark, got, files, opts),
+        _cold_section(spark, got, file_rows, opts),
     ]
     replication_section, datanode_stats = _replication_section(
-        spark, got, blocks, inodes, inputs)
+        spark, got, blocks, inodes, where)
     sections.append(replication_section)
     growth_section, capacity = _growth_section(
-        spark, got, inodes, inputs, per_inode, method, datanode_stats, cfg.planning)
+        spark, got, inodes, where, per_inode, method, datanode_stats, cfg.planning)
     sections.append(growth_section)
     summary = _summary_json(cfg, got, as_of_ms, capacity, inputs)
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
@@ -204,10 +290,15 @@ def run(cfg: JobConfig, spark: SparkSession | None = None) -> dict[str, Any]:
     ]
     page = render("xdfs metadata report", dt.datetime.now(dt.UTC), facts, sections,
                   summary["headlines"])
-    (out / "report.html").write_text(page, encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    if is_url(cfg.out):
+        files.write_bytes(join(cfg.out, "report.html"), page.encode())
+        files.write_bytes(join(cfg.out, "summary.json"), text.encode())
+    else:
+        Path(cfg.out, "report.html").write_text(page, encoding="utf-8")
+        Path(cfg.out, "summary.json").write_text(text)
     inodes.unpersist()
-    files.unpersist()
+    file_rows.unpersist()
     return summary
 
 
@@ -296,15 +387,15 @@ def _cold_section(
 
 def _replication_section(
     spark: SparkSession, got: _Collected, blocks: DataFrame, inodes: DataFrame,
-    inputs: _Inputs,
+    inputs: _Sources,
 ) -> tuple[Section, dict[str, int]]:
     section = Section("replication", "5. Replication health")
     if inputs.replicas is None:
         section.notes.append("Not available: no block map given (--blocks DIR from "
                              "`xdfs admin -dumpBlockMap`, or --fs).")
         return section, {}
-    replicas = spark.read.parquet(str(inputs.replicas))
-    datanodes = (spark.read.parquet(str(inputs.datanodes))
+    replicas = spark.read.parquet(inputs.replicas)
+    datanodes = (spark.read.parquet(inputs.datanodes)
                  if inputs.datanodes is not None else None)
     tables = reports.replication(blocks, inodes, replicas, datanodes)
     summary = got.add("replication_summary", tables["replication_summary"])
@@ -336,12 +427,12 @@ def _replication_section(
 
 
 def _growth_section(
-    spark: SparkSession, got: _Collected, inodes: DataFrame, inputs: _Inputs,
+    spark: SparkSession, got: _Collected, inodes: DataFrame, inputs: _Sources,
     per_inode: float, method: str, nodes: dict[str, int], plan: forecast.PlanningOptions,
 ) -> tuple[Section, dict[str, Any]]:
     if inputs.edits is not None:
         basis = "edits"
-        daily_df = reports.growth_from_edits(spark.read.parquet(str(inputs.edits)))
+        daily_df = reports.growth_from_edits(spark.read.parquet(inputs.edits))
     else:
         basis = "image"
         daily_df = reports.growth_from_image(inodes)

@@ -48,12 +48,12 @@ from xdfs.protocol.backup import (
 )
 from xdfs.protocol.datanode import DATANODE_PROTOCOL
 from xdfs.protocol.ha import HA_SERVICE, ROLE_BACKUP, HaStatus
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.quorum.reader import JournalTailer
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import NotActiveHandlers
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 
 #: Services a promoted backup serves as a NameNode; before that they answer NotActive.

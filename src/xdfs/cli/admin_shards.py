@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from xdfs.client.shards import slot_map_of
 from xdfs.protocol.sharding import SlotMapResponse
-from xdfs.sharding.slotmap import SlotMap
 from xdfs.sharding.slots import SLOT_COUNT
 
 
@@ -13,7 +13,7 @@ def shard_rows(answers: list[SlotMapResponse]) -> list[str]:
     first = answers[0]
     if not first.shard:
         return [f"not sharded: one NameNode holds the whole namespace ({first.inodes} inodes)"]
-    slot_map = SlotMap(first.epoch, first.ranges)
+    slot_map = slot_map_of(first)
     inodes = {answer.shard: answer.inodes for answer in answers}
     ranges: dict[str, list[str]] = {}
     for r in slot_map.ranges:

@@ -502,11 +502,12 @@ def _supervise(
     children: list[tuple[str, ServerProcess]], on_tick: Callable[[], None] | None = None
 ) -> int:
     """Wait for SIGTERM/SIGINT (stop all gracefully) or the death of every NameNode and
-    backup (stop the rest).
+    backup (stop the rest: nothing can serve).
 
     A DataNode that dies is reported and left dead: killing one is how a developer watches
     re-replication happen, and the cluster goes on without it; so does a NameNode with a
-    backup left to promote."""
+    backup left to promote, and one NameNode of an HA pair (the other serves; a fenced one
+    does not exit, it goes back to standby by itself)."""
     procs = [child for _role, child in children]
     namenodes = [child for role, child in children if role in ("namenode", "backupnode")] \
         or [child for role, child in children if role == "logservice"]  # --logservice-only
@@ -527,10 +528,14 @@ def _supervise(
     while not stopping:
         if on_tick is not None:
             on_tick()  # e.g. notice a takeover
-        for proc in procs:
+        for role, proc in children:
             if not proc.alive() and proc.pid not in reported:
                 reported.add(proc.pid)
-                click.echo(f"xdfs dev: pid {proc.pid} exited; see {proc.log_path}", err=True)
+                left = sum(other.alive() for other in namenodes)
+                still = (f"; {left} of {len(namenodes)} left to serve"
+                         if proc in namenodes and left else "")
+                click.echo(f"xdfs dev: {role} (pid {proc.pid}) exited{still}; see "
+                           f"{proc.log_path}", err=True)
         if not any(proc.alive() for proc in namenodes):
             status = 1
             break

@@ -99,17 +99,18 @@ def dev_log(base: Path, conf: list[str]) -> DevLog:
     assert isinstance(zk_port, int) and isinstance(storage_ports, list)
     zookeeper = ZooKeeperServer(base / "zookeeper", ServerPorts(zk_port), die_with_parent=True)
     address = f"127.0.0.1:{layout['service']}"
+    nodes = json.dumps([f"127.0.0.1:{p}" for p in storage_ports])
     storage = [
         ServerProcess.xdfs(  # heartbeats to the keeper: the one instance
             *conf, "-D", f"journalnode.secret_file={secret}",
             "-D", f"logservice.instances={json.dumps([address])}",
+            "-D", f"logservice.storage_nodes={nodes}",  # the peers it may copy from
             "-D", "journalnode.http_address=127.0.0.1:0", "journalnode",
             "--journal-dir", str(base / f"lognode{i}"), "--rpc-address", f"127.0.0.1:{port}",
             log_path=base / "logs" / f"lognode{i}.log",
             ready_pattern=r"journalnode serving on (\S+)", die_with_parent=True)
         for i, port in enumerate(storage_ports)
     ]
-    nodes = json.dumps([f"127.0.0.1:{p}" for p in storage_ports])
     service = ServerProcess.xdfs(
         *conf, "-D", f"logservice.secret_file={secret}",
         "-D", f"logservice.instances={json.dumps([address])}",

@@ -123,7 +123,7 @@ def wait_for_map(config: XdfsConfig, shards: DevShards, credentials: dict[str, s
         while True:
             try:
                 answer = c.shard_maps()[0]
-                if answer.shard and len({r.shard for r in answer.ranges}) == shards.count:
+                if answer.shard and len({shard for _f, _l, shard in answer.ranges}) == shards.count:
                     return
             except NoSlotMap:
                 pass

@@ -25,7 +25,7 @@ def _client(state: CliState) -> Iterator[object]:
 
 
 def _lsn(text: str) -> object:
-    from xdfs.log.record import Lsn
+    from xdfs.protocol.log import Lsn
 
     return Lsn.parse(text)
 
@@ -69,7 +69,7 @@ def create(state: CliState, name: str, ensemble: int | None, ack_quorum: int | N
 @click.pass_obj
 def append(state: CliState, name: str, records: tuple[str, ...], key: str | None) -> None:
     """Append RECORDS (one batch), or each line of stdin when none is given; print LSNs."""
-    from xdfs.log.record import Record
+    from xdfs.protocol.log import Record
 
     texts = list(records) or [line.rstrip("\n") for line in sys.stdin]
     if not texts:
@@ -160,7 +160,8 @@ def stat(state: CliState, name: str, as_json: bool) -> None:
     click.echo(f"log {info.name}: {info.ledgers} ledger(s), E={s.ensemble_size} "
                f"W={s.write_quorum} A={s.ack_quorum}")
     click.echo(f"  truncated below {info.truncated_lsn}, end {info.end_lsn}")
-    click.echo(f"  writer epoch {info.writer_epoch} ({info.writer or 'none yet'}), "
+    click.echo(f"  writer epoch {info.writer_epoch} ({info.writer or 'none yet'}), last "
+               f"open_writer at epoch {info.opened_epoch or 'none'}, "
                f"readers: {', '.join(f'{k}@{v}' for k, v in info.readers.items()) or 'none'}")
 
 

@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "logservice": ("xdfs.cli.logservice", "logservice", "Run the replicated log service."),
     "log": ("xdfs.cli.log", "log", "Named replicated logs: create, append, read, tail -f ..."),
     "dfs": ("xdfs.cli.dfs", "dfs", "File system shell, like `hdfs dfs`."),
+    "mount": ("xdfs.cli.mount", "mount", "Mount the cluster as a local file system (FUSE)."),
     "admin": ("xdfs.cli.admin", "admin", "Administration, like `hdfs dfsadmin`."),
     "fsck": ("xdfs.cli.fsck", "fsck", "Check the health of files and blocks."),
     "balancer": ("xdfs.cli.balancer", "balancer", "Even out DataNode usage (moves replicas)."),

@@ -29,13 +29,10 @@ def ping(state: CliState, address: str, count: int) -> None:
     config = state.config
 
     async def go() -> None:
-        hello = Hello(
-            PROTOCOL_VERSION,
-            client_name="xdfs-ping",
-            user=config.client.user,
-            password=config.client.password,
-            token=config.client.token,
-        )
+        # Anonymous (server_info and ping need no user): no credential goes to whatever
+        # answers at ADDRESS, and servers without accounts (DataNodes), which cannot prove
+        # a password, answer too.
+        hello = Hello(PROTOCOL_VERSION, client_name="xdfs-ping")
         client = RpcClient(address, config.rpc, hello=hello, ssl_context=client_context(config.rpc))
         try:
             click.echo(describe(address, await client.call(SERVER_INFO, Empty()), time.time()))

@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec.structs
+
 from xdfs.client import transfer
 from xdfs.client.datanodes import DataNodePool
 from xdfs.client.failover import namenode_probe
@@ -31,6 +33,7 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import BadReplica, BadReplicasRequest
 from xdfs.protocol.sharding import SlotMapResponse
+from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.sync import LoopThread
 from xdfs.rpc.tls import client_context
@@ -122,7 +125,17 @@ class AsyncClient:
     # -- metadata -----------------------------------------------------------------------
 
     async def login(self, user: str, password: str, lifetime_s: float = 0.0) -> p.LoginResponse:
-        return await self.rpc.call(p.LOGIN, p.LoginRequest(user, password, lifetime_s))
+        """A token for ``user``: asked for on a connection of its own that logs in as
+        ``user`` by SCRAM, so the password never travels (the request carries none)."""
+        hello = msgspec.structs.replace(self.rpc.hello, user=user, password=password,
+                                        token="", client_id=b"")  # (an id of its own)
+        rpc = RpcClient(self.addresses, self.config.rpc, hello=hello,
+                        ssl_context=self.rpc.ssl_context,
+                        probe=namenode_probe(self.config.client))
+        try:
+            return await rpc.call(p.LOGIN, p.LoginRequest(user, "", lifetime_s))
+        finally:
+            await rpc.close()
 
     async def mkdirs(
         self, path: str, mode: int = DEFAULT_MODE, parents: bool = True

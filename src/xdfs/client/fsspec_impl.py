@@ -34,8 +34,8 @@ from fsspec.utils import isfilelike
 from xdfs.client import transfer
 from xdfs.client.client import Client
 from xdfs.client.sync_files import SyncReader, SyncWriter
-from xdfs.common.addresses import SCHEME, split_uri
-from xdfs.errors import AlreadyExists, IsADirectory, NotFound
+from xdfs.common.addresses import SCHEME, format_fs_uri, parse_fs_uri, split_uri
+from xdfs.errors import AlreadyExists, ConfigError, InvalidArgument, IsADirectory, NotFound
 from xdfs.protocol.namenode import FileStatus
 
 #: Modes of :meth:`XdfsFileSystem.open` (xdfs has no append yet).
@@ -60,6 +60,11 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
     ) -> None:
         super().__init__(fs=fs, user=user, password=password, token=token, **kwargs)
         self.client = Client(fs, user=user, password=password, token=token)
+        # Tools that take a registered file system (DuckDB's register_filesystem, pyarrow's
+        # filesystem=) hand it whole URLs: one naming another cluster must fail, not read
+        # the same path on this one. (fsspec.open and storage_options pick the file system
+        # from the URL itself.)
+        self._strip_protocol = self._strip_own_protocol  # type: ignore[method-assign]
 
     @classmethod
     def _strip_protocol(cls, path: Any) -> Any:
@@ -71,6 +76,26 @@ class XdfsFileSystem(AbstractFileSystem):  # type: ignore[misc]
             text = uri[1]
         text = text.rstrip("/") or "/"
         return text if text.startswith("/") else "/" + text
+
+    def _strip_own_protocol(self, path: Any) -> Any:
+        """:meth:`_strip_protocol`, refusing an ``xdfs://AUTHORITY/...`` of another cluster
+        (an authority is this one's when it shares a NameNode address or nameservice)."""
+        for one in path if isinstance(path, list) else [path]:
+            uri = split_uri(str(one))
+            if uri is not None and uri[0] and not self._names_this_cluster(uri[0]):
+                raise InvalidArgument(
+                    f"{one} names another cluster than this file system's "
+                    f"({format_fs_uri(self.client.addresses)}): use one for it, "
+                    f"fsspec.filesystem('xdfs', fs='{SCHEME}{uri[0]}'), or write "
+                    f"{SCHEME}{uri[1]} for this one")
+        return type(self)._strip_protocol(path)
+
+    def _names_this_cluster(self, authority: str) -> bool:
+        try:
+            theirs = parse_fs_uri(SCHEME + authority, self.client.config.ha.nameservices())
+        except ConfigError:
+            return False
+        return bool(set(theirs) & set(self.client.addresses))
 
     @staticmethod
     def _get_kwargs_from_urls(path: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.service import Method, Req, Resp
 from xdfs.sharding.routing import Routing, routing_path
-from xdfs.sharding.slotmap import SlotMap
+from xdfs.sharding.slotmap import SlotMap, SlotRange
 from xdfs.sharding.slots import Partitioning
 
 
@@ -46,8 +46,13 @@ class KnownMap:
     @classmethod
     def of(cls, answer: SlotMapResponse) -> KnownMap:
         parts = Partitioning(answer.partition_depth, dict(answer.depth_overrides))
-        return cls(Routing(parts, SlotMap(answer.epoch, answer.ranges)),
+        return cls(Routing(parts, slot_map_of(answer)),
                    {info.shard: info.address for info in answer.shards})
+
+
+def slot_map_of(answer: SlotMapResponse) -> SlotMap:
+    """The map a get_slot_map answer carries (SlotMapInvalid when it does not hold)."""
+    return SlotMap(answer.epoch, [SlotRange(*r) for r in answer.ranges])
 
 
 class ShardedRpcClient(RpcClient):

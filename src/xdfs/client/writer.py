@@ -240,6 +240,8 @@ class FileWriter:
         self.config = config
         self.client_name = client_name
         self.path = status.path
+        #: The file's status when opened (its inode id: what a mount numbers it by).
+        self.status = status
         self.block_size = status.block_size
         self.replication = status.replication
         #: The file's blocks so far (an appended file starts with the ones it had).

@@ -10,10 +10,12 @@ be armed through ``XDFS_FAULTS="name=kill,name2=exit"`` read by :func:`arm_fault
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Literal
 
@@ -126,11 +128,19 @@ def fault_point(name: str) -> None:
         FAULTS.hit(name)
 
 
-_ENV_ACTIONS: dict[str, FaultAction] = {"exit": "exit", "kill": "kill", "stop": "stop"}
+_ENV_ACTIONS: dict[str, FaultAction] = {
+    "exit": "exit", "kill": "kill", "stop": "stop",
+    # a disk that is full, or failing: the OSError the write would raise
+    "enospc": OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+    "eio": OSError(errno.EIO, os.strerror(errno.EIO)),
+    # a disk that takes its time (near full, or failing): 50 ms more at the point
+    "slow": lambda _name: time.sleep(0.05),
+}
 
 
 def arm_faults_from_env(env: Mapping[str, str] | None = None) -> list[str]:
-    """Arm ``XDFS_FAULTS="point=exit,point2=kill[@skip],point3=stop"``; returns the armed
+    """Arm ``XDFS_FAULTS="point=exit,point2=kill[@skip],point3=stop,point4=enospc"``
+    (``enospc``/``eio``: the point raises that OSError, every time); returns the armed
     names."""
     spec = (os.environ if env is None else env).get(FAULTS_ENV, "").strip()
     armed: list[str] = []
@@ -138,7 +148,8 @@ def arm_faults_from_env(env: Mapping[str, str] | None = None) -> list[str]:
         name, _, rest = item.partition("=")
         action, _, skip = rest.partition("@")
         if action not in _ENV_ACTIONS:
-            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit, kill or stop")
+            raise ValueError(f"{FAULTS_ENV}: action of {name!r} must be exit, kill or stop, "
+                             "or enospc, eio or slow")
         FAULTS.arm(name, _ENV_ACTIONS[action], skip=int(skip or 0))
         armed.append(name)
     return armed

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from xdfs.common.addresses import parse_address
 from xdfs.common.files import LockHolder, probe_lock
-from xdfs.errors import ConfigError, StorageError, TakeoverRefused
+from xdfs.errors import ConfigError, StorageError, TakeoverRefused, XdfsError
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,9 @@ class Target(NamedTuple):
     pid: int = 0  # 0: unknown
 
 
-class FenceFailed(Exception):
-    """One method did not fence; the next one is tried."""
+class FenceFailed(XdfsError):
+    """One method did not fence; the next one is tried. Never sent over the wire (no code
+    of its own): :func:`fence` turns the failures of all methods into TakeoverRefused."""
 
 
 def parse_methods(

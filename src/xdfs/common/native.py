@@ -44,7 +44,7 @@ from types import ModuleType
 #: So are the NameNode's client and admin handlers, the first code each call runs, the
 #: per-call RPC figures and the fault points (a check on every keyed mutation).
 NATIVE_MODULES = (
-    "xdfs.namenode.namespace.paths",
+    "xdfs.common.paths",
     "xdfs.namenode.namespace.children",
     "xdfs.namenode.namespace.permissions",
     "xdfs.namenode.namespace.resolved",
@@ -122,8 +122,12 @@ def pure_requested() -> bool:
 def compiled_usable() -> bool:
     """Whether the compiled build may be loaded: asked for, built, and built from the
     sources as they are now."""
-    if pure_requested():
-        return False
+    return not pure_requested() and build_current()
+
+
+def build_current() -> bool:
+    """Whether a complete build of the sources as they are now is in place (its manifest,
+    written last, says so; a build still running or interrupted has none)."""
     try:
         with open(manifest_path(), encoding="utf-8") as manifest:
             built = json.load(manifest)

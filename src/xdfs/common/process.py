@@ -23,15 +23,18 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from xdfs.errors import XdfsError
+
 #: prctl option: the signal the kernel sends a child when its parent thread exits.
 _PR_SET_PDEATHSIG = 1
 #: Set (to the parent's pid) in the environment of a child started with die_with_parent.
 DIE_WITH_PARENT_ENV = "XDFS_DIE_WITH_PARENT"
 
 
-class ProcessError(AssertionError):
+class ProcessError(XdfsError):
     """A child did not become ready, or exited when it should not have. ``output`` is
-    what it logged since it was started."""
+    what it logged since it was started. Raised where the child is started (``xdfs dev``,
+    tests), never sent over the wire: no code of its own."""
 
     def __init__(self, message: str, output: str = "") -> None:
         super().__init__(message)

@@ -26,11 +26,13 @@ from xdfs.config.loading import (
     write_toml,
 )
 from xdfs.config.namenode import BackupNodeConfig, NameNodeConfig
-from xdfs.config.rpc import ClientConfig, HttpConfig, RpcConfig
+from xdfs.config.rpc import AUTH_CREDENTIALS, AUTH_SIMPLE, ClientConfig, HttpConfig, RpcConfig
 from xdfs.config.services import DevConfig, LogServiceConfig
 from xdfs.config.sharding import ShardingConfig
 
 __all__ = [
+    "AUTH_CREDENTIALS",
+    "AUTH_SIMPLE",
     "CONF_ENV",
     "BackupNodeConfig",
     "BalancerConfig",

@@ -54,12 +54,22 @@ class NameNodeConfig:
     )
     login_failures_throttle: int = setting(
         10,
-        "Failed logins (per user, and per client host) after which each next attempt must wait "
-        "login_throttle_delay_s, doubling with every further failure (LoginThrottled).",
+        "Failed logins (per user and client host, and per client host) after which each next "
+        "attempt must wait login_throttle_delay_s, doubling with every further failure "
+        "(LoginThrottled).",
     )
     login_throttle_delay_s: float = setting(1.0, "The first wait of a throttled login.")
     login_failures_lockout: int = setting(
-        30, "Failed logins after which the user or host is locked out (LockedOut)."
+        30, "Failed logins after which the user on that host, or the host, is locked out "
+        "(LockedOut)."
+    )
+    login_failures_user_lockout: int = setting(
+        300, "Failed logins of one user from all hosts after which the user is locked out "
+        "on every host but the ones it logged in from within login_known_host_s."
+    )
+    login_known_host_s: float = setting(
+        604800.0, "A host a user logged in from with its password stays one of its known "
+        "hosts this long (failures from other hosts never lock it out there)."
     )
     login_lockout_s: float = setting(
         300.0, "How long a lockout lasts (password logins only; tokens keep working)."
@@ -126,6 +136,11 @@ class NameNodeConfig:
     )
     journal_write_timeout_s: float = setting(
         20.0, "A batch must be stored by a majority of JournalNodes within this (HDFS: 20 s)."
+    )
+    journal_lag_max_s: float = setting(
+        2.0, "A JournalNode still not done with a batch this long after it was sent (while a "
+        "majority went on) is left out of the quorum until the next segment: a slow or hung "
+        "disk there never holds the writer, nor builds a backlog."
     )
     journal_call_timeout_s: float = setting(
         20.0, "Deadline of every other call to JournalNodes (epochs, recovery, segments)."
@@ -298,9 +313,13 @@ class NameNodeConfig:
             1 <= self.login_failures_throttle <= self.login_failures_lockout,
             "namenode.login_failures_throttle must be in [1, login_failures_lockout]",
         )
+        require(self.login_failures_user_lockout >= self.login_failures_lockout,
+                 "namenode.login_failures_user_lockout must be >= login_failures_lockout")
+        require(self.login_known_host_s >= 0, "namenode.login_known_host_s must be >= 0")
         require(self.login_throttle_delay_s > 0, "namenode.login_throttle_delay_s must be > 0")
         require(self.login_lockout_s >= 0, "namenode.login_lockout_s must be >= 0")
         require(self.block_recovery_timeout_s > 0, "namenode.block_recovery_timeout_s must be > 0")
+        require(self.journal_lag_max_s > 0, "namenode.journal_lag_max_s must be > 0")
         require(0 < self.standby_tail_wait_s < self.journal_call_timeout_s,
                  "namenode.standby_tail_wait_s must be in (0, journal_call_timeout_s)")
         require(self.standby_tail_txns_max >= 1, "namenode.standby_tail_txns_max must be >= 1")

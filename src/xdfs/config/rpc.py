@@ -122,10 +122,16 @@ class RpcConfig:
         require(self.frames_per_turn >= 0, "rpc.frames_per_turn must be >= 0")
 
 
+#: Values of ``http.auth`` (what they admit: :mod:`xdfs.http.auth`).
+AUTH_CREDENTIALS = "credentials"
+AUTH_SIMPLE = "simple"
+AUTH_MODES = (AUTH_CREDENTIALS, AUTH_SIMPLE)
+
+
 @dataclass(frozen=True)
 class HttpConfig:
     auth: str = setting(
-        "credentials",
+        AUTH_CREDENTIALS,
         "How HTTP requests authenticate: credentials (a delegation token, a Bearer token or "
         "HTTP Basic with an xdfs user) or simple (also trust user.name=NAME unchecked: "
         "HDFS's insecure default, for trusted networks only).",
@@ -179,9 +185,8 @@ class HttpConfig:
     )
 
     def validate(self) -> None:
-        from xdfs.http.auth import check_mode
-
-        check_mode(self.auth)
+        require(self.auth in AUTH_MODES,
+                f"http.auth must be one of {', '.join(AUTH_MODES)}, not {self.auth!r}")
         require(self.redirect_token_lifetime_s > 0, "http.redirect_token_lifetime_s must be > 0")
         require(self.read_url_lifetime_s > 0, "http.read_url_lifetime_s must be > 0")
         require(self.connections_max >= 1, "http.connections_max must be >= 1")

@@ -22,7 +22,8 @@ class LogServiceConfig:
         10.0, "ZooKeeper session timeout of a log writer (its writer lock lives that long)."
     )
     storage_nodes: tuple[str, ...] = setting(
-        (), "JournalNodes (host:port) whose `ledger` service stores the logs' ledgers."
+        (), "JournalNodes (host:port) whose `ledger` service stores the logs' ledgers: the "
+        "only storage nodes an instance (or, set there, a storage node) ever dials."
     )
     secret_file: str = setting(
         "", "The storage nodes' secret (their journalnode.secret_file; mode 600)."

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from xdfs.config.base import require, setting
-from xdfs.sharding.ids import SHARDS_MAX
-from xdfs.sharding.slots import DEFAULT_DEPTH, Partitioning
+
+#: The largest shard number: xdfs.sharding.ids.SHARDS_MAX - 1 (the config sits below the
+#: sharding cores in the layers; tests/sharding/test_shard_config checks they agree).
+SHARD_NUMBER_MAX = (1 << 15) - 1
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,7 @@ class ShardingConfig:
         "start."
     )
     partition_depth: int = setting(
-        DEFAULT_DEPTH, "Path components of a partition root (2: /user/alice/x -> "
+        2, "Path components of a partition root (2: /user/alice/x -> "
         "/user/alice); a path's slot is the CRC16 of its partition root mod 16384. The same "
         "on every shard and client."
     )
@@ -60,13 +62,14 @@ class ShardingConfig:
     def enabled(self) -> bool:
         return self.shard >= 0
 
-    def partitioning(self) -> Partitioning:
-        return Partitioning(self.partition_depth, dict(self.depth_overrides))
-
     def validate(self) -> None:
-        require(-1 <= self.shard < SHARDS_MAX,
-                f"sharding.shard must be -1 (unsharded) or 0 .. {SHARDS_MAX - 1}")
-        self.partitioning()  # a ConfigError for a bad depth or override
+        """(The overrides are checked where they are used, xdfs.sharding.slots.Partitioning:
+        a shard refuses to start with a bad one.)"""
+        require(-1 <= self.shard <= SHARD_NUMBER_MAX,
+                f"sharding.shard must be -1 (unsharded) or 0 .. {SHARD_NUMBER_MAX}")
+        require(self.partition_depth >= 1, "sharding.partition_depth must be at least 1")
+        require(all(depth >= 1 for depth in self.depth_overrides.values()),
+                "sharding.depth_overrides: every depth must be at least 1")
         require(self.zookeeper_root.startswith("/") and not self.zookeeper_root.endswith("/"),
                 "sharding.zookeeper_root must be an absolute znode path (no trailing '/')")
         require(self.zookeeper_session_timeout_s > 0,

@@ -47,10 +47,10 @@ from xdfs.errors import (
 from xdfs.http.server import HttpServer
 from xdfs.http.ui.status import start_status_http
 from xdfs.protocol.datanode import DATANODE_SERVICE, DATANODE_USER_PREFIX, DataNodeInfoResponse
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 
 log = logging.getLogger(__name__)

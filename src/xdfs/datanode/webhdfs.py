@@ -20,10 +20,10 @@ from aiohttp import web
 from xdfs.client.client import AsyncClient
 from xdfs.client.transfer import stream_to
 from xdfs.common.addresses import format_fs_uri
-from xdfs.config import XdfsConfig
+from xdfs.config import AUTH_CREDENTIALS, XdfsConfig
 from xdfs.errors import AccessDenied, InvalidArgument, IsADirectory
 from xdfs.http import webhdfs as w
-from xdfs.http.auth import AUTH_CREDENTIALS, request_credentials
+from xdfs.http.auth import request_credentials
 from xdfs.http.server import body_chunks
 from xdfs.protocol import namenode as p
 from xdfs.protocol.namenode import DEFAULT_MODE

@@ -19,11 +19,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xdfs.errors import AuthenticationFailed, ConfigError, NotAuthenticated
-
-AUTH_CREDENTIALS = "credentials"
-AUTH_SIMPLE = "simple"
-AUTH_MODES = (AUTH_CREDENTIALS, AUTH_SIMPLE)
+from xdfs.config import AUTH_SIMPLE
+from xdfs.errors import AuthenticationFailed, NotAuthenticated
 
 
 @dataclass(frozen=True)
@@ -33,11 +30,6 @@ class Credentials:
     password: str = ""
     #: ``user`` is only claimed (``user.name`` in simple mode): trusted, never checked.
     simple: bool = False
-
-
-def check_mode(mode: str) -> None:
-    if mode not in AUTH_MODES:
-        raise ConfigError(f"http.auth must be one of {', '.join(AUTH_MODES)}, not {mode!r}")
 
 
 def request_credentials(

@@ -184,14 +184,27 @@ def statuses(path: str, entries: list[FileStatus]) -> dict[str, Any]:
 
 
 def content_summary(summary: ContentSummary) -> dict[str, Any]:
-    # xdfs has no quotas yet: -1 is HDFS's "none".
+    """HDFS's ``ContentSummary`` with the path's own quotas (-1: none). ``typeQuota``
+    names only storage types with a quota set (HDFS's JsonUtil): xdfs has one storage
+    type and no per-type quotas, so it is always ``{}``."""
     return {"ContentSummary": {
         "directoryCount": summary.directory_count,
         "fileCount": summary.file_count,
         "length": summary.length,
-        "quota": -1,
+        "quota": summary.ns_quota,
         "spaceConsumed": summary.space_consumed,
-        "spaceQuota": -1,
+        "spaceQuota": summary.ds_quota,
+        "typeQuota": {},
+    }}
+
+
+def quota_usage(summary: ContentSummary) -> dict[str, Any]:
+    """HDFS's ``QuotaUsage`` (GETQUOTAUSAGE): the names and bytes a quota counts."""
+    return {"QuotaUsage": {
+        "fileAndDirectoryCount": summary.file_count + summary.directory_count,
+        "quota": summary.ns_quota,
+        "spaceConsumed": summary.space_consumed,
+        "spaceQuota": summary.ds_quota,
         "typeQuota": {},
     }}
 

@@ -41,13 +41,13 @@ class JournalHandlers:
 
     async def new_epoch(self, ctx: CallContext, req: j.NewEpochRequest) -> j.NewEpochResponse:
         last = await self.journals.worker(req.journal_id).submit(
-            lambda jn: jn.new_epoch(req.namespace, req.epoch))
+            lambda jn: jn.new_epoch(req.namespace, req.epoch), fresh_start=True)
         return j.NewEpochResponse(last)
 
     async def start_log_segment(self, ctx: CallContext, req: j.StartSegmentRequest) -> Empty:
         await self.journals.worker(req.req.journal_id).submit(
             lambda jn: jn.start_log_segment(req.req, req.first_txid, req.layout_version,
-                                            req.nodes))
+                                            req.nodes), fresh_start=True)
         return Empty()
 
     async def journal(self, ctx: CallContext, req: j.JournalRecordsRequest) -> Empty:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xdfs.common.files import DirLock, make_dirs
-from xdfs.common.secrets import SecretAuthenticator, read_secret_file
+from xdfs.common.secrets import read_secret_file
 from xdfs.config import XdfsConfig
 from xdfs.http.server import HttpServer
 from xdfs.http.ui.status import start_status_http
@@ -26,9 +26,10 @@ from xdfs.ledger.handlers import LedgerHandlers, LedgerWorker
 from xdfs.ledger.storage import LEDGER_DIR
 from xdfs.protocol.journal import JOURNAL_SERVICE, JOURNAL_USER
 from xdfs.protocol.ledger import LEDGER_SERVICE
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 
 if TYPE_CHECKING:

@@ -3,9 +3,15 @@
 Each journal has its own worker thread: every call of that journal runs there, one at a
 time, in the order the calls arrived (a handler hands its call to the thread before its
 first ``await``). So a journal's state never sees two calls at once, its fsyncs never
-block the event loop, and journals never wait for each other. A journal whose disk
-failed refuses every further call (StorageError) until the JournalNode restarts and loads
-it again: it never answers from a state it could not make durable.
+block the event loop, and journals never wait for each other.
+
+A journal whose disk failed (a full disk: ENOSPC; an I/O error) refuses every further
+call at once (StorageError): it never answers from a state it could not make durable, and
+the writer, told on its first failed call, leaves it out until the next segment. The
+next ``start_log_segment`` or ``new_epoch`` (a segment roll, a new writer) loads the
+journal from disk again first, as a restart of the JournalNode would (a torn tail cut,
+the in-progress segment settled): when the disk works again the node rejoins there, as
+in HDFS's quorum journal; when it still fails, it stays out until the next one.
 """
 
 from __future__ import annotations
@@ -36,9 +42,30 @@ class JournalWorker:
         self.changed = asyncio.Event()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"journal {journal.journal_id}")
 
-    def submit(self, call: Callable[[Journal], T]) -> asyncio.Future[T]:
-        """Queue ``call`` now (callers must not await before this, to keep the order)."""
-        return asyncio.get_running_loop().run_in_executor(self._thread, self._run, call)
+    def submit(self, call: Callable[[Journal], T], *, fresh_start: bool = False
+               ) -> asyncio.Future[T]:
+        """Queue ``call`` now (callers must not await before this, to keep the order).
+        ``fresh_start``: a segment start or a new epoch, where a failed journal is loaded
+        from disk again and tried (module doc)."""
+        run = self._run_fresh if fresh_start else self._run
+        return asyncio.get_running_loop().run_in_executor(self._thread, run, call)
+
+    def _run_fresh(self, call: Callable[[Journal], T]) -> T:
+        if self.failure is not None:
+            reloaded = Journal(self.journal.root, self.journal.journal_id)
+            try:
+                self.journal.close()
+                reloaded.load()
+            except (StorageError, OSError) as exc:
+                log.warning("journal %s: still failing (%s): stays out of the quorum",
+                            self.journal.journal_id, exc)
+                raise StorageError(f"journal {self.journal.journal_id} failed earlier "
+                                   f"({self.failure.message}) and cannot be loaded again: "
+                                   f"{exc}") from exc
+            log.warning("journal %s: loaded again after its failure (%s); trying to rejoin",
+                        self.journal.journal_id, self.failure.message)
+            self.journal, self.failure = reloaded, None
+        return self._run(call)
 
     def notify(self) -> None:
         """A writer call went through: wake the long-polling readers."""
@@ -51,6 +78,11 @@ class JournalWorker:
                                f"({self.failure.message}); restart the JournalNode")
         try:
             return call(self.journal)
+        except OSError as exc:  # (a write's own errors arrive as StorageError)
+            error = StorageError(f"journal {self.journal.journal_id}: {exc}")
+            self.failure = error
+            log.critical("journal %s failed: %s", self.journal.journal_id, error.message)
+            raise error from exc
         except StorageError as exc:
             self.failure = exc
             log.critical("journal %s failed: %s", self.journal.journal_id, exc.message)

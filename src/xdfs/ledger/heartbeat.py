@@ -81,6 +81,11 @@ class KeeperLink:
         except NotKeeper as exc:
             if exc.holder in ("?", self.keeper):
                 return  # none elected yet (or our instance's previous run): next beat
+            if exc.holder not in self.instances:
+                # Named by the keeper znode only: the secret goes to configured instances.
+                log.error("keeper at %s is not in logservice.instances: not followed",
+                          exc.holder)
+                return
             self.keeper = exc.holder
             answer = await self._client(self.keeper).call(lg.HEARTBEAT, request)
         for command in answer.commands:
@@ -143,8 +148,11 @@ def start_keeper_link(config: XdfsConfig, worker: LedgerWorker, address: str, se
         return None
     rpc = config.rpc
     context = client_context(rpc)
+    # Copy sources come from the keeper (a configured instance, which checks them against
+    # its storage nodes); checked here too when this node is told the storage nodes.
     pool = NodePool(rpc, Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret),
-                    settings.call_timeout_s, context)
+                    settings.call_timeout_s, context,
+                    allowed=settings.storage_nodes or None)
     return KeeperLink(worker, address, list(settings.instances), rpc,
                       Hello(PROTOCOL_VERSION, user=lg.LOG_USER, password=secret), pool,
                       settings.heartbeat_interval_s, context)

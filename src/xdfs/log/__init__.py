@@ -15,7 +15,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(client, name)
     if name in ("Lsn", "Record"):
-        from xdfs.log import record
+        from xdfs.protocol import log
 
-        return getattr(record, name)
+        return getattr(log, name)
     raise AttributeError(name)

@@ -21,9 +21,9 @@ import msgspec
 
 from xdfs.config import XdfsConfig, load_config
 from xdfs.errors import ConfigError, NotLogWriter, Unavailable
-from xdfs.log.meta import LogSettings
-from xdfs.log.record import LSN_ZERO, Lsn, ReadRecord, Record
+from xdfs.log.meta import NO_WRITER
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn, ReadRecord, Record
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
 from xdfs.rpc.service import Method
@@ -63,6 +63,8 @@ class AsyncLogClient:
         self._any = self._client(list(addresses))
         self._direct: dict[str, RpcClient] = {}
         self._writer_at: dict[str, str] = {}
+        #: The writer epoch this client opened, by log: its appends carry it.
+        self._epochs: dict[str, int] = {}
 
     def _client(self, addresses: list[str]) -> RpcClient:
         rpc = self.config.rpc
@@ -104,18 +106,30 @@ class AsyncLogClient:
 
     async def delete(self, name: str) -> None:
         await self._call(lg.DELETE, lg.NameRequest(name), name)
+        self._epochs.pop(name, None)  # a log made again under the name has its own writers
 
     async def open_writer(self, name: str) -> int:
-        """Open a new writer of ``name``: it fences the previous one (whose later appends
-        fail with LogFenced and never show); the new writer epoch."""
-        return (await self._call(lg.OPEN_WRITER, lg.NameRequest(name), name)).epoch
+        """Become the one writer of ``name``: a new writer epoch that fences the previous
+        writer -- appends under an older epoch (another client's, or this client's
+        before) fail with LogFenced and never show. This client's later appends to the
+        log carry the epoch; returned."""
+        epoch = (await self._call(lg.OPEN_WRITER, lg.NameRequest(name), name)).epoch
+        self._epochs[name] = epoch
+        return epoch
 
-    async def append(self, name: str, record: Record | bytes | str) -> Lsn:
-        return (await self.append_batch(name, [record]))[0]
+    async def append(self, name: str, record: Record | bytes | str, *,
+                     epoch: int | None = None) -> Lsn:
+        return (await self.append_batch(name, [record], epoch=epoch))[0]
 
-    async def append_batch(self, name: str, records: Sequence[Record | bytes | str]
-                           ) -> builtins.list[Lsn]:
-        request = lg.AppendRequest(name, [as_record(r) for r in records])
+    async def append_batch(self, name: str, records: Sequence[Record | bytes | str], *,
+                           epoch: int | None = None) -> builtins.list[Lsn]:
+        """Append ``records`` as one entry; their LSNs. ``epoch``: the writer epoch to
+        append under -- by default the one this client's :meth:`open_writer` got for the
+        log, else :data:`NO_WRITER` (0): one of many producers, appending to whichever
+        writer is current and never fenced."""
+        if epoch is None:
+            epoch = self._epochs.get(name, NO_WRITER)
+        request = lg.AppendRequest(name, [as_record(r) for r in records], epoch)
         return (await self._call(lg.APPEND, request, name)).lsns
 
     async def read(self, name: str, from_lsn: Lsn = LSN_ZERO, max_bytes: int = 1 << 20,

@@ -37,10 +37,11 @@ from xdfs.errors import (
 )
 from xdfs.log import meta as m
 from xdfs.log.nodes import NodePool
-from xdfs.log.record import Lsn, ReadRecord, Record, decode_entry
+from xdfs.log.record import decode_entry
 from xdfs.log.writer import AsyncMeta, LogWriter
 from xdfs.log.zkmeta import MetaStore, check_log_name, guarded
 from xdfs.protocol import ledger as lp
+from xdfs.protocol.log import LogSettings, Lsn, ReadRecord, Record
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ _STALE_POLL_S = 0.2
 
 class LogEngine:
     def __init__(self, store: MetaStore, pool: NodePool, storage_nodes: list[str],
-                 address: str, defaults: m.LogSettings, add_timeout_s: float,
+                 address: str, defaults: LogSettings, add_timeout_s: float,
                  lock_wait_s: float = 30.0, keeper_deletes: bool = False) -> None:
         self.store = store
         self.meta = AsyncMeta(store)
@@ -96,7 +97,7 @@ class LogEngine:
 
     # --- logs -------------------------------------------------------------------------
 
-    async def create(self, name: str, settings: m.LogSettings | None, now_ms: int) -> m.LogMeta:
+    async def create(self, name: str, settings: LogSettings | None, now_ms: int) -> m.LogMeta:
         meta = m.LogMeta(check_log_name(name), m.check_settings(settings or self.defaults),
                          created_ms=now_ms)
         await self._thread(lambda: self.store.create(meta))
@@ -167,42 +168,51 @@ class LogEngine:
         except NoNodeError:
             return
 
-    async def writer(self, name: str) -> LogWriter:
-        """This instance's writer of ``name``, opening it (and taking the lock) if free."""
+    async def writer(self, name: str, *, opened: bool = False) -> LogWriter:
+        """This instance's writer of ``name``, opening it (and taking the lock) if free;
+        ``opened``: always a new one, for a caller's ``open_writer``."""
         writer = self.writers.get(name)
-        if writer is not None and writer.fenced is None:
+        if not opened and writer is not None and writer.fenced is None:
             return writer
         lock = self._opening.setdefault(name, asyncio.Lock())
         async with lock:
             writer = self.writers.get(name)
-            if writer is not None and writer.fenced is None:
+            if not opened and writer is not None and writer.fenced is None:
                 return writer
             holder = await self._take_lock(name)
             if holder != self.address:
                 raise NotLogWriter(f"writer at {holder} holds log {name!r}")
             await self.meta.get(name)  # LogNotFound before any writer is made
+            old = self.writers.pop(name, None)
+            if old is not None and old.fenced is None:
+                old.fenced = LogFenced(f"log {name!r}: a new writer was opened")
             writer = LogWriter(self.meta, self.pool, self.storage_nodes, name, self.address,
                                self.add_timeout_s)
-            await writer.open()
+            await writer.open(opened=opened)
             self.writers[name] = writer
             return writer
 
     async def open_writer(self, name: str) -> int:
         """A new writer of ``name`` (seed 002's Open): a new epoch that fences the previous
-        writer and recovers its open ledger; the epoch."""
-        old = self.writers.pop(name, None)
-        if old is not None:
-            old.fenced = LogFenced(f"log {name!r}: a new writer was opened")
-        return (await self.writer(name)).epoch
+        writer, recovers its open ledger and fences appends under older epochs; the epoch."""
+        return (await self.writer(name, opened=True)).epoch
 
     # --- records ------------------------------------------------------------------------
 
-    async def append_batch(self, name: str, records: list[Record]) -> list[Lsn]:
+    async def append_batch(self, name: str, records: list[Record],
+                           epoch: int = m.NO_WRITER) -> list[Lsn]:
+        """Append under the caller's writer ``epoch`` (:data:`~xdfs.log.meta.NO_WRITER`:
+        a producer's append, to whichever writer is current)."""
         writer = await self.writer(name)
+        if epoch not in (m.NO_WRITER, writer.opened_epoch):
+            # An epoch this writer does not know of: it may be stale (another instance
+            # opened a writer since); the one checked against the metadata decides.
+            writer, _ = await self._current_writer(name)
         try:
-            return await writer.append_batch(records)
+            return await writer.append_batch(records, epoch)
         except LogFenced:
-            self.writers.pop(name, None)
+            if writer.fenced is not None and self.writers.get(name) is writer:
+                self.writers.pop(name)  # superseded; a stale epoch leaves the writer be
             raise
 
     async def read_wait(self, name: str, from_lsn: Lsn, max_bytes: int, wait_s: float,
@@ -304,19 +314,20 @@ class LogEngine:
         """Delete the ledgers nothing needs any more; their ids."""
         meta = await self.meta.get(name)
         gone = m.reclaimable(meta)
-        for info in gone:
-            await self._delete_ledger(info)
+        left = {info.ledger_id: await self._delete_ledger(info) for info in gone}
         if gone:
             fault_point("logservice.reclaim_deleted")
             ids = [x.ledger_id for x in gone]
-            await self.meta.update(name, lambda x: m.drop_ledgers(x, ids))
+            await self.meta.update(name, lambda x: m.drop_ledgers(x, ids, left))
         return [x.ledger_id for x in gone]
 
-    async def _delete_ledger(self, info: m.LedgerInfo) -> None:
-        """On every node that may hold it. Without the keeper's heartbeats all must
-        answer (a node down keeps the ledger in the metadata, to be deleted again later);
-        with them, a node that fails is left to the keeper, who tells it to delete the
-        ledger once no log lists it."""
+    async def _delete_ledger(self, info: m.LedgerInfo) -> tuple[str, ...]:
+        """On every node that may hold it; the nodes that may still hold it. Without the
+        keeper's heartbeats all must answer (a node down keeps the ledger in the
+        metadata, to be deleted again later); with them, a node that fails is left to the
+        keeper, who tells it to delete the ledger once the log's released records name it
+        there (:func:`xdfs.log.meta.drop_ledgers` writes them)."""
+        left = []
         for address in info.all_nodes():
             try:
                 await self.pool.node(address).call(lp.DELETE_LEDGER,
@@ -324,8 +335,10 @@ class LogEngine:
             except XdfsError as exc:
                 if not self.keeper_deletes:
                     raise
+                left.append(address)
                 log.info("ledger %d stays on %s for the keeper to delete: %s",
                          info.ledger_id, address, exc.message)
+        return tuple(left)
 
     async def tso(self, count: int) -> int:
         return await self._thread(lambda: self.store.tso(count))

@@ -16,32 +16,30 @@ Rules:
   the last ledger may be open. :func:`should_rotate` decides by size, entry count and age.
 * **ensemble change** -- a fragment ``(first entry, nodes)`` is appended to the open
   ledger: entries from there on are written to the new nodes.
+* **writer epoch of appends** -- a caller's ``open_writer`` also sets ``opened_epoch``;
+  an append naming an older epoch is fenced (:func:`check_append_epoch`), one naming
+  :data:`NO_WRITER` (many producers) never is.
 * **truncation** -- ``truncated_lsn`` only grows; a ledger is reclaimable once it lies
   wholly below both the truncation point and every registered reader's position.
+* **recovery** -- the end and the tail of a ledger whose writer is gone, from the fenced
+  nodes' answers (:func:`recovered_end`, :func:`recovery_start`, :func:`first_missing`,
+  :func:`never_acknowledged`, :func:`tail_copy`; BookKeeper's rule, driven by
+  :func:`xdfs.log.writer.recover_ledger`).
+* **released copies** -- the changes that make copies obsolete (reclamation, a repair's
+  spare) record them (:class:`Released`): the keeper deletes nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
 from xdfs.errors import InvalidArgument, LogFenced, LsnOutOfRange, NotEnoughStorageNodes
-from xdfs.log.record import LSN_ZERO, Lsn
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn
 
 OPEN = "open"
 CLOSED = "closed"
-
-
-class LogSettings(msgspec.Struct, frozen=True):
-    """Per-log settings (defaults from ``logservice.*``)."""
-
-    ensemble_size: int = 3
-    write_quorum: int = 3
-    ack_quorum: int = 2
-    ledger_entries_max: int = 100_000
-    ledger_bytes_max: int = 256 * 1024 * 1024
-    ledger_age_max_s: float = 3600.0
 
 
 def check_settings(settings: LogSettings) -> LogSettings:
@@ -85,15 +83,41 @@ class LedgerInfo(msgspec.Struct, frozen=True):
         return tuple(seen)
 
 
+class Released(msgspec.Struct, frozen=True, array_like=True):
+    """The log let go of its copies of ledger ``ledger_id`` on ``nodes``: ``reclaimed``,
+    the ledger was reclaimed (wholly below the truncation point and every reader);
+    else a spare took those nodes' place (re-replication). Recorded by the change that
+    made the copies obsolete, in the same CAS: the keeper deletes a copy only on such a
+    record (:mod:`xdfs.logservice.rules`), never because the current ledger list or
+    ensemble no longer names it."""
+
+    ledger_id: int
+    nodes: tuple[str, ...]
+    reclaimed: bool
+    by: str = ""  # replaced: the spare that took the nodes' place
+
+
+#: Released records a log keeps; past this the oldest are forgotten (a node still holding
+#: such a copy keeps it: the keeper names it in its log).
+RELEASED_MAX = 1024
+
+
 class LogMeta(msgspec.Struct, frozen=True):
     name: str
     settings: LogSettings
     ledgers: tuple[LedgerInfo, ...] = ()
     writer_epoch: int = 0
     writer: str = ""  # who opened the current writer (instance id), for stat
+    #: The writer epoch the last ``open_writer`` call made: an append carrying an epoch
+    #: (a client that opened the writer) must carry this one (:func:`check_append_epoch`).
+    #: A writer re-opened inside the service (an instance took the log over) moves
+    #: ``writer_epoch`` only, so the client that opened the writer keeps it.
+    opened_epoch: int = 0
     truncated_lsn: Lsn = LSN_ZERO  # records below it are gone (or going)
     readers: dict[str, Lsn] = {}  # registered reader -> the first LSN it still needs
     created_ms: int = 0
+    #: Copies this log let go of and some node may still hold, oldest first.
+    released: tuple[Released, ...] = ()
 
 
 def _replace_ledger(meta: LogMeta, ledger: LedgerInfo) -> LogMeta:
@@ -107,11 +131,33 @@ def _check_epoch(meta: LogMeta, epoch: int) -> None:
                         f"{meta.writer_epoch} ({meta.writer or 'another writer'})")
 
 
-def open_writer(meta: LogMeta, writer: str) -> tuple[LogMeta, list[int]]:
-    """A new writer's epoch; and the ledgers it must fence and recover, oldest first."""
+def open_writer(meta: LogMeta, writer: str, *, opened: bool = False
+                ) -> tuple[LogMeta, list[int]]:
+    """A new writer's epoch; and the ledgers it must fence and recover, oldest first.
+    ``opened``: a caller's ``open_writer`` (its epoch fences appends under older ones)."""
     unclosed = [x.ledger_id for x in meta.ledgers if x.state != CLOSED]
-    fresh = msgspec.structs.replace(meta, writer_epoch=meta.writer_epoch + 1, writer=writer)
+    epoch = meta.writer_epoch + 1
+    fresh = msgspec.structs.replace(meta, writer_epoch=epoch, writer=writer,
+                                    opened_epoch=epoch if opened else meta.opened_epoch)
     return fresh, unclosed[-2:]
+
+
+#: The epoch of an append from no writer (seed 002's many producers): it goes to whichever
+#: writer is current and is never fenced by ``open_writer``.
+NO_WRITER = 0
+
+
+def check_append_epoch(meta: LogMeta, epoch: int) -> None:
+    """An append under ``epoch`` may go on: it names the epoch of the last
+    ``open_writer`` (or none, :data:`NO_WRITER`); an older one was fenced by a newer
+    writer (a deposed leader must not write)."""
+    if epoch == NO_WRITER or epoch == meta.opened_epoch:
+        return
+    if epoch < meta.opened_epoch:
+        raise LogFenced(f"log {meta.name!r}: writer epoch {epoch} was fenced by the writer "
+                        f"opened at epoch {meta.opened_epoch}")
+    raise LogFenced(f"log {meta.name!r}: writer epoch {epoch} was never opened (the last "
+                    f"open_writer made epoch {meta.opened_epoch})")
 
 
 def ledger(meta: LogMeta, ledger_id: int) -> LedgerInfo:
@@ -151,9 +197,11 @@ def add_ledger(meta: LogMeta, epoch: int, ledger_id: int, nodes: Sequence[str],
 
 
 def change_ensemble(meta: LogMeta, epoch: int, ledger_id: int, first_entry: int,
-                    nodes: Sequence[str]) -> LogMeta:
+                    nodes: Sequence[str], *, recovery: bool = False) -> LogMeta:
     """Entries from ``first_entry`` on go to ``nodes`` (a failed node replaced, or dropped
-    when no spare is left: at least the ack quorum must remain)."""
+    when no spare is left: at least the ack quorum must remain). ``recovery``: the
+    fragment of a recovered tail, which may begin before the last fragment (it replaces
+    the fragments from ``first_entry`` on: its nodes hold every entry from there)."""
     _check_epoch(meta, epoch)
     info = ledger(meta, ledger_id)
     if info.state == CLOSED:
@@ -161,7 +209,7 @@ def change_ensemble(meta: LogMeta, epoch: int, ledger_id: int, first_entry: int,
     if len(nodes) < meta.settings.ack_quorum:
         raise NotEnoughStorageNodes(f"ledger {ledger_id}: {len(nodes)} node(s) left, the ack "
                                     f"quorum is {meta.settings.ack_quorum}")
-    if first_entry < info.fragments[-1].first_entry:
+    if first_entry < info.fragments[-1].first_entry and not recovery:
         raise InvalidArgument(f"fragment at {first_entry} before the last one")
     kept = tuple(f for f in info.fragments if f.first_entry < first_entry)
     fragments = (*kept, Fragment(first_entry, tuple(nodes)))
@@ -169,12 +217,32 @@ def change_ensemble(meta: LogMeta, epoch: int, ledger_id: int, first_entry: int,
 
 
 def replace_copy(meta: LogMeta, ledger_id: int, lost: str, spare: str) -> LogMeta:
-    """Re-replication of a closed ledger: ``spare`` now holds what ``lost`` held."""
+    """Re-replication of a closed ledger: ``spare`` now holds what ``lost`` held (and
+    ``lost``'s copy is released)."""
     info = ledger(meta, ledger_id)
     fragments = tuple(
         Fragment(f.first_entry, tuple(spare if n == lost else n for n in f.nodes))
         for f in info.fragments)
-    return _replace_ledger(meta, msgspec.structs.replace(info, fragments=fragments))
+    fresh = _replace_ledger(meta, msgspec.structs.replace(info, fragments=fragments))
+    return release(fresh, [Released(ledger_id, (lost,), reclaimed=False, by=spare)])
+
+
+def release(meta: LogMeta, records: Sequence[Released]) -> LogMeta:
+    """``records`` added to the log's released copies (the oldest past
+    :data:`RELEASED_MAX` forgotten)."""
+    kept = (*meta.released, *records)[-RELEASED_MAX:]
+    return msgspec.structs.replace(meta, released=kept)
+
+
+def forget_released(meta: LogMeta, ledger_id: int, nodes: Sequence[str]) -> LogMeta:
+    """``nodes`` no longer hold their released copy of ``ledger_id``: forget them."""
+    gone = set(nodes)
+    kept = []
+    for record in meta.released:
+        nodes = tuple(n for n in record.nodes if n not in gone or record.ledger_id != ledger_id)
+        if nodes:
+            kept.append(msgspec.structs.replace(record, nodes=nodes))
+    return msgspec.structs.replace(meta, released=tuple(kept))
 
 
 def should_rotate(entries: int, size_bytes: int, age_s: float, settings: LogSettings) -> bool:
@@ -229,14 +297,21 @@ def reclaimable(meta: LogMeta) -> list[LedgerInfo]:
             if x.state == CLOSED and Lsn(x.ledger_id, x.last_entry + 1, 0) <= point]
 
 
-def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int]) -> LogMeta:
-    """Forget reclaimed ledgers (their entries are deleted from the nodes already)."""
+def drop_ledgers(meta: LogMeta, ledger_ids: Sequence[int],
+                 left: Mapping[int, Sequence[str]] | None = None) -> LogMeta:
+    """Forget reclaimed ledgers (their entries are deleted from the nodes already); the
+    nodes that may still hold one (``left``, by ledger id; None: any of its nodes) are
+    named in a released record, for the keeper to delete there."""
     gone = set(ledger_ids)
     for info in meta.ledgers:
         if info.ledger_id in gone and info not in reclaimable(meta):
             raise InvalidArgument(f"ledger {info.ledger_id} is still needed")
-    return msgspec.structs.replace(
-        meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone))
+    records = [Released(x.ledger_id, tuple(x.all_nodes() if left is None
+                                           else left.get(x.ledger_id, ())), reclaimed=True)
+               for x in meta.ledgers if x.ledger_id in gone]
+    records = [r for r in records if r.nodes]
+    return release(msgspec.structs.replace(
+        meta, ledgers=tuple(x for x in meta.ledgers if x.ledger_id not in gone)), records)
 
 
 def check_read_from(meta: LogMeta, lsn: Lsn, end: Lsn, reader: str = "") -> None:
@@ -267,11 +342,14 @@ def choose_ensemble(live: Sequence[str], settings: LogSettings, start: int = 0) 
 
 
 class NodeEnd(msgspec.Struct, frozen=True):
-    """What one node answered to a fence: its last entry of the ledger (-1: none)."""
+    """What one node answered to a fence: what it holds of the ledger (``last_entry`` -1
+    and ``exists`` False: nothing) and the last-add-confirmed it was told."""
 
     node: str
     last_entry: int
     lac: int
+    first_entry: int = 0
+    exists: bool = True
 
 
 def recovery_answers_needed(write_set: int, ack_quorum: int) -> int:
@@ -286,6 +364,95 @@ def recovered_end(answers: Sequence[NodeEnd], first_entry: int) -> int:
     acknowledged entry is among them; a higher unacknowledged one is kept and copied to
     the others, as BookKeeper's recovery does). ``first_entry - 1`` when none holds any."""
     return max([first_entry - 1, *(a.last_entry for a in answers)])
+
+
+class TailCopy(msgspec.Struct, frozen=True):
+    """Recovery's re-replication: entries ``first..last`` go to ``target`` from one of
+    ``sources`` (nodes holding them all, best first)."""
+
+    target: str
+    first: int
+    last: int
+    sources: tuple[str, ...]
+
+
+def holds_through(answer: NodeEnd, first: int, end: int) -> bool:
+    """``answer``'s node holds every entry ``first..end``."""
+    return answer.exists and answer.first_entry <= first and answer.last_entry >= end
+
+
+def recovery_start(answers: Sequence[NodeEnd]) -> int:
+    """The first entry of a recovered ledger's *tail*, the part recovery re-replicates:
+    the one after the highest last-add-confirmed any node heard (entries up to it are on
+    an ack quorum of their fragment already)."""
+    return max([-1, *(a.lac for a in answers)]) + 1
+
+
+def tail_parts(info: LedgerInfo, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The tail ``start..end`` split by fragment: (fragment index, first, last) each."""
+    parts = []
+    for index, fragment in enumerate(info.fragments):
+        following = info.fragments[index + 1].first_entry - 1 \
+            if index + 1 < len(info.fragments) else end
+        first, last = max(start, fragment.first_entry), min(end, following)
+        if first <= last:
+            parts.append((index, first, last))
+    return parts
+
+
+def first_missing(answers: Sequence[NodeEnd], first: int, last: int) -> int | None:
+    """The first entry of ``first..last`` no answering node holds (None: all are held)."""
+    entry = first
+    while entry <= last:
+        reach = [a.last_entry for a in answers
+                 if a.exists and a.first_entry <= entry <= a.last_entry]
+        if not reach:
+            return entry
+        entry = max(reach) + 1
+    return None
+
+
+def never_acknowledged(fragment: Fragment, answers: Sequence[NodeEnd], entry: int,
+                       ack_quorum: int) -> bool:
+    """Enough of ``fragment``'s nodes lack ``entry`` -- fenced, they never take it -- that
+    no ack quorum of the fragment held it (W - A + 1 of them): the writer never
+    acknowledged it, so the recovered ledger may end before it (BookKeeper's recovery
+    read: "no such entry" from enough bookies)."""
+    lacking = [a for a in answers if a.node in fragment.nodes
+               and not (a.exists and a.first_entry <= entry <= a.last_entry)]
+    return len(lacking) >= recovery_answers_needed(len(fragment.nodes), ack_quorum)
+
+
+def tail_copy(info: LedgerInfo, answer: NodeEnd, first: int, last: int,
+              holders: Sequence[NodeEnd], member_of: int | None) -> TailCopy | None:
+    """The copy that makes ``answer``'s node hold entries ``first..last``: from just past
+    what it holds; holding nothing of the ledger, from ``first`` -- or, for a member of
+    fragment ``member_of``, from the first entry of the run of fragments it belongs to
+    ending there, if earlier (the keeper completes a member's copy by appending to it).
+    None when it holds them already, cannot (its copy starts after ``first``: a node
+    never fills a gap) or no holder has what it lacks."""
+    if holds_through(answer, first, last) or (answer.exists and answer.first_entry > first):
+        return None
+    begin = first
+    if answer.exists:
+        begin = answer.last_entry + 1
+    elif member_of is not None:
+        for fragment in reversed(info.fragments[:member_of + 1]):
+            if answer.node not in fragment.nodes:
+                break
+            begin = min(begin, fragment.first_entry)
+    sources = tuple(h.node for h in holders
+                    if h.node != answer.node and holds_through(h, begin, last))
+    return TailCopy(answer.node, begin, last, sources) if sources else None
+
+
+def recovery_nodes(holders: Sequence[str], settings: LogSettings) -> tuple[str, ...]:
+    """The ensemble of the fragment recovery adds when too few of the last fragment's
+    nodes can hold its part of the tail: the nodes holding it (spares among them), up to
+    E."""
+    nodes = tuple(dict.fromkeys(holders))[:settings.ensemble_size]
+    assert len(nodes) >= settings.ack_quorum, (nodes, settings.ack_quorum)
+    return nodes
 
 
 class Repair(msgspec.Struct, frozen=True):

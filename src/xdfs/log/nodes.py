@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ import msgspec
 
 from xdfs.config import RpcConfig
 from xdfs.editlog.framing import frame_record
-from xdfs.errors import LedgerFenced, LogFenced
+from xdfs.errors import LedgerFenced, LogFenced, UnknownStorageNode
 from xdfs.protocol import ledger as lp
 from xdfs.quorum.calls import QuorumCall
 from xdfs.quorum.fanout import QuorumFailed, quorum_call
@@ -32,6 +33,8 @@ from xdfs.rpc.service import Method
 Req = TypeVar("Req", bound=msgspec.Struct)
 Resp = TypeVar("Resp", bound=msgspec.Struct)
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def frame_entries(first_entry: int, payloads: Iterable[bytes]) -> tuple[bytes, int]:
@@ -112,17 +115,38 @@ class LedgerNode:
 
 
 class NodePool:
+    """The storage nodes this process speaks to. ``allowed``: the configured ones
+    (``logservice.storage_nodes``); any other address -- one that only the metadata in
+    ZooKeeper names -- is refused before it is dialled, so the secret in ``hello`` never
+    goes there (None: no list to check against)."""
+
     def __init__(self, config: RpcConfig, hello: Hello, call_timeout_s: float,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, *,
+                 allowed: Iterable[str] | None = None) -> None:
         self._settings = (config, hello, call_timeout_s, ssl_context)
         self._nodes: dict[str, LedgerNode] = {}
         self.call_timeout_s = call_timeout_s
+        self.allowed = None if allowed is None else frozenset(allowed)
+        self._refused: set[str] = set()
 
     def node(self, address: str) -> LedgerNode:
         node = self._nodes.get(address)
         if node is None:
+            self.check(address)
             node = self._nodes[address] = LedgerNode(address, *self._settings)
         return node
+
+    def check(self, address: str) -> None:
+        """UnknownStorageNode unless ``address`` is a configured storage node (logged
+        once per address: someone rewrote the metadata)."""
+        if self.allowed is None or address in self.allowed:
+            return
+        if address not in self._refused:
+            self._refused.add(address)
+            log.error("refusing storage node %s: not in logservice.storage_nodes (the "
+                      "metadata naming it was not written by this service; nothing is "
+                      "sent there)", address)
+        raise UnknownStorageNode(f"{address} is not a configured storage node")
 
     async def quorum(self, what: str, nodes: Iterable[str], needed: int,
                      start: Callable[[LedgerNode], Awaitable[T]],
@@ -131,8 +155,11 @@ class NodePool:
                      ) -> QuorumCall[T]:
         """``start`` on every node; ``needed`` successes. A node's ``LedgerFenced`` means a
         newer writer took the log over: raised as LogFenced once the quorum fails."""
+        async def one(address: str) -> T:
+            return await start(self.node(address))  # an unknown node: that call fails
+
         try:
-            return await quorum_call(what, nodes, needed, lambda a: start(self.node(a)),
+            return await quorum_call(what, nodes, needed, one,
                                      timeout_s or self.call_timeout_s, on_failure=on_failure)
         except QuorumFailed as exc:
             if any(isinstance(e, LedgerFenced) for e in exc.call.failures.values()):
@@ -146,7 +173,8 @@ class NodePool:
 
         async def probe(address: str) -> bool:
             try:
-                await self.node(address).call(lp.LIST_LEDGERS, Empty())
+                node = self.node(address)
+                await node.call(lp.LIST_LEDGERS, Empty())
             except Exception:  # any failure: not live for this purpose
                 return False
             return True

@@ -1,4 +1,5 @@
-"""The log's message format (seed 002) and the LSN (pure: bytes in, records out).
+"""The log's message format (seed 002) (pure: bytes in, records out); the ``Record`` and
+``Lsn`` structs themselves are wire types, in :mod:`xdfs.protocol.log`.
 
 An LSN is ``(ledger id, entry id, batch index)``, ordered lexicographically: ledger ids are
 handed out increasing (one ZooKeeper sequence for every log), entry ids count up inside a
@@ -20,9 +21,8 @@ from __future__ import annotations
 
 import struct
 
-import msgspec
-
 from xdfs.errors import BadRecord
+from xdfs.protocol.log import Record
 
 MAGIC = 1
 #: No attribute bit is defined yet: every one must be 0.
@@ -33,38 +33,6 @@ _U16 = struct.Struct(">H")
 #: Upper bound of a key, a header name or value (a log record is not a blob store).
 FIELD_BYTES_MAX = 64 * 1024 * 1024
 HEADERS_MAX = 65_535
-
-
-class Lsn(msgspec.Struct, frozen=True, order=True, array_like=True):
-    ledger_id: int
-    entry_id: int
-    batch_index: int
-
-    def __str__(self) -> str:
-        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
-
-    @classmethod
-    def parse(cls, text: str) -> Lsn:
-        parts = text.split(":")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise BadRecord(f"bad LSN {text!r}: expected LEDGER:ENTRY:INDEX, e.g. 3:0:0")
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
-
-
-#: Below every LSN a log can hand out (ledger ids start at 1).
-LSN_ZERO = Lsn(0, 0, 0)
-
-
-class Record(msgspec.Struct, frozen=True):
-    payload: bytes
-    key: bytes | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
-    attributes: int = 0
-
-
-class ReadRecord(msgspec.Struct, frozen=True):
-    lsn: Lsn
-    record: Record
 
 
 def encode_record(record: Record, out: bytearray) -> None:

@@ -23,7 +23,7 @@ from xdfs.common.faults import FAULTS, fault_point
 from xdfs.errors import InvalidArgument, LogNotFound, NotKeeper, XdfsError
 from xdfs.log import meta as m
 from xdfs.log.engine import LogEngine
-from xdfs.logservice.rules import KeeperState, MetaRepair
+from xdfs.logservice.rules import Forget, KeeperState, MetaRepair
 from xdfs.protocol import log as lg
 from xdfs.rpc.handling import CallContext
 
@@ -43,6 +43,7 @@ class Keeper:
         self.state: KeeperState | None = None  # while elected
         self.holder = ""  # the keeper's address, as last read
         self.repairs = 0
+        self._noted: set[str] = set()  # notes of the rules logged already
 
     @property
     def path(self) -> str:
@@ -81,7 +82,8 @@ class Keeper:
         if elected != (self.state is not None):
             log.info("keeper: %s", "elected" if elected else "no longer the keeper")
             self.state = KeeperState(self.dead_after_s, self.copy_timeout_s,
-                                     time.monotonic()) if elected else None
+                                     time.monotonic(),
+                                     frozenset(self.engine.storage_nodes)) if elected else None
         if self.state is not None:
             await self.plan(self.state)
 
@@ -89,7 +91,21 @@ class Keeper:
         read_at = time.monotonic()
         metas = await self._metas()
         for change in state.plan(metas, time.monotonic(), read_at):
-            await self._apply(change)
+            if isinstance(change, Forget):
+                await self._forget(change)
+            else:
+                await self._apply(change)
+        for note in state.notes:
+            if note not in self._noted:
+                log.warning("keeper: %s", note)
+        self._noted = set(state.notes)
+
+    async def _forget(self, change: Forget) -> None:
+        try:
+            await self.engine.meta.update(change.log, lambda x: m.forget_released(
+                x, change.ledger_id, change.nodes))
+        except LogNotFound:
+            return
 
     async def _apply(self, change: MetaRepair) -> None:
         repair = change.repair

@@ -15,12 +15,20 @@ passes (:mod:`xdfs.logservice.keeper` reads the clock); no sockets, no ZooKeeper
   One copy per ledger is in flight at a time; one not done within ``copy_timeout_s``, or
   that the node no longer lists as copying (it failed, or the node restarted), is ordered
   again.
-* **deletion** -- a node holding a ledger that no log lists any more (truncation
-  reclaimed it, or its log was deleted, while the node was down), or a ledger whose
-  metadata no longer names the node (a spare took its place), is told to delete it.
-  Only heartbeats received *before* the metadata was read are used for this: a ledger is
-  in its log's metadata before any node holds an entry of it, so a ledger held then and
-  listed by no log read afterwards is gone for good (ledger ids are never reused).
+* **deletion** -- a copy is deleted only when the log's own history proves it obsolete,
+  never because the current ledger list or ensemble (one znode's content, which anyone
+  able to write it could change) no longer names it. The history is the log's released
+  records (:class:`xdfs.log.meta.Released`), each written by the change that let the copy
+  go: a *reclaimed* ledger's copy goes once the ledger is no longer listed and the
+  records the node itself reports holding lie below the log's truncation point and
+  every reader; a *replaced* copy goes once the spare that took the node's place is
+  named by the ledger, alive, and reports its whole copy. Only heartbeats received *before*
+  the metadata was read are used for this. A copy held with no such record is kept, and
+  :attr:`KeeperState.notes` says so (the driver logs it). Once a node reports that it no
+  longer holds a released copy, the record forgets it (:class:`Forget`).
+* **configured nodes** -- a ledger whose metadata names a node that is not one of the
+  configured storage nodes was not written by the service: it is left alone (no copy
+  ordered to or from it, no repair), and a note says so.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from xdfs.log import meta as m
 from xdfs.protocol import log as lg
+from xdfs.protocol.log import Lsn
 
 
 @dataclass(frozen=True)
@@ -69,14 +78,34 @@ class MetaRepair:
     repair: m.Repair
 
 
+@dataclass(frozen=True)
+class Forget:
+    """``nodes`` hold their released copy of ``ledger_id`` no more: log ``log`` forgets
+    them (:func:`xdfs.log.meta.forget_released`)."""
+
+    log: str
+    ledger_id: int
+    nodes: tuple[str, ...]
+
+
 @dataclass
 class KeeperState:
     dead_after_s: float
     copy_timeout_s: float
     elected_at: float
+    #: The configured storage nodes (None: any address is taken for one).
+    configured: frozenset[str] | None = None
     reports: dict[str, Report] = field(default_factory=dict)
     copies: dict[int, Copy] = field(default_factory=dict)  # by ledger id
     outbox: dict[str, list[lg.KeeperCommand]] = field(default_factory=dict)
+    #: What the last plan left alone and why (for the driver's log).
+    notes: list[str] = field(default_factory=list)
+    #: Copies held with no released record: (node, ledger id) -> when the metadata that
+    #: first did not explain them was read (noted once a later heartbeat still has them).
+    unexplained: dict[tuple[str, int], float] = field(default_factory=dict)
+    #: Released records: (log, ledger id) -> when the metadata first showing it was read
+    #: (only a heartbeat after that may tell that a node no longer holds the copy).
+    released_seen: dict[tuple[str, int], float] = field(default_factory=dict)
 
     # --- heartbeats ---------------------------------------------------------------------
 
@@ -107,18 +136,31 @@ class KeeperState:
 
     # --- planning -----------------------------------------------------------------------
 
-    def plan(self, metas: Sequence[m.LogMeta], now: float, read_at: float) -> list[MetaRepair]:
+    def plan(self, metas: Sequence[m.LogMeta], now: float, read_at: float
+             ) -> list[MetaRepair | Forget]:
         """Queue the commands ``metas`` call for (read from ZooKeeper starting at
-        ``read_at``); the metadata repairs whose copies are complete."""
-        done = self._finished_copies(metas, now)
+        ``read_at``); the metadata changes to make (repairs whose copies are complete,
+        released copies gone)."""
+        self.notes = []
+        done: list[MetaRepair | Forget] = list(self._finished_copies(metas, now))
         busy = {c.ledger_id for c in self.copies.values()}
         for meta in metas:
             for info in meta.ledgers:
                 if info.state == m.CLOSED and info.last_entry >= 0 \
-                        and info.ledger_id not in busy:
+                        and info.ledger_id not in busy and self._configured(meta, info):
                     self._restore(meta, info, now)
-        self._delete_unneeded(metas, now, read_at)
+        self._delete_obsolete(metas, now, read_at)
+        done += self._forgotten(metas, now, read_at)
         return done
+
+    def _configured(self, meta: m.LogMeta, info: m.LedgerInfo) -> bool:
+        strangers = [n for n in info.all_nodes()
+                     if self.configured is not None and n not in self.configured]
+        if strangers:
+            self.notes.append(f"ledger {info.ledger_id} of log {meta.name} names "
+                              f"{', '.join(strangers)}, not configured storage nodes: left "
+                              "alone")
+        return not strangers
 
     def _finished_copies(self, metas: Sequence[m.LogMeta], now: float) -> list[MetaRepair]:
         owner = {info.ledger_id: meta.name for meta in metas for info in meta.ledgers}
@@ -201,18 +243,82 @@ class KeeperState:
             ranges.append(lg.CopyRange(start, end, sources))
         return tuple(ranges)
 
-    def _delete_unneeded(self, metas: Sequence[m.LogMeta], now: float, read_at: float
+    def _delete_obsolete(self, metas: Sequence[m.LogMeta], now: float, read_at: float
                          ) -> None:
         members = {info.ledger_id: set(info.all_nodes())
                    for meta in metas for info in meta.ledgers}
+        released = _released(metas)
         copying = {(c.node, c.ledger_id) for c in self.copies.values()}
-        for node, report in self.reports.items():
-            if report.heard_at > read_at or not self.alive(node, now):
-                continue
+        unexplained = {}
+        for node, report in self._reports_before(read_at, now):
             queued = {c.ledger_id for c in self.outbox.get(node, [])}
             for ledger_id in _unneeded(report, node, members):
-                if (node, ledger_id) not in copying and ledger_id not in queued:
+                if (node, ledger_id) in copying or ledger_id in queued:
+                    continue
+                if any(self._obsolete(meta, record, node, report, now)
+                       for meta, record in released.get(ledger_id, ())):
                     self._send(node, lg.KeeperCommand(lg.DELETE_LEDGER, ledger_id))
+                    continue
+                # A report from before a deletion the metadata records already shows the
+                # copy too: noted only if a heartbeat after this read still has it.
+                since = unexplained[node, ledger_id] = self.unexplained.get(
+                    (node, ledger_id), read_at)
+                if report.heard_at > since:
+                    self.notes.append(f"{node} holds ledger {ledger_id}, which no log names "
+                                      "it for and none released there: kept")
+        self.unexplained = unexplained
+
+    def _reports_before(self, read_at: float, now: float) -> Iterable[tuple[str, Report]]:
+        """The live nodes' reports heard before the metadata was read."""
+        return [(node, report) for node, report in self.reports.items()
+                if report.heard_at <= read_at and self.alive(node, now)]
+
+    def _obsolete(self, meta: m.LogMeta, record: m.Released, node: str, report: Report,
+                  now: float) -> bool:
+        """``record`` of ``meta`` proves ``node``'s copy obsolete (see the module's rule)."""
+        if node not in record.nodes:
+            return False
+        listed = next((x for x in meta.ledgers if x.ledger_id == record.ledger_id), None)
+        if record.reclaimed:
+            held = report.ledgers[record.ledger_id]
+            below = Lsn(record.ledger_id, held.last_entry + 1, 0) <= m.reclaim_point(meta)
+            return listed is None and below
+        if listed is None or node in listed.all_nodes() or record.by not in listed.all_nodes():
+            return False
+        first, last = _member_range(listed, record.by)  # the copy that replaced it is whole
+        spare = self._heard_alive(record.by, now)
+        return spare is not None and spare.holds(listed.ledger_id, first, last)
+
+    def _forgotten(self, metas: Sequence[m.LogMeta], now: float, read_at: float
+                   ) -> list[Forget]:
+        """Released copies their nodes no longer hold (nor copy), by a heartbeat heard
+        after the record was first read -- an older one may predate the copy itself --
+        or held by a node that is not a configured storage node any more."""
+        seen = {(meta.name, r.ledger_id): self.released_seen.get((meta.name, r.ledger_id),
+                                                                  read_at)
+                for meta in metas for r in meta.released}
+        self.released_seen = seen
+        out = []
+        for meta in metas:
+            for record in meta.released:
+                since = seen[meta.name, record.ledger_id]
+                gone = tuple(
+                    n for n in record.nodes
+                    if (self.configured is not None and n not in self.configured)
+                    or ((r := self._heard_alive(n, now)) is not None and r.heard_at > since
+                        and record.ledger_id not in r.ledgers
+                        and record.ledger_id not in r.copying))
+                if gone:
+                    out.append(Forget(meta.name, record.ledger_id, gone))
+        return out
+
+
+def _released(metas: Sequence[m.LogMeta]) -> dict[int, list[tuple[m.LogMeta, m.Released]]]:
+    out: dict[int, list[tuple[m.LogMeta, m.Released]]] = {}
+    for meta in metas:
+        for record in meta.released:
+            out.setdefault(record.ledger_id, []).append((meta, record))
+    return out
 
 
 def _dropped(copy: Copy, report: Report) -> bool:

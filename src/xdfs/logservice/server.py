@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 
-from xdfs.common.secrets import SecretAuthenticator, read_secret_file
+from xdfs.common.secrets import read_secret_file
 from xdfs.config import LogServiceConfig, XdfsConfig
 from xdfs.errors import ConfigError, XdfsError
 from xdfs.http.server import HttpServer
@@ -27,18 +27,20 @@ from xdfs.log.zkmeta import SECRET_KEY, MetaStore, connect
 from xdfs.logservice.keeper import Keeper, KeeperHandlers
 from xdfs.protocol import log as lg
 from xdfs.protocol.journal import JOURNAL_USER
+from xdfs.protocol.log import LogSettings
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import client_context, server_context
 
 log = logging.getLogger(__name__)
 
 
-def default_settings(config: XdfsConfig) -> m.LogSettings:
+def default_settings(config: XdfsConfig) -> LogSettings:
     s = config.logservice
-    return m.check_settings(m.LogSettings(
+    return m.check_settings(LogSettings(
         s.ensemble_size, s.write_quorum, s.ack_quorum, s.ledger_entries_max,
         s.ledger_bytes_max, s.ledger_age_max_s))
 
@@ -75,7 +77,8 @@ class LogService:
                                          settings.zookeeper_secret_file, SECRET_KEY))
         rpc = self.config.rpc
         pool = NodePool(rpc, Hello(PROTOCOL_VERSION, user=JOURNAL_USER, password=secret),
-                        settings.call_timeout_s, client_context(rpc))
+                        settings.call_timeout_s, client_context(rpc),
+                        allowed=settings.storage_nodes)
         self.server = RpcServer("logservice", rpc,
                                 authenticator=SecretAuthenticator(lg.LOG_USER, secret),
                                 ssl_context=server_context(rpc))
@@ -156,7 +159,7 @@ class LogHandlers:
         meta, end = await self.engine.stat(name)
         return lg.LogStat(meta.name, meta.settings, len(meta.ledgers), meta.truncated_lsn, end,
                           meta.writer_epoch, meta.writer, dict(meta.readers), meta.created_ms,
-                          [x.ledger_id for x in meta.ledgers])
+                          [x.ledger_id for x in meta.ledgers], meta.opened_epoch)
 
     async def create(self, ctx: CallContext, req: lg.CreateLogRequest) -> lg.LogStat:
         await self.engine.create(req.name, req.settings, int(time.time() * 1000))
@@ -176,7 +179,8 @@ class LogHandlers:
         return lg.EpochResponse(await self.engine.open_writer(req.name))
 
     async def append(self, ctx: CallContext, req: lg.AppendRequest) -> lg.AppendResponse:
-        return lg.AppendResponse(await self.engine.append_batch(req.name, req.records))
+        return lg.AppendResponse(await self.engine.append_batch(req.name, req.records,
+                                                                req.epoch))
 
     async def read(self, ctx: CallContext, req: lg.ReadRequest) -> lg.ReadResponse:
         max_bytes = max(1, min(req.max_bytes, self.settings.read_bytes_max))

@@ -35,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar, cast
 
+from xdfs.common import paths
 from xdfs.common.faults import fault_point
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
@@ -48,7 +49,6 @@ from xdfs.errors import (
 from xdfs.namenode.blocks.manager import BlockManager
 from xdfs.namenode.blocks.recovery import RECOVERY_HOLDER
 from xdfs.namenode.blocks.safemode import SafeMode
-from xdfs.namenode.namespace import paths
 from xdfs.namenode.namespace.inodes import DirInode, FileInode
 from xdfs.namenode.namespace.leases import LeaseManager
 from xdfs.namenode.namespace.ops import AddBlockOp, MkdirOp, Op
@@ -380,7 +380,7 @@ class NamesystemCore:
         the file itself AlreadyExists, which is wrong for a path beneath it)."""
         depth = len(iip.parts)
         if len(iip.inodes) >= depth and not isinstance(iip.inodes[depth - 1], DirInode):
-            raise NotADirectory(f"parent is not a directory: {iip.prefix(depth - 1)}")
+            raise NotADirectory(f"Parent path is not a directory: {iip.prefix(depth - 1)}")
 
     def _check_writer(self, user: str, iip: INodesInPath) -> None:
         """The writer of an open file may traverse to it and owns it or may write it: a file

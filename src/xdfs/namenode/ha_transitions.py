@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xdfs.config import XdfsConfig
-from xdfs.errors import NotActive, Standby, XdfsError
+from xdfs.errors import Fenced, NotActive, Standby, XdfsError
+from xdfs.namenode import hosts
 from xdfs.namenode.editlog.editlog import EditLog
-from xdfs.namenode.editlog.replay import checkpoint_due
+from xdfs.namenode.editlog.replay import Backoff, checkpoint_due
 from xdfs.namenode.editlog.replicator import EditsReplicator
 from xdfs.namenode.editlog.shared import SharedEdits, journal_tailer
 from xdfs.namenode.handlers.client import AdminHandlers
@@ -32,6 +33,7 @@ from xdfs.namenode.image.storage import StorageDirectory, VersionInfo
 from xdfs.namenode.image.upload import upload_checkpoint
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem
+from xdfs.namenode.retry_cache import RetryCache
 from xdfs.namenode.security.auth import NameNodeAuth
 from xdfs.namenode.standby import (
     StandbyAdminHandlers,
@@ -59,6 +61,7 @@ from xdfs.protocol.ha import (
 )
 from xdfs.protocol.journal import JournalNamespace
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
+from xdfs.quorum.fanout import QuorumFailed
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
@@ -66,9 +69,22 @@ from xdfs.rpc.service import NotActiveHandlers, Service
 from xdfs.rpc.tls import client_context
 
 if TYPE_CHECKING:
+    from xdfs.namenode.blocks.admin_states import HostLists
+    from xdfs.namenode.blocks.topology import Topology
     from xdfs.namenode.namespace.ops import Op
 
 log = logging.getLogger(__name__)
+
+
+def journal_lost(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is the shared journal refusing this writer
+    (Fenced) or failing its majority, rather than a local name dir failing."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, Fenced | QuorumFailed):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 class HaTransitions:
@@ -95,6 +111,8 @@ class HaTransitions:
     _tasks: list[asyncio.Task[None]]
     _side_tasks: set[asyncio.Task[None]]
     _standby_task: asyncio.Task[None] | None
+    _rejoin_task: asyncio.Task[None] | None
+    retry_cache: RetryCache
     _checkpoint_lock: asyncio.Lock
     _transition_lock: asyncio.Lock
     _uploaded_txid: int
@@ -116,6 +134,12 @@ class HaTransitions:
         async def roll_edits(self) -> int: ...
 
         def status(self) -> NameNodeStatus: ...
+
+        def _install_namesystem(self, namespace: Namespace,
+                                topology_and_hosts: tuple[Topology, HostLists]) -> None: ...
+
+        def _attach_namesystem(self, server: RpcServer, cluster_id: str, namespace_id: int,
+                               *, ha_protocol: bool) -> None: ...
 
     async def _take_over_shared_edits(
         self, version: VersionInfo, loaded: tuple[Namespace, int] | None = None
@@ -145,7 +169,6 @@ class HaTransitions:
     async def _load_as_standby(self, version: VersionInfo) -> tuple[Namespace, int]:
         """A standby loads what its dirs hold of the committed history (xdfs.namenode.standby)
         and tails the rest from the journal."""
-        self.ha_state = STATE_STANDBY
         reader = journal_tailer(self.config)
         try:
             committed = await committed_txid(reader.channels, reader.journal_id)
@@ -294,6 +317,90 @@ class HaTransitions:
         await self._open_edits(last)
         self._serve_standby(last)
 
+    # -- fenced: back to standby ------------------------------------------------------------
+
+    @property
+    def rejoining(self) -> bool:
+        """Fenced, and on its way back to standby."""
+        return self._rejoin_task is not None and not self._rejoin_task.done()
+
+    def _fenced(self, error: BaseException) -> None:
+        """The shared journal refused this NameNode (a newer writer fenced it) or lost its
+        majority: nothing more it logs can be acknowledged. It stops answering at once
+        (connections dropped, as at a fatal error: a caller whose edit may or may not be
+        durable retries elsewhere, never hears a failure), then goes back to standby in
+        the background (:meth:`_rejoin_as_standby`)."""
+        log.critical("the shared journal refused this NameNode (%s); nothing after txid "
+                     "%s is acknowledged; going back to standby", error,
+                     self.edits.synced_txid if self.edits else "?")
+        self.ha_state = STATE_INITIALIZING  # unhealthy (starting) until it is standby
+        if self.server is not None and self.fs is not None:
+            self._refuse_as_standby()  # (and its block map sends DataNodes no command)
+            for conn in list(self.server.connections):
+                conn.shutdown()
+        self._rejoin_task = asyncio.get_running_loop().create_task(
+            self._rejoin_as_standby(), name="rejoin as standby")
+
+    async def _rejoin_as_standby(self) -> None:
+        """Drop everything held in memory and load the namespace again as a restart would:
+        the local dirs cut back to what the journal holds identically (what this NameNode
+        applied but never got onto a majority goes, kept aside as ``.unacked``), the image
+        and local edits replayed into a fresh namesystem (block map, leases, retry cache:
+        DataNodes register and report again), then tail the journal as a standby. Tried
+        again until it works (the journal may be unreachable for a while): unhealthy
+        meanwhile, so its controller keeps it out of the election."""
+        backoff = Backoff(0.5, 10.0)
+        async with self._transition_lock:
+            await self._drop_active_state()
+            while True:
+                try:
+                    await self._reload_as_standby()
+                    break
+                except XdfsError as exc:
+                    delay = backoff.next_s()
+                    log.error("rejoining as standby: %s (next try in %.1f s)", exc.message,
+                              delay)
+                    await asyncio.sleep(delay)
+            assert self.standby is not None
+            log.warning("rejoined as standby at txid %d", self.standby.last_txid)
+
+    async def _drop_active_state(self) -> None:
+        """Stop the active's duties and close its logs without finalizing anything on the
+        journal (a failed log closes its files only)."""
+        standby_task = [self._standby_task] if self._standby_task else []
+        self._standby_task = None
+        await cancel([*self._tasks, *self._side_tasks, *standby_task])
+        self._tasks = []
+        if self.standby is not None:
+            await self.standby.tailer.close()
+            self.standby = None
+        if self.edits is not None:
+            try:
+                await self.edits.close()
+            except Exception as exc:  # the failure that fenced it, or one more
+                log.info("closing the edits log after the fence: %s", exc)
+        if self.shared is not None:
+            await self.shared.close()
+        self.shared = None
+        self.replicator = None
+        if self.auth is not None:
+            self.auth.close()
+
+    async def _reload_as_standby(self) -> None:
+        assert self.version is not None and self.server is not None
+        version = self.version
+        topology_and_hosts = hosts.load(self.config.namenode)
+        self.retry_cache = RetryCache(self.config.namenode.retry_cache_entries_max,
+                                      self.config.namenode.retry_cache_expiry_s)
+        self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
+        namespace, last_txid = await self._load_as_standby(version)
+        await self._open_edits(last_txid)
+        self._install_namesystem(namespace, topology_and_hosts)
+        self._attach_namesystem(self.server, version.cluster_id, version.namespace_id,
+                                ha_protocol=True)
+        self._refuse_as_standby()
+        self._serve_standby(last_txid)
+
     def service_status(self) -> ServiceStatus:
         last = (self.standby.last_txid if self.standby is not None
                 else self.edits.synced_txid if self.edits is not None else 0)
@@ -309,7 +416,9 @@ class HaTransitions:
         if self.fatal is not None:
             return HealthReport(False, UNHEALTHY_FAILED, str(self.fatal))
         if self.ha_state == STATE_INITIALIZING:
-            return HealthReport(False, UNHEALTHY_STARTING, "loading the namespace")
+            return HealthReport(False, UNHEALTHY_STARTING,
+                                "fenced: loading the namespace again to rejoin as standby"
+                                if self.rejoining else "loading the namespace")
         if self.fs is not None and self.fs.safe_mode.resources_reason:
             return HealthReport(False, UNHEALTHY_RESOURCES, self.fs.safe_mode.resources_reason)
         if self.standby is not None and self.standby.error:  # it could not become active
@@ -368,6 +477,6 @@ class HaTransitions:
     def ha_status(self) -> HaStatus:
         assert self.edits is not None and self.fs is not None and self.version is not None
         version = self.version
-        role = ROLE_STANDBY if self.ha_state == STATE_STANDBY else ROLE_ACTIVE
+        role = ROLE_ACTIVE if self.ha_state == STATE_ACTIVE else ROLE_STANDBY
         return HaStatus(role, self.fs.ns.epoch, self.service_status().last_txid,
                         version.cluster_id, version.namespace_id, os.getpid())

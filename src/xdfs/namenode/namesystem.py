@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from xdfs.common import paths
 from xdfs.errors import (
     AccessDenied,
     AlreadyExists,
@@ -29,7 +30,7 @@ from xdfs.errors import (
 )
 from xdfs.namenode.fs_append import AppendOps
 from xdfs.namenode.fs_core import Pending, Plan
-from xdfs.namenode.namespace import paths, trash
+from xdfs.namenode.namespace import trash
 from xdfs.namenode.namespace.inodes import DirInode
 from xdfs.namenode.namespace.ops import (
     DeleteOp,
@@ -210,7 +211,7 @@ class Namesystem(AppendOps):
                 raise InvalidArgument("cannot delete the root directory")
             status = self.ns.stat(iip)
             if status.is_dir and status.children and not recursive:
-                raise DirectoryNotEmpty(f"{iip.path} is a non-empty directory (use recursive)")
+                raise DirectoryNotEmpty(f"`{iip.path} is non empty': Directory is not empty")
             self.ns.check_access(
                 user,
                 iip,

@@ -37,11 +37,13 @@ from xdfs.errors import (
 )
 from xdfs.http.server import HttpServer
 from xdfs.namenode import hosts
+from xdfs.namenode.blocks.admin_states import HostLists
+from xdfs.namenode.blocks.topology import Topology
 from xdfs.namenode.editlog.editlog import EditLog, EditLogSettings
 from xdfs.namenode.editlog.replicator import EditsReplicator
 from xdfs.namenode.editlog.shared import SharedEdits
 from xdfs.namenode.ha import HaHandlers, Position, check_peers
-from xdfs.namenode.ha_transitions import HaTransitions
+from xdfs.namenode.ha_transitions import HaTransitions, journal_lost
 from xdfs.namenode.handlers.backup import BackupProtocolHandlers
 from xdfs.namenode.handlers.client import AdminHandlers, ClientHandlers
 from xdfs.namenode.handlers.datanode import DataNodeHandlers
@@ -80,10 +82,10 @@ from xdfs.protocol.ha import (
 )
 from xdfs.protocol.namenode import ADMIN_SERVICE, CLIENT_SERVICE, NameNodeStatus
 from xdfs.protocol.sharding import SHARDING_SERVICE
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
 from xdfs.rpc.streams import StreamReceiver
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import server_context
 
 log = logging.getLogger(__name__)
@@ -131,6 +133,7 @@ class NameNode(HaTransitions):
         self.ha_state = STATE_INITIALIZING
         self.standby: StandbyTailer | None = None
         self._standby_task: asyncio.Task[None] | None = None
+        self._rejoin_task: asyncio.Task[None] | None = None  # fenced: back to standby
         self._transition_lock = asyncio.Lock()
         self._uploaded_txid = 0  # the newest standby image the active is known to hold
         self._last_install_s = -1e18  # when a backup or standby last uploaded an image
@@ -175,6 +178,7 @@ class NameNode(HaTransitions):
             self.image_txid = max(max(d.images(), default=0) for d in self.dirs)
             self.startup.begin("load image and replay edits", self.clock())
             if self.ha_enabled and loaded is None and not new_epoch:
+                self.ha_state = STATE_STANDBY
                 namespace, last_txid = await self._load_as_standby(version)
             elif self.config.namenode.shared_edits:  # (loaded: a promoted BackupNode's)
                 namespace, last_txid = await self._take_over_shared_edits(version, loaded)
@@ -195,10 +199,8 @@ class NameNode(HaTransitions):
             self._unlock()
             raise
         assert self.edits is not None
-        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock,
-                             retry_cache=self.retry_cache)
-        hosts.install(self.fs.blocks, topology_and_hosts)
-        self.auth = NameNodeAuth(self.fs)
+        self._install_namesystem(namespace, topology_and_hosts)
+        assert self.fs is not None
         self.server = self._make_server(version.cluster_id, version.namespace_id, server)
         self.metrics = NameNodeMetrics(self, self.server.metrics)
         self.edits.on_flushed = self.metrics.flushed
@@ -229,6 +231,16 @@ class NameNode(HaTransitions):
         except BaseException:
             await self.stop()
             raise
+
+    def _install_namesystem(self, namespace: Namespace,
+                            topology_and_hosts: tuple[Topology, HostLists]) -> None:
+        """A namesystem (block map, leases, safe mode) and its login checks over the loaded
+        ``namespace``, writing to the open edits log."""
+        assert self.edits is not None
+        self.fs = Namesystem(namespace, self.edits, self.config.namenode, clock=self.clock,
+                             retry_cache=self.retry_cache)
+        hosts.install(self.fs.blocks, topology_and_hosts)
+        self.auth = NameNodeAuth(self.fs)
 
     async def _open_edits(self, last_txid: int) -> None:
         """The edits log from ``last_txid + 1``: local dirs, and the shared journal when
@@ -355,15 +367,25 @@ class NameNode(HaTransitions):
                 "namenode", rpc, cluster_id=cluster_id, ssl_context=server_context(rpc)
             )
             add_system_services(server, "namenode")
-        server.authenticator = self.auth
         server.add_service(HA_SERVICE, HaHandlers(self.ha_status))
-        if self.ha_enabled or not server.route(TRANSITION_TO_ACTIVE.name):
-            # (a promoted BackupNode's server keeps its own transition_to_active)
+        ha_protocol = self.ha_enabled or not server.route(TRANSITION_TO_ACTIVE.name)
+        # (a promoted BackupNode's server keeps its own transition_to_active)
+        self._attach_namesystem(server, cluster_id, namespace_id, ha_protocol=ha_protocol)
+        return server
+
+    def _attach_namesystem(self, server: RpcServer, cluster_id: str, namespace_id: int, *,
+                           ha_protocol: bool) -> None:
+        """Point the server's logins, HA transitions and DataNode service at the current
+        namesystem (at start, and when a fenced NameNode rejoins as standby)."""
+        assert self.fs is not None and self.auth is not None
+        server.authenticator = self.auth
+        if ha_protocol:
+            server.remove_service(HA_SERVICE_PROTOCOL)
             server.add_service(HA_SERVICE_PROTOCOL, HaServiceHandlers(
                 self, self.auth, self.config.ha.automatic_failover))
         self.datanode_handlers = DataNodeHandlers(self.fs, self.auth, cluster_id, namespace_id)
+        server.remove_service(SHARDING_SERVICE)
         server.add_service(SHARDING_SERVICE, ShardingHandlers(self.fs, self.shards))
-        return server
 
     def _add_active_services(self, server: RpcServer) -> None:
         assert self.fs is not None and self.auth is not None and self.replicator is not None
@@ -387,6 +409,8 @@ class NameNode(HaTransitions):
         """Graceful stop: no new calls, every appended edit synced, segment finalized."""
         self.ha_state = STATE_STOPPING
         standby_task = [self._standby_task] if self._standby_task else []
+        if self._rejoin_task is not None:
+            standby_task.append(self._rejoin_task)
         await cancel([*self._tasks, *self._side_tasks, *standby_task])
         self._tasks.clear()
         if self.standby is not None:
@@ -411,7 +435,10 @@ class NameNode(HaTransitions):
                 d.unlock()
 
     def _on_fatal(self, error: BaseException) -> None:
-        if self.fatal is not None:
+        if self.fatal is not None or self.rejoining:
+            return  # (rejoining: whatever else of the old state fails is dropped anyway)
+        if self.ha_enabled and journal_lost(error):
+            self._fenced(error)  # back to standby (ha_transitions), not a stop
             return
         log.critical(
             "NameNode stopping: edits log failed (%s); nothing after txid %s is acknowledged",

@@ -36,6 +36,7 @@ from xdfs.rpc.service import Service
 from xdfs.sharding.ids import shard_of_id
 from xdfs.sharding.routing import Routing, check_trash, require_map
 from xdfs.sharding.slotmap import SlotMap
+from xdfs.sharding.slots import Partitioning
 from xdfs.sharding.zkmap import SECRET_KEY, ShardCoordinator, live_shards, read_map
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class ShardState:
         self.config = config
         self.trash_enabled = trash_enabled
         self.shard = str(config.shard)
-        self.partitioning = config.partitioning()
+        self.partitioning = Partitioning(config.partition_depth, dict(config.depth_overrides))
         self.routing: Routing | None = None
         self.version = -1  # the map's znode version
         self.addresses: dict[str, str] = {}
@@ -226,7 +227,8 @@ class ShardingHandlers:
                  for shard in sorted({*counts, *shards.addresses}, key=_number)]
         parts = shards.partitioning
         return sp.SlotMapResponse(
-            shards.shard, slot_map.epoch, list(slot_map.ranges), infos, parts.depth,
+            shards.shard, slot_map.epoch, [(r.first, r.last, r.shard) for r in slot_map.ranges],
+            infos, parts.depth,
             dict(parts.overrides), self.fs.ns.inode_count())
 
 

@@ -4,20 +4,63 @@ logservice`` instances and called by :class:`xdfs.log.LogClient`.
 Callers log in as :data:`LOG_USER` with the log service secret as password. A log's
 appends, reads and truncation are answered by the instance holding its writer lock; any
 other instance answers :class:`~xdfs.errors.NotLogWriter` naming it, and the client moves
-there. Records travel as :class:`~xdfs.log.record.Record` structs; the storage nodes keep
-them in the byte format of :mod:`xdfs.log.record` (documented in docs/protocol.md).
+there. Records travel as :class:`Record` structs, addressed by :class:`Lsn` (defined here:
+servers and clients share them); the storage nodes keep them in the byte format of
+:mod:`xdfs.log.record` (documented in docs/protocol.md).
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from xdfs.log.meta import LogSettings
-from xdfs.log.record import Lsn, ReadRecord, Record
+from xdfs.errors import BadRecord
 from xdfs.rpc.messages import Empty
 from xdfs.rpc.service import Method, Service
 
 LOG_USER = "log"
+
+
+class Lsn(msgspec.Struct, frozen=True, order=True, array_like=True):
+    ledger_id: int
+    entry_id: int
+    batch_index: int
+
+    def __str__(self) -> str:
+        return f"{self.ledger_id}:{self.entry_id}:{self.batch_index}"
+
+    @classmethod
+    def parse(cls, text: str) -> Lsn:
+        parts = text.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise BadRecord(f"bad LSN {text!r}: expected LEDGER:ENTRY:INDEX, e.g. 3:0:0")
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+
+
+#: Below every LSN a log can hand out (ledger ids start at 1).
+LSN_ZERO = Lsn(0, 0, 0)
+
+
+class Record(msgspec.Struct, frozen=True):
+    payload: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    attributes: int = 0
+
+
+class ReadRecord(msgspec.Struct, frozen=True):
+    lsn: Lsn
+    record: Record
+
+
+class LogSettings(msgspec.Struct, frozen=True):
+    """Per-log settings (defaults from ``logservice.*``)."""
+
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    ledger_entries_max: int = 100_000
+    ledger_bytes_max: int = 256 * 1024 * 1024
+    ledger_age_max_s: float = 3600.0
 
 
 class CreateLogRequest(msgspec.Struct):
@@ -40,6 +83,7 @@ class LogStat(msgspec.Struct):
     readers: dict[str, Lsn]
     created_ms: int
     ledger_ids: list[int] = []  # oldest first
+    opened_epoch: int = 0  # the epoch of the last open_writer (appends under older fail)
 
 
 class EpochResponse(msgspec.Struct):
@@ -49,6 +93,10 @@ class EpochResponse(msgspec.Struct):
 class AppendRequest(msgspec.Struct):
     name: str
     records: list[Record]
+    #: The writer epoch ``open_writer`` gave the caller: the append fails with LogFenced
+    #: once a newer writer was opened. 0 (``NO_WRITER``): one of many producers, appending
+    #: to whichever writer is current, never fenced.
+    epoch: int = 0
 
 
 class AppendResponse(msgspec.Struct):

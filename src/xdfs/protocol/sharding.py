@@ -8,7 +8,6 @@ from __future__ import annotations
 import msgspec
 
 from xdfs.rpc.service import Method, Service
-from xdfs.sharding.slotmap import SlotRange
 
 
 class SlotMapRequest(msgspec.Struct, frozen=True):
@@ -27,7 +26,8 @@ class ShardInfo(msgspec.Struct, frozen=True):
 class SlotMapResponse(msgspec.Struct, frozen=True):
     shard: str  # the answering shard's id; "" when the NameNode is not sharded
     epoch: int
-    ranges: list[SlotRange]
+    #: (first, last inclusive, shard) sorted, covering every slot: SlotRange's wire form
+    ranges: list[tuple[int, int, str]]
     shards: list[ShardInfo]
     partition_depth: int = 2
     depth_overrides: dict[str, int] = msgspec.field(default_factory=dict)

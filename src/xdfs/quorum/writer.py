@@ -14,15 +14,19 @@ Becoming the writer (:meth:`QuorumJournalWriter.become_writer`):
 Writing: ``start_segment`` goes to every node and the ones that accepted are *in sync*;
 each batch (``journal``) goes to the in-sync nodes and succeeds once a majority of *all*
 nodes stored it durably. A node that fails a call is out of sync until the next segment
-(it rejoins there: HDFS does the same). Fewer in-sync nodes than a majority, a batch
-without a majority within ``write_timeout_s``, or any node answering Fenced: the writer
-fails for good -- it never acknowledges an edit that a later writer could lose, and its
-owner (the NameNode) stops.
+(it rejoins there: HDFS does the same), and so is one that lags: a batch it has still not
+answered ``lag_max_s`` after it was sent (HDFS bounds the queued bytes instead), so a
+slow or hung disk on one node costs the writer one flag, never a wait per batch. Fewer
+in-sync nodes than a majority, a batch without a majority within ``write_timeout_s``, or
+any node answering Fenced: the writer fails for good -- it never acknowledges an edit
+that a later writer could lose, and its owner (a NameNode of an HA pair goes back to
+standby, a lone one stops) drops it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -62,6 +66,8 @@ class WriterSettings:
     #: least every ``heartbeat_interval_s``.
     commit_notify_s: float = 0.02
     heartbeat_interval_s: float = 1.0
+    #: A node with a batch unanswered this long after it was sent is out of sync.
+    lag_max_s: float = 2.0
     #: Bytes per read while copying the chosen segment during recovery.
     read_batch_bytes: int = 1024 * 1024
 
@@ -86,6 +92,9 @@ class QuorumJournalWriter:
         self.segment_start: int | None = None
         self.failure: XdfsError | None = None
         self._last_write_s = 0.0
+        #: Per node, when each of its unanswered batches was sent (oldest first).
+        self._unanswered: dict[str, collections.deque[float]] = {
+            name: collections.deque() for name in self.channels}
         self._notify = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None
 
@@ -255,8 +264,9 @@ class QuorumJournalWriter:
         request = j.JournalRecordsRequest(
             self._req(), self.segment_start, first_txid, last_txid - first_txid + 1, records
         )
+        self._leave_lagging()
         try:
-            await self._quorum("journal", lambda c: c.journal(request),
+            await self._quorum("journal", lambda c: self._journal_on(c, request),
                                nodes=sorted(self.in_sync),
                                timeout_s=self.settings.write_timeout_s)
         except QuorumFailed as exc:
@@ -265,6 +275,28 @@ class QuorumJournalWriter:
         self.committed_txid = last_txid
         self._last_write_s = asyncio.get_running_loop().time()
         self._notify.set()
+
+    def _leave_lagging(self) -> None:
+        """Out of sync: every in-sync node whose oldest unanswered batch was sent more than
+        ``lag_max_s`` ago (the majority answered every batch since, or this one would have
+        failed: it waits on the majority, never on that node)."""
+        now = asyncio.get_running_loop().time()
+        for name in sorted(self.in_sync):
+            sent = self._unanswered[name]
+            if sent and now - sent[0] > self.settings.lag_max_s:
+                self._on_failure(name, JournalOutOfSync(
+                    f"{name}: a batch sent {now - sent[0]:.1f} s ago is not answered yet "
+                    f"(namenode.journal_lag_max_s is {self.settings.lag_max_s:g} s)"))
+
+    async def _journal_on(self, channel: JournalChannel,
+                          request: j.JournalRecordsRequest) -> None:
+        sent = self._unanswered[channel.name]
+        at = asyncio.get_running_loop().time()
+        sent.append(at)
+        try:
+            await channel.journal(request)
+        finally:
+            sent.remove(at)  # (an equal time of another batch is as good)
 
     async def finalize_segment(self, start_txid: int, end_txid: int) -> None:
         self._check_usable()

@@ -44,24 +44,29 @@ from xdfs.rpc.connection import (
 from xdfs.rpc.framing import FrameReader
 from xdfs.rpc.messages import (
     K_CANCEL,
+    K_CHALLENGE,
     K_CREDIT,
     K_ERROR,
     K_HEAD,
     K_HELLO,
+    K_PROOF,
     K_REQUEST,
     K_RESPONSE,
     K_TAIL,
     K_WELCOME,
+    Challenge,
     Chunk,
     Hello,
     InEnvelope,
     Tail,
     Welcome,
 )
+from xdfs.rpc.scram import ClientLogin
 from xdfs.rpc.service import Method, Resp
 
 _ENVELOPE = msgspec.msgpack.Decoder(InEnvelope)
 _WELCOME = msgspec.msgpack.Decoder(Welcome)
+_CHALLENGE = msgspec.msgpack.Decoder(Challenge)
 #: What a socket operation raises when the peer or the network failed (TimeoutError, a
 #: subclass of OSError, is caught before these where a deadline matters).
 _SOCKET_ERRORS = (OSError, ssl.SSLError)
@@ -122,16 +127,24 @@ class BlockingConnection:
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=host)
             conn = cls(sock, address, config)
-            conn._write(encode_frame(K_HELLO, 0, "", hello))
-            envelope = conn._next_frame(deadline)
-            if envelope is None:
-                raise TimeoutError
+            login = ClientLogin(hello)
+            conn._write(encode_frame(K_HELLO, 0, "", login.hello))
+            envelope = conn._handshake_frame(deadline)
+            if envelope.kind == K_CHALLENGE and login.uses_scram:
+                try:
+                    challenge = _CHALLENGE.decode(envelope.body)
+                except DECODE_ERRORS as exc:
+                    raise decode_error(exc, ProtocolError, "bad SCRAM challenge") from None
+                conn._write(encode_frame(K_PROOF, 0, "", login.answer(challenge)))
+                envelope = conn._handshake_frame(deadline)
             if envelope.kind != K_WELCOME:
                 raise conn._unexpected(envelope)
             try:
-                conn.welcome = _WELCOME.decode(envelope.body)
+                welcome = _WELCOME.decode(envelope.body)
             except DECODE_ERRORS as exc:
                 raise decode_error(exc, ProtocolError, "bad handshake answer") from None
+            login.verify(welcome)  # before any call: an impersonator gets nothing
+            conn.welcome = welcome
         except TimeoutError:
             _close(conn, sock)
             raise Unavailable(f"connecting to {address} timed out") from None
@@ -364,6 +377,12 @@ class BlockingConnection:
         except DECODE_ERRORS as exc:
             return self._fail(decode_error(exc, ProtocolError, "bad error frame"))
         return self._fail(error) if envelope.id == 0 else error
+
+    def _handshake_frame(self, deadline: float) -> InEnvelope:
+        envelope = self._next_frame(deadline)
+        if envelope is None:
+            raise TimeoutError
+        return envelope
 
     def _unexpected(self, envelope: InEnvelope) -> XdfsError:
         if envelope.kind == K_ERROR:

@@ -32,25 +32,30 @@ from xdfs.rpc.connection import (
 )
 from xdfs.rpc.messages import (
     K_CANCEL,
+    K_CHALLENGE,
     K_CHUNK,
     K_CREDIT,
     K_ERROR,
     K_HEAD,
     K_HELLO,
+    K_PROOF,
     K_REQUEST,
     K_RESPONSE,
     K_TAIL,
     K_WELCOME,
+    Challenge,
     Hello,
     InEnvelope,
     Welcome,
 )
+from xdfs.rpc.scram import ClientLogin
 from xdfs.rpc.service import Method, MethodKind, Req, Resp
 from xdfs.rpc.streams import UPLOAD_CHUNKS_AHEAD, ChunkSource, StreamReceiver, StreamSender
 
 T = TypeVar("T")
 
 _WELCOME = msgspec.msgpack.Decoder(Welcome)
+_CHALLENGE = msgspec.msgpack.Decoder(Challenge)
 #: A call awaiting its answer: its future, method, deadline (loop time) and timeout (s).
 _Pending = tuple[asyncio.Future[Any], Method[Any, Any], float, float]
 _ANSWERS, _STREAM_FRAMES = (K_RESPONSE, K_HEAD), (K_CHUNK, K_TAIL, K_CREDIT)
@@ -108,6 +113,7 @@ class ClientConnection(RpcProtocol):
         self.welcome: Welcome | None = None
         self._loop = asyncio.get_running_loop()
         self._welcome_future: asyncio.Future[Welcome] = self._loop.create_future()
+        self._login: ClientLogin | None = None  # during the handshake
         self._next_id = 1
         #: Calls awaiting their answer: future, method, deadline (loop time; infinite while
         #: an upload still sends) and timeout.
@@ -137,8 +143,12 @@ class ClientConnection(RpcProtocol):
                     server_hostname=host if ssl_context else None,
                 )
                 conn.address = address
-                conn.send(K_HELLO, 0, "", hello)
-                conn.welcome = await conn._welcome_future
+                login = conn._login = ClientLogin(hello)
+                conn.send(K_HELLO, 0, "", login.hello)
+                welcome = await conn._welcome_future
+                login.verify(welcome)  # before any call: an impersonator gets nothing
+                conn._login = None
+                conn.welcome = welcome
         except TimeoutError:
             if conn is not None:
                 conn.close()
@@ -175,15 +185,35 @@ class ClientConnection(RpcProtocol):
                 del self.receivers[envelope.id]
         elif kind == K_ERROR:
             self._on_error(envelope)
-        elif kind == K_WELCOME:
+        elif kind in (K_WELCOME, K_CHALLENGE):
+            self._on_handshake(envelope)
+        else:
+            raise ProtocolError(f"unexpected frame kind {kind} from a server")
+
+    def _on_handshake(self, envelope: InEnvelope) -> None:
+        """A WELCOME, or a SCRAM challenge (answered with the proof at once)."""
+        if envelope.kind == K_WELCOME:
             try:
                 welcome = _WELCOME.decode(envelope.body)
             except DECODE_ERRORS as exc:
                 raise decode_error(exc, ProtocolError, "bad handshake answer") from None
             if not self._welcome_future.done():
                 self._welcome_future.set_result(welcome)
-        else:
-            raise ProtocolError(f"unexpected frame kind {kind} from a server")
+            return
+        if self._login is None:
+            raise ProtocolError("unexpected SCRAM challenge from the server")
+        try:
+            challenge = _CHALLENGE.decode(envelope.body)
+            proof = self._login.answer(challenge)
+        except DECODE_ERRORS as exc:
+            self._fail_all(decode_error(exc, ProtocolError, "bad SCRAM challenge"))
+            self.close()
+            return
+        except XdfsError as exc:  # the opener gets the reason, not ConnectionLost
+            self._fail_all(exc)
+            self.close()
+            return
+        self.send(K_PROOF, 0, "", proof)
 
     def _on_error(self, envelope: InEnvelope) -> None:
         try:

@@ -16,7 +16,9 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 from mypy_extensions import mypyc_attr
 
+from xdfs.errors import XdfsError
 from xdfs.rpc.messages import Hello
+from xdfs.rpc.scram import ScramCredentials
 from xdfs.rpc.service import Method, MethodKind, Service, method_table
 
 #: (client id, call number) of the call a handler task runs, when the client sent both: the
@@ -78,16 +80,30 @@ class Download:
     chunks: Iterable[bytes | memoryview] | AsyncIterable[bytes | memoryview]
 
 
+@dataclass(frozen=True)
+class PasswordLogin:
+    """An authenticator's answer to a Hello that logs in with SCRAM (``hello.scram``): the
+    connection runs the exchange against ``credentials`` (decoy ones for an unknown user),
+    then calls ``succeeded`` for the principal or ``failed`` for the error to answer (where
+    the authenticator counts failures)."""
+
+    user: str
+    credentials: ScramCredentials
+    succeeded: Callable[[], Principal]
+    failed: Callable[[], XdfsError]
+
+
 class Authenticator(Protocol):
-    async def authenticate(self, hello: Hello, peer: str) -> Principal:
-        """Return the principal or raise AuthenticationFailed."""
+    async def authenticate(self, hello: Hello, peer: str) -> Principal | PasswordLogin:
+        """Return the principal (a token, nobody), the SCRAM login to run, or raise
+        AuthenticationFailed."""
         ...
 
 
 class TrustingAuthenticator:
     """Accepts the user the client names (for servers without accounts, and tests)."""
 
-    async def authenticate(self, hello: Hello, peer: str) -> Principal:
+    async def authenticate(self, hello: Hello, peer: str) -> Principal | PasswordLogin:
         return Principal(hello.user or "anonymous")
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 
 #: Bumped on any incompatible change to framing, envelopes or the handshake.
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 
 LENGTH_PREFIX = struct.Struct(">I")
 #: Its size (Final: compiled modules use the literal).
@@ -34,6 +34,8 @@ class Kind(IntEnum):
     TAIL = 8  # end of a stream: Tail
     CREDIT = 9  # receiver lets the sender have `count` more chunks: Credit
     CANCEL = 10  # caller abandons call `id` (no body)
+    CHALLENGE = 11  # server -> client, a SCRAM login's server-first message: Challenge
+    PROOF = 12  # client -> server, the SCRAM client-final message: Proof
 
 
 #: The kinds as plain ints, for the per-frame paths: comparing with an ``IntEnum`` member
@@ -49,8 +51,11 @@ K_CHUNK: Final = 7
 K_TAIL: Final = 8
 K_CREDIT: Final = 9
 K_CANCEL: Final = 10
+K_CHALLENGE: Final = 11
+K_PROOF: Final = 12
 assert [int(kind) for kind in Kind] == [
-    K_HELLO, K_WELCOME, K_REQUEST, K_RESPONSE, K_ERROR, K_HEAD, K_CHUNK, K_TAIL, K_CREDIT, K_CANCEL]
+    K_HELLO, K_WELCOME, K_REQUEST, K_RESPONSE, K_ERROR, K_HEAD, K_CHUNK, K_TAIL, K_CREDIT, K_CANCEL,
+    K_CHALLENGE, K_PROOF]
 
 
 class OutEnvelope(msgspec.Struct, array_like=True, gc=False):
@@ -94,12 +99,31 @@ class Hello(msgspec.Struct, forbid_unknown_fields=True):
     cluster_id: str = ""
     client_name: str = ""
     user: str = ""
+    #: Local only, never sent: a connection given one logs ``user`` in with SCRAM-SHA-256
+    #: (:mod:`xdfs.rpc.scram`) and sends the Hello with this emptied; a server refuses a
+    #: Hello that carries one.
     password: str = ""
     token: str = ""
     #: Identifies the client process across its connections and addresses (empty, or
     #: CLIENT_ID_BYTES random bytes): with each call's ``call`` number, the key of a
     #: server's retry cache.
     client_id: bytes = b""
+    #: The SCRAM client-first message (RFC 5802), when the client logs in with a password.
+    scram: str = ""
+
+
+class Challenge(msgspec.Struct, forbid_unknown_fields=True):
+    """The SCRAM server-first message, and how the client turns its password into the
+    SCRAM password first (:func:`xdfs.rpc.scram.prehash`; empty: it is used as it is)."""
+
+    server_first: str
+    prehash: str = ""
+
+
+class Proof(msgspec.Struct, forbid_unknown_fields=True):
+    """The SCRAM client-final message (the client's proof)."""
+
+    client_final: str
 
 
 class Welcome(msgspec.Struct):
@@ -107,6 +131,9 @@ class Welcome(msgspec.Struct):
     cluster_id: str
     server_name: str
     user: str
+    #: The SCRAM server-final message after a SCRAM login (the server's signature, which
+    #: the client checks before it sends anything else).
+    server_final: str = ""
 
 
 class ErrorInfo(msgspec.Struct):

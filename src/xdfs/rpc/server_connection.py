@@ -59,16 +59,19 @@ from xdfs.rpc.handling import (
     CallContext,
     Deferred,
     Download,
+    PasswordLogin,
     Principal,
     Route,
 )
 from xdfs.rpc.messages import (
     CLIENT_ID_BYTES,
     K_CANCEL,
+    K_CHALLENGE,
     K_CHUNK,
     K_CREDIT,
     K_HEAD,
     K_HELLO,
+    K_PROOF,
     K_REQUEST,
     K_RESPONSE,
     K_TAIL,
@@ -76,8 +79,10 @@ from xdfs.rpc.messages import (
     PROTOCOL_VERSION,
     Hello,
     InEnvelope,
+    Proof,
     Welcome,
 )
+from xdfs.rpc.scram import ServerLogin
 from xdfs.rpc.service import MethodKind
 from xdfs.rpc.streams import StreamReceiver, StreamSender
 
@@ -87,6 +92,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _HELLO: Final = msgspec.msgpack.Decoder(Hello)
+_PROOF: Final = msgspec.msgpack.Decoder(Proof)
 
 #: Receive buffer of a connection until it authenticates (its frames are small: a HELLO, a
 #: login); larger ones, up to rpc.unauthenticated_frame_bytes_max, get a buffer of their own.
@@ -134,6 +140,8 @@ class ServerConnection(RpcProtocol):
         self.principal: Principal | None = None
         self.client_id = b""  # from the handshake: with a call's number, its retry key
         self._hello_task: asyncio.Task[None] | None = None
+        #: A SCRAM login waiting for the client's proof: the exchange and what it is for.
+        self._login: tuple[ServerLogin, PasswordLogin, Hello] | None = None
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._unary_calls: set[int] = set()  # ids of running unary calls (they need no input)
         #: Calls whose plain handler answers later, with no task (:class:`Deferred`).
@@ -383,6 +391,9 @@ class ServerConnection(RpcProtocol):
             self._unpark()
 
     def _before_handshake(self, envelope: InEnvelope) -> None:
+        if self._login is not None:
+            self._on_proof(envelope)
+            return
         if envelope.kind != K_HELLO:
             raise NotAuthenticated("the first frame must be the handshake (HELLO)")
         if self._hello_task is not None:
@@ -403,10 +414,20 @@ class ServerConnection(RpcProtocol):
                 raise BadRequest(
                     f"client id has {len(hello.client_id)} bytes, not {CLIENT_ID_BYTES}"
                 )
+            if hello.password:
+                raise AuthenticationFailed(
+                    "a password is never sent in the handshake: log in with SCRAM")
             cluster = self.server.cluster_id
             if cluster and hello.cluster_id and hello.cluster_id != cluster:
                 raise WrongCluster(f"server is in cluster {cluster}, not {hello.cluster_id}")
-            principal = await self.server.authenticator.authenticate(hello, self.peer)
+            answer = await self.server.authenticator.authenticate(hello, self.peer)
+            if isinstance(answer, PasswordLogin):
+                exchange = ServerLogin(answer.user, answer.credentials)
+                challenge = exchange.challenge(hello.scram)
+                self._login = (exchange, answer, hello)
+                self._hello_task = None
+                self.send(K_CHALLENGE, 0, "", challenge)
+                return
         except XdfsError as exc:
             self.abort_with(exc)
             return
@@ -414,12 +435,34 @@ class ServerConnection(RpcProtocol):
             log.exception("authenticator failed for %s", self.peer)
             self.abort_with(AuthenticationFailed(f"authentication error: {exc}"))
             return
+        self._welcome(hello, answer)
+
+    def _on_proof(self, envelope: InEnvelope) -> None:
+        """The client's answer to the SCRAM challenge: the login succeeds or fails here."""
+        assert self._login is not None
+        exchange, login, hello = self._login
+        self._login = None
+        if envelope.kind != K_PROOF:
+            raise ProtocolError("the answer to a SCRAM challenge must be its proof (PROOF)")
+        try:
+            proof = _PROOF.decode(envelope.body)
+        except DECODE_ERRORS as exc:
+            raise decode_error(exc, ProtocolError, "bad SCRAM proof") from None
+        try:
+            server_final = exchange.finish(proof.client_final)
+        except AuthenticationFailed:
+            self.abort_with(login.failed())
+            return
+        self._welcome(hello, login.succeeded(), server_final)
+
+    def _welcome(self, hello: Hello, principal: Principal, server_final: str = "") -> None:
         self.principal = principal
         self.client_id = hello.client_id
         if not principal.anonymous:
             self._reader.grow(self.config.receive_buffer_bytes, self.config.frame_bytes_max)
         self.last_active_s = self._loop.time()
-        welcome = Welcome(PROTOCOL_VERSION, cluster, self.server.name, principal.user)
+        welcome = Welcome(PROTOCOL_VERSION, self.server.cluster_id, self.server.name,
+                          principal.user, server_final)
         self.send(K_WELCOME, 0, "", welcome)
 
     def _resolve(

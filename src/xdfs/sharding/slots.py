@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from xdfs.common.paths import join, split_path
 from xdfs.errors import ConfigError
-from xdfs.namenode.namespace.paths import join, split_path
 
 SLOT_COUNT: Final = 16384
 DEFAULT_DEPTH: Final = 2

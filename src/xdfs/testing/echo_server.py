@@ -11,9 +11,9 @@ import asyncio
 import signal
 
 from xdfs.config import load_config
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.loop import run
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import server_context
 
 

@@ -18,12 +18,12 @@ from xdfs.datanode.server import DataNode
 from xdfs.namenode.image.format import format_namenode
 from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.namenode.server import NameNode
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.handling import Authenticator
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
-from xdfs.rpc.system import add_system_services
 
 
 class MiniCluster:

@@ -34,7 +34,7 @@ from kazoo.retry import KazooRetry
 
 from xdfs.common.coordination import new_client, secure_tree
 from xdfs.common.fencing import parse_methods
-from xdfs.common.secrets import SecretAuthenticator, read_secret_file
+from xdfs.common.secrets import read_secret_file
 from xdfs.config import XdfsConfig
 from xdfs.errors import ConfigError, InvalidArgument, TakeoverRefused, Unavailable
 from xdfs.http.server import HttpServer
@@ -47,6 +47,7 @@ from xdfs.protocol.ha import (
     TRANSITION_TO_STANDBY,
     TransitionRequest,
 )
+from xdfs.protocol.system_handlers import add_system_services
 from xdfs.protocol.zkfc import (
     CEDE_ACTIVE,
     ZKFC_SERVICE,
@@ -58,8 +59,8 @@ from xdfs.protocol.zkfc import (
 )
 from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
-from xdfs.rpc.system import add_system_services
 from xdfs.rpc.tls import server_context
 from xdfs.zkfc import znodes
 from xdfs.zkfc.elector import (

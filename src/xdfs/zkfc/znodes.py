@@ -32,7 +32,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
 from xdfs.config import HaConfig
-from xdfs.errors import TakeoverRefused
+from xdfs.errors import TakeoverRefused, XdfsError
 from xdfs.protocol.zkfc import ControllerIdentity
 
 log = logging.getLogger(__name__)
@@ -199,8 +199,10 @@ def _own_lock(zk: KazooClient, paths: Paths) -> Any:
     return found[1]
 
 
-class LostLock(Exception):
-    """A write meant for the lock holder, by a session that no longer holds it."""
+class LostLock(XdfsError):
+    """A write meant for the lock holder, by a session that no longer holds it. The
+    controller handles it itself (it stops acting as the holder), never sends it over the
+    wire: no code of its own."""
 
 
 def _commit(transaction: Any, what: str) -> None:

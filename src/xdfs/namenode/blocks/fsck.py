@@ -18,12 +18,12 @@ monitor moves one replica to another rack).
 
 from __future__ import annotations
 
+from xdfs.common import paths
 from xdfs.config import NameNodeConfig
 from xdfs.namenode.blocks import placement
 from xdfs.namenode.blocks.admin_states import DECOMMISSIONED, DECOMMISSIONING, MAINTENANCE_STATES
 from xdfs.namenode.blocks.block_state import block_state
 from xdfs.namenode.blocks.manager import BlockManager
-from xdfs.namenode.namespace import paths
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.namenode.namespace.tree import Namespace

@@ -97,6 +97,7 @@ class SharedEdits:
             channels if channels is not None else journal_channels(config, addresses),
             WriterSettings(journal_id, namespace,
                            write_timeout_s=nn.journal_write_timeout_s,
+                           lag_max_s=nn.journal_lag_max_s,
                            call_timeout_s=nn.journal_call_timeout_s,
                            commit_notify_s=nn.journal_commit_notify_s,
                            heartbeat_interval_s=nn.journal_heartbeat_interval_s),

@@ -81,9 +81,13 @@ class ClientHandlers:
         self.auth = auth
 
     async def login(self, ctx: CallContext, req: p.LoginRequest) -> p.LoginResponse:
-        token, expires_ms = await self.auth.login(
-            req.user, req.password, req.lifetime_s, ctx.peer
-        )
+        # A connection that proved req.user's password (SCRAM) asks with none; a password
+        # in the request (older clients) is checked as HTTP Basic auth's is.
+        issued = None if req.password else await self.auth.login_as(
+            ctx.principal, req.user, req.lifetime_s)
+        if issued is None:
+            issued = await self.auth.login(req.user, req.password, req.lifetime_s, ctx.peer)
+        token, expires_ms = issued
         return p.LoginResponse(req.user, token, expires_ms)
 
     # The common mutations are plain handlers: the mutation in one step, answered once its

@@ -75,8 +75,9 @@ def initial_namespace(
     ns.next_inode_id = first_id(shard, FIRST_INODE_ID)
     ns.next_block_id = first_id(shard, FIRST_BLOCK_ID)
     salt = os.urandom(passwords.SALT_BYTES)
-    digest = passwords.hash_password(password, salt)
-    ns.apply(AddUserOp(superuser, digest, salt, (config.supergroup,), now_ms))
+    made = passwords.new_credentials(password, salt)
+    ns.apply(AddUserOp(superuser, b"", salt, (config.supergroup,), now_ms,
+                       made.stored_key, made.server_key, made.iterations))
     key_expiry_ms = now_ms + int((config.token_key_rotation_s + config.token_lifetime_s) * 1000)
     ns.apply(AddTokenKeyOp(1, os.urandom(32), key_expiry_ms))
     ns.apply(SetDataNodeSecretOp(os.urandom(passwords.DATANODE_SECRET_BYTES)))

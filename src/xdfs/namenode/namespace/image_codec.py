@@ -16,6 +16,7 @@ from xdfs.namenode.namespace import permissions as perm
 from xdfs.namenode.namespace import quota
 from xdfs.namenode.namespace.inodes import FIRST_INODE_ID, ROOT_ID, DirInode, FileInode, Inode
 from xdfs.namenode.namespace.ops import ImageHeader, InodeRecord, TokenKeyRecord, UserRecord
+from xdfs.namenode.security.passwords import converted_record
 
 if TYPE_CHECKING:
     # The namespace's state without its live-tree methods: tree.Namespace uses this module.
@@ -42,7 +43,8 @@ def load_into(
     if count != header.inode_count:
         raise corrupt(f"{count} inodes, header says {header.inode_count}")
     ns._inode_count = count
-    ns.users = {record.name: record for record in users}
+    # (an older image's scrypt hashes become SCRAM credentials: the next image has none)
+    ns.users = {record.name: converted_record(record) for record in users}
     ns.token_keys = {record.key_id: record for record in token_keys}
     if (len(ns.users), len(ns.token_keys)) != (header.user_count, header.token_key_count):
         raise corrupt("user or token key count differs from the header")
@@ -217,7 +219,8 @@ def canonical_dump(
     for user in ns.user_records():
         dump.append((
             "user", user.name, user.password_hash, user.salt, tuple(user.groups),
-            user.created_ms, user.generation,
+            user.created_ms, user.generation, user.stored_key, user.server_key,
+            user.iterations,
         ))
     for key in ns.token_key_records():
         dump.append(("token_key", key.key_id, key.secret, key.expires_ms))

@@ -240,7 +240,10 @@ class SetQuotaOp(Op):
 
 
 class AddUserOp(Op):
-    """Create or replace a user (password as a salted scrypt hash, never in clear)."""
+    """Create or replace a user. The password is never in clear: its SCRAM credentials
+    (``stored_key``, ``server_key``, ``iterations``, with ``salt``: see
+    :mod:`xdfs.namenode.security.passwords`); ops of older namespaces carry a scrypt
+    ``password_hash`` instead, converted when applied."""
 
     OPCODE = 20
     NAME = "add_user"
@@ -249,6 +252,9 @@ class AddUserOp(Op):
     salt: bytes
     groups: tuple[str, ...]
     created_ms: int
+    stored_key: bytes = b""
+    server_key: bytes = b""
+    iterations: int = 0
 
 
 class RemoveUserOp(Op):
@@ -261,8 +267,11 @@ class SetPasswordOp(Op):
     OPCODE = 22
     NAME = "set_password"
     name: str
-    password_hash: bytes
+    password_hash: bytes  # as AddUserOp's
     salt: bytes
+    stored_key: bytes = b""
+    server_key: bytes = b""
+    iterations: int = 0
 
 
 class AddTokenKeyOp(Op):
@@ -402,6 +411,8 @@ class InodeRecord(msgspec.Struct, array_like=True, gc=False):
 
 class UserRecord(msgspec.Struct, array_like=True):
     name: str
+    #: The scrypt hash of images written before SCRAM logins (b"" since): a namespace
+    #: that loads one converts it to the SCRAM credentials below.
     password_hash: bytes
     salt: bytes
     groups: tuple[str, ...]
@@ -410,6 +421,10 @@ class UserRecord(msgspec.Struct, array_like=True):
     #: sessions carry the generation they were issued under and die with it. Unique across
     #: the namespace's history, so a removed and re-added user's old tokens stay dead.
     generation: int = 0
+    #: SCRAM-SHA-256 credentials (RFC 5802) of the scrypt-prehashed password, with ``salt``.
+    stored_key: bytes = b""
+    server_key: bytes = b""
+    iterations: int = 0
 
 
 class TokenKeyRecord(msgspec.Struct, array_like=True):

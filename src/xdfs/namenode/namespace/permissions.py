@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from xdfs.common.paths import join
 from xdfs.errors import AccessDenied, InvalidArgument, NotADirectory, NotFound
 from xdfs.namenode.namespace.inodes import DirInode, Inode
-from xdfs.namenode.namespace.paths import join
 from xdfs.namenode.namespace.steps import Steps, drain
 
 # Final: the compiled build uses the values, not a lookup in the module's dict each time.
@@ -168,11 +168,12 @@ class AccessCheck:
         if len(self.chain) <= depth:
             last = self.chain[-1]
             if not isinstance(last, DirInode):
-                raise NotADirectory(f"not a directory: {join(self.parts[: len(self.chain) - 1])}")
-            raise NotFound(f"parent directory does not exist: {join(self.parts[:depth])}")
+                raise NotADirectory("Parent path is not a directory: "
+                                    + join(self.parts[: len(self.chain) - 1]))
+            raise NotFound(f"Parent directory doesn't exist: {join(self.parts[:depth])}")
         parent = self.chain[depth]
         if not isinstance(parent, DirInode):
-            raise NotADirectory(f"parent is not a directory: {join(self.parts[:depth])}")
+            raise NotADirectory(f"Parent path is not a directory: {join(self.parts[:depth])}")
         self._require(parent, depth, bits)
 
     def self_(self, bits: int) -> None:
@@ -194,7 +195,7 @@ class AccessCheck:
     def owner(self) -> None:
         path = join(self.parts)
         if not self.exists:
-            raise NotFound(f"{path}: no such file or directory")
+            raise NotFound(f"File does not exist: {path}")
         if self.chain[-1].owner != self.user:
             raise AccessDenied(
                 f'Permission denied: user={self.user} is not the owner of inode="{path}"'

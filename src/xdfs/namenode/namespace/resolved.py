@@ -17,9 +17,9 @@ the same plan, and the answer read after it, still need no walk.
 
 from __future__ import annotations
 
+from xdfs.common.paths import join
 from xdfs.errors import AlreadyExists, NotADirectory, NotFound
 from xdfs.namenode.namespace.inodes import DirInode, Inode
-from xdfs.namenode.namespace.paths import join
 
 Parts = tuple[str, ...]
 
@@ -48,7 +48,7 @@ class INodesInPath:
     def get(self) -> Inode:
         """The inode the path names; NotFound when there is none."""
         if len(self.inodes) <= len(self.parts):
-            raise NotFound(f"{self.path}: no such file or directory")
+            raise NotFound(f"File does not exist: {self.path}")  # HDFS's words
         return self.inodes[-1]
 
     def parent_dir(self, depth: int | None = None) -> DirInode:
@@ -61,12 +61,12 @@ class INodesInPath:
         if depth - 1 < found:
             parent = self.inodes[depth - 1]
             if not isinstance(parent, DirInode):
-                raise NotADirectory(f"parent is not a directory: {self.prefix(depth - 1)}")
+                raise NotADirectory(f"Parent path is not a directory: {self.prefix(depth - 1)}")
             return parent
         # the walk stopped above the parent: at a file, or at a missing component
         if not isinstance(self.inodes[-1], DirInode):
-            raise NotADirectory(f"parent is not a directory: {self.prefix(found - 1)}")
-        raise NotFound(f"parent directory does not exist: {self.prefix(found)}")
+            raise NotADirectory(f"Parent path is not a directory: {self.prefix(found - 1)}")
+        raise NotFound(f"Parent directory doesn't exist: {self.prefix(found)}")
 
     def missing(self, depth: int | None = None) -> list[str]:
         """The directories ``mkdir -p`` of the path's first ``depth`` components (default:
@@ -79,7 +79,7 @@ class INodesInPath:
             if not isinstance(self.inodes[index], DirInode):
                 if index == depth:
                     raise AlreadyExists(f"{self.prefix(depth)} exists and is not a directory")
-                raise NotADirectory(f"not a directory: {self.prefix(index)}")
+                raise NotADirectory(f"Parent path is not a directory: {self.prefix(index)}")
         return [self.prefix(end) for end in range(found, depth + 1)]
 
     def prefix(self, depth: int) -> str:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from xdfs.common.paths import join, split_path
 from xdfs.errors import InvalidArgument
 from xdfs.namenode.namespace.inodes import DirInode
 from xdfs.namenode.namespace.ops import DeleteOp, MkdirOp, Op, RenameOp
-from xdfs.namenode.namespace.paths import join, split_path
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.namenode import FileStatus

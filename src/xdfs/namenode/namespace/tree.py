@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from xdfs.common.paths import split_path
 from xdfs.errors import AlreadyExists, InvalidArgument, IsADirectory
 from xdfs.namenode.namespace import image_codec, quota
 from xdfs.namenode.namespace import permissions as perm
@@ -47,7 +48,6 @@ from xdfs.namenode.namespace.ops import (
     TokenKeyRecord,
     UserRecord,
 )
-from xdfs.namenode.namespace.paths import split_path
 from xdfs.namenode.namespace.resolved import INodesInPath, linked, moved, replaced, unlinked
 from xdfs.namenode.namespace.steps import Steps, drain
 from xdfs.namenode.namespace.tree_base import (

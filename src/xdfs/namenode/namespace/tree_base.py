@@ -9,11 +9,11 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
+from xdfs.common.paths import join, split_path
 from xdfs.errors import InvalidArgument, IsADirectory, LeaseError
 from xdfs.namenode.namespace import quota
 from xdfs.namenode.namespace.inodes import FIRST_INODE_ID, ROOT_ID, DirInode, FileInode, Inode
 from xdfs.namenode.namespace.ops import Op, TokenKeyRecord, UserRecord
-from xdfs.namenode.namespace.paths import join, split_path
 from xdfs.namenode.namespace.resolved import INodesInPath
 from xdfs.protocol.blocks import BlockRecord
 

@@ -19,6 +19,7 @@ from xdfs.namenode.namespace.ops import (
 )
 from xdfs.namenode.namespace.tree_base import At, handles
 from xdfs.namenode.namespace.tree_files import FileOps
+from xdfs.namenode.security.passwords import converted
 
 
 class UserOps(FileOps):
@@ -32,8 +33,11 @@ class UserOps(FileOps):
         if any(not group for group in op.groups):
             raise InvalidArgument("empty group name")
         groups = tuple(sys.intern(group) for group in op.groups)
+        stored, server, iterations = converted(
+            op.password_hash, op.salt, op.stored_key, op.server_key, op.iterations)
         self.users[op.name] = UserRecord(
-            op.name, op.password_hash, op.salt, groups, op.created_ms, self._new_generation()
+            op.name, b"", op.salt, groups, op.created_ms, self._new_generation(),
+            stored, server, iterations,
         )
         return ()
 
@@ -50,9 +54,11 @@ class UserOps(FileOps):
         old = self.users.get(op.name)
         if old is None:
             raise NotFound(f"no such user: {op.name}")
+        stored, server, iterations = converted(
+            op.password_hash, op.salt, op.stored_key, op.server_key, op.iterations)
         self.users[op.name] = UserRecord(
-            old.name, op.password_hash, op.salt, old.groups, old.created_ms,
-            self._new_generation(),
+            old.name, b"", op.salt, old.groups, old.created_ms, self._new_generation(),
+            stored, server, iterations,
         )
         return ()
 

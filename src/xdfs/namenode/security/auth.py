@@ -1,19 +1,23 @@
 """Users, logins and tokens on the NameNode (the driver around ``security``).
 
-The handshake authenticates every connection: a token, or a user name and password
-(scrypt, checked off the event loop), or a DataNode (user ``dn/<node id>``) with the
-cluster's DataNode secret, or nobody at all, in which case only ``login``, ``ping`` and
-``server_info`` may be called. Users, token keys and the DataNode secret are namespace
-state, so changes go through the edits log like any other mutation.
+The handshake authenticates every connection: a token, or a user's SCRAM-SHA-256 login
+(:mod:`xdfs.rpc.scram`: the password never travels; the client does the scrypt, the server
+a few HMACs), or a DataNode (user ``dn/<node id>``) proving the cluster's DataNode secret
+the same way, or nobody at all, in which case only ``login``, ``ping`` and ``server_info``
+may be called. Users, token keys and the DataNode secret are namespace state, so changes
+go through the edits log like any other mutation.
 
-Password checks are what a stranger can make the NameNode spend CPU on, so they are
-bounded: at most ``namenode.password_checks_max`` run at once (a thread pool of that size),
-a client host may have at most ``namenode.password_checks_per_peer_max`` running or waiting
-(more are refused at once with ``Overloaded``), and repeated failures per user and per host
-are throttled, then locked out (:mod:`xdfs.namenode.security.login_guard`). A right
-password is remembered for ``namenode.password_cache_s`` (an HMAC under a per-process key,
-with the user's generation: :class:`xdfs.http.auth.PasswordCache`), so clients that open
-connection after connection pay one check, not one each; wrong ones are always checked.
+Logins that receive a password in clear (the ``login`` call, HTTP Basic auth and the web
+UI) check it against the same credentials (a scrypt and a PBKDF2 each), which is what a
+stranger can make the NameNode spend CPU on, so they are bounded: at most
+``namenode.password_checks_max`` run at once (a thread pool of that size), a client host
+may have at most ``namenode.password_checks_per_peer_max`` running or waiting (more are
+refused at once with ``Overloaded``). A right password is remembered for
+``namenode.password_cache_s`` (an HMAC under a per-process key, with the user's generation:
+:class:`xdfs.http.auth.PasswordCache`), so clients that open connection after connection
+pay one check, not one each; wrong ones are always checked. Every password login, SCRAM or
+not, counts against the failed-login throttle and lockout per user and host, per host, and
+per user (:mod:`xdfs.namenode.security.login_guard`).
 
 Tokens and sessions carry the user's credential generation (``UserRecord.generation``): a
 password change gives the user a new one and a removed user has none, so both end every
@@ -30,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from xdfs.common import tokens
+from xdfs.common.paths import check_name
 from xdfs.config import NameNodeConfig
 from xdfs.errors import (
     AccessDenied,
@@ -48,13 +53,13 @@ from xdfs.namenode.namespace.ops import (
     SetPasswordOp,
     UserRecord,
 )
-from xdfs.namenode.namespace.paths import check_name
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.namenode.namesystem import Namesystem, Plan
 from xdfs.namenode.security import passwords
 from xdfs.namenode.security.login_guard import GuardSettings, Key, LoginGuard
 from xdfs.protocol.datanode import DATANODE_USER_PREFIX
-from xdfs.rpc.handling import Principal
+from xdfs.rpc import scram
+from xdfs.rpc.handling import PasswordLogin, Principal
 from xdfs.rpc.messages import Hello
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,9 @@ class UserPrincipal(Principal):
     """A user, by password or token, and the credential generation it authenticated with."""
 
     generation: int = 0
+    #: Proved its password on this connection (SCRAM): the ``login`` call may then issue a
+    #: token without one (a token's connection may not: it would renew itself forever).
+    by_password: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,16 @@ class DataNodePrincipal(Principal):
 def peer_host(peer: str) -> str:
     """``"10.0.0.1:5000"`` -> ``"10.0.0.1"`` (failures and checks are counted per host)."""
     return peer.rsplit(":", 1)[0]
+
+
+_NO_CREDENTIALS = scram.ScramCredentials(b"", 0, b"", b"")
+
+
+def _wrong_datanode_secret() -> AuthenticationFailed:
+    return AuthenticationFailed(
+        "wrong DataNode secret (datanode.secret_file must hold the "
+        f"{passwords.DATANODE_SECRET_FILE} of this cluster's name dirs)"
+    )
 
 
 class PasswordChecks:
@@ -132,6 +150,10 @@ class NamespaceAuthenticator:
         self._checked = PasswordCache(
             os.urandom(32), config.password_cache_s, config.password_cache_entries_max
         )
+        #: Makes an unknown user's challenge (stable per name within this process).
+        self._decoy_key = os.urandom(32)
+        #: The DataNode secret and its SCRAM credentials.
+        self._datanode: tuple[bytes, scram.ScramCredentials] = (b"", _NO_CREDENTIALS)
 
     def _ns(self) -> Namespace:
         ns = self._namespace()
@@ -139,22 +161,54 @@ class NamespaceAuthenticator:
             raise AuthenticationFailed("this server has not loaded its namespace yet")
         return ns
 
-    async def authenticate(self, hello: Hello, peer: str) -> Principal:
+    async def authenticate(self, hello: Hello, peer: str) -> Principal | PasswordLogin:
         if hello.token:
-            return self._token_principal(hello.token)
+            return self.token_principal(hello.token)
         if hello.user.startswith(DATANODE_USER_PREFIX):
-            if not passwords.check_datanode_secret(self._ns().datanode_secret, hello.password):
-                raise AuthenticationFailed(
-                    "wrong DataNode secret (datanode.secret_file must hold the "
-                    f"{passwords.DATANODE_SECRET_FILE} of this cluster's name dirs)"
-                )
-            return DataNodePrincipal(hello.user)
+            return PasswordLogin(hello.user, self._datanode_credentials(),
+                                 lambda: DataNodePrincipal(hello.user), _wrong_datanode_secret)
         if hello.user:
-            record = await self.check_password(hello.user, hello.password, peer)
-            return UserPrincipal(hello.user, generation=record.generation)
+            if not hello.scram:
+                raise AuthenticationFailed("wrong user name or password")
+            return self._user_login(hello.user, peer_host(peer))
         return Principal(ANONYMOUS, anonymous=True)
 
-    def _token_principal(self, token: str) -> UserPrincipal:
+    def _datanode_credentials(self) -> scram.ScramCredentials:
+        secret = self._ns().datanode_secret
+        if not secret:  # nothing matches while the namespace has none
+            return scram.decoy_credentials(self._decoy_key, DATANODE_USER_PREFIX, "")
+        if self._datanode[0] != secret:  # made once per secret: a PBKDF2
+            text = passwords.datanode_secret_text(secret)
+            self._datanode = (secret, scram.secret_credentials(text))
+        return self._datanode[1]
+
+    def _user_login(self, user: str, host: str) -> PasswordLogin:
+        """A SCRAM login of ``user`` from ``host``, refused first when the guard says so; an
+        unknown user is challenged alike (decoy credentials) and fails at its proof."""
+        record = self._ns().users.get(user)
+        known = user if record is not None else None
+        self.guard.check_login(known, host, self._now_ms() / 1000)
+        if record is None or not record.stored_key:
+            stored = scram.decoy_credentials(self._decoy_key, user, passwords.PREHASH)
+        else:
+            stored = passwords.record_credentials(record)
+
+        def succeeded() -> Principal:
+            current = self._ns().users.get(user)
+            # (a password change while the proof was on its way makes it a failure)
+            if record is None or current is None or current.generation != record.generation:
+                raise AuthenticationFailed("wrong user name or password")
+            self.guard.login_succeeded(user, host, self._now_ms() / 1000)
+            return UserPrincipal(user, generation=record.generation, by_password=True)
+
+        return PasswordLogin(user, stored, succeeded, lambda: self._failed(known, host))
+
+    def _failed(self, user: str | None, host: str) -> AuthenticationFailed:
+        locked = self.guard.login_failed(user, host, self._now_ms() / 1000)
+        self._log_failures(self.guard.login_keys(user, host), locked, host)
+        return AuthenticationFailed("wrong user name or password")
+
+    def token_principal(self, token: str) -> UserPrincipal:
         ns = self._ns()
         body = tokens.verify_token(token, ns.token_keys, self._now_ms())
         record = ns.users.get(body.user)
@@ -172,21 +226,19 @@ class NamespaceAuthenticator:
         any check when too many failed, Overloaded when the host has too many in flight."""
         record = self._ns().users.get(user)
         host = peer_host(peer)
-        keys = [Key("host", host)] if record is None else [Key("user", user), Key("host", host)]
+        known = user if record is not None else None
         now_s = self._now_ms() / 1000
-        self.guard.check(keys, now_s)
+        self.guard.check_login(known, host, now_s)
         if record is not None and self._checked.generation(
                 user, password, now_s) == record.generation:
-            self.guard.succeeded(Key("user", user))
+            self.guard.login_succeeded(user, host, now_s)
             return record
         if await self._checks.verify(host, record, password):
             assert record is not None
-            self.guard.succeeded(Key("user", user))
+            self.guard.login_succeeded(user, host, self._now_ms() / 1000)
             self._checked.checked(user, password, record.generation, self._now_ms() / 1000)
             return record
-        locked = self.guard.failed(keys, self._now_ms() / 1000)
-        self._log_failures(keys, locked, host)
-        raise AuthenticationFailed("wrong user name or password")
+        raise self._failed(known, host)
 
     def _log_failures(self, keys: list[Key], locked: list[Key], host: str) -> None:
         if locked:
@@ -221,6 +273,20 @@ class NameNodeAuth(NamespaceAuthenticator):
         if not lifetime_s >= 0:  # also NaN: a token born expired is a client bug
             raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
         record = await self.check_password(user, password, peer)
+        return await self.issue_token(record, user, lifetime_s)
+
+    async def login_as(self, principal: Principal, user: str,
+                       lifetime_s: float) -> tuple[str, int] | None:
+        """A token for ``user`` when ``principal`` proved that user's password on its
+        connection (no password needed again); None when it did not."""
+        if not (isinstance(principal, UserPrincipal) and principal.by_password
+                and principal.user == user):
+            return None
+        if not lifetime_s >= 0:
+            raise InvalidArgument(f"token lifetime must be >= 0 seconds, got {lifetime_s}")
+        record = self.fs.ns.users.get(user)
+        if record is None or record.generation != principal.generation:
+            raise AuthenticationFailed("the password changed since this connection logged in")
         return await self.issue_token(record, user, lifetime_s)
 
     async def issue_token(
@@ -272,8 +338,9 @@ class NameNodeAuth(NamespaceAuthenticator):
         if len(password) < PASSWORD_CHARS_MIN:
             raise InvalidArgument("a password is required")
         salt = os.urandom(passwords.SALT_BYTES)
-        digest = await asyncio.to_thread(passwords.hash_password, password, salt)
-        op = AddUserOp(name, digest, salt, tuple(groups), self.fs.now_ms())
+        made = await asyncio.to_thread(passwords.new_credentials, password, salt)
+        op = AddUserOp(name, b"", salt, tuple(groups), self.fs.now_ms(),
+                       made.stored_key, made.server_key, made.iterations)
         await self.fs.mutate("add user", lambda: Plan.of([op], None))
 
     async def remove_user(self, caller: str, name: str) -> None:
@@ -294,15 +361,16 @@ class NameNodeAuth(NamespaceAuthenticator):
         if len(password) < PASSWORD_CHARS_MIN:
             raise InvalidArgument("a password is required")
         salt = os.urandom(passwords.SALT_BYTES)
-        digest = await asyncio.to_thread(passwords.hash_password, password, salt)
+        made = await asyncio.to_thread(passwords.new_credentials, password, salt)
 
         def plan() -> Plan[None]:
             if name not in self.fs.ns.users:
                 raise NotFound(f"no user {name}")
-            return Plan.of([SetPasswordOp(name, digest, salt)], None)
+            return Plan.of([SetPasswordOp(name, b"", salt, made.stored_key, made.server_key,
+                                          made.iterations)], None)
 
         await self.fs.mutate("set password", plan)
-        self.guard.succeeded(Key("user", name))  # a new password lifts the user's lockout
+        self.guard.forget_user(name)  # a new password lifts the user's lockout
 
     def require_superuser(self, caller: str, what: str) -> None:
         if not self.fs.ns.is_superuser(caller):

@@ -9,9 +9,11 @@ operation on that one file (``ticket=``, :mod:`.scoped_urls`): the DataNode read
 or exchanges it for a token of the user to write through an xdfs client.
 
 In an HA pair the gateway runs on each NameNode whatever its state: a standby (or a
-NameNode still starting or stopping) answers every request, the OAuth2 endpoint included,
-with HDFS's ``StandbyException`` (HTTP 403, RemoteException JSON), so a WebHDFS client
-that knows both addresses moves on to the other, as HDFS's WebHdfsFileSystem does."""
+NameNode still starting or stopping) answers every file-system request with HDFS's
+``StandbyException`` (HTTP 403, RemoteException JSON), so a WebHDFS client that knows
+both addresses moves on to the other, as HDFS's WebHdfsFileSystem does. The OAuth2
+endpoint is the exception: a standby issues tokens too (:func:`standby_token`), because
+Hadoop's token provider knows one URL only."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import web
 
+from xdfs.common import tokens
 from xdfs.config import XdfsConfig
 from xdfs.errors import (
     AccessDenied,
@@ -33,26 +36,53 @@ from xdfs.errors import (
     NotFound,
     Standby,
     Unavailable,
+    Unsupported,
     XdfsError,
 )
 from xdfs.http import webhdfs as w
 from xdfs.http.auth import Credentials, PasswordCache, request_credentials
 from xdfs.http.server import read_form
 from xdfs.namenode.handlers.client import principal_user
+from xdfs.namenode.namespace.ops import UserRecord
 from xdfs.namenode.namespace.trash import home
 from xdfs.namenode.namesystem import Namesystem
-from xdfs.namenode.security.auth import NameNodeAuth, UserPrincipal
+from xdfs.namenode.security.auth import ANONYMOUS, NameNodeAuth, UserPrincipal
 from xdfs.namenode.webhdfs.listing import PerUserLimit, stream_listing
 from xdfs.namenode.webhdfs.scoped_urls import issue_read_token, issue_write_token
-from xdfs.protocol.ha import STATE_ACTIVE
+from xdfs.protocol.ha import STATE_ACTIVE, STATE_STANDBY
 from xdfs.protocol.namenode import DEFAULT_MODE
-from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.rpc.handling import Principal
 
 log = logging.getLogger(__name__)
 
 OAUTH2_TOKEN_PATH = "/oauth2/token"
 #: Entries of one LISTSTATUS_BATCH page (HDFS: dfs.ls.limit, 1000).
 LIST_PAGE_ENTRIES = 1000
+
+_NO_ACLS = "xdfs has no ACLs (permissions are owner, group and mode bits)"
+_NO_XATTRS = "xdfs has no extended attributes"
+_NO_SNAPSHOTS = "xdfs has no snapshots"
+_NO_POLICIES = "xdfs has one storage type and no storage policies"
+_NO_EC = "xdfs has no erasure coding (files are replicated)"
+#: HDFS's WebHDFS operations this gateway does not provide, and why: refused with
+#: UnsupportedOperationException (an op HDFS does not know is IllegalArgumentException).
+NOT_PROVIDED: dict[str, str] = {
+    **dict.fromkeys(("GETACLSTATUS", "MODIFYACLENTRIES", "REMOVEACLENTRIES",
+                     "REMOVEDEFAULTACL", "REMOVEACL", "SETACL"), _NO_ACLS),
+    **dict.fromkeys(("GETXATTRS", "LISTXATTRS", "SETXATTR", "REMOVEXATTR"), _NO_XATTRS),
+    **dict.fromkeys(("GETSNAPSHOTDIFF", "GETSNAPSHOTDIFFLISTING",
+                     "GETSNAPSHOTTABLEDIRECTORYLIST", "GETSNAPSHOTLIST", "CREATESNAPSHOT",
+                     "RENAMESNAPSHOT", "DELETESNAPSHOT", "ALLOWSNAPSHOT", "DISALLOWSNAPSHOT"),
+                    _NO_SNAPSHOTS),
+    **dict.fromkeys(("GETALLSTORAGEPOLICY", "GETSTORAGEPOLICY", "SETSTORAGEPOLICY",
+                     "UNSETSTORAGEPOLICY", "SATISFYSTORAGEPOLICY", "SETQUOTABYSTORAGETYPE"),
+                    _NO_POLICIES),
+    **dict.fromkeys(("GETECPOLICY", "SETECPOLICY", "UNSETECPOLICY", "ENABLEECPOLICY",
+                     "DISABLEECPOLICY"), _NO_EC),
+    **dict.fromkeys(("CREATESYMLINK", "GETLINKTARGET", "GETFILELINKSTATUS"),
+                    "xdfs has no symbolic links"),
+    "SETQUOTA": "set quotas with `xdfs admin -setQuota` / `-setSpaceQuota` (RPC)",
+}
 
 Operation = Callable[["WebHdfsGateway", web.Request, str, str, Credentials],
                      Awaitable[web.StreamResponse]]
@@ -127,6 +157,8 @@ class WebHdfsGateway:
             self.check_active()
             op = request.query.get("op", "").upper()
             function = _OPS.get((request.method, op))
+            if function is None and op in NOT_PROVIDED:
+                raise Unsupported(f"{op}: {NOT_PROVIDED[op]}")
             if function is None:
                 raise InvalidArgument(
                     f'Invalid value for webhdfs parameter "op": {op[:40] or "(none)"} is not '
@@ -157,10 +189,17 @@ class WebHdfsGateway:
         now_s = self.fs.now_ms() / 1000
         if record is not None and not credentials.token and self._passwords.generation(
                 user, credentials.password, now_s) == record.generation:
+            # a locked-out address stays locked, even with the password remembered as right
+            self.auth.guard.check_login(user, peer, now_s)
             return principal_user(UserPrincipal(user, generation=record.generation), self.fs)
-        hello = Hello(PROTOCOL_VERSION, user=user, password=credentials.password,
-                      token=credentials.token)
-        principal = await self.auth.authenticate(hello, f"{peer}:0")
+        principal: Principal
+        if credentials.token:
+            principal = self.auth.token_principal(credentials.token)
+        elif user:
+            found = await self.auth.check_password(user, credentials.password, f"{peer}:0")
+            principal = UserPrincipal(user, generation=found.generation)
+        else:
+            principal = Principal(ANONYMOUS, anonymous=True)
         checked = principal_user(principal, self.fs)
         if not credentials.token and isinstance(principal, UserPrincipal):
             self._passwords.checked(user, credentials.password, principal.generation, now_s)
@@ -170,11 +209,17 @@ class WebHdfsGateway:
 
     async def oauth2_token(self, request: web.Request) -> web.StreamResponse:
         """``grant_type=client_credentials&client_id=USER&client_secret=PASSWORD`` ->
-        ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``."""
-        try:
-            self.check_active()
-        except Standby as exc:
-            return w.remote_exception(exc)
+        ``{"access_token": <an xdfs token>, "token_type": "bearer", "expires_in": s}``.
+
+        Answered by the active and by a standby alike (Hadoop's client takes one
+        ``refresh.url``, which must keep working across a failover): see
+        :func:`standby_token` for what a standby issues."""
+        fs, auth = self._node.fs, self._node.auth
+        active = self._node.ha_state == STATE_ACTIVE
+        if fs is None or auth is None or not (active or self._node.ha_state == STATE_STANDBY):
+            return w.remote_exception(Standby(
+                f"the token endpoint is not served in state {self._node.ha_state}: ask "
+                "another NameNode"))
         try:
             form = await read_form(request, self.config.http.body_idle_timeout_s)
             fields = {key: str(value) for key, value in form.items()}
@@ -183,12 +228,18 @@ class WebHdfsGateway:
             user, password = fields.get("client_id", ""), fields.get("client_secret", "")
             if not user:
                 return w.json_response({"error": "invalid_request"}, 400)
-            token, expires_ms = await self.auth.login(user, password, 0.0,
-                                                      f"{request.remote or ''}:0")
+            peer = f"{request.remote or ''}:0"
+            if active:
+                token, expires_ms = await auth.login(user, password, 0.0, peer)
+            else:
+                record = await auth.check_password(user, password, peer)
+                token, expires_ms = standby_token(fs, record, user)
+        except Standby as exc:
+            return w.remote_exception(exc)
         except XdfsError as exc:
             log.info("oauth2 token refused: %s", exc.message)
             return w.json_response({"error": "invalid_client"}, 401)
-        expires_in = max(0, (expires_ms - self.fs.now_ms()) // 1000)
+        expires_in = max(0, (expires_ms - fs.now_ms()) // 1000)
         return w.json_response(
             {"access_token": token, "token_type": "bearer", "expires_in": expires_in})
 
@@ -234,6 +285,25 @@ class WebHdfsGateway:
             if node is not None and node.http_address:
                 return node.http_address
         return self.any_datanode()
+
+
+def standby_token(fs: Namesystem, record: UserRecord, user: str) -> tuple[str, int]:
+    """A token of ``user`` issued by a standby, which the active accepts: signed with the
+    newest token key of the standby's namespace (the active's keys, tailed from the
+    journal) and carrying the user's generation there. The password was checked against
+    the standby's record of the user, so a user it has not seen yet is refused, and a
+    token issued from a record the active has since changed (a new password, a removed
+    user) carries a generation the active refuses. A standby writes nothing, so it cannot
+    add a key: the token ends when the key does, if that comes before a full
+    ``namenode.token_lifetime_s``; with no valid key it refuses (Standby)."""
+    now = fs.now_ms()
+    key = tokens.newest_key(fs.ns.token_keys, now)
+    if key is None:
+        raise Standby("this standby holds no valid token key yet: ask the active NameNode")
+    expires_ms = min(now + int(1000 * fs.config.token_lifetime_s), key.expires_ms)
+    body = tokens.TokenBody("user", user, key.key_id, now, expires_ms,
+                            generation=record.generation)
+    return tokens.issue_token(body, key), expires_ms
 
 
 def _redirect(request: web.Request, url: str) -> web.StreamResponse:
@@ -442,3 +512,7 @@ async def _truncate(gw: WebHdfsGateway, request: web.Request, user: str, path: s
     new_length = w.int_param(request.query, "newlength", -1, minimum=0)
     done = await gw.fs.truncate(user, path, new_length)
     return w.json_response(w.boolean(done))
+
+
+# The operations of .operations register themselves on import.
+from xdfs.namenode.webhdfs import operations as _operations  # noqa: E402,F401

@@ -1,4 +1,5 @@
-"""Path validation and normalisation (pure). Every path entering the NameNode passes here.
+"""Path validation and normalisation (pure). Every path entering the NameNode passes here,
+and metadata sharding (xdfs.sharding) cuts paths by the same rules.
 
 Accepted: absolute paths of components separated by ``/``, with at most a trailing ``/``.
 An empty component (``//``) is refused: it is a client bug we report rather than guess

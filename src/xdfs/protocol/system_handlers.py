@@ -1,4 +1,5 @@
-"""Handlers of the SYSTEM and DIAGNOSTICS services (xdfs.protocol.system)."""
+"""Handlers of the SYSTEM and DIAGNOSTICS services (declared in xdfs.protocol.system), which
+every server adds to its RPC server: the RPC layer below knows no method table."""
 
 from __future__ import annotations
 
