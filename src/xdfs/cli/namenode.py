@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from xdfs.cli.main import CliState
+from xdfs.sharding.ids import SHARDS_MAX
 
 if TYPE_CHECKING:
     from xdfs.config import XdfsConfig
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
               help="With -format or -bootstrapStandby: wipe a non-empty dir. With "
               "-initializeSharedEdits: reformat journals that hold edits.")
 @click.option("--cluster-id", default="", help="With -format: the cluster id to use.")
+@click.option("--shard", default=0, type=click.IntRange(0, SHARDS_MAX - 1), metavar="N",
+              help="With -format: make the namespace metadata shard N (its inode and block "
+              "ids start at shard N's first ids; all shards of a cluster share --cluster-id).")
 @click.pass_obj
 def namenode(
     state: CliState,
@@ -67,6 +71,7 @@ def namenode(
     bootstrap_standby: bool,
     force: bool,
     cluster_id: str,
+    shard: int,
 ) -> None:
     """Run a NameNode on its storage directories (or -format them).
 
@@ -77,7 +82,7 @@ def namenode(
     if not dirs:
         raise click.UsageError("give --name-dir DIR (or set namenode.name_dirs)")
     if do_format:
-        _format(config, dirs, force, cluster_id)
+        _format(config, dirs, force, cluster_id, shard)
         return
     from xdfs.common.addresses import parse_address
     from xdfs.rpc.loop import run
@@ -96,7 +101,9 @@ def namenode(
     sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
 
 
-def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) -> None:
+def _format(
+    config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str, shard: int
+) -> None:
     from xdfs.namenode.image.format import format_namenode
 
     user = os.environ.get("XDFS_USER") or getpass.getuser()
@@ -107,6 +114,7 @@ def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) 
         password=os.environ.get("XDFS_PASSWORD", ""),
         cluster_id=cluster_id,
         force=force,
+        shard=shard,
     )
     click.echo(
         f"formatted {', '.join(map(str, dirs))}: cluster {result.cluster_id}, "

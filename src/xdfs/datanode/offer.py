@@ -75,8 +75,12 @@ class NameNodeOffer:
     """The actors of one DataNode and the choice they share (module doc)."""
 
     def __init__(self, storage: DataStorage, on_fatal: Callable[[BaseException], None],
-                 actors: list[NameNodeActor], *, ha: bool) -> None:
-        self._storage = storage  # its data dir keeps the epoch watermark
+                 actors: list[NameNodeActor], *, ha: bool, shard: int = 0) -> None:
+        self._storage = storage
+        #: The shard these NameNodes serve; its block pool keeps their epoch watermark
+        #: (each shard's namespace has epochs of its own).
+        self.shard = shard
+        self._epoch_dir = storage.pool_current(shard)
         self._on_fatal = on_fatal  # stops the DataNode
         self.actors = actors
         self.ha = ha
@@ -94,7 +98,7 @@ class NameNodeOffer:
     async def run(self) -> None:
         """Load the persisted watermark, then run every actor until cancelled."""
         try:
-            self.choice.epochs.raise_to(await in_thread(load_epoch, self._storage.current))
+            self.choice.epochs.raise_to(await in_thread(load_epoch, self._epoch_dir))
         except StorageError as exc:
             self._on_fatal(exc)
             return
@@ -113,7 +117,7 @@ class NameNodeOffer:
             raise Fenced(epochs.stale_message(address, epoch))
         async with self.persist:
             if self.choice.judge(epoch) is Verdict.NEWER:
-                await in_thread(store_epoch, self._storage.current, epoch)
+                await in_thread(store_epoch, self._epoch_dir, epoch)
                 previous = epochs.highest
                 epochs.raise_to(epoch)
                 log.info("NameNode %s is at epoch %d (this DataNode had seen %d)",

@@ -19,9 +19,12 @@ from xdfs.common.files import make_dirs
 from xdfs.config import NameNodeConfig
 from xdfs.namenode.image.recovery import save_checkpoint
 from xdfs.namenode.image.storage import StorageDirectory
+from xdfs.namenode.namespace.inodes import FIRST_INODE_ID
 from xdfs.namenode.namespace.ops import AddTokenKeyOp, AddUserOp, MkdirOp, SetDataNodeSecretOp
 from xdfs.namenode.namespace.tree import Namespace
+from xdfs.namenode.namespace.tree_base import FIRST_BLOCK_ID
 from xdfs.namenode.security import passwords
+from xdfs.sharding.ids import first_id
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,11 @@ def format_namenode(
     password: str = "",
     cluster_id: str = "",
     force: bool = False,
+    shard: int = 0,
 ) -> Formatted:
+    """Format ``name_dirs``; ``shard`` > 0 makes the namespace metadata shard ``shard``:
+    its inode and block ids start at ``sharding.ids.first_id(shard, ...)`` (0: an
+    unsharded NameNode's ids, which are shard 0's)."""
     generated = "" if password else secrets.token_urlsafe(12)
     password = password or generated
     cluster_id = cluster_id or f"CID-{uuid.uuid4()}"
@@ -52,7 +59,7 @@ def format_namenode(
         for d in dirs:
             make_dirs(Path(d.root))
             d.format(cluster_id, namespace_id, now_ms, force=force)
-        namespace = initial_namespace(config, superuser, password, now_ms)
+        namespace = initial_namespace(config, superuser, password, now_ms, shard)
         save_checkpoint(dirs, namespace, 0)
     finally:
         for d in dirs:
@@ -61,9 +68,12 @@ def format_namenode(
 
 
 def initial_namespace(
-    config: NameNodeConfig, superuser: str, password: str, now_ms: int
+    config: NameNodeConfig, superuser: str, password: str, now_ms: int, shard: int = 0
 ) -> Namespace:
     ns = Namespace(superuser, config.supergroup, root_mtime_ms=now_ms)
+    # The shard's id counters (saved in fsimage_0 with the rest): unique across shards.
+    ns.next_inode_id = first_id(shard, FIRST_INODE_ID)
+    ns.next_block_id = first_id(shard, FIRST_BLOCK_ID)
     salt = os.urandom(passwords.SALT_BYTES)
     digest = passwords.hash_password(password, salt)
     ns.apply(AddUserOp(superuser, digest, salt, (config.supergroup,), now_ms))
