@@ -266,7 +266,7 @@ class NameNodeActor:
     async def _register(self) -> None:
         node = self.node
         storage = node.storage
-        request = RegisterRequest(storage.node_id, node.address, storage.storage_report(),
+        request = RegisterRequest(storage.node_id, node.address, storage.storage_report(self.shard),
                                   __version__, http_address=node.http_address)
         response = await self.rpc.call(REGISTER_DATANODE, request, timeout_s=self._timeout_s)
         await self._check_epoch(response.epoch, response.ha_state)

@@ -75,7 +75,8 @@ class NameNodeOffer:
     """The actors of one DataNode and the choice they share (module doc)."""
 
     def __init__(self, storage: DataStorage, on_fatal: Callable[[BaseException], None],
-                 actors: list[NameNodeActor], *, ha: bool, shard: int = 0) -> None:
+                 actors: list[NameNodeActor], *, ha: bool, shard: int = 0,
+                 persist: asyncio.Lock | None = None) -> None:
         self._storage = storage
         #: The shard these NameNodes serve; its block pool keeps their epoch watermark
         #: (each shard's namespace has epochs of its own).
@@ -86,8 +87,9 @@ class NameNodeOffer:
         self.ha = ha
         self.choice = ActiveChoice()
         #: One write at a time of the data dir's small files (epoch, cluster id): the
-        #: actors register and judge answers concurrently.
-        self.persist = asyncio.Lock()
+        #: actors register and judge answers concurrently (those of every shard: the
+        #: DataNode gives its offers one lock, as VERSION is one file).
+        self.persist = persist or asyncio.Lock()
         #: Held while a command runs; a heartbeat waits for it to end first, so that what
         #: the command changed is reported before the heartbeat (blocks/failover.py).
         self.commands = asyncio.Lock()

@@ -186,15 +186,17 @@ class DataNode:
         except BaseException:
             await self.stop()
             raise
+        persist = asyncio.Lock()  # VERSION is one file: one write at a time of any shard
         for shard, addresses in self.shard_addresses.items():
-            self.offers[shard] = offer = self._offer(hello, shard, addresses)
+            self.offers[shard] = offer = self._offer(hello, shard, addresses, persist)
             self._spawn(f"namenode actors of shard {shard}", offer.run())
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
         self._spawn("work while idle", work_while_idle(self.storage, in_thread))
         return self.server.address
 
-    def _offer(self, hello: Hello, shard: int, addresses: list[str]) -> NameNodeOffer:
+    def _offer(self, hello: Hello, shard: int, addresses: list[str], persist: asyncio.Lock
+               ) -> NameNodeOffer:
         """One actor per NameNode of an HA pair, else one for the address list (offer.py).
         A shard of ``datanode.shards`` with two addresses is an HA pair (a shard is a
         nameservice); ``datanode.namenode``'s are when ``ha.namenodes`` lists them."""
@@ -207,7 +209,8 @@ class DataNode:
                                           ssl_context=client_context(rpc)), shard=shard)
             for group in ([[a] for a in addresses] if ha else [addresses])
         ]
-        offer = NameNodeOffer(self.storage, self.on_fatal, actors, ha=ha, shard=shard)
+        offer = NameNodeOffer(self.storage, self.on_fatal, actors, ha=ha, shard=shard,
+                              persist=persist)
         for actor in actors:
             actor.offer = offer
         return offer
@@ -328,8 +331,8 @@ class DataNode:
                     await self._keys_installed[shard].wait()
             except TimeoutError:
                 raise Unavailable(
-                    f"this DataNode has no block keys of shard {shard} yet (not registered "
-                    f"with its NameNode within {wait_s:g} s)"
+                    f"this DataNode has no block keys yet (not registered with a NameNode "
+                    f"of shard {shard} within {wait_s:g} s)"
                 ) from None
         check_block_token(token, keys, self.now_ms(), block_id, mode)
 
