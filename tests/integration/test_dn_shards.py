@@ -118,3 +118,29 @@ async def test_each_shard_keeps_its_own_epoch_watermark(minicluster: MiniCluster
     await eventually(lambda: B1 in stub1.deleted(node_id))
     assert node.storage.get(B1) is None
     assert epoch_1.read_text().strip() == "2" and epoch_0.read_text().strip() == "9"
+
+
+async def test_a_shard_may_be_an_ha_pair(minicluster: MiniCluster) -> None:
+    """Two addresses of a shard in ``datanode.shards`` are its HA pair: one actor each,
+    only the active's commands obeyed."""
+    from tests.integration.test_dn_ha_actors import _start
+
+    stub0 = await start_stub(minicluster)
+    active, standby = await _start(minicluster, "active"), await _start(minicluster, "standby")
+    shards = {"0": stub0.address, "1": f"{active.address},{standby.address}"}
+    node = await minicluster.start_datanode("dn0", "unused:1", config=dn_config(shards=shards))
+    node_id = node.storage.node_id
+    await eventually(lambda: all(s.last_full_report(node_id) is not None
+                                 for s in (stub0, active, standby)) and all(
+                                     node.shard_keys.values()))
+    pair = node.offers[1]
+    assert pair.ha and len(pair.actors) == 2 and pair.choice.active == active.address
+    assert not node.offers[0].ha
+    client = dn_client(minicluster, node, "CID-stub")
+    await write_block(client, BlockRecord(B1, 1, 0), b"one", active.token(B1))
+    standby.commands[node_id] = [HeartbeatResponse(delete=[B1])]
+    await heartbeats_after(standby, node_id)
+    assert node.storage.get(B1) is not None
+    active.commands[node_id] = [HeartbeatResponse(delete=[B1])]
+    await eventually(lambda: B1 in active.deleted(node_id) and B1 in standby.deleted(node_id))
+    assert node.storage.get(B1) is None and B1 not in stub0.deleted(node_id)
