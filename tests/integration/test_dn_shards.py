@@ -17,11 +17,12 @@ from tests.integration.dn_helpers import (
     start_stub,
     write_block,
 )
+from xdfs.datanode.metrics import status_facts
 from xdfs.datanode.server import DataNode
 from xdfs.errors import AuthenticationFailed, ShardNotServed
 from xdfs.namenode.namespace.tree_base import FIRST_BLOCK_ID
 from xdfs.protocol.blocks import BlockRecord
-from xdfs.protocol.datanode import HeartbeatResponse, ReplicateTask
+from xdfs.protocol.datanode import HeartbeatResponse, RecoverBlockTask, ReplicateTask
 from xdfs.sharding.ids import first_id
 from xdfs.testing.minicluster import MiniCluster
 from xdfs.testing.poll import eventually
@@ -55,6 +56,8 @@ async def test_each_shard_hears_of_its_pool_only_and_refuses_another_shards_bloc
     stub0, stub1, node = await two_shards(minicluster)
     node_id = node.storage.node_id
     assert len(node.offers) == 2 and [o.shard for o in node.offers.values()] == [0, 1]
+    facts = dict(status_facts(node))
+    assert facts["NameNodes"] == f"shard 0: {stub0.address}; shard 1: {stub1.address}"
     client = dn_client(minicluster, node, "CID-stub")
     r0 = (await write_block(client, BlockRecord(B0, 1, 0), b"zero" * 50, stub0.token(B0))).block
     r1 = (await write_block(client, BlockRecord(B1, 1, 0), b"one" * 70, stub1.token(B1))).block
@@ -144,3 +147,20 @@ async def test_a_shard_may_be_an_ha_pair(minicluster: MiniCluster) -> None:
     active.commands[node_id] = [HeartbeatResponse(delete=[B1])]
     await eventually(lambda: B1 in active.deleted(node_id) and B1 in standby.deleted(node_id))
     assert node.storage.get(B1) is None and B1 not in stub0.deleted(node_id)
+
+
+async def test_a_block_recovery_commits_to_the_shard_of_its_block(
+    minicluster: MiniCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub0, stub1, node = await two_shards(minicluster)
+    node_id = node.storage.node_id
+    client = dn_client(minicluster, node, "CID-stub")
+    await write_block(client, BlockRecord(B1, 1, 0), b"one" * 10, stub1.token(B1))
+    task = RecoverBlockTask(BlockRecord(B1, 1, 0), 2, [node.address], stub1.token(B1))
+    stub0.commands[node_id] = [HeartbeatResponse(recover=[task])]  # not shard 0's block
+    await heartbeats_after(stub0, node_id)
+    assert "refusing to recover block" in caplog.text and not stub0.commits
+    stub1.commands[node_id] = [HeartbeatResponse(recover=[task])]
+    await eventually(lambda: stub1.commits)
+    assert [c.block.block_id for c in stub1.commits] == [B1] and not stub0.commits
+    assert node.storage.get(B1).genstamp == 2  # type: ignore[union-attr]
