@@ -41,7 +41,6 @@ from xdfs.datanode.transfer import in_thread
 from xdfs.errors import (
     Fenced,
     SecurityError,
-    ShardNotServed,
     StorageError,
     Unavailable,
     UnknownDataNode,
@@ -370,10 +369,9 @@ class NameNodeActor:
         this node keeps no pool for); such a command is refused with one line."""
         if shard_of_id(block_id) == self.shard:
             return True
-        log.error("%s", ShardNotServed(
-            f"refusing to {command} block {block_id} as NameNode {self.rpc.current_address} "
-            f"of shard {self.shard} asks: the block belongs to shard {shard_of_id(block_id)}"
-        ).message)
+        log.error("refusing to %s block %d as NameNode %s of shard %d asks: the block "
+                  "belongs to shard %d", command, block_id, self.rpc.current_address,
+                  self.shard, shard_of_id(block_id))
         return False
 
     async def _delete(self, block_ids: list[int]) -> None:
