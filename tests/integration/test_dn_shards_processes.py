@@ -1,9 +1,10 @@
 """Two metadata shards as real processes: two NameNodes formatted as shard 0 and shard 1
-(``-format --shard N``, one cluster id) and three DataNodes serving both
-(``datanode.shards``). Files written through each NameNode land in that shard's block pool;
-a DataNode killed with SIGKILL and restarted reports each pool to its shard again; a delete
-on shard 1 removes only shard 1's replicas; after a DataNode's death each shard
-re-replicates its own blocks."""
+(``-format --shard N``, one cluster id, shard 0's DataNode secret) and three DataNodes
+serving both (``datanode.shards``), logged in to both with that one secret. Files written
+through each NameNode land in that shard's block pool; a DataNode killed with SIGKILL and
+restarted reports each pool to its shard again; a delete on shard 1 removes only shard 1's
+replicas; after a DataNode's death each shard re-replicates its own blocks; shard 1's
+NameNode restarted keeps allocating shard 1's ids."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.config import XdfsConfig
 from xdfs.datanode import layout
 from xdfs.errors import SafeModeError, XdfsError
+from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 from xdfs.sharding.ids import shard_of_id
 from xdfs.testing.poll import eventually
 
@@ -56,9 +58,11 @@ class Shards:
         address when it ran before)."""
         name_dir = self.base / f"nn{shard}"
         if not name_dir.exists():
+            # Shard k > 0 takes shard 0's DataNode secret: one secret file for every shard.
+            secret = [] if shard == 0 else ["--datanode-secret-file", str(self.secret_file)]
             subprocess.run(
                 [sys.executable, "-m", "xdfs", "namenode", "--name-dir", str(name_dir),
-                 "-format", "--shard", str(shard), "--cluster-id", CLUSTER_ID],
+                 "-format", "--shard", str(shard), "--cluster-id", CLUSTER_ID, *secret],
                 env={**os.environ, **ENV}, check=True, capture_output=True, timeout=120,
             )
         proc = self.group.start_xdfs(
@@ -70,10 +74,16 @@ class Shards:
         self.namenodes[shard] = proc
         self.nn_addresses[shard] = proc.match.group(1)
 
+    @property
+    def secret_file(self) -> Path:
+        """The DataNode secret shard 0's NameNode wrote (DataNodes log in with it)."""
+        return self.base / "nn0" / DATANODE_SECRET_FILE
+
     def start_datanode(self, name: str) -> None:
         table = ", ".join(f'{k} = "{a}"' for k, a in self.nn_addresses.items())
         self.datanodes[name] = self.group.start_xdfs(
-            name, "-D", f"datanode.shards={{{table}}}", "datanode",
+            name, "-D", f"datanode.shards={{{table}}}",
+            "-D", f"datanode.secret_file={self.secret_file}", "datanode",
             "--data-dir", str(self.base / name), "--rpc-address", "127.0.0.1:0",
             ready_pattern=r"datanode serving on (\S+)", env=ENV,
         )
