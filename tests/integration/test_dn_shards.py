@@ -5,12 +5,15 @@ another shard's block is refused (a forged delete never removes the replica)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.integration.dn_helpers import (
     StubNameNode,
     dn_client,
     dn_config,
+    flip_byte,
     make_token,
     new_key,
     read_block,
@@ -19,7 +22,7 @@ from tests.integration.dn_helpers import (
 )
 from xdfs.datanode.metrics import status_facts
 from xdfs.datanode.server import DataNode
-from xdfs.errors import AuthenticationFailed, ShardNotServed
+from xdfs.errors import AuthenticationFailed, CorruptReplica, ShardNotServed
 from xdfs.namenode.namespace.tree_base import FIRST_BLOCK_ID
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import HeartbeatResponse, RecoverBlockTask, ReplicateTask
@@ -164,3 +167,17 @@ async def test_a_block_recovery_commits_to_the_shard_of_its_block(
     await eventually(lambda: stub1.commits)
     assert [c.block.block_id for c in stub1.commits] == [B1] and not stub0.commits
     assert node.storage.get(B1).genstamp == 2  # type: ignore[union-attr]
+
+
+async def test_a_corrupt_replica_is_reported_to_its_shard_only(minicluster: MiniCluster) -> None:
+    stub0, stub1, node = await two_shards(minicluster)
+    client = dn_client(minicluster, node, "CID-stub")
+    record = (await write_block(client, BlockRecord(B1, 1, 0), os.urandom(3 * 65536),
+                                stub1.token(B1))).block
+    replica = node.storage.get(B1)
+    assert replica is not None
+    flip_byte(replica.data_path, 65536 + 1)
+    with pytest.raises(CorruptReplica):
+        await read_block(client, record, stub1.token(B1, "r"))
+    await eventually(lambda: stub1.bad)
+    assert [b.block_id for b in stub1.bad] == [B1] and not stub0.bad
