@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from xdfs.cli.main import CliState
+from xdfs.sharding.ids import SHARDS_MAX
 
 if TYPE_CHECKING:
     from xdfs.config import XdfsConfig
@@ -57,6 +58,13 @@ if TYPE_CHECKING:
               help="With -format or -bootstrapStandby: wipe a non-empty dir. With "
               "-initializeSharedEdits: reformat journals that hold edits.")
 @click.option("--cluster-id", default="", help="With -format: the cluster id to use.")
+@click.option("--shard", default=0, type=click.IntRange(0, SHARDS_MAX - 1), metavar="N",
+              help="With -format: make the namespace metadata shard N (its inode and block "
+              "ids start at shard N's first ids; all shards of a cluster share --cluster-id).")
+@click.option("--datanode-secret-file", default="", metavar="FILE",
+              help="With -format: take the DataNode secret from FILE (the datanode.secret of "
+              "another shard's name dir) instead of a new one, so one datanode.secret_file "
+              "logs a DataNode in to every shard.")
 @click.pass_obj
 def namenode(
     state: CliState,
@@ -67,6 +75,8 @@ def namenode(
     bootstrap_standby: bool,
     force: bool,
     cluster_id: str,
+    shard: int,
+    datanode_secret_file: str,
 ) -> None:
     """Run a NameNode on its storage directories (or -format them).
 
@@ -77,7 +87,8 @@ def namenode(
     if not dirs:
         raise click.UsageError("give --name-dir DIR (or set namenode.name_dirs)")
     if do_format:
-        _format(config, dirs, force, cluster_id)
+        _format(config, dirs, force=force, cluster_id=cluster_id, shard=shard,
+                secret=_read_datanode_secret(datanode_secret_file))
         return
     from xdfs.common.addresses import parse_address
     from xdfs.rpc.loop import run
@@ -96,7 +107,27 @@ def namenode(
     sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
 
 
-def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) -> None:
+def _read_datanode_secret(path: str) -> bytes:
+    """The secret a ``datanode.secret`` file holds (hex); b"": none given."""
+    from xdfs.namenode.security.passwords import DATANODE_SECRET_BYTES
+
+    if not path:
+        return b""
+    try:
+        secret = bytes.fromhex(Path(path).read_text("ascii").strip())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise click.BadParameter(f"cannot read a DataNode secret from {path}: {exc}",
+                                 param_hint="--datanode-secret-file") from None
+    if len(secret) != DATANODE_SECRET_BYTES:
+        raise click.BadParameter(f"{path} holds {len(secret)} bytes, not a DataNode secret's "
+                                 f"{DATANODE_SECRET_BYTES}", param_hint="--datanode-secret-file")
+    return secret
+
+
+def _format(
+    config: XdfsConfig, dirs: list[Path], *, force: bool, cluster_id: str, shard: int,
+    secret: bytes,
+) -> None:
     from xdfs.namenode.image.format import format_namenode
 
     user = os.environ.get("XDFS_USER") or getpass.getuser()
@@ -107,6 +138,8 @@ def _format(config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str) 
         password=os.environ.get("XDFS_PASSWORD", ""),
         cluster_id=cluster_id,
         force=force,
+        shard=shard,
+        datanode_secret=secret,
     )
     click.echo(
         f"formatted {', '.join(map(str, dirs))}: cluster {result.cluster_id}, "
