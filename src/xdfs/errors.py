@@ -590,6 +590,14 @@ class NoSlotMap(ShardingError):
     retriable = True
 
 
+class ShardNotServed(ShardingError):
+    """A DataNode asked to store, copy, read or delete a replica of a block whose shard it
+    keeps no block pool for (``datanode.shards``), or a shard's command naming another
+    shard's block: refused, nothing changed."""
+
+    code = 739
+
+
 def error_from_code(code: int, message: str) -> XdfsError:
     """Rebuild the exception a server raised from its wire code (unknown codes stay generic)."""
     cls = _BY_CODE.get(code)

@@ -33,6 +33,7 @@ from xdfs.protocol import namenode as p
 from xdfs.protocol.sharding import GET_SLOT_MAP, SlotMapRequest
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.sharding.ids import shard_of_id
 from xdfs.sharding.routing import Routing
 from xdfs.sharding.slotmap import SlotMap, initial_map
 from xdfs.sharding.slots import DEFAULT
@@ -147,6 +148,12 @@ def test_files_land_on_the_shard_of_their_slot(dev: Dev, tmp_path: Path) -> None
         assert held_tmp == {f for f in tmp_files if owner(dev, f) == shard}
         assert held_users == {u for u in users if owner(dev, u) == shard}
     assert {owner(dev, f) for f in tmp_files} == {0, 1}  # (both shards are used)
+    # each file's blocks carry its shard's id bits, on the DataNode shared by both shards
+    with Client(dev.uri, user=USER, password=PASSWORD, token="", config=XdfsConfig()) as c:
+        for f in sorted(tmp_files):
+            blocks = c.block_locations(f).blocks
+            assert blocks and all(shard_of_id(b.block.block_id) == owner(dev, f)
+                                  for b in blocks)
     count = xdfs(dev, "dfs", "-count", "/tmp").split()
     assert count[1] == "12"  # files of both shards
     # a delete to the trash stays on one shard: refused (nothing changed) where the

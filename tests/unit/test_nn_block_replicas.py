@@ -9,8 +9,11 @@ import pytest
 from xdfs.errors import InvalidArgument
 from xdfs.namenode.blocks import fsck
 from xdfs.namenode.blocks.recovery import RecoverBlock
+from xdfs.namenode.namespace.inodes import FIRST_INODE_ID
 from xdfs.namenode.namespace.ops import CloseFileOp, DeleteOp, SetReplicationOp
+from xdfs.namenode.namespace.tree_base import FIRST_BLOCK_ID
 from xdfs.protocol.blocks import BlockRecord
+from xdfs.sharding.ids import first_id, shard_of_id
 
 from .test_nn_blockmanager import GiB, Harness
 
@@ -120,6 +123,35 @@ def test_replicas_from_the_future_are_kept_and_counted(h: Harness) -> None:
     h.report(a, block)
     h.bm.incremental_report(b, (), [future_gs.block_id])
     assert h.bm.future_block_count() == 0
+
+
+def test_replicas_of_another_shards_blocks_are_ignored_never_deleted() -> None:
+    """A NameNode of shard 1 (its counters at shard 1's first ids, as ``-format --shard
+    1`` makes them) told of shard 0's blocks, or shard 2's, neither counts nor deletes
+    them: they belong to another namespace's block pool."""
+    h = Harness()
+    h.ns.next_block_id = first_id(1, FIRST_BLOCK_ID)
+    h.ns.next_inode_id = first_id(1, FIRST_INODE_ID)
+    a = h.node("a")
+    (own,) = h.file("/f", [10], replication=1)
+    assert shard_of_id(own.block_id) == 1
+    shard_0 = BlockRecord(first_id(0, FIRST_BLOCK_ID) + 3, 1, 5)  # below our counter
+    shard_2 = BlockRecord(first_id(2, FIRST_BLOCK_ID), 1, 5)  # above it
+    h.report(a, own, shard_0, shard_2)
+    h.receive(a, BlockRecord(shard_0.block_id + 1, 1, 5))
+    h.bm.incremental_report(a, (), (), [BlockRecord(shard_0.block_id + 2, 1, 1)])
+    h.bm.replication_tick()
+    assert h.beat(a).delete == []
+    assert h.holders(own) == ["a"] and not h.bm.map.replicas(shard_0.block_id)
+    assert h.bm.future_block_count() == 0
+    node = h.bm.datanodes.get(a)
+    assert node is not None and len(node.foreign) == 4
+    # an unknown id of our own shard is still an orphan; the next report drops the others
+    orphan = BlockRecord(first_id(1, FIRST_BLOCK_ID) - 1, 1, 1)
+    assert shard_of_id(orphan.block_id) == 1
+    h.report(a, own, orphan)
+    assert h.beat(a).delete == [orphan.block_id]
+    assert not node.foreign
 
 
 def test_wrong_genstamp_or_length_is_corrupt(h: Harness) -> None:

@@ -39,9 +39,14 @@ def datanode(
     if not directory:
         raise click.UsageError("give --data-dir DIR (or set datanode.data_dir)")
     namenodes = namenode or config.datanode.namenode or config.ha.default_fs()
-    if not namenodes:
-        raise click.UsageError("give --namenode HOST:PORT (or set datanode.namenode)")
-    addresses = parse_fs_uri(namenodes, config.ha.nameservices())
+    if config.datanode.shards:  # every shard's NameNodes: datanode.namenode is not used
+        if namenode:
+            raise click.UsageError("--namenode and datanode.shards exclude each other")
+        namenodes = ""
+    elif not namenodes:
+        raise click.UsageError("give --namenode HOST:PORT (or set datanode.namenode or "
+                               "datanode.shards)")
+    addresses = parse_fs_uri(namenodes, config.ha.nameservices()) if namenodes else []
     host, port = parse_address(rpc_address or config.datanode.rpc_address)
     sys.exit(run(_serve(config, Path(directory), addresses, host, port),
                  use_uvloop=config.rpc.use_uvloop))

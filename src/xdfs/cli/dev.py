@@ -81,7 +81,7 @@ WAIT_REPORT_S = 5.0
                    "file system.")
 @click.option("--shards", type=int, default=None, metavar="N",
               help="One namespace over N NameNode shards (ZooKeeper holds the slot map; "
-                   "--datanodes per shard). 1: one NameNode, as without it.")
+                   "the DataNodes store every shard's blocks). 1: one NameNode, as without it.")
 @click.pass_obj
 def dev(
     state: CliState, base_dir: str | None, port: int | None, datanodes: int | None,
@@ -318,10 +318,16 @@ def _log_only(state: CliState, base: Path) -> int:
 
 
 def _sharded(state: CliState, base: Path, count: int, datanodes: int) -> int:
-    """``--shards N``: ZooKeeper, N NameNode shards and ``datanodes`` DataNodes per shard
-    (:mod:`xdfs.cli.dev_shards`), supervised as the other clusters are."""
-    from xdfs.cli.dev_shards import dev_shards, namenode_process, wait_for_map, zookeeper_process
-    from xdfs.common.process import ServerProcess
+    """``--shards N``: ZooKeeper, N NameNode shards and ``datanodes`` DataNodes that store
+    every shard's blocks (:mod:`xdfs.cli.dev_shards`), supervised as the other clusters are."""
+    from xdfs.cli.dev_shards import (
+        datanode_process,
+        dev_shards,
+        namenode_process,
+        wait_for_map,
+        zookeeper_process,
+    )
+    from xdfs.namenode.security.passwords import DATANODE_SECRET_FILE
 
     config = state.config
     credentials = _credentials(base)
@@ -333,26 +339,25 @@ def _sharded(state: CliState, base: Path, count: int, datanodes: int) -> int:
     try:
         children.append(("zookeeper", zookeeper_process(layout, timeout_s)))
         extension = ["-D", f"namenode.safe_mode_extension_s={config.dev.safe_mode_extension_s}"]
+        # every shard takes shard 0's DataNode secret (written once shard 0 runs), so one
+        # secret logs a DataNode in to every shard
+        secret = ("--datanode-secret-file", str(layout.name_dir(0) / DATANODE_SECRET_FILE))
         for shard in range(count):
             if not any(layout.name_dir(shard).glob("*")):
                 _run_format(layout.name_dir(shard), env,
-                            ("--shard", str(shard), "--cluster-id", layout.cluster_id))
+                            ("--shard", str(shard), "--cluster-id", layout.cluster_id,
+                             *(secret if shard else ())))
             namenode = namenode_process(layout, shard, [*conf, *_http_conf(config), *extension],
                                         env)
             children.append(("namenode", namenode))
             _start(namenode, timeout_s)
         wait_for_map(config, layout, credentials)
-        for shard in range(count):  # each shard's own DataNodes, with its DataNode secret
-            for index in range(datanodes):
-                datanode = ServerProcess.xdfs(
-                    *conf, *_datanode_login(layout.name_dir(shard)), *_http_conf(config),
-                    "datanode", "--data-dir", str(layout.shard_dir(shard) / f"datanode{index}"),
-                    "--namenode", layout.address(shard), "--rpc-address", "127.0.0.1:0",
-                    log_path=base / "logs" / f"shard{shard}-datanode{index}.log",
-                    ready_pattern=r"datanode serving on (\S+)",
-                    env={"XDFS_USER": "", "XDFS_PASSWORD": ""}, die_with_parent=True)
-                children.append(("datanode", datanode))
-                _start(datanode, timeout_s)
+        for index in range(datanodes):
+            datanode = datanode_process(
+                layout, index, [*conf, *_datanode_login(layout.name_dir(0)),
+                                *_http_conf(config)])
+            children.append(("datanode", datanode))
+            _start(datanode, timeout_s)
         for shard in range(count):
             _wait_writable(state, f"xdfs://{layout.address(shard)}", credentials, datanodes)
     except BaseException:

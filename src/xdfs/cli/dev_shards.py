@@ -1,11 +1,12 @@
 """``xdfs dev --shards N``: one namespace over N NameNode shards, on loopback.
 
 One ZooKeeper server (the slot map, the shards' registrations and the controller), N
-NameNodes with shard numbers 0..N-1 (``DIR/shard<k>/namenode``, formatted with ``--shard k``
-and one cluster id), each with its own DataNodes (``DIR/shard<k>/datanode<i>``, logged in
-with that shard's DataNode secret). The shards write the initial map once all N have registered
-(``sharding.shards_expected``); ``xdfs dev`` waits for it, then for every shard to accept
-writes, and writes ``client.toml`` naming shard 0 only: clients learn the map from it.
+NameNodes with shard numbers 0..N-1 (``DIR/shard<k>/namenode``, formatted with ``--shard k``,
+one cluster id and shard 0's DataNode secret) and DataNodes (``DIR/datanode<i>``) that keep
+a block pool per shard and an actor per shard's NameNode (``datanode.shards``). The shards
+write the initial map once all N have registered (``sharding.shards_expected``); ``xdfs dev``
+waits for it, then for every shard to accept writes, and writes ``client.toml`` naming shard
+0 only: clients learn the map from it.
 
 Ports are chosen once and kept in ``DIR/shards.json``: the shards register their addresses
 in ZooKeeper and a restart must find them where the map says.
@@ -109,6 +110,19 @@ def namenode_process(shards: DevShards, shard: int, conf: list[str], env: dict[s
         "--rpc-address", shards.address(shard),
         log_path=shards.base / "logs" / f"namenode{shard}.log",
         ready_pattern=r"namenode serving on (\S+)", env=env, die_with_parent=True)
+
+
+def datanode_process(shards: DevShards, index: int, conf: list[str]) -> ServerProcess:
+    """DataNode ``index``, serving every shard (a block pool and an actor per shard)."""
+    from xdfs.common.process import ServerProcess
+
+    table = ", ".join(f'{k} = "{shards.address(k)}"' for k in range(shards.count))
+    return ServerProcess.xdfs(
+        *conf, "-D", f"datanode.shards={{{table}}}", "datanode",
+        "--data-dir", str(shards.base / f"datanode{index}"), "--rpc-address", "127.0.0.1:0",
+        log_path=shards.base / "logs" / f"datanode{index}.log",
+        ready_pattern=r"datanode serving on (\S+)",
+        env={"XDFS_USER": "", "XDFS_PASSWORD": ""}, die_with_parent=True)
 
 
 def wait_for_map(config: XdfsConfig, shards: DevShards, credentials: dict[str, str]) -> None:

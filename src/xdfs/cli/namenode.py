@@ -61,6 +61,10 @@ if TYPE_CHECKING:
 @click.option("--shard", default=0, type=click.IntRange(0, SHARDS_MAX - 1), metavar="N",
               help="With -format: make the namespace metadata shard N (its inode and block "
               "ids start at shard N's first ids; all shards of a cluster share --cluster-id).")
+@click.option("--datanode-secret-file", default="", metavar="FILE",
+              help="With -format: take the DataNode secret from FILE (the datanode.secret of "
+              "another shard's name dir) instead of a new one, so one datanode.secret_file "
+              "logs a DataNode in to every shard.")
 @click.pass_obj
 def namenode(
     state: CliState,
@@ -72,6 +76,7 @@ def namenode(
     force: bool,
     cluster_id: str,
     shard: int,
+    datanode_secret_file: str,
 ) -> None:
     """Run a NameNode on its storage directories (or -format them).
 
@@ -82,7 +87,8 @@ def namenode(
     if not dirs:
         raise click.UsageError("give --name-dir DIR (or set namenode.name_dirs)")
     if do_format:
-        _format(config, dirs, force, cluster_id, shard)
+        _format(config, dirs, force=force, cluster_id=cluster_id, shard=shard,
+                secret=_read_datanode_secret(datanode_secret_file))
         return
     from xdfs.common.addresses import parse_address
     from xdfs.rpc.loop import run
@@ -101,8 +107,26 @@ def namenode(
     sys.exit(run(_serve(config, dirs, host, port), use_uvloop=config.rpc.use_uvloop))
 
 
+def _read_datanode_secret(path: str) -> bytes:
+    """The secret a ``datanode.secret`` file holds (hex); b"": none given."""
+    from xdfs.namenode.security.passwords import DATANODE_SECRET_BYTES
+
+    if not path:
+        return b""
+    try:
+        secret = bytes.fromhex(Path(path).read_text("ascii").strip())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise click.BadParameter(f"cannot read a DataNode secret from {path}: {exc}",
+                                 param_hint="--datanode-secret-file") from None
+    if len(secret) != DATANODE_SECRET_BYTES:
+        raise click.BadParameter(f"{path} holds {len(secret)} bytes, not a DataNode secret's "
+                                 f"{DATANODE_SECRET_BYTES}", param_hint="--datanode-secret-file")
+    return secret
+
+
 def _format(
-    config: XdfsConfig, dirs: list[Path], force: bool, cluster_id: str, shard: int
+    config: XdfsConfig, dirs: list[Path], *, force: bool, cluster_id: str, shard: int,
+    secret: bytes,
 ) -> None:
     from xdfs.namenode.image.format import format_namenode
 
@@ -115,6 +139,7 @@ def _format(
         cluster_id=cluster_id,
         force=force,
         shard=shard,
+        datanode_secret=secret,
     )
     click.echo(
         f"formatted {', '.join(map(str, dirs))}: cluster {result.cluster_id}, "

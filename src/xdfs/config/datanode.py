@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdfs.config.base import GiB, KiB, MiB, require, setting
+from xdfs.config.sharding import SHARD_NUMBER_MAX
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,12 @@ class DataNodeConfig:
     namenode: str = setting(
         "", "NameNode address(es), host:port[,host:port] tried in order (--namenode)."
     )
+    shards: dict[str, str] = field(default_factory=dict, metadata={"doc": (
+        "Metadata shards this DataNode stores block pools for: shard number -> its "
+        "NameNode(s), a TOML table {0 = \"h1:8020\", 1 = \"h2:8020,h3:8020\"} (two addresses: "
+        "the shard's HA pair, one actor each). Empty: datanode.namenode is shard 0; when "
+        "set, datanode.namenode is not used."
+    )})
     checksum_chunk_bytes: int = setting(
         64 * KiB, "Bytes covered by one CRC32C in a replica's checksum file."
     )
@@ -109,6 +116,10 @@ class DataNodeConfig:
         "group replicas finalized together either way; 1: one report at a time).",
     )
 
+    def shard_table(self) -> dict[int, str]:
+        """``datanode.shards`` by shard number (empty when not set)."""
+        return {int(shard): addresses for shard, addresses in sorted(self.shards.items())}
+
     def validate(self) -> None:
         require(
             4 * KiB <= self.checksum_chunk_bytes <= 1 * MiB,
@@ -133,6 +144,10 @@ class DataNodeConfig:
             self.directory_scan_batch_dirs >= 1, "datanode.directory_scan_batch_dirs must be >= 1"
         )
         require(self.block_recovery_max >= 1, "datanode.block_recovery_max must be >= 1")
+        for shard, addresses in self.shards.items():
+            require(shard.isdigit() and int(shard) <= SHARD_NUMBER_MAX and bool(addresses.strip()),
+                    f"datanode.shards: {shard!r} = {addresses!r} is not shard = "
+                    f"\"host:port[,host:port]\" (shards 0..{SHARD_NUMBER_MAX})")
         require(self.capacity_bytes >= 0, "datanode.capacity_bytes must be >= 0")
         require(self.spare_files_max >= 0, "datanode.spare_files_max must be >= 0")
         require(

@@ -67,6 +67,7 @@ from xdfs.protocol.datanode import (
 )
 from xdfs.protocol.namenode import REPORT_BAD_REPLICAS
 from xdfs.rpc.client import RpcClient
+from xdfs.sharding.ids import shard_of_id
 
 if TYPE_CHECKING:
     from xdfs.config import XdfsConfig
@@ -101,7 +102,7 @@ class ActorNode(Protocol):
     @property
     def http_address(self) -> str: ...
     def joined_cluster(self, cluster_id: str) -> None: ...
-    def install_keys(self, keys: list[BlockKey]) -> None: ...
+    def install_keys(self, keys: list[BlockKey], shard: int) -> None: ...
     def on_fatal(self, error: BaseException) -> None: ...
 
 
@@ -129,9 +130,12 @@ class ActorGroup(Protocol):
 
 
 class NameNodeActor:
-    def __init__(self, node: ActorNode, rpc: RpcClient) -> None:
+    def __init__(self, node: ActorNode, rpc: RpcClient, *, shard: int = 0) -> None:
         self.node = node
         self.rpc = rpc
+        #: The metadata shard of this NameNode: it hears of its block pool's replicas
+        #: only, and its commands may touch nothing else.
+        self.shard = shard
         self.offer: ActorGroup | None = None  # set by the offer that runs this actor
         self.settings: RegisterResponse | None = None
         self.registered = False
@@ -261,7 +265,7 @@ class NameNodeActor:
     async def _register(self) -> None:
         node = self.node
         storage = node.storage
-        request = RegisterRequest(storage.node_id, node.address, storage.storage_report(),
+        request = RegisterRequest(storage.node_id, node.address, storage.storage_report(self.shard),
                                   __version__, http_address=node.http_address)
         response = await self.rpc.call(REGISTER_DATANODE, request, timeout_s=self._timeout_s)
         await self._check_epoch(response.epoch, response.ha_state)
@@ -280,7 +284,7 @@ class NameNodeActor:
             node.joined_cluster(response.cluster_id)
         self.settings = response
         if self._obeyed:
-            self.node.install_keys(response.block_keys)
+            self.node.install_keys(response.block_keys, self.shard)
         self.registered = True
         self._registered_with = self.rpc.current_address
         self._report_needed = True
@@ -313,7 +317,7 @@ class NameNodeActor:
     async def _full_report(self) -> None:
         assert self.settings is not None
         storage = self.node.storage
-        records, rbw = storage.report_records(), storage.rbw_records()
+        records, rbw = storage.report_records(self.shard), storage.rbw_records(self.shard)
         batches = report_batches(records, self.settings.block_report_batch_max, rbw)
         report_id = secrets.randbits(63)
         for index, (blocks, partial) in enumerate(batches):
@@ -331,7 +335,7 @@ class NameNodeActor:
         assert self.settings is not None
         storage = self.node.storage
         request = HeartbeatRequest(
-            self._node_id, storage.storage_report(), self.node.transfers.count
+            self._node_id, storage.storage_report(self.shard), self.node.transfers.count
         )
         self._next_heartbeat_s = time.monotonic() + self.settings.heartbeat_interval_s
         return await self.rpc.call(HEARTBEAT, request, timeout_s=self._timeout_s)
@@ -348,13 +352,27 @@ class NameNodeActor:
                             self._offer.choice.active or "none")
             return
         async with self._offer.commands:
-            self.node.install_keys(response.block_keys)
+            self.node.install_keys(response.block_keys, self.shard)
             for task in response.replicate:
-                self.node.replicator.submit(task)
+                if self._owns(task.block.block_id, "replicate"):
+                    self.node.replicator.submit(task)
             for recovery in response.recover:
-                self.node.block_recovery.submit(recovery)
-            if response.delete:
-                await self._delete(response.delete)
+                if self._owns(recovery.block.block_id, "recover"):
+                    self.node.block_recovery.submit(recovery)
+            delete = [block_id for block_id in response.delete if self._owns(block_id, "delete")]
+            if delete:
+                await self._delete(delete)
+
+    def _owns(self, block_id: int, command: str) -> bool:
+        """Whether this NameNode's shard owns ``block_id``: a shard never deletes, copies
+        or recovers a replica of a block it does not own (another shard's pool, or one
+        this node keeps no pool for); such a command is refused with one line."""
+        if shard_of_id(block_id) == self.shard:
+            return True
+        log.error("refusing to %s block %d as NameNode %s of shard %d asks: the block "
+                  "belongs to shard %d", command, block_id, self.rpc.current_address,
+                  self.shard, shard_of_id(block_id))
+        return False
 
     async def _delete(self, block_ids: list[int]) -> None:
         storage = self.node.storage

@@ -70,12 +70,11 @@ class NameNodeReports(Protocol):
 
 class RecoveringNode(Protocol):
     """What a recovery needs of its DataNode in either role (``server.DataNode`` is one;
-    this module never imports it). ``actor`` is None until the node has started."""
+    this module never imports it). ``offer_of`` names the actors of a block's shard."""
 
     storage: DataStorage
 
-    @property
-    def actor(self) -> NameNodeReports | None: ...
+    def offer_of(self, block_id: int) -> NameNodeReports: ...
     async def stop_writer(self, block_id: int) -> None: ...
     def on_corrupt(self, replica: Replica, error: CorruptReplica) -> None: ...
 
@@ -140,8 +139,7 @@ class BlockRecovery:
         plan = plan_recovery(block.block_id, block.genstamp, answers, everyone, task.new_length)
         stored = [] if plan.delete_block else await self._update_all(task, plan)
         fault_point("datanode.recovery_before_commit")
-        assert self.node.actor is not None
-        await self.node.actor.commit_block_sync(CommitBlockSyncRequest(
+        await self.node.offer_of(block.block_id).commit_block_sync(CommitBlockSyncRequest(
             block, task.recovery_genstamp, plan.length, plan.delete_block, stored
         ))
         return plan, stored
@@ -225,6 +223,5 @@ class BlockRecovery:
                 storage.add(done[0])
             storage.release(block_id)
         recovered = done[0]
-        assert node.actor is not None
-        await node.actor.report_received(recovered.record)
+        await node.offer_of(block_id).report_received(recovered.record)
         return recovered

@@ -152,7 +152,10 @@ class DirectoryScanner:
         homes: dict[Path, dict[int, Replica]] = {}
         for block_id, replica in storage.replicas.items():
             homes.setdefault(replica.data_path.parent, {})[block_id] = replica
-        directories = [storage.rbw, *await in_thread(leaf_dirs, storage.finalized)]
+        directories: list[Path] = []
+        for shard in storage.shards:  # every pool: its rbw/, then the leaves of finalized/
+            directories += [storage.pool_rbw[shard],
+                            *await in_thread(leaf_dirs, storage.pool_finalized[shard])]
         directories += sorted(set(homes) - set(directories))
         result = ScanResult(directories=len(directories))
         for start in range(0, len(directories), self.batch_dirs):
@@ -173,7 +176,7 @@ class DirectoryScanner:
         if gone:
             result.missing += [r.block_id for r in gone]
             await self.on_missing(gone)
-        if directory == storage.rbw:
+        if directory in storage.pool_rbw.values():
             return  # files of writes in progress: never adopted here
         added = list(self._adopt(directory, unknown))
         if added:
@@ -183,7 +186,9 @@ class DirectoryScanner:
     def _adopt(self, directory: Path, unknown: list[tuple[int, int, Found]]) -> Iterable[Replica]:
         storage = self.storage
         for block_id, genstamp, files in unknown:
-            homes = layout.homes(storage.finalized, block_id)
+            if not storage.serves(block_id):
+                continue  # another pool's block in this pool's tree: never adopted
+            homes = layout.homes(storage.finalized_of(block_id), block_id)
             if directory not in homes or not self._unchanged(block_id, None):
                 continue
             replica = Replica(

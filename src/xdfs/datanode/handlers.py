@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 class ServedNode(Protocol):
     """What the handlers reach through their DataNode (``server.DataNode`` is one; this
-    module never imports it). ``actor`` is None until the node has started."""
+    module never imports it). ``offer_of`` names the actors of a block's shard."""
 
     storage: DataStorage
     transfers: Transfers
@@ -57,8 +57,7 @@ class ServedNode(Protocol):
     bytes_read: int
     bytes_written: int
 
-    @property
-    def actor(self) -> NameNodeOffer | None: ...
+    def offer_of(self, block_id: int) -> NameNodeOffer: ...
     @property
     def address(self) -> str: ...
     async def check_token(self, token: str, block_id: int, mode: str) -> None: ...
@@ -142,8 +141,7 @@ class DataNodeHandlers:
             node.storage.release(block.block_id)
         node.bytes_written += replica.num_bytes - had_bytes
         log.debug("stored %s from %s (%s)", replica.record, request.client or "?", ctx.peer)
-        assert node.actor is not None
-        await node.actor.report_received(replica.record)
+        await node.offer_of(block.block_id).report_received(replica.record)
         return WriteBlockResponse(replica.record, node.address)
 
     async def _drop_rbw(self, block_id: int) -> None:

@@ -18,6 +18,13 @@ block in ``a = (block_id >> 8) & 0xFF``, ``b = block_id & 0xFF``; a data dir of 
 is taken as is (its ``VERSION`` rewritten to 2) and a replica found where version 1 put it
 stays there (:func:`homes`): nothing moves at startup.
 
+Block pools (metadata sharding): a DataNode serves replicas of every shard it is configured
+for (``datanode.shards``), each shard's in its own pool. Shard 0's pool is the tree above
+(``current/rbw``, ``current/finalized``: a data dir of an unsharded cluster is shard 0's pool
+as it is, nothing moves); shard ``k > 0``'s is ``current/BP-<k>/`` with its own ``rbw/``,
+``finalized/`` (the same two levels) and ``active_epoch``. The pool of a replica is the shard
+of its block id (:func:`xdfs.sharding.ids.shard_of_id`): no pool field on the wire.
+
 ``VERSION``: ``storageType=DATA_NODE``, ``layoutVersion``, ``nodeID`` (uuid4 hex, created
 once: the node's identity across restarts), ``clusterID`` (empty until the first
 registration), ``cTime`` (creation, ms).
@@ -31,6 +38,7 @@ from pathlib import PurePath
 
 from xdfs.common.files import parse_key_values
 from xdfs.errors import StorageError
+from xdfs.sharding.ids import ID_SHARD_SHIFT
 
 STORAGE_TYPE = "DATA_NODE"
 LAYOUT_VERSION = 2
@@ -41,6 +49,8 @@ VERSION_FILE = "VERSION"
 FINALIZED = "finalized"
 RBW = "rbw"
 SPARES = "spares"
+#: ``current/BP-<k>``: the block pool of shard ``k > 0``.
+POOL_PREFIX = "BP-"
 
 _DATA_RE = re.compile(r"^blk_(-?\d+)$")
 _META_RE = re.compile(r"^blk_(-?\d+)_(\d+)\.meta$")
@@ -56,8 +66,22 @@ def subdirs(block_id: int) -> tuple[str, str]:
 
 
 def leaf_key(block_id: int) -> int:
-    """The leaf of ``block_id`` as a number (``a << 8 | b``): 256 consecutive ids share it."""
-    return (block_id >> 8) & 0xFFFF
+    """The leaf of ``block_id`` as a number (``shard << 16 | a << 8 | b``: the pool's leaf;
+    shard 0's keys are ``a << 8 | b``): 256 consecutive ids share it."""
+    return (block_id >> ID_SHARD_SHIFT) << 16 | (block_id >> 8) & 0xFFFF
+
+
+def pool_dir(current: PurePath, shard: int) -> PurePath:
+    """The ``current/`` of shard ``shard``'s block pool: ``current`` itself for shard 0."""
+    return current / f"{POOL_PREFIX}{shard}" if shard else current
+
+
+def parse_pool_name(name: str) -> int | None:
+    """The shard of a ``BP-<k>`` directory name (k > 0), or None for any other name."""
+    rest = name.removeprefix(POOL_PREFIX)
+    if rest == name or not rest.isdigit() or rest != str(int(rest)) or int(rest) == 0:
+        return None
+    return int(rest)
 
 
 def legacy_subdirs(block_id: int) -> tuple[str, str]:

@@ -24,6 +24,8 @@ class DataNodeView(Protocol):
 
     data_dir: Path
     namenode_addresses: list[str]
+    #: Shard -> its NameNode addresses (one entry, shard 0, without sharding).
+    shard_addresses: dict[int, list[str]]
     server: RpcServer | None
 
     @property
@@ -81,7 +83,8 @@ def status_facts(node: DataNodeView) -> list[tuple[str, object]]:
         ("cluster id", node.cluster_id),
         ("RPC address", node.address if node.server is not None else ""),
         ("data dir", str(node.data_dir)),
-        ("NameNodes", ", ".join(node.namenode_addresses)),
+        ("NameNodes", ", ".join(node.namenode_addresses) if len(node.shard_addresses) < 2
+         else "; ".join(f"shard {k}: {', '.join(a)}" for k, a in node.shard_addresses.items())),
         ("registered", "yes" if node.registered else "no"),
         ("replicas", len(node.storage.replicas)),
         ("space", space),

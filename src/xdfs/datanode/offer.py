@@ -75,15 +75,21 @@ class NameNodeOffer:
     """The actors of one DataNode and the choice they share (module doc)."""
 
     def __init__(self, storage: DataStorage, on_fatal: Callable[[BaseException], None],
-                 actors: list[NameNodeActor], *, ha: bool) -> None:
-        self._storage = storage  # its data dir keeps the epoch watermark
+                 actors: list[NameNodeActor], *, ha: bool, shard: int = 0,
+                 persist: asyncio.Lock | None = None) -> None:
+        self._storage = storage
+        #: The shard these NameNodes serve; its block pool keeps their epoch watermark
+        #: (each shard's namespace has epochs of its own).
+        self.shard = shard
+        self._epoch_dir = storage.pool_current(shard)
         self._on_fatal = on_fatal  # stops the DataNode
         self.actors = actors
         self.ha = ha
         self.choice = ActiveChoice()
         #: One write at a time of the data dir's small files (epoch, cluster id): the
-        #: actors register and judge answers concurrently.
-        self.persist = asyncio.Lock()
+        #: actors register and judge answers concurrently (those of every shard: the
+        #: DataNode gives its offers one lock, as VERSION is one file).
+        self.persist = persist or asyncio.Lock()
         #: Held while a command runs; a heartbeat waits for it to end first, so that what
         #: the command changed is reported before the heartbeat (blocks/failover.py).
         self.commands = asyncio.Lock()
@@ -94,7 +100,7 @@ class NameNodeOffer:
     async def run(self) -> None:
         """Load the persisted watermark, then run every actor until cancelled."""
         try:
-            self.choice.epochs.raise_to(await in_thread(load_epoch, self._storage.current))
+            self.choice.epochs.raise_to(await in_thread(load_epoch, self._epoch_dir))
         except StorageError as exc:
             self._on_fatal(exc)
             return
@@ -113,7 +119,7 @@ class NameNodeOffer:
             raise Fenced(epochs.stale_message(address, epoch))
         async with self.persist:
             if self.choice.judge(epoch) is Verdict.NEWER:
-                await in_thread(store_epoch, self._storage.current, epoch)
+                await in_thread(store_epoch, self._epoch_dir, epoch)
                 previous = epochs.highest
                 epochs.raise_to(epoch)
                 log.info("NameNode %s is at epoch %d (this DataNode had seen %d)",

@@ -1,6 +1,10 @@
 """The DataNode process: storage, the ``datanode`` RPC service, the NameNode actor, the
 replicator, block recovery, the block scanner and the directory scanner.
 
+Metadata sharding: one actor set (an offer) per shard of ``datanode.shards`` (else one, for
+``datanode.namenode``: shard 0), each with the shard's block pool (``layout.py``), block keys,
+epoch watermark and reports; a replica's shard is that of its block id.
+
 Start: lock the data dir (a second DataNode on it refuses to start), read or create
 VERSION, load the rbw replicas (cut to what their checksums cover) and the finalized ones,
 serve, then register with the NameNode in the background (block writes are refused until
@@ -40,6 +44,7 @@ from xdfs.errors import (
     BlockNotFound,
     ConfigError,
     CorruptReplica,
+    ShardNotServed,
     StorageError,
     Unavailable,
     XdfsError,
@@ -52,6 +57,7 @@ from xdfs.rpc.client import RpcClient
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.tls import client_context, server_context
+from xdfs.sharding.ids import shard_of_id
 
 log = logging.getLogger(__name__)
 
@@ -65,27 +71,30 @@ class DataNode:
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        assert namenode_addresses, "a DataNode needs at least one NameNode address"
         self.config = config
         self.data_dir = data_dir
-        self.namenode_addresses = list(namenode_addresses)
-        self.clock = clock
         dn = config.datanode
+        #: Shard -> its NameNode address(es) (``datanode.shards``, else shard 0).
+        self.shard_addresses = _shard_addresses(config, namenode_addresses)
+        self.namenode_addresses = next(iter(self.shard_addresses.values()))
+        self.clock = clock
         self.storage = DataStorage(data_dir, dn.checksum_chunk_bytes, dn.reserved_bytes,
                                    dn.capacity_bytes, dn.direct_io,
                                    dn.loop_write_max_bytes, dn.small_direct_io,
-                                   dn.spare_files_max)
-        #: Block-token keys from the NameNode (key id -> key), replaced as it rotates them.
-        self.block_keys: dict[int, BlockKey] = {}
-        #: Set once a registration installed the first keys: data calls wait for it.
-        self._keys_installed = asyncio.Event()
+                                   dn.spare_files_max, shards=self.shard_addresses)
+        #: Each shard's block-token keys (key id -> key), replaced as it rotates them: a
+        #: block's token is checked with the keys of the block's shard.
+        self.shard_keys: dict[int, dict[int, BlockKey]] = {k: {} for k in self.shard_addresses}
+        #: Set once a registration installed a shard's first keys: data calls wait for it.
+        self._keys_installed = {k: asyncio.Event() for k in self.shard_addresses}
         self.transfers = Transfers()
         #: Block bytes served to readers and stored from writers (xdfs_datanode_*_bytes).
         self.bytes_read = 0
         self.bytes_written = 0
         self.server: RpcServer | None = None
         self.http: HttpServer | None = None
-        self.actor: NameNodeOffer | None = None  # its NameNode actors
+        #: Each shard's NameNode actors (one offer per shard).
+        self.offers: dict[int, NameNodeOffer] = {}
         peers = Peers(config.rpc, self.storage)  # replication copies, recovery steps
         self.replicator = Replicator(self, dn, peers)
         self.block_recovery = BlockRecovery(self, dn, peers)
@@ -121,8 +130,26 @@ class DataNode:
         return self.storage.cluster_id
 
     @property
+    def actor(self) -> NameNodeOffer | None:
+        """The actors of the first shard served (the only one without sharding)."""
+        return next(iter(self.offers.values()), None)
+
+    @property
+    def block_keys(self) -> dict[int, BlockKey]:
+        """The first shard's block keys (the only ones without sharding)."""
+        return next(iter(self.shard_keys.values()))
+
+    @property
     def registered(self) -> bool:
-        return self.actor is not None and self.actor.registered
+        """Registered with (a NameNode of) every shard."""
+        return bool(self.offers) and all(offer.registered for offer in self.offers.values())
+
+    def offer_of(self, block_id: int) -> NameNodeOffer:
+        """The actors of the block's shard; ShardNotServed when this node serves none."""
+        offer = self.offers.get(shard_of_id(block_id))
+        if offer is None:
+            raise ShardNotServed(_not_served(block_id, self.shard_addresses))
+        return offer
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -159,24 +186,31 @@ class DataNode:
         except BaseException:
             await self.stop()
             raise
-        self.actor = self._offer(hello)
-        self._spawn("namenode actors", self.actor.run())
+        persist = asyncio.Lock()  # VERSION is one file: one write at a time of any shard
+        for shard, addresses in self.shard_addresses.items():
+            self.offers[shard] = offer = self._offer(hello, shard, addresses, persist)
+            self._spawn(f"namenode actors of shard {shard}", offer.run())
         self._spawn("block scanner", self.scanner.run())
         self._spawn("directory scanner", self.directory_scanner.run())
         self._spawn("work while idle", work_while_idle(self.storage, in_thread))
         return self.server.address
 
-    def _offer(self, hello: Hello) -> NameNodeOffer:
-        """One actor per NameNode of an HA pair, else one for the address list (offer.py)."""
+    def _offer(self, hello: Hello, shard: int, addresses: list[str], persist: asyncio.Lock
+               ) -> NameNodeOffer:
+        """One actor per NameNode of an HA pair, else one for the address list (offer.py).
+        A shard of ``datanode.shards`` with two addresses is an HA pair (a shard is a
+        nameservice); ``datanode.namenode``'s are when ``ha.namenodes`` lists them."""
         rpc = self.config.rpc
-        addresses = self.namenode_addresses
-        ha = len(addresses) > 1 and set(addresses) <= set(self.config.ha.namenodes.values())
+        paired = bool(self.config.datanode.shards) or set(addresses) <= set(
+            self.config.ha.namenodes.values())
+        ha = len(addresses) > 1 and paired
         actors = [
             NameNodeActor(self, RpcClient(group, rpc, hello=hello,
-                                          ssl_context=client_context(rpc)))
+                                          ssl_context=client_context(rpc)), shard=shard)
             for group in ([[a] for a in addresses] if ha else [addresses])
         ]
-        offer = NameNodeOffer(self.storage, self.on_fatal, actors, ha=ha)
+        offer = NameNodeOffer(self.storage, self.on_fatal, actors, ha=ha, shard=shard,
+                              persist=persist)
         for actor in actors:
             actor.offer = offer
         return offer
@@ -239,14 +273,14 @@ class DataNode:
         await asyncio.gather(*self._chores, return_exceptions=True)
         await self.replicator.close()
         await self.block_recovery.close()
-        if self.actor is not None:
-            await self.actor.close()
+        for offer in self.offers.values():
+            await offer.close()
         if self.http is not None:
             await self.http.stop()
         if self.server is not None:
             await self.server.close()  # cancels writes in progress: their rbw files go
-        if self.actor is not None:
-            await self.actor.close_rpc()
+        for offer in self.offers.values():
+            await offer.close_rpc()
         if self.syncs is not None:  # (no write is left to use it)
             self.syncs.close()
             self.syncs = None
@@ -270,12 +304,13 @@ class DataNode:
 
     # -- used by the data path ----------------------------------------------------------
 
-    def install_keys(self, keys: list[BlockKey]) -> None:
-        """The NameNode's block keys, given at registration and as it rotates them."""
+    def install_keys(self, keys: list[BlockKey], shard: int = 0) -> None:
+        """A shard's block keys, given at registration and as its NameNode rotates them."""
         if keys:
-            self.block_keys.clear()
-            self.block_keys.update((key.key_id, key) for key in keys)
-            self._keys_installed.set()
+            installed = self.shard_keys[shard]
+            installed.clear()
+            installed.update((key.key_id, key) for key in keys)
+            self._keys_installed[shard].set()
 
     async def check_token(self, token: str, block_id: int, mode: str) -> None:
         """Unavailable or InvalidToken unless ``token`` grants ``mode`` on ``block_id``.
@@ -283,18 +318,23 @@ class DataNode:
         A call that comes before the first keys waits for them: the NameNode may place a
         block here as soon as it has answered the registration, while this node is still
         making that registration durable (an fsync or two), and a client of a restarted
-        node may come before it has registered again."""
-        if not self.block_keys:
+        node may come before it has registered again. The keys are those of the block's
+        shard; a block of a shard this node does not serve is refused (ShardNotServed)."""
+        shard = shard_of_id(block_id)
+        keys = self.shard_keys.get(shard)
+        if keys is None:
+            raise ShardNotServed(_not_served(block_id, self.shard_addresses))
+        if not keys:
             wait_s = self.config.datanode.registration_wait_s
             try:
                 async with asyncio.timeout(wait_s):
-                    await self._keys_installed.wait()
+                    await self._keys_installed[shard].wait()
             except TimeoutError:
                 raise Unavailable(
                     f"this DataNode has no block keys yet (not registered with a NameNode "
-                    f"within {wait_s:g} s)"
+                    f"of shard {shard} within {wait_s:g} s)"
                 ) from None
-        check_block_token(token, self.block_keys, self.now_ms(), block_id, mode)
+        check_block_token(token, keys, self.now_ms(), block_id, mode)
 
     def open_replica(self, replica: Replica, offset: int, length: int) -> ReplicaReader:
         """A verified reader of a local replica; a replica found corrupt or without its
@@ -342,18 +382,26 @@ class DataNode:
         ids = [replica.block_id for replica in gone]
         log.warning("replica file(s) of block(s) %s vanished from disk: dropped and "
                     "reported to the NameNode", ids)
-        if self.actor is not None:
-            self.actor.report_soon(deleted=ids)
+        for offer, of_shard in self._by_offer(gone):
+            offer.report_soon(deleted=[replica.block_id for replica in of_shard])
 
     def on_found(self, replicas: list[Replica]) -> None:
         """The directory scanner added replicas the map did not know: report them."""
-        if self.actor is not None:
-            self.actor.report_soon(received=[replica.record for replica in replicas])
+        for offer, of_shard in self._by_offer(replicas):
+            offer.report_soon(received=[replica.record for replica in of_shard])
 
     def on_kept(self, replica: Replica) -> None:
         """A write broke and its bytes were kept in state rbw: report them."""
-        if self.actor is not None:
-            self.actor.report_soon(rbw=[replica.record])
+        for offer, _ in self._by_offer([replica]):
+            offer.report_soon(rbw=[replica.record])
+
+    def _by_offer(self, replicas: list[Replica]) -> list[tuple[NameNodeOffer, list[Replica]]]:
+        """``replicas`` grouped by the actors of their shards (the storage holds only the
+        pools of shards served; none before the node started)."""
+        groups: dict[int, list[Replica]] = {}
+        for replica in replicas:
+            groups.setdefault(shard_of_id(replica.block_id), []).append(replica)
+        return [(self.offers[k], group) for k, group in groups.items() if k in self.offers]
 
     async def stop_writer(self, block_id: int) -> None:
         """Stop a write of ``block_id`` in progress (a block recovery takes over; what was
@@ -373,8 +421,8 @@ class DataNode:
         if not self.storage.mark_corrupt(replica):
             return
         log.error("corrupt replica of block %d: %s", replica.block_id, error.message)
-        if self.actor is not None:
-            self.actor.report_bad(replica.block_id)
+        for offer, _ in self._by_offer([replica]):
+            offer.report_bad(replica.block_id)
 
     def info(self) -> DataNodeInfoResponse:
         return DataNodeInfoResponse(
@@ -385,3 +433,22 @@ class DataNode:
             len(self.storage.replicas),
             self.registered,
         )
+
+
+def _shard_addresses(config: XdfsConfig, namenode_addresses: list[str]) -> dict[int, list[str]]:
+    """Shard -> NameNode addresses: ``datanode.shards`` (each value resolved as
+    ``datanode.namenode`` is, nameservices included), else ``namenode_addresses`` as shard 0."""
+    from xdfs.common.addresses import parse_fs_uri
+
+    table = config.datanode.shard_table()
+    if not table:
+        assert namenode_addresses, "a DataNode needs at least one NameNode address"
+        return {0: list(namenode_addresses)}
+    nameservices = config.ha.nameservices()
+    return {shard: parse_fs_uri(value, nameservices) for shard, value in table.items()}
+
+
+def _not_served(block_id: int, shards: dict[int, list[str]]) -> str:
+    return (f"block {block_id} belongs to shard {shard_of_id(block_id)}, and this DataNode "
+            f"keeps block pools for shard(s) {', '.join(map(str, shards))} only "
+            "(datanode.shards)")

@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -39,6 +39,7 @@ from xdfs.datanode.spares import Spares
 from xdfs.errors import AlreadyExists, StorageError
 from xdfs.protocol.blocks import BlockRecord
 from xdfs.protocol.datanode import StorageReport
+from xdfs.sharding.ids import shard_of_id
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,19 @@ class DataStorage:
         self, root: Path, checksum_chunk_bytes: int, reserved_bytes: int = 0,
         capacity_bytes: int = 0, direct_io: bool = False, loop_write_max_bytes: int = 0,
         small_direct_io: bool = True, spare_files_max: int = 0,
+        shards: Iterable[int] = (0,),
     ) -> None:
         self.root = root
         self.current = root / layout.CURRENT
-        self.finalized = self.current / layout.FINALIZED
-        self.rbw = self.current / layout.RBW
+        #: The shards whose block pools this node serves (``layout.py``), ascending.
+        self.shards = tuple(sorted(set(shards)))
+        assert self.shards, "a DataNode serves at least one block pool"
+        #: Each pool's finalized/ and rbw/ (shard 0's are current/finalized, current/rbw).
+        self.pool_finalized = {k: self.pool_current(k) / layout.FINALIZED for k in self.shards}
+        self.pool_rbw = {k: self.pool_current(k) / layout.RBW for k in self.shards}
+        first = self.shards[0]
+        self.finalized = self.pool_finalized[first]
+        self.rbw = self.pool_rbw[first]
         self.checksum_chunk_bytes = checksum_chunk_bytes
         self.reserved_bytes = reserved_bytes
         self.capacity_bytes = capacity_bytes  # 0: the file system's size
@@ -83,7 +92,8 @@ class DataStorage:
         self.dsync_direct_writes = False
         self.version: DataNodeVersion | None = None
         self.replicas: dict[int, Replica] = {}
-        self.used_bytes = 0
+        #: Bytes on disk of each pool's replicas (what each shard is told is used).
+        self.pool_used = dict.fromkeys(self.shards, 0)
         self._busy: set[int] = set()
         #: When a block was last claimed or released (monotonic s): see :meth:`idle`.
         self._last_activity_s = time.monotonic()
@@ -103,6 +113,30 @@ class DataStorage:
         self._spare_inodes: dict[int, str] = {}
         self._shared_inodes: list[int] = []
 
+    # -- block pools --------------------------------------------------------------------
+
+    def pool_current(self, shard: int) -> Path:
+        """The ``current/`` of shard ``shard``'s pool (its ``active_epoch`` lives there)."""
+        return Path(layout.pool_dir(self.current, shard))
+
+    def serves(self, block_id: int) -> bool:
+        """Whether the block's shard is one whose pool this node serves."""
+        return shard_of_id(block_id) in self.pool_used
+
+    def finalized_of(self, block_id: int) -> Path:
+        return self.pool_finalized[shard_of_id(block_id)]
+
+    def rbw_of(self, block_id: int) -> Path:
+        return self.pool_rbw[shard_of_id(block_id)]
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes on disk of every pool's replicas."""
+        return sum(self.pool_used.values())
+
+    def _count(self, replica: Replica, sign: int) -> None:
+        self.pool_used[shard_of_id(replica.block_id)] += sign * replica.disk_bytes
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def open(self, now_ms: int) -> StartupSummary:
@@ -110,8 +144,10 @@ class DataStorage:
         self._lock.lock()
         try:
             self.version = self._load_or_create_version(now_ms)
-            for directory in (self.finalized, self.rbw):
-                make_dirs(directory)
+            for shard in self.shards:
+                make_dirs(self.pool_finalized[shard])
+                make_dirs(self.pool_rbw[shard])
+            self._note_unserved_pools()
             kind = file_system_type(self.current)
             self.dsync_direct_writes = kind in DSYNC_FILE_SYSTEMS
             log.info("data dir %s is on %s: a small replica's direct write is made durable "
@@ -119,9 +155,9 @@ class DataStorage:
                      "by the write itself (RWF_DSYNC)" if self.dsync_direct_writes
                      else "by an fdatasync after it")
             self._spare_inodes = self.spares.scan()
-            rbw_removed = self._load_rbw()
+            rbw_removed = [name for k in self.shards for name in self._load_rbw(k)]
             rbw_kept = len(self.replicas)
-            leftovers = self._load_finalized()
+            leftovers = [name for k in self.shards for name in self._load_finalized(k)]
             self.spares.load(self._spare_inodes, self._shared_inodes)
             self._spare_inodes, self._shared_inodes = {}, []
         except OSError as exc:  # mkdir, listdir or unlink on a broken disk
@@ -181,17 +217,33 @@ class DataStorage:
         atomic_write(self.current / layout.VERSION_FILE, layout.format_version(version).encode())
         self.version = version
 
-    def _load_rbw(self) -> list[str]:
-        """Replicas in state rbw, each cut to what its checksums cover (``rbw.py``), for
-        block recovery; returns the names of the files that held nothing worth keeping."""
+    def _note_unserved_pools(self) -> None:
+        """Pools on disk of shards not configured now: left as they are, said once."""
+        for entry in os.scandir(self.current):
+            shard = layout.parse_pool_name(entry.name)
+            if shard is not None and shard not in self.pool_used and entry.is_dir():
+                log.warning("block pool %s of shard %d is not loaded: this DataNode does not "
+                            "serve shard %d (datanode.shards); its files are left as they are",
+                            entry.path, shard, shard)
+
+    def _load_rbw(self, shard: int) -> list[str]:
+        """Replicas in state rbw of one pool, each cut to what its checksums cover
+        (``rbw.py``), for block recovery; returns the names of the files that held nothing
+        worth keeping."""
         data: dict[int, Path] = {}
         metas: dict[int, list[tuple[int, Path]]] = {}
         junk: list[Path] = []
-        for entry in os.scandir(self.rbw):
+        rbw_dir = self.pool_rbw[shard]
+        for entry in os.scandir(rbw_dir):
             self._note_inode(entry)
             path = Path(entry.path)
             block_id = layout.parse_data_name(entry.name)
             parsed = layout.parse_meta_name(entry.name)
+            named = block_id if block_id is not None else parsed[0] if parsed else None
+            if named is not None and named >= 0 and shard_of_id(named) != shard:
+                log.warning("ignoring %s: block %d belongs to the pool of shard %d",
+                            path, named, shard_of_id(named))
+                continue
             if block_id is not None and entry.is_file():
                 data[block_id] = path
             elif parsed is not None and entry.is_file():
@@ -208,11 +260,11 @@ class DataStorage:
                 junk.extend(path for path in (data_path, meta) if path is not None)
                 continue
             self.replicas[block_id] = replica
-            self.used_bytes += replica.disk_bytes
+            self._count(replica, 1)
         junk.extend(data.values())  # data files without any checksum file
-        return self._remove_junk(junk)
+        return self._remove_junk(junk, rbw_dir)
 
-    def _remove_junk(self, paths: list[Path]) -> list[str]:
+    def _remove_junk(self, paths: list[Path], rbw_dir: Path) -> list[str]:
         existing = [path for path in paths if path.exists()]
         for path in existing:
             if path.is_dir():
@@ -221,24 +273,25 @@ class DataStorage:
                 path.unlink()
         names = sorted(path.name for path in existing)
         if names:
-            fsync_dir(self.rbw)
+            fsync_dir(rbw_dir)
             log.warning("removed %d unusable file(s) from %s: %s",
-                        len(names), self.rbw, ", ".join(names))
+                        len(names), rbw_dir, ", ".join(names))
         return names
 
-    def _load_finalized(self) -> list[str]:
+    def _load_finalized(self, shard: int) -> list[str]:
         leftovers: list[str] = []
-        for first in sorted(os.scandir(self.finalized), key=lambda e: e.name):
+        finalized = self.pool_finalized[shard]
+        for first in sorted(os.scandir(finalized), key=lambda e: e.name):
             if not first.is_dir():
                 continue
             for second in sorted(os.scandir(first.path), key=lambda e: e.name):
                 if second.is_dir():
                     leaf = Path(second.path)
-                    leftovers += self._load_dir(leaf)
-                    self._note_leaf(first.name, second.name, leaf)
+                    leftovers += self._load_dir(leaf, shard)
+                    self._note_leaf(shard, first.name, second.name, leaf)
         if leftovers:
             log.warning("removed %d half-written file(s) from %s: %s",
-                        len(leftovers), self.finalized, ", ".join(leftovers))
+                        len(leftovers), finalized, ", ".join(leftovers))
         return leftovers
 
     def _note_inode(self, entry: os.DirEntry[str]) -> None:
@@ -247,15 +300,17 @@ class DataStorage:
         if self._spare_inodes and entry.inode() in self._spare_inodes:
             self._shared_inodes.append(entry.inode())
 
-    def _note_leaf(self, first: str, second: str, path: Path) -> None:
+    def _note_leaf(self, shard: int, first: str, second: str, path: Path) -> None:
         """A leaf found at startup is taken as made, as ``_ensure_dir`` takes a directory
         it finds: no check before its next replica."""
         a, b = first.removeprefix("subdir"), second.removeprefix("subdir")
         if a.isdigit() and b.isdigit() and int(a) < 256 and int(b) < 256:
-            self._leaves[int(a) << 8 | int(b)] = path
+            self._leaves[shard << 16 | int(a) << 8 | int(b)] = path
 
-    def _load_dir(self, directory: Path) -> list[str]:
-        """Load the replicas of one leaf directory; returns the leftovers it removed."""
+    def _load_dir(self, directory: Path, shard: int) -> list[str]:
+        """Load the replicas of one leaf directory of shard ``shard``'s pool; returns the
+        leftovers it removed."""
+        finalized = self.pool_finalized[shard]
         data: dict[int, os.DirEntry[str]] = {}
         metas: dict[int, list[tuple[int, os.DirEntry[str]]]] = {}
         for entry in os.scandir(directory):
@@ -279,7 +334,8 @@ class DataStorage:
                 continue
             genstamp, meta = keep
             entry = data.pop(block_id)
-            if directory not in layout.homes(self.finalized, block_id):
+            if shard_of_id(block_id) != shard or directory not in layout.homes(finalized,
+                                                                                block_id):
                 log.warning("ignoring %s: block %d belongs in another directory",
                             entry.path, block_id)
                 continue
@@ -295,7 +351,7 @@ class DataStorage:
             unlink_quietly(Path(entry.path))
         if removed:
             fsync_dir(directory)
-        return [str(directory.relative_to(self.finalized) / name) for name in removed]
+        return [str(directory.relative_to(finalized) / name) for name in removed]
 
     def _found_twice(self, block_id: int, genstamp: int, path: str) -> bool:
         """A finalized replica of ``block_id`` loaded already, from its other home (one of
@@ -317,9 +373,9 @@ class DataStorage:
         if rbw is None or rbw.finalized or rbw.genstamp > finalized.genstamp:
             return
         del self.replicas[finalized.block_id]
-        self.used_bytes -= rbw.disk_bytes
+        self._count(rbw, -1)
         unlink_quietly(rbw.data_path, rbw.meta_path)
-        fsync_dir(self.rbw)
+        fsync_dir(self.rbw_of(finalized.block_id))
         log.warning("removed rbw/ names of block %d, finalized before the restart",
                     finalized.block_id)
 
@@ -328,21 +384,26 @@ class DataStorage:
     def get(self, block_id: int) -> Replica | None:
         return self.replicas.get(block_id)
 
-    def report_records(self) -> list[BlockRecord]:
-        """Finalized, healthy replicas in block-id order (for full block reports). A
-        replica being appended to counts with the part readers see: it is still where
-        readers find that part (were it reported rbw, the NameNode would stop naming it)."""
+    def report_records(self, shard: int | None = None) -> list[BlockRecord]:
+        """Finalized, healthy replicas in block-id order (for full block reports), of one
+        pool (``shard``) or all. A replica being appended to counts with the part readers
+        see: it is still where readers find that part (were it reported rbw, the NameNode
+        would stop naming it)."""
         return [
-            r.record for _, r in sorted(self.replicas.items())
+            r.record for _, r in self._sorted(shard)
             if (r.finalized or r.appending) and not r.corrupt
         ]
 
-    def rbw_records(self) -> list[BlockRecord]:
+    def rbw_records(self, shard: int | None = None) -> list[BlockRecord]:
         """Replicas in state rbw, in block-id order (for full block reports)."""
-        return [
-            r.record for _, r in sorted(self.replicas.items())
-            if not r.finalized and not r.appending
-        ]
+        return [r.record for _, r in self._sorted(shard) if not r.finalized and not r.appending]
+
+    def _sorted(self, shard: int | None) -> list[tuple[int, Replica]]:
+        """The map in block-id order, of one pool or all (a pool's ids are one range)."""
+        items = sorted(self.replicas.items())
+        if shard is None:
+            return items
+        return [item for item in items if shard_of_id(item[0]) == shard]
 
     def claim(self, block_id: int) -> None:
         """Mark ``block_id`` busy (a write or delete is starting); AlreadyExists if it is."""
@@ -366,7 +427,7 @@ class DataStorage:
     def new_writer(self, block_id: int, genstamp: int) -> ReplicaWriter:
         """A writer in rbw/ (files opened by ``writer.open()``, in a worker thread)."""
         assert block_id in self._busy, "claim the block before writing it"
-        return ReplicaWriter(block_id, genstamp, self.rbw, self.checksum_chunk_bytes,
+        return ReplicaWriter(block_id, genstamp, self.rbw_of(block_id), self.checksum_chunk_bytes,
                              self.direct_io, self.spares)
 
     def commit(self, writer: ReplicaWriter, replaced: Replica | None) -> Replica:
@@ -419,7 +480,7 @@ class DataStorage:
         thread)."""
         dest = self.made_finalized_dir(block_id)
         if dest is None:
-            dest = Path(layout.finalized_dir(self.finalized, block_id))
+            dest = Path(layout.finalized_dir(self.finalized_of(block_id), block_id))
             self._ensure_dir(dest, block_id)
         return dest
 
@@ -488,15 +549,15 @@ class DataStorage:
         """Put a just-finalized replica in the map (replacing an older one of its id)."""
         old = self.replicas.get(replica.block_id)
         if old is not None:
-            self.used_bytes -= old.disk_bytes
+            self._count(old, -1)
         self.replicas[replica.block_id] = replica
-        self.used_bytes += replica.disk_bytes
+        self._count(replica, 1)
 
     def take(self, block_id: int) -> Replica | None:
         """Remove a replica from the map before its files are deleted (``delete_files``)."""
         replica = self.replicas.pop(block_id, None)
         if replica is not None:
-            self.used_bytes -= replica.disk_bytes
+            self._count(replica, -1)
         return replica
 
     def delete_files(self, replicas: list[Replica]) -> None:
@@ -532,14 +593,17 @@ class DataStorage:
 
     # -- space --------------------------------------------------------------------------
 
-    def storage_report(self) -> StorageReport:
+    def storage_report(self, shard: int | None = None) -> StorageReport:
+        """Capacity and free space of the disk (shared by every pool: each shard is told
+        the same), and the bytes used by one pool's replicas (``shard``) or by all."""
         try:
             usage = shutil.disk_usage(self.root)
         except OSError as exc:
             raise StorageError(f"cannot stat the file system of {self.root}: {exc}") from exc
+        used = self.used_bytes if shard is None else self.pool_used.get(shard, 0)
         free = max(0, usage.free - self.reserved_bytes)
         if not self.capacity_bytes:
-            return StorageReport(usage.total, self.used_bytes, free)
+            return StorageReport(usage.total, used, free)
         # a share of a disk (several DataNodes on one machine): usage is against it
         free = min(free, max(0, self.capacity_bytes - self.used_bytes))
-        return StorageReport(self.capacity_bytes, self.used_bytes, free)
+        return StorageReport(self.capacity_bytes, used, free)

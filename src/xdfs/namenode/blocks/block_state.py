@@ -10,6 +10,7 @@ from xdfs.namenode.blocks.blockmap import BAD_GENSTAMP, BAD_LENGTH
 from xdfs.namenode.namespace.inodes import FileInode
 from xdfs.namenode.namespace.tree import Namespace
 from xdfs.protocol.blocks import BlockRecord
+from xdfs.sharding.ids import shard_of_id
 
 
 class BlockState(NamedTuple):
@@ -30,6 +31,14 @@ def block_state(ns: Namespace, block_id: int) -> BlockState | None:
         index = next(i for i, block in enumerate(blocks) if block.block_id == block_id)
     complete = index < len(blocks) - 1 or not ns.is_open(file)
     return BlockState(file, blocks[index], complete)
+
+
+def another_shards(ns: Namespace, block_id: int) -> bool:
+    """A block another metadata shard allocated (its id's shard bits, ``sharding.ids``):
+    this namespace neither knows nor owns it, so a replica of it is no orphan to delete.
+    The namespace's own shard is that of its block counter (shard k's counters start at
+    ``first_id(k, ...)``; 0 for an unsharded NameNode)."""
+    return shard_of_id(block_id) != shard_of_id(ns.next_block_id)
 
 
 def from_the_future(ns: Namespace, reported: BlockRecord) -> bool:

@@ -68,6 +68,9 @@ class DataNode:
     #: Replicas of blocks "from the future" (an id or genstamp this namespace never
     #: allocated: a newer NameNode did): kept on the node, never deleted, only reported.
     future: set[int] = field(default_factory=set)
+    #: Replicas it reported of another metadata shard's blocks (``block_state.
+    #: another_shards``): ignored, never deleted (its pool is that shard's, not ours).
+    foreign: set[int] = field(default_factory=set)
     report_requested_s: float = 0.0  # registration, or when a full report was last asked
     http_address: str = ""  # its HTTP server (WebHDFS redirects go there); "": none
     rack: str = DEFAULT_RACK
@@ -213,6 +216,7 @@ class DataNodeManager:
         node.replicate.clear()
         node.deletions.clear()
         node.future.clear()
+        node.foreign.clear()
         node.deleting.clear()
         node.recover.clear()
         node.replication_load = 0

@@ -37,6 +37,7 @@ from xdfs.errors import InternalError, InvalidArgument
 from xdfs.namenode.blocks import placement
 from xdfs.namenode.blocks.block_state import (
     BlockState,
+    another_shards,
     block_state,
     from_the_future,
     replica_flags,
@@ -156,6 +157,7 @@ class BlockManager:
         if seen is None:
             return False
         node.future &= seen
+        node.foreign &= seen
         self.ha.pending.forget_node(node_id, keep=seen)
         for block_id in self.map.node_blocks(node_id) - seen:
             replica = self._lost(block_id, node_id)
@@ -184,6 +186,7 @@ class BlockManager:
             self.reports.note_deleted(node_id, block_id)
             self.ha.pending.forget(node_id, block_id)
             node.future.discard(block_id)
+            node.foreign.discard(block_id)
             node.deleting.discard(block_id)
             self.map.remove_rbw(block_id, node_id)
             self._lost(block_id, node_id)
@@ -520,6 +523,9 @@ class BlockManager:
         block_id = record.block_id
         if block_id in node.deletions:
             return  # already being deleted there: not a replica to count again
+        if another_shards(self.ns, block_id):
+            node.foreign.add(block_id)  # never counted, never deleted: the driver logs it
+            return
         if self.ha.hold(self.ns, node, record):
             return
         if from_the_future(self.ns, record):
@@ -541,6 +547,9 @@ class BlockManager:
         replication monitor) once its block is complete."""
         block_id = record.block_id
         if block_id in node.deletions:
+            return
+        if another_shards(self.ns, block_id):
+            node.foreign.add(block_id)
             return
         if self.ha.hold(self.ns, node, record, rbw=True):
             return

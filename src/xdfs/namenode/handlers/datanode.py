@@ -26,6 +26,7 @@ from xdfs.protocol import datanode as d
 from xdfs.protocol.ha import ROLE_ACTIVE, ROLE_STANDBY
 from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import Empty
+from xdfs.sharding.ids import shard_of_id
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,17 @@ class DataNodeHandlers:
                     "(from a newer NameNode?): kept, not deleted (e.g. blk_%d)",
                     req.node_id, len(node.future), min(node.future),
                 )
+            if node is not None and node.foreign:
+                self._log_foreign(req.node_id, node.foreign)
             self.update_safe_mode()
         return Empty()
+
+    @staticmethod
+    def _log_foreign(node_id: str, block_ids: set[int]) -> None:
+        log.warning("DataNode %s reported %d replica(s) of another metadata shard's blocks "
+                    "(e.g. blk_%d of shard %d): ignored, not deleted (a DataNode reports "
+                    "each shard's block pool to that shard only)", node_id, len(block_ids),
+                    min(block_ids), shard_of_id(min(block_ids)))
 
     def heartbeat(self, ctx: CallContext, req: d.HeartbeatRequest) -> d.HeartbeatResponse:
         self._datanode(ctx)
@@ -111,6 +121,10 @@ class DataNodeHandlers:
     def incremental_report(self, ctx: CallContext, req: d.IncrementalReportRequest) -> Empty:
         self._datanode(ctx)
         self.blocks.incremental_report(req.node_id, req.received, req.deleted, req.rbw)
+        reported = {r.block_id for r in req.received} | {r.block_id for r in req.rbw}
+        node = self.blocks.datanodes.get(req.node_id)
+        if node is not None and reported & node.foreign:
+            self._log_foreign(req.node_id, reported & node.foreign)
         if self.fs.safe_mode.startup and not self.standby:
             self.update_safe_mode()
         return Empty()

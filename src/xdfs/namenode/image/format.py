@@ -45,10 +45,12 @@ def format_namenode(
     cluster_id: str = "",
     force: bool = False,
     shard: int = 0,
+    datanode_secret: bytes = b"",
 ) -> Formatted:
     """Format ``name_dirs``; ``shard`` > 0 makes the namespace metadata shard ``shard``:
     its inode and block ids start at ``sharding.ids.first_id(shard, ...)`` (0: an
-    unsharded NameNode's ids, which are shard 0's)."""
+    unsharded NameNode's ids, which are shard 0's). ``datanode_secret``: the cluster's
+    DataNode secret (another shard's), else a new one."""
     generated = "" if password else secrets.token_urlsafe(12)
     password = password or generated
     cluster_id = cluster_id or f"CID-{uuid.uuid4()}"
@@ -59,7 +61,8 @@ def format_namenode(
         for d in dirs:
             make_dirs(Path(d.root))
             d.format(cluster_id, namespace_id, now_ms, force=force)
-        namespace = initial_namespace(config, superuser, password, now_ms, shard)
+        namespace = initial_namespace(config, superuser, password, now_ms, shard=shard,
+                                      datanode_secret=datanode_secret)
         save_checkpoint(dirs, namespace, 0)
     finally:
         for d in dirs:
@@ -68,7 +71,8 @@ def format_namenode(
 
 
 def initial_namespace(
-    config: NameNodeConfig, superuser: str, password: str, now_ms: int, shard: int = 0
+    config: NameNodeConfig, superuser: str, password: str, now_ms: int, *, shard: int = 0,
+    datanode_secret: bytes = b"",
 ) -> Namespace:
     ns = Namespace(superuser, config.supergroup, root_mtime_ms=now_ms)
     # The shard's id counters (saved in fsimage_0 with the rest): unique across shards.
@@ -80,7 +84,8 @@ def initial_namespace(
                        made.stored_key, made.server_key, made.iterations))
     key_expiry_ms = now_ms + int((config.token_key_rotation_s + config.token_lifetime_s) * 1000)
     ns.apply(AddTokenKeyOp(1, os.urandom(32), key_expiry_ms))
-    ns.apply(SetDataNodeSecretOp(os.urandom(passwords.DATANODE_SECRET_BYTES)))
+    secret = datanode_secret or os.urandom(passwords.DATANODE_SECRET_BYTES)
+    ns.apply(SetDataNodeSecretOp(secret))
     ns.apply(MkdirOp("/user", ns.allocate_inode_id(), 0o755, superuser, config.supergroup, now_ms))
     ns.apply(MkdirOp("/tmp", ns.allocate_inode_id(), 0o1777, superuser, config.supergroup, now_ms))
     return ns
