@@ -41,6 +41,7 @@ from xdfs.protocol.namenode import REPORT_BAD_REPLICAS
 from xdfs.rpc.client import RpcClient
 from xdfs.rpc.handling import CallContext
 from xdfs.rpc.messages import PROTOCOL_VERSION, Empty, Hello
+from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
 from xdfs.rpc.service import Service
 from xdfs.testing.minicluster import MiniCluster
@@ -187,16 +188,28 @@ class StubNameNode:
         return [b for r in self.incremental if r.node_id == node_id for b in r.rbw]
 
 
+#: The credentials MiniCluster DataNodes log in with when no NameNode was started there.
+STUB_USER, STUB_PASSWORD = "root", "rootpw"
+
+
+def stub_authenticator() -> SecretAuthenticator:
+    """What a stub NameNode's server admits: the DataNodes' login, proven by SCRAM."""
+    return SecretAuthenticator(STUB_USER, STUB_PASSWORD)
+
+
 async def start_stub(
     minicluster: MiniCluster, *, server_cluster_id: str | None = None, **fields: Any
 ) -> StubNameNode:
     """A stub NameNode served on 127.0.0.1 (its RPC server's cluster id defaults to the
-    stub's, so DataNodes of other clusters fail the handshake)."""
+    stub's, so DataNodes of other clusters fail the handshake). It admits the login a
+    MiniCluster DataNode without a NameNode makes (``root``, ``rootpw``) by SCRAM, as a
+    NameNode does: the DataNode accepts only a server that proves it knows the password."""
     stub = StubNameNode(**fields)
     cluster = stub.cluster_id if server_cluster_id is None else server_cluster_id
     stub.server = await minicluster.start_server(
         "stub-namenode", [(DATANODE_PROTOCOL, stub), (STUB_BAD_REPLICAS, stub)],
         role="namenode", cluster_id=cluster, diagnostics=False,
+        authenticator=stub_authenticator(),
     )
     return stub
 

@@ -20,6 +20,7 @@ from tests.integration.dn_helpers import (
     replica_files,
     start_registered,
     start_stub,
+    stub_authenticator,
     write_block,
 )
 from xdfs.datanode import layout
@@ -338,7 +339,8 @@ async def test_unreachable_namenode_is_retried_until_it_serves(
     await eventually(lambda: node.actor is not None and node.actor.failed_attempts >= 2)
     assert not node.registered
     stub = StubNameNode()
-    stub.server = RpcServer("late-namenode", minicluster.config.rpc, cluster_id=stub.cluster_id)
+    stub.server = RpcServer("late-namenode", minicluster.config.rpc, cluster_id=stub.cluster_id,
+                            authenticator=stub_authenticator())
     stub.server.add_service(DATANODE_PROTOCOL, stub)
     minicluster.servers.append(stub.server)  # closed with the cluster
     await stub.server.start("127.0.0.1", port)

@@ -13,6 +13,7 @@ from tests.integration.dn_helpers import (
     STUB_BAD_REPLICAS,
     StubNameNode,
     dn_client,
+    stub_authenticator,
     write_block,
 )
 from xdfs.config import XdfsConfig
@@ -51,6 +52,7 @@ async def _start(minicluster: MiniCluster, ha_state: str) -> HaStub:
     stub.server = await minicluster.start_server(
         f"stub-{ha_state}", [(DATANODE_PROTOCOL, stub), (STUB_BAD_REPLICAS, stub)],
         role="namenode", cluster_id=stub.cluster_id, diagnostics=False,
+        authenticator=stub_authenticator(),
     )
     return stub
 
