@@ -195,7 +195,8 @@ def test_without_ha_state_a_namenode_claims_active() -> None:
 
 
 def _offer(tmp_path: Path, *, ha: bool) -> NameNodeOffer:
-    storage = SimpleNamespace(current=tmp_path)  # where epochs persist
+    # where epochs persist: shard 0's pool is the data dir's current/ itself
+    storage = SimpleNamespace(current=tmp_path, pool_current=lambda shard: tmp_path)
     return NameNodeOffer(cast(Any, storage), _no_fatal_error, [], ha=ha)
 
 
