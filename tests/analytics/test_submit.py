@@ -53,3 +53,20 @@ def test_urls_keep_their_double_slash() -> None:
     assert join("webhdfs://gw:9870/r/", "tables", "t") == "webhdfs://gw:9870/r/tables/t"
     assert join("out", "tables") == "out/tables"
     assert webhdfs_authorities("webhdfs://a:1/x", None, "webhdfs://a:1/y", "/z") == ["a:1"]
+
+
+def test_spark_shows_its_progress_bar_on_a_terminal_only() -> None:
+    import io
+    import os
+    import pty
+
+    from xdfs.cli.analyze import progress_settings
+
+    leader, follower = pty.openpty()
+    try:
+        with os.fdopen(follower, "w", closefd=False) as terminal:
+            assert progress_settings(terminal) == {"spark.ui.showConsoleProgress": "true"}
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert progress_settings(io.StringIO()) == {"spark.ui.showConsoleProgress": "false"}

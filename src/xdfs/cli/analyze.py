@@ -15,6 +15,7 @@ import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -89,6 +90,13 @@ def spark_settings(state: CliState, master: str | None, executor_python: str | N
     return conf
 
 
+def progress_settings(stream: TextIO) -> dict[str, str]:
+    """Spark's own progress bar (each stage's tasks done of all, on one line) when
+    ``stream``, the job's stderr, is a terminal; nothing extra in scripts and logs."""
+    shown = "true" if stream.isatty() else "false"
+    return {"spark.ui.showConsoleProgress": shown}
+
+
 @click.command()
 @click.option("--image", metavar="PATH",
               help="An fsimage_<txid> file or an `xdfs oiv --format parquet` directory.")
@@ -154,8 +162,9 @@ def analyze(
             bytes_per_inode=bytes_per_inode,
             planning=PlanningOptions(horizon_months, growth_factor, namenode_heap_bytes,
                                      datanode_disk_bytes),
-            spark_conf=spark_settings(state, master, executor_python,
-                                      [image, edits, blocks, out_dir]),
+            spark_conf={**spark_settings(state, master, executor_python,
+                                         [image, edits, blocks, out_dir]),
+                        **progress_settings(sys.stderr)},
         )
         summary = run(config)
     click.echo(f"namespace as of {describe_txids(summary)}")
