@@ -5,6 +5,7 @@ the next image holds none (issue 37 item 2)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import msgspec
 import pytest
@@ -42,8 +43,9 @@ def legacy_format(monkeypatch: pytest.MonkeyPatch) -> None:
     """format_namenode writes an image whose users hold scrypt hashes (the older form)."""
     made = image_format.initial_namespace
 
-    def legacy(config: NameNodeConfig, superuser: str, password: str, now_ms: int) -> Namespace:
-        ns = made(config, superuser, password, now_ms)
+    def legacy(config: NameNodeConfig, superuser: str, password: str, now_ms: int,
+               **kwargs: Any) -> Namespace:
+        ns = made(config, superuser, password, now_ms, **kwargs)
         for index, (name, secret) in enumerate(LEGACY_USERS.items()):
             record = legacy_record(name, secret, ns.next_generation + index)
             ns.users[name] = msgspec.structs.replace(
