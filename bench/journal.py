@@ -133,6 +133,16 @@ def start_namenode(name_dir: Path, conf: Sequence[str]) -> ServerProcess:
     return nn
 
 
+def initialize_shared_edits(name_dir: Path, conf: Sequence[str]) -> None:
+    """``namenode -initializeSharedEdits``: the formatted ``name_dir``'s namespace onto the
+    JournalNodes of ``conf`` (its log beside ``name_dir``, in ``init.log``)."""
+    init = ServerProcess.xdfs(
+        *conf, "namenode", "--name-dir", str(name_dir), "-initializeSharedEdits",
+        log_path=name_dir.parent / "init.log", ready_pattern="initialized shared edits",
+        env=ENV)
+    init.start(deadline_s=60)
+
+
 async def create_run(s: Settings, table: Table, base: Path, quorum: bool) -> float:
     label = "quorum" if quorum else "local"
     work = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=base))
@@ -145,10 +155,7 @@ async def create_run(s: Settings, table: Table, base: Path, quorum: bool) -> flo
             for index in range(3):
                 journals.start(index)
             conf = journals.conf()
-            init = ServerProcess.xdfs(
-                *conf, "namenode", "--name-dir", str(name_dir), "-initializeSharedEdits",
-                log_path=work / "init.log", ready_pattern="initialized shared edits", env=ENV)
-            init.start(deadline_s=60)
+            initialize_shared_edits(name_dir, conf)
         nn = start_namenode(name_dir, conf)
         assert nn.match is not None
         address = nn.match.group(1)

@@ -27,19 +27,18 @@ import asyncio
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from backup import format_name_dir, superuser_client
 from bench_env import load_average, machine
-from journal import ENV, Journals, start_namenode
+from journal import Journals, initialize_shared_edits, start_namenode
 from xdfs.client.client import AsyncClient
 from xdfs.common.process import ServerProcess
 from xdfs.editlog.segments import segment_index
+from xdfs.testing.disk import fill, tmpfs
 
 SERIES: list[int] = []  # ops acknowledged in each second of the last phase
 
@@ -64,30 +63,6 @@ async def mkdirs_rate(client: AsyncClient, top: str, seconds: float, writers: in
     return done / (time.perf_counter() - start), float(SERIES[0])
 
 
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(path: Path) -> Path:
-    """Write zeros into ``path`` until its file system is full."""
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, bytes(4096)):
-                pass
-    finally:
-        os.close(fd)
-    return filler
-
-
 async def one_round(base: Path, seconds: float, writers: int, hook: str) -> dict[str, str]:
     work = Path(tempfile.mkdtemp(prefix="jnfail-", dir=base))
     journals = Journals(work)
@@ -109,10 +84,7 @@ async def one_round(base: Path, seconds: float, writers: int, hook: str) -> dict
             name_dir = work / "nn"
             format_name_dir(name_dir)
             conf = journals.conf()
-            init = ServerProcess.xdfs(
-                *conf, "namenode", "--name-dir", str(name_dir), "-initializeSharedEdits",
-                log_path=work / "init.log", ready_pattern="initialized shared edits", env=ENV)
-            init.start(deadline_s=60)
+            initialize_shared_edits(name_dir, conf)
             nn = start_namenode(name_dir, conf)
             assert nn.match is not None
             address = nn.match.group(1)

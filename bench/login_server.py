@@ -8,8 +8,6 @@ writer), for bench/rpc.py's connect + login figure.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 
 from xdfs.common.secrets import read_secret_file
 from xdfs.config import load_config
@@ -17,6 +15,7 @@ from xdfs.protocol.system_handlers import add_system_services
 from xdfs.rpc.loop import run
 from xdfs.rpc.secret_auth import SecretAuthenticator
 from xdfs.rpc.server import RpcServer
+from xdfs.testing.echo_server import serve_until_signalled
 
 USER = "bench"
 
@@ -26,14 +25,7 @@ async def serve(port: int, secret_file: str, use_uvloop: bool) -> None:
     server = RpcServer("login", load_config().rpc,
                        authenticator=SecretAuthenticator(USER, secret))
     add_system_services(server, "login", diagnostics=False)
-    address = await server.start("127.0.0.1", port)
-    print(f"login server serving on {address} (uvloop={use_uvloop})", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.close()
+    await serve_until_signalled(server, "login", "127.0.0.1", port, use_uvloop)
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench_env import pids_with_argument
@@ -169,6 +171,33 @@ class MooseFS:
         head = {"WORKING_USER": "root", "WORKING_GROUP": "root", "SYSLOG_IDENT": "benchmfs"}
         lines = [f"{key} = {value}\n" for key, value in {**head, **settings}.items()]
         path.write_text("".join(lines))
+
+
+@contextmanager
+def bench_peer(base: Path) -> Iterator[MooseFS | None]:
+    """A MooseFS under ``base/mfs``, mounted uncached, with a ``bench`` directory at the
+    top of its mount; or, with the reason on stderr, None where MooseFS is missing or does
+    not start (a benchmark then measures xdfs alone). Stopped at the end."""
+    why_not = available()
+    if why_not:
+        print(f"MooseFS skipped: {why_not}", file=sys.stderr)
+        yield None
+        return
+    peer = MooseFS(base / "mfs")
+    try:
+        try:
+            peer.start(uncached=True)
+        except RuntimeError as exc:  # e.g. another MooseFS holds its fixed ports
+            lines = [line for line in str(exc).splitlines() if "can't" in line or
+                     "failed" in line or "error" in line]
+            print(f"MooseFS skipped: it did not start ({'; '.join(lines[-2:])})",
+                  file=sys.stderr)
+            yield None
+            return
+        (peer.mount / "bench").mkdir(exist_ok=True)
+        yield peer
+    finally:
+        peer.stop()
 
 
 def _reported_space(line: str) -> bool:

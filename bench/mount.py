@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_env import dev_cluster, load_average, machine
-from moosefs_peer import MooseFS, available
+from moosefs_peer import bench_peer
 from xdfs.client.client import Client
 from xdfs.common.process import ServerProcess
 
@@ -222,25 +222,9 @@ def xdfs_targets(base: Path) -> Iterator[list[Target]]:
 
 @contextmanager
 def moosefs_target(base: Path) -> Iterator[list[Target]]:
-    why_not = available()
-    if why_not:
-        print(f"MooseFS skipped: {why_not}", file=sys.stderr)
-        yield []
-        return
-    peer = MooseFS(base / "mfs")
-    try:
-        try:
-            peer.start(uncached=True)
-        except RuntimeError as exc:
-            print(f"MooseFS skipped: it did not start ({str(exc).splitlines()[-1:]})",
-                  file=sys.stderr)
-            yield []
-            return
-        root = peer.mount / "bench"
-        root.mkdir(exist_ok=True)
-        yield [posix_target("moosefs", root, fsync=True)]
-    finally:
-        peer.stop()
+    with bench_peer(base) as peer:
+        yield [] if peer is None else [posix_target("moosefs", peer.mount / "bench",
+                                                    fsync=True)]
 
 
 def bench(s: Settings) -> Results:

@@ -50,7 +50,7 @@ import fsspec
 from fsspec import AbstractFileSystem
 
 from bench_env import dev_cluster, file_create_cpu_us, load_average, machine, proc_cpu_s
-from moosefs_peer import MooseFS, available
+from moosefs_peer import bench_peer
 
 USER, PASSWORD = "bench", "bench-pw"
 WRITE_BYTES = 4 * 1024 * 1024
@@ -258,28 +258,10 @@ def xdfs_dev(base: Path) -> Iterator[System]:
 
 @contextmanager
 def moosefs(base: Path) -> Iterator[System | None]:
-    why_not = available()
-    if why_not:
-        print(f"MooseFS skipped: {why_not}", file=sys.stderr)
-        yield None
-        return
-    peer = MooseFS(base / "mfs")
-    try:
-        try:
-            peer.start(uncached=True)
-        except RuntimeError as exc:  # e.g. another MooseFS holds its fixed ports
-            lines = [line for line in str(exc).splitlines() if "can't" in line or
-                     "failed" in line or "error" in line]
-            print(f"MooseFS skipped: it did not start ({'; '.join(lines[-2:])})",
-                  file=sys.stderr)
-            yield None
-            return
-        root = peer.mount / "bench"
-        root.mkdir(exist_ok=True)
-        yield System("moosefs", fsspec.filesystem("file", skip_instance_cache=True), str(root),
-                     peer.pids)
-    finally:
-        peer.stop()
+    with bench_peer(base) as peer:
+        yield None if peer is None else System(
+            "moosefs", fsspec.filesystem("file", skip_instance_cache=True),
+            str(peer.mount / "bench"), peer.pids)
 
 
 def warm_up(system: System, ops: int = 300, settle_s: float = 3.0) -> None:

@@ -22,7 +22,7 @@ import fsspec
 import pytest
 
 from tests.integration.conftest import ROOT, ROOT_PW, connect
-from xdfs.client.client import AsyncClient
+from xdfs.client.client import AsyncClient, Client
 from xdfs.client.fsspec_impl import XdfsFileSystem
 from xdfs.config import KiB, XdfsConfig
 from xdfs.rpc.sync import LoopThread
@@ -141,6 +141,19 @@ class LiveCluster:
 
     def filesystem(self) -> XdfsFileSystem:
         return XdfsFileSystem(fs=self.url, **self.storage_options)
+
+    def client(self) -> Client:
+        """A synchronous client of the cluster, as root."""
+        return Client(self.url, config=XdfsConfig(), **self.storage_options)
+
+
+def scratch_dir(client: Client, top: str) -> Iterator[str]:
+    """A fresh directory under ``top`` for one test, removed (not into the trash) when the
+    fixture that yields from this ends."""
+    path = f"{top}/{uuid.uuid4().hex[:10]}"
+    client.mkdirs(path)
+    yield path
+    client.delete(path, recursive=True, skip_trash=True)
 
 
 @pytest.fixture(scope="module")

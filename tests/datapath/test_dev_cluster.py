@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,19 @@ def _gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return state == "Z"
+
+
+def stop_dev(dev: ServerProcess, listing: list[dict[str, Any]]) -> None:
+    """SIGTERM ``xdfs dev`` (it stops its servers), then SIGKILL any server of ``listing``
+    (its cluster.json's processes) still running: they run in their own sessions, and a
+    regression must not leak them."""
+    if dev.alive():
+        assert dev.proc is not None
+        dev.proc.send_signal(signal.SIGTERM)
+        dev.proc.wait(60)
+    for process in listing:
+        if not _gone(process["pid"]):
+            os.kill(process["pid"], signal.SIGKILL)
 
 
 def _wait_gone(pids: list[int], deadline_s: float = 60.0) -> None:

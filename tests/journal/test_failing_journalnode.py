@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from xdfs.protocol.journal import JOURNAL_USER, JournalNamespace
 from xdfs.quorum.channel import RpcJournalChannel
 from xdfs.quorum.writer import QuorumJournalWriter, WriterSettings
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
+from xdfs.testing.disk import fill, tmpfs
 from xdfs.testing.poll import eventually
 
 from .qjm_cluster import JOURNAL_ID, QjmCluster, make_cluster, running
@@ -66,27 +66,12 @@ def _records(first: int, count: int) -> bytes:
 
 @contextlib.contextmanager
 def _tmpfs(path: Path) -> Iterator[Path]:
-    path.mkdir(parents=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)],
-                             capture_output=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(path: Path) -> Path:
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, bytes(4096)):
-                pass
-    finally:
-        os.close(fd)
-    return filler
+    with contextlib.ExitStack() as stack:
+        try:  # only the mount may skip the test (not an OSError of the test itself)
+            mounted = stack.enter_context(tmpfs(path, "2m"))
+        except OSError as e:
+            pytest.skip(str(e))
+        yield mounted
 
 
 def _writer(qjm: QjmCluster, lag_max_s: float = 2.0
@@ -112,7 +97,7 @@ async def _scenario(qjm: QjmCluster, jn0_dir: Path, *, recovers: bool) -> None:
             await writer.write(_records(txid, 10), txid, txid + 9)
             txid += 10
             assert failing.name in writer.in_sync
-        filler = _fill(jn0_dir) if recovers else None
+        filler = fill(jn0_dir) if recovers else None
         before = [c.journal_calls for c in channels]
         for _ in range(BATCHES):  # each acknowledged by the other two
             await writer.write(_records(txid, 10), txid, txid + 9)

@@ -97,3 +97,10 @@ class LogCluster:
                                              tries_per_address=2))
         return AsyncLogClient(self.service_addresses, password=self.secret.read_text().strip(),
                               config=config)
+
+
+def through(cluster: LogCluster, index: int) -> AsyncLogClient:
+    """A client that knows only instance ``index`` (it follows NotLogWriter from there)."""
+    client = cluster.client()
+    return AsyncLogClient(cluster.service_addresses[index], password=client.hello.password,
+                          config=client.config)

@@ -9,6 +9,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -20,7 +21,7 @@ from xdfs.log.engine import LogEngine
 from xdfs.log.nodes import NodePool
 from xdfs.log.zkmeta import MetaStore, connect
 from xdfs.protocol.journal import JOURNAL_USER
-from xdfs.protocol.log import LogSettings
+from xdfs.protocol.log import LSN_ZERO, LogSettings, Lsn, ReadRecord
 from xdfs.rpc.messages import PROTOCOL_VERSION, Hello
 
 WAIT_S = 60.0
@@ -29,6 +30,25 @@ _roots = itertools.count(1)
 SMALL = LogSettings(ledger_entries_max=50)
 #: The ZooKeeper secret of the engines' sessions.
 ZK_SECRET = secrets.token_hex(32)
+
+
+class LogReader(Protocol):
+    """What reads a log: a log engine, or a client of the log service."""
+
+    async def read(self, name: str, from_lsn: Lsn, max_bytes: int, /
+                   ) -> tuple[list[ReadRecord], Lsn]: ...
+
+
+async def read_everything(reader: LogReader, name: str, start: Lsn = LSN_ZERO
+                          ) -> list[tuple[Lsn, bytes]]:
+    """Every record of log ``name`` from ``start`` to its end: (LSN, payload) in order."""
+    out: list[tuple[Lsn, bytes]] = []
+    position = start
+    while True:
+        records, position = await reader.read(name, position, 1 << 20)
+        if not records:
+            return out
+        out += [(r.lsn, r.record.payload) for r in records]
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.logservice.cluster import LogCluster
+from tests.logservice.cluster import LogCluster, through
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import BadRequest
-from xdfs.log.client import AsyncLogClient
 from xdfs.protocol import log as lg
 from xdfs.protocol.log import Lsn
 from xdfs.rpc.client import RpcClient
@@ -26,13 +25,6 @@ from xdfs.rpc.service import Method
 def cluster(tmp_path: Path) -> Iterator[LogCluster]:
     with ProcessGroup(tmp_path) as group:
         yield LogCluster(tmp_path, group, storage_count=3, service_count=2).start()
-
-
-def through(cluster: LogCluster, index: int) -> AsyncLogClient:
-    """A client that knows only instance ``index`` (it follows NotLogWriter from there)."""
-    client = cluster.client()
-    return AsyncLogClient(cluster.service_addresses[index], password=client.hello.password,
-                          config=client.config)
 
 
 async def test_a_read_through_either_instance_sees_every_acknowledged_append(

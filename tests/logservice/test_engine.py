@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tests.logservice.conftest import SMALL, EngineFactory, Storage
+from tests.logservice.conftest import SMALL, EngineFactory, Storage, read_everything
 from xdfs.errors import (
     LogExists,
     LogFenced,
@@ -15,23 +15,11 @@ from xdfs.errors import (
     LsnOutOfRange,
     NotLogWriter,
 )
-from xdfs.log.engine import LogEngine
-from xdfs.protocol.log import LSN_ZERO, Lsn, Record
+from xdfs.protocol.log import Lsn, Record
 
 
 def rec(text: str) -> Record:
     return Record(text.encode(), key=b"k", headers=(("h", b"v"),))
-
-
-async def read_all(engine: LogEngine, name: str, start: Lsn = LSN_ZERO
-                   ) -> list[tuple[Lsn, bytes]]:
-    out: list[tuple[Lsn, bytes]] = []
-    position = start
-    while True:
-        records, position = await engine.read(name, position, 1 << 20)
-        if not records:
-            return out
-        out += [(r.lsn, r.record.payload) for r in records]
 
 
 async def test_appends_are_read_back_in_lsn_order_across_rotations(
@@ -47,7 +35,7 @@ async def test_appends_are_read_back_in_lsn_order_across_rotations(
     assert [x.batch_index for x in batch] == [0, 1, 2]
     meta, end = await engine.stat("orders")
     assert len(meta.ledgers) >= 3  # 50 entries a ledger
-    got = await read_all(engine, "orders")
+    got = await read_everything(engine, "orders")
     assert [p for _, p in got] == [f"r{i}".encode() for i in range(120)] + [b"b0", b"b1", b"b2"]
     assert [lsn for lsn, _ in got] == flat
     # reading from the middle of a batch, and in small pieces
@@ -72,7 +60,7 @@ async def test_a_second_writer_fences_the_first(engines: EngineFactory) -> None:
     taken = await second.append_batch("l", [rec("b0")])
     with pytest.raises(LogFenced):
         await first.writers["l"].append_batch([rec("stale")])
-    got = await read_all(second, "l")
+    got = await read_everything(second, "l")
     assert [p for _, p in got] == [f"a{i}".encode() for i in range(10)] + [b"b0"]
     assert [lsn for lsn, _ in got][:10] == [a[0] for a in acked]
     assert got[-1][0] == taken[0] > acked[-1][0]
@@ -87,7 +75,7 @@ async def test_appends_go_on_when_a_storage_node_fails(
     await storage.stop(storage.addresses.index(victim))
     after = [await engine.append_batch("l", [rec(f"after{i}")]) for i in range(60)]
     assert len(after) == 60
-    got = await read_all(engine, "l")
+    got = await read_everything(engine, "l")
     assert [p for _, p in got] == [b"before"] + [f"after{i}".encode() for i in range(60)]
 
 
@@ -108,7 +96,7 @@ async def test_ensemble_change_takes_a_spare_node(
     assert victim not in writer.write_set and len(writer.write_set) == 3
     meta, _ = await engine.stat("l")
     assert len(meta.ledgers[-1].fragments) == 2
-    got = await read_all(engine, "l")
+    got = await read_everything(engine, "l")
     assert [p for _, p in got] == [b"x"] + [f"y{i}".encode() for i in range(5)]
 
 
@@ -124,7 +112,7 @@ async def test_truncation_and_reclamation_respect_readers(engines: EngineFactory
     await engine.register_reader("l", "slow", None)
     gone = await engine.reclaim("l")
     assert len(gone) == 2  # ledgers of entries 0-49 and 50-99; 100-149 holds 130
-    got = await read_all(engine, "l", lsns[130])
+    got = await read_everything(engine, "l", lsns[130])
     assert [p for _, p in got] == [f"r{i}".encode() for i in range(130, 160)]
     # the truncation point never goes back
     assert await engine.truncate("l", lsns[3]) == lsns[130]
@@ -154,6 +142,6 @@ async def test_a_writer_dying_right_after_an_ensemble_change_loses_nothing(
     assert len(meta.ledgers[-1].fragments) == 2  # the new fragment holds no entry yet
     first.store.zk.stop()  # the writer's instance dies
     second = await engines("instance-2")
-    got = await read_all(second, "l")
+    got = await read_everything(second, "l")
     assert [p for _, p in got] == [f"a{i}".encode() for i in range(5)]
     assert [lsn for lsn, _ in got] == [x[0] for x in acked]

@@ -9,24 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.logservice.cluster import LogCluster
-from tests.logservice.test_recovery_processes import read_everything
+from tests.logservice.cluster import LogCluster, through
+from tests.logservice.conftest import read_everything
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import LogFenced
-from xdfs.log.client import AsyncLogClient
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LogCluster]:
     with ProcessGroup(tmp_path) as group:
         yield LogCluster(tmp_path, group, storage_count=3, service_count=2).start()
-
-
-def through(cluster: LogCluster, index: int) -> AsyncLogClient:
-    """A client that knows only instance ``index`` (it follows NotLogWriter from there)."""
-    client = cluster.client()
-    return AsyncLogClient(cluster.service_addresses[index], password=client.hello.password,
-                          config=client.config)
 
 
 async def test_a_new_writer_fences_the_appends_of_the_old_one(cluster: LogCluster) -> None:

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.logservice.cluster import LogCluster
+from tests.logservice.conftest import read_everything
 from xdfs.common.process import ProcessGroup
 from xdfs.errors import XdfsError
 from xdfs.log.client import AsyncLogClient
-from xdfs.protocol.log import LSN_ZERO, Lsn
+from xdfs.protocol.log import Lsn
 
 #: Appends acknowledged before the kill (the kill lands among the appends that follow).
 BEFORE_KILL = 40
@@ -25,16 +26,6 @@ BEFORE_KILL = 40
 def cluster(tmp_path: Path) -> Iterator[LogCluster]:
     with ProcessGroup(tmp_path) as group:
         yield LogCluster(tmp_path, group, storage_count=3, service_count=1).start()
-
-
-async def read_everything(client: AsyncLogClient, name: str) -> list[tuple[Lsn, bytes]]:
-    out: list[tuple[Lsn, bytes]] = []
-    position = LSN_ZERO
-    while True:
-        records, position = await client.read(name, position, 1 << 20)
-        if not records:
-            return out
-        out += [(r.lsn, r.record.payload) for r in records]
 
 
 def check_once_in_order(got: list[tuple[Lsn, bytes]], acked: dict[bytes, Lsn]) -> None:

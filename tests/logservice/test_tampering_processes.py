@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from tests.logservice.cluster import WAIT_S, LogCluster
-from tests.logservice.test_recovery_processes import read_everything
+from tests.logservice.conftest import read_everything
 from xdfs.common.process import ProcessGroup
 from xdfs.log import meta as m
 from xdfs.log.zkmeta import MetaStore, connect

@@ -5,15 +5,13 @@ BackupNode, the log service and its storage JournalNodes)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.datapath.test_dev_cluster import ENV, READY, _gone
+from tests.datapath.test_dev_cluster import ENV, READY, stop_dev
 from xdfs.common.process import ProcessGroup
 
 pytestmark = pytest.mark.slow
@@ -40,10 +38,4 @@ def test_every_dev_server_serves_metrics(processes: ProcessGroup, tmp_path: Path
                 page = requests.get(f"http://{process['http']}/ui/status", timeout=30)
                 assert page.status_code == 200 and f"{process['role']} status" in page.text
     finally:
-        if dev.alive():
-            assert dev.proc is not None
-            dev.proc.send_signal(signal.SIGTERM)
-            dev.proc.wait(60)
-        for process in listing:
-            if not _gone(process["pid"]):
-                os.kill(process["pid"], signal.SIGKILL)
+        stop_dev(dev, listing)

@@ -7,17 +7,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.datapath.conftest import LiveCluster, live_cluster
+from tests.datapath.conftest import LiveCluster, live_cluster, scratch_dir
 from tests.integration.conftest import ROOT, ROOT_PW
 from xdfs.client.client import Client
 from xdfs.common.process import ServerProcess
-from xdfs.config import XdfsConfig
 from xdfs.mount.run import FUSERMOUNT, READY_LINE, is_mounted
 
 __all__ = ["live_cluster"]
@@ -69,17 +67,14 @@ class Mount:
 
 @pytest.fixture
 def client(live_cluster: LiveCluster) -> Iterator[Client]:
-    with Client(live_cluster.url, user=ROOT, password=ROOT_PW, config=XdfsConfig()) as made:
+    with live_cluster.client() as made:
         yield made
 
 
 @pytest.fixture
 def base(client: Client) -> Iterator[str]:
     """A fresh xdfs directory for one test."""
-    path = f"/mount/{uuid.uuid4().hex[:10]}"
-    client.mkdirs(path)
-    yield path
-    client.delete(path, recursive=True, skip_trash=True)
+    yield from scratch_dir(client, "/mount")
 
 
 @pytest.fixture

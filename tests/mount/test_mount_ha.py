@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.datapath.conftest import payload
-from tests.datapath.test_dev_cluster import ENV, READY, _gone
+from tests.datapath.test_dev_cluster import ENV, READY, stop_dev
 from xdfs.common.process import ProcessGroup, ServerProcess
 from xdfs.mount.run import READY_LINE
 
@@ -70,10 +69,4 @@ def test_failover_under_a_mount(processes: ProcessGroup, tmp_path: Path) -> None
     finally:
         if mount.alive():
             mount.terminate(60)
-        if dev.alive():
-            assert dev.proc is not None
-            dev.proc.send_signal(signal.SIGTERM)
-            dev.proc.wait(60)
-        for process in listing:
-            if not _gone(process["pid"]):
-                os.kill(process["pid"], signal.SIGKILL)
+        stop_dev(dev, listing)

@@ -9,17 +9,15 @@ import gzip
 import hashlib
 import os
 import struct
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import crc32c
 import pytest
 
-from tests.datapath.conftest import LIVE_BLOCK_BYTES, LiveCluster, payload
+from tests.datapath.conftest import LIVE_BLOCK_BYTES, LiveCluster, payload, scratch_dir
 from tests.integration.conftest import ROOT, ROOT_PW, run_xdfs, run_xdfs_batch
 from xdfs.client.client import Client
-from xdfs.config import XdfsConfig
 
 ROOT_ENV = {"XDFS_USER": ROOT, "XDFS_PASSWORD": ROOT_PW}
 Result = tuple[int, str, str]
@@ -49,16 +47,13 @@ class Dfs:
 
 @pytest.fixture
 def client(live_cluster: LiveCluster) -> Iterator[Client]:
-    with Client(live_cluster.url, user=ROOT, password=ROOT_PW, config=XdfsConfig()) as made:
+    with live_cluster.client() as made:
         yield made
 
 
 @pytest.fixture
 def base(client: Client) -> Iterator[str]:
-    path = f"/shell/{uuid.uuid4().hex[:10]}"
-    client.mkdirs(path)
-    yield path
-    client.delete(path, recursive=True, skip_trash=True)
+    yield from scratch_dir(client, "/shell")
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ of the pages go to the test's tmp dir (``screenshots``)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
-from tests.datapath.test_dev_cluster import ENV, PASSWORD, READY, USER, _client, _gone
+from tests.datapath.test_dev_cluster import ENV, PASSWORD, READY, USER, _client, stop_dev
 from xdfs.client.client import Client
 from xdfs.common.process import ProcessGroup
 
@@ -66,13 +64,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
         try:
             yield DevCluster(base, proc.match.group(1), listing, tmp / "screenshots")
         finally:
-            if proc.alive():
-                assert proc.proc is not None
-                proc.proc.send_signal(signal.SIGTERM)
-                proc.proc.wait(60)
-            for process in listing:
-                if not _gone(process["pid"]):
-                    os.kill(process["pid"], signal.SIGKILL)
+            stop_dev(proc, listing)
 
 
 @pytest.fixture

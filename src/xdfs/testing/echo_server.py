@@ -21,8 +21,15 @@ async def serve(host: str, port: int, cluster_id: str, use_uvloop: bool) -> None
     config = load_config().rpc
     server = RpcServer("echo", config, cluster_id=cluster_id, ssl_context=server_context(config))
     add_system_services(server, "echo", diagnostics=True)
+    await serve_until_signalled(server, "echo", host, port, use_uvloop)
+
+
+async def serve_until_signalled(server: RpcServer, name: str, host: str, port: int,
+                                use_uvloop: bool) -> None:
+    """Start ``server``, print ``NAME server serving on HOST:PORT`` (the ready line a
+    parent waits for), and serve until SIGTERM or SIGINT."""
     address = await server.start(host, port)
-    print(f"echo server serving on {address} (uvloop={use_uvloop})", flush=True)
+    print(f"{name} server serving on {address} (uvloop={use_uvloop})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

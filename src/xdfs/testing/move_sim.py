@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from xdfs.sharding import move as mv
-from xdfs.testing.sim import FaultPlan, Network, Process, Scheduler
+from xdfs.testing.sim import FaultPlan, JournaledProcess, Network, Process, Scheduler
 
 TICKS_PER_S = 10
 SETTINGS = mv.MoveSettings(resend_s=2.0, fence_lag_max=2, copy_ticks_max=40)
@@ -123,13 +122,11 @@ class SlotState:
             self.staging = self.acquired = None
 
 
-class Shard(Process):
+class Shard(JournaledProcess):
     def __init__(self, name: str, sim: MoveSim, inodes: list[int]) -> None:
-        super().__init__(name, sim.scheduler)
+        super().__init__(name, sim.scheduler, sim.rng)
         self.sim = sim
         self.initial = inodes
-        self.durable: list[object] = []
-        self.pending: list[object] = []
         self.core: mv.MoveSource | mv.MoveTarget | mv.MoveController | None = None
         self.fencing = False
         self.boot()
@@ -154,9 +151,8 @@ class Shard(Process):
     def crash(self) -> None:
         if not self.up:
             return
-        keep = self.sim.rng.randint(0, len(self.pending))
-        self.durable += self.pending[:keep]
-        self.pending, self.core = [], None
+        self.lose_unsynced()
+        self.core = None
         self.sim.coverage[f"{self.name} crashed"] += 1
         super().crash()
         self.sim.changed()
@@ -274,20 +270,8 @@ class Shard(Process):
             return
         self.run(mv.Fenced(move.move_id, self.head()))
 
-    def journal(self, record: object, then: Callable[[], None]) -> None:
-        self.pending.append(record)
+    def journal_changed(self) -> None:
         self.sim.changed()
-
-        def synced() -> None:
-            for i, r in enumerate(self.pending):
-                if r is record:
-                    self.durable += self.pending[:i + 1]
-                    del self.pending[:i + 1]
-                    break
-            self.sim.changed()
-            then()
-
-        self.later(self.sim.rng.randint(1, 3), synced)
 
 
 class Client(Process):

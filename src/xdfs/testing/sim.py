@@ -8,6 +8,7 @@ no wall-clock time passes, so a thousand seeds take seconds. The pieces:
 * :class:`FaultPlan`: how likely a fault is at a decision point, and which ones may happen;
 * :class:`Scheduler`: callbacks at logical ticks, ties in the order they were scheduled;
 * :class:`Process`: a named party that is up or down, whose timers die with it;
+* :class:`JournaledProcess`: a process whose journal writes are durable once synced;
 * :class:`Network`: messages between processes, each after a random delay.
 
 A protocol's simulator builds its parties on these, feeds its pure cores and checks its
@@ -107,6 +108,46 @@ class Process:
 
     def receive(self, sender: str, message: object) -> None:
         raise NotImplementedError
+
+
+class JournaledProcess(Process):
+    """A process with a journal: an append is durable only once its sync completes, a few
+    ticks later (with every record before it); a crash keeps a random prefix of what was
+    not yet synced (what reached the disk). ``durable + pending`` is what the process has
+    written; ``durable`` is what survives its crash."""
+
+    def __init__(self, name: str, scheduler: Scheduler, rng: random.Random) -> None:
+        super().__init__(name, scheduler)
+        self.rng = rng
+        self.durable: list[object] = []
+        self.pending: list[object] = []
+
+    def journal_changed(self) -> None:
+        """Called whenever ``pending`` or ``durable`` changes: where a simulator checks its
+        invariants."""
+
+    def journal(self, record: object, then: Callable[[], None]) -> None:
+        """Append ``record`` unsynced; ``then`` runs once its sync completes."""
+        self.pending.append(record)
+        self.journal_changed()
+
+        def synced() -> None:
+            for i, r in enumerate(self.pending):
+                if r is record:
+                    self.durable += self.pending[:i + 1]
+                    del self.pending[:i + 1]
+                    break
+            self.journal_changed()
+            then()
+
+        self.later(self.rng.randint(1, 3), synced)
+
+    def lose_unsynced(self) -> None:
+        """A crash's effect on the journal: a random prefix of the unsynced records reached
+        the disk, the rest is lost."""
+        keep = self.rng.randint(0, len(self.pending))
+        self.durable += self.pending[:keep]
+        self.pending = []
 
 
 class Network:

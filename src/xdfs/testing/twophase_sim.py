@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
 from xdfs.sharding import twophase as tp
-from xdfs.testing.sim import FaultPlan, Network, Process, Scheduler
+from xdfs.testing.sim import FaultPlan, JournaledProcess, Network, Process, Scheduler
 
 TICKS_PER_S = 10
 SETTINGS = tp.Settings(resend_s=2.0, prepare_ticks_max=6)
@@ -165,19 +164,17 @@ def replay(initial: dict[str, set[int]], records: list[object]) -> Namespace:
 # --- one party ----------------------------------------------------------------------------
 
 
-class Node(Process):
+class Node(JournaledProcess):
     """A shard (participant; the coordinator too for a rename it started) or the
     controller (coordinator only, its journal standing for ZooKeeper)."""
 
     def __init__(self, name: str, sim: TwoPhaseSim, *, coordinates: bool,
                  participates: bool, initial: dict[str, set[int]] | None = None) -> None:
-        super().__init__(name, sim.scheduler)
+        super().__init__(name, sim.scheduler, sim.rng)
         self.sim = sim
         self.coordinates = coordinates
         self.participates = participates
         self.initial = initial or {}
-        self.durable: list[object] = []
-        self.pending: list[object] = []
         self.coordinator: tp.Coordinator | None = None
         self.participant: tp.Participant | None = None
         self._boot()
@@ -203,9 +200,7 @@ class Node(Process):
     def crash(self) -> None:
         if not self.up:
             return
-        keep = self.sim.rng.randint(0, len(self.pending))  # what reached the disk
-        self.durable += self.pending[:keep]
-        self.pending = []
+        self.lose_unsynced()
         self.coordinator = self.participant = None
         self.sim.coverage["crashes"] += 1
         super().crash()
@@ -258,7 +253,7 @@ class Node(Process):
     def _create(self, create: Created) -> None:
         ns = self.namespace()
         if create.path in ns.trees and not ns.locked(create.path):
-            self._journal(create, lambda: self.sim.acknowledged.add(create.inode))
+            self.journal(create, lambda: self.sim.acknowledged.add(create.inode))
 
     # --- actions --------------------------------------------------------------------------
 
@@ -272,7 +267,7 @@ class Node(Process):
     def _act(self, core: tp.Coordinator | tp.Participant, action: tp.Action) -> None:
         if isinstance(action, tp.Journal):
             record = action.record
-            self._journal(record, lambda: self._run(core, tp.Journaled(record)))
+            self.journal(record, lambda: self._run(core, tp.Journaled(record)))
         elif isinstance(action, tp.Prepare):
             self._prepare(core, action.record)
         elif isinstance(action, tp.Send):
@@ -291,24 +286,10 @@ class Node(Process):
         if problem is not None:
             self.later(1, lambda: self._run(core, tp.Refused(record.txid, REFUSED, problem)))
             return
-        self._journal(record, lambda: self._run(core, tp.Prepared(record.txid)))
+        self.journal(record, lambda: self._run(core, tp.Prepared(record.txid)))
 
-    def _journal(self, record: object, then: Callable[[], None]) -> None:
-        """Append ``record`` unsynced; its sync completes a few ticks later (with every
-        record before it), and only then does ``then`` run."""
-        self.pending.append(record)
+    def journal_changed(self) -> None:
         self.sim.journal_changed(self)
-
-        def synced() -> None:
-            for i, r in enumerate(self.pending):
-                if r is record:
-                    self.durable += self.pending[:i + 1]
-                    del self.pending[:i + 1]
-                    break
-            self.sim.journal_changed(self)
-            then()
-
-        self.later(self.sim.rng.randint(1, 3), synced)
 
 
 # --- the clients --------------------------------------------------------------------------
