@@ -9,7 +9,7 @@ import pytest
 from xdfs.errors import CrossShardRename, NoSlotMap, TopLayerChange, WrongShard
 from xdfs.namenode.sharded import guarded
 from xdfs.protocol import namenode as p
-from xdfs.rpc.handling import CallContext, Deferred, deferring, routes_of
+from xdfs.rpc.handling import CallContext, Deferred, Principal, deferring, routes_of
 from xdfs.rpc.service import Method, Service
 from xdfs.sharding.routing import (
     Routing,
@@ -131,7 +131,7 @@ def test_the_guard_keeps_each_handlers_kind_and_refuses_before_it_runs() -> None
         before = original[name]
         assert (route.is_async, route.inline, route.deferring, route.eager) == (
             before.is_async, before.inline, before.deferring, before.eager)
-    ctx = CallContext(None, "peer", None)  # type: ignore[arg-type]
+    ctx = CallContext(Principal("alice"), "peer", None)  # type: ignore[arg-type]
     theirs = on("1")
     with pytest.raises(WrongShard):
         wrapped.stat(ctx, p.PathRequest(theirs))  # type: ignore[attr-defined]
